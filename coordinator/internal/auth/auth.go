@@ -1,0 +1,311 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Role is what a principal may do.
+type Role string
+
+// The roles.
+const (
+	// RoleSubmitter submits batches for its team and follows and cancels them.
+	RoleSubmitter Role = "submitter"
+	// RoleRenderer leases jobs, heartbeats, uploads artifacts and completes.
+	RoleRenderer Role = "renderer"
+	// RoleOperator lists, cancels and replays jobs of the teams in its scope
+	// and pauses dispatch; it never sees document data.
+	RoleOperator Role = "operator"
+)
+
+// AllTeams in a principal's teams means every team.
+const AllTeams = "*"
+
+// minTokenBytes is the shortest accepted token.
+const minTokenBytes = 8
+
+// Principal is an authenticated caller.
+type Principal struct {
+	// Name identifies the principal in histories and the audit trail.
+	Name string
+	// Teams lists the teams the principal acts on; "*" means all.
+	Teams []string
+	// Roles lists what the principal may do.
+	Roles []Role
+}
+
+// Can reports whether p holds role.
+func (p Principal) Can(role Role) bool {
+	return slices.Contains(p.Roles, role)
+}
+
+// InScope reports whether p may act on team.
+func (p Principal) InScope(team string) bool {
+	return slices.Contains(p.Teams, AllTeams) || slices.Contains(p.Teams, team)
+}
+
+// AllScope reports whether p's teams cover every team.
+func (p Principal) AllScope() bool {
+	return slices.Contains(p.Teams, AllTeams)
+}
+
+// Set is an immutable set of principals indexed by token. It is safe for
+// concurrent use.
+type Set struct {
+	entries []entry
+}
+
+// entry is one principal with the SHA-256 of its token, so that lookups
+// compare fixed-length digests in constant time.
+type entry struct {
+	digest    [sha256.Size]byte
+	principal Principal
+}
+
+// Lookup returns the principal whose token is token. Every entry is
+// compared, in constant time, whether or not an earlier one matched.
+func (s *Set) Lookup(token string) (Principal, bool) {
+	if s == nil || token == "" {
+		return Principal{}, false
+	}
+	d := sha256.Sum256([]byte(token))
+	found := -1
+	for i := range s.entries {
+		if subtle.ConstantTimeCompare(d[:], s.entries[i].digest[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Principal{}, false
+	}
+	return s.entries[found].principal, true
+}
+
+// Len returns the number of principals.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.entries)
+}
+
+// fileFormat is the JSON layout of a principals file.
+type fileFormat struct {
+	Principals []filePrincipal `json:"principals"`
+}
+
+// filePrincipal is one principal as written in the file.
+type filePrincipal struct {
+	Name  string   `json:"name"`
+	Token string   `json:"token"`
+	Team  string   `json:"team"`
+	Scope []string `json:"scope"`
+	Roles []Role   `json:"roles"`
+}
+
+// LoadFile reads a principals file (see the package documentation).
+func LoadFile(path string) (*Set, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading principals: %w", err)
+	}
+	s, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("principals file %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Parse decodes and validates the JSON of a principals file. Unknown fields
+// are refused so that a misspelt key does not silently widen or narrow a
+// principal.
+func Parse(data []byte) (*Set, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f fileFormat
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("decoding JSON: %w", err)
+	}
+	if len(f.Principals) == 0 {
+		return nil, errors.New("no principals")
+	}
+	names := make(map[string]bool)
+	tokens := make(map[string]bool)
+	s := &Set{}
+	for i, fp := range f.Principals {
+		where := fmt.Sprintf("principal %d (%q)", i, fp.Name)
+		if fp.Name == "" {
+			return nil, fmt.Errorf("principal %d: name is required", i)
+		}
+		if names[fp.Name] {
+			return nil, fmt.Errorf("%s: name repeats an earlier principal", where)
+		}
+		names[fp.Name] = true
+		if len(fp.Token) < minTokenBytes || strings.TrimSpace(fp.Token) != fp.Token {
+			return nil, fmt.Errorf("%s: token must be at least %d bytes without surrounding spaces", where, minTokenBytes)
+		}
+		if tokens[fp.Token] {
+			return nil, fmt.Errorf("%s: token repeats an earlier principal's", where)
+		}
+		tokens[fp.Token] = true
+		if len(fp.Roles) == 0 {
+			return nil, fmt.Errorf("%s: at least one role is required", where)
+		}
+		p := Principal{Name: fp.Name}
+		for _, r := range fp.Roles {
+			switch r {
+			case RoleSubmitter, RoleRenderer, RoleOperator:
+			default:
+				return nil, fmt.Errorf("%s: unknown role %q (want submitter, renderer or operator)", where, r)
+			}
+			if !slices.Contains(p.Roles, r) {
+				p.Roles = append(p.Roles, r)
+			}
+		}
+		if fp.Team == AllTeams {
+			return nil, fmt.Errorf("%s: team must name one team; use scope for operators", where)
+		}
+		if fp.Team != "" {
+			p.Teams = append(p.Teams, fp.Team)
+		}
+		for _, t := range fp.Scope {
+			if strings.TrimSpace(t) == "" {
+				return nil, fmt.Errorf("%s: scope has an empty team", where)
+			}
+			if !slices.Contains(p.Teams, t) {
+				p.Teams = append(p.Teams, t)
+			}
+		}
+		if p.Can(RoleSubmitter) && fp.Team == "" {
+			return nil, fmt.Errorf("%s: a submitter needs a team", where)
+		}
+		if p.Can(RoleOperator) && len(fp.Scope) == 0 {
+			return nil, fmt.Errorf("%s: an operator needs a scope (\"*\" for all teams)", where)
+		}
+		s.add(fp.Token, p)
+	}
+	return s, nil
+}
+
+// NewSet returns a set from tokens to principals, for tests and embedding.
+func NewSet(byToken map[string]Principal) *Set {
+	s := &Set{}
+	keys := make([]string, 0, len(byToken))
+	for k := range byToken {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		s.add(k, byToken[k])
+	}
+	return s
+}
+
+func (s *Set) add(token string, p Principal) {
+	s.entries = append(s.entries, entry{digest: sha256.Sum256([]byte(token)), principal: p})
+}
+
+// The development tokens of DevPrincipals.
+const (
+	DevAlphaToken         = "dev-alpha"
+	DevBetaToken          = "dev-beta"
+	DevRendererToken      = "dev-renderer"
+	DevOperatorToken      = "dev-operator"
+	DevOperatorAlphaToken = "dev-operator-alpha"
+)
+
+// DevPrincipals returns the well-known principals of a local development
+// stack: dev-alpha and dev-beta submit for teams alpha and beta,
+// dev-renderer renders, dev-operator operates on every team and
+// dev-operator-alpha on team alpha only. The tokens are public; the
+// coordinator uses them only on a loopback address.
+func DevPrincipals() *Set {
+	return NewSet(map[string]Principal{
+		DevAlphaToken:         {Name: "dev-alpha", Teams: []string{"alpha"}, Roles: []Role{RoleSubmitter}},
+		DevBetaToken:          {Name: "dev-beta", Teams: []string{"beta"}, Roles: []Role{RoleSubmitter}},
+		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}},
+		DevOperatorToken:      {Name: "dev-operator", Teams: []string{AllTeams}, Roles: []Role{RoleOperator}},
+		DevOperatorAlphaToken: {Name: "dev-operator-alpha", Teams: []string{"alpha"}, Roles: []Role{RoleOperator}},
+	})
+}
+
+// principalKey is the context key of the authenticated principal.
+type principalKey struct{}
+
+// NewContext returns ctx carrying p.
+func NewContext(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// FromContext returns the principal the interceptors put in ctx.
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of the refusals.
+const ErrorDomain = "leasehold.v1"
+
+// Unauthenticated returns the UNAUTHENTICATED status error with ErrorInfo
+// reason UNAUTHENTICATED.
+func Unauthenticated(msg string) error {
+	st := status.New(codes.Unauthenticated, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: "UNAUTHENTICATED", Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// AuthFunc authenticates the bearer token in ctx's metadata and returns ctx
+// carrying the principal, or an UNAUTHENTICATED error.
+func (s *Set) AuthFunc(ctx context.Context) (context.Context, error) {
+	token, err := grpcauth.AuthFromMD(ctx, "bearer")
+	if err != nil {
+		return nil, Unauthenticated("missing bearer token: send \"authorization: Bearer <token>\"")
+	}
+	p, ok := s.Lookup(token)
+	if !ok {
+		return nil, Unauthenticated("unknown bearer token")
+	}
+	return NewContext(ctx, p), nil
+}
+
+// Exempt reports whether a method needs no token: the health and
+// reflection services, which load balancers and grpcurl call without one.
+func Exempt(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.")
+}
+
+var needsAuth = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+	return !Exempt(c.FullMethod())
+})
+
+// UnaryServerInterceptor authenticates every unary call except the exempt
+// ones and puts the principal in the handler's context.
+func (s *Set) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(s.AuthFunc), needsAuth)
+}
+
+// StreamServerInterceptor authenticates every streaming call except the
+// exempt ones and puts the principal in the stream's context.
+func (s *Set) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(s.AuthFunc), needsAuth)
+}
