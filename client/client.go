@@ -1,0 +1,457 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+// InlineLimit is the largest document, in bytes, that SubmitFiles and
+// ReadDocuments send inline. Larger files are sent by reference
+// (source_uri "file://<absolute path>") for the renderer to read.
+const InlineLimit = 256 << 10
+
+// Client is a connection to a coordinator. It is safe for concurrent use.
+type Client struct {
+	// Jobs is the JobService stub, for calls the helpers do not cover.
+	Jobs leaseholdv1.JobServiceClient
+	// Operator is the OperatorService stub.
+	Operator leaseholdv1.OperatorServiceClient
+
+	conn *grpc.ClientConn
+}
+
+// Option configures Dial.
+type Option func(*dialConfig)
+
+type dialConfig struct {
+	token    string
+	dialOpts []grpc.DialOption
+}
+
+// WithToken sends "authorization: Bearer <token>" with every call. The
+// token is sent over the plain transport Dial uses by default; supply
+// transport credentials with WithDialOptions to protect it.
+func WithToken(token string) Option {
+	return func(c *dialConfig) { c.token = token }
+}
+
+// WithDialOptions appends gRPC dial options after the defaults (insecure
+// transport), so they can override them.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *dialConfig) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// bearerToken is per-RPC credentials carrying a bearer token.
+type bearerToken string
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials; the
+// coordinator is reached over a plain connection inside the cluster.
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// Dial creates a client for the coordinator at addr ("host:port" or any
+// gRPC target). It does not wait for the connection: the first call does.
+func Dial(addr string, opts ...Option) (*Client, error) {
+	var cfg dialConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cfg.token != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearerToken(cfg.token)))
+	}
+	dialOpts = append(dialOpts, cfg.dialOpts...)
+	conn, err := grpc.NewClient(addr, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
+	}
+	return &Client{
+		Jobs:     leaseholdv1.NewJobServiceClient(conn),
+		Operator: leaseholdv1.NewOperatorServiceClient(conn),
+		conn:     conn,
+	}, nil
+}
+
+// Close closes the connection. Calls in flight fail with CANCELLED.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// SubmitBatch submits documents as one batch for team. requestID is the
+// idempotency key: submitting again with the same id returns the original
+// batch with Replayed set. policy may be nil for the coordinator's defaults.
+func (c *Client) SubmitBatch(ctx context.Context, team, requestID string, docs []*leaseholdv1.Document, policy *leaseholdv1.RetryPolicy) (*leaseholdv1.SubmitBatchResponse, error) {
+	resp, err := c.Jobs.SubmitBatch(ctx, &leaseholdv1.SubmitBatchRequest{
+		Team:        team,
+		RequestId:   requestID,
+		Documents:   docs,
+		RetryPolicy: policy,
+	})
+	return resp, wrapError(err)
+}
+
+// SubmitFiles reads the files at paths (see ReadDocuments) and submits them
+// as one batch with the coordinator's default retry policy.
+func (c *Client) SubmitFiles(ctx context.Context, team, requestID string, paths []string) (*leaseholdv1.SubmitBatchResponse, error) {
+	docs, err := ReadDocuments(paths)
+	if err != nil {
+		return nil, err
+	}
+	return c.SubmitBatch(ctx, team, requestID, docs, nil)
+}
+
+// ReadDocuments builds one Document per path: the name is the file's base
+// name, the content type comes from the extension (ContentType), the size is
+// the file's size. A file of at most InlineLimit bytes is read and sent
+// inline; a larger one is sent by reference with source_uri
+// "file://<absolute path>" and no content.
+func ReadDocuments(paths []string) ([]*leaseholdv1.Document, error) {
+	docs := make([]*leaseholdv1.Document, 0, len(paths))
+	for _, p := range paths {
+		d, err := readDocument(p)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, d)
+	}
+	return docs, nil
+}
+
+func readDocument(path string) (*leaseholdv1.Document, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading document: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("reading document %s: not a regular file", path)
+	}
+	d := &leaseholdv1.Document{
+		Name:        filepath.Base(path),
+		ContentType: ContentType(path),
+		SizeBytes:   info.Size(),
+	}
+	if info.Size() > InlineLimit {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading document %s: %w", path, err)
+		}
+		d.SourceUri = (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
+		return d, nil
+	}
+	content, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading document: %w", err)
+	}
+	d.Content = content
+	d.SizeBytes = int64(len(content))
+	return d, nil
+}
+
+// contentTypes maps common document extensions to MIME types.
+var contentTypes = map[string]string{
+	".pdf":  "application/pdf",
+	".doc":  "application/msword",
+	".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+	".xls":  "application/vnd.ms-excel",
+	".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+	".ppt":  "application/vnd.ms-powerpoint",
+	".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+	".odt":  "application/vnd.oasis.opendocument.text",
+	".ods":  "application/vnd.oasis.opendocument.spreadsheet",
+	".odp":  "application/vnd.oasis.opendocument.presentation",
+	".rtf":  "application/rtf",
+	".txt":  "text/plain",
+	".md":   "text/markdown",
+	".csv":  "text/csv",
+	".html": "text/html",
+	".htm":  "text/html",
+	".png":  "image/png",
+	".jpg":  "image/jpeg",
+	".jpeg": "image/jpeg",
+	".gif":  "image/gif",
+	".svg":  "image/svg+xml",
+	".tif":  "image/tiff",
+	".tiff": "image/tiff",
+}
+
+// ContentType returns the MIME type for path's extension. An extension not
+// in the table is returned itself, lower-cased (".xyz"), which the
+// coordinator accepts as a content type; a path without an extension gets
+// "application/octet-stream".
+func ContentType(path string) string {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext == "" {
+		return "application/octet-stream"
+	}
+	if t, ok := contentTypes[ext]; ok {
+		return t
+	}
+	return ext
+}
+
+// GetJob returns a job with its history.
+func (c *Client) GetJob(ctx context.Context, jobID string) (*leaseholdv1.Job, error) {
+	resp, err := c.Jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: jobID})
+	if err != nil {
+		return nil, wrapError(err)
+	}
+	return resp.GetJob(), nil
+}
+
+// ListJobs returns one page of jobs.
+func (c *Client) ListJobs(ctx context.Context, req *leaseholdv1.ListJobsRequest) (*leaseholdv1.ListJobsResponse, error) {
+	resp, err := c.Jobs.ListJobs(ctx, req)
+	return resp, wrapError(err)
+}
+
+// AllJobs iterates over every job matching req, following pages from
+// req.PageToken. req is not modified. Iteration stops after the first error,
+// which is yielded with a nil job.
+func (c *Client) AllJobs(ctx context.Context, req *leaseholdv1.ListJobsRequest) iter.Seq2[*leaseholdv1.Job, error] {
+	return func(yield func(*leaseholdv1.Job, error) bool) {
+		r := &leaseholdv1.ListJobsRequest{}
+		if req != nil {
+			r = proto.CloneOf(req)
+		}
+		for {
+			resp, err := c.ListJobs(ctx, r)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, j := range resp.GetJobs() {
+				if !yield(j, nil) {
+					return
+				}
+			}
+			if resp.GetNextPageToken() == "" {
+				return
+			}
+			r.PageToken = resp.GetNextPageToken()
+		}
+	}
+}
+
+// GetBatch returns a batch with its counts per phase.
+func (c *Client) GetBatch(ctx context.Context, batchID string) (*leaseholdv1.Batch, error) {
+	resp, err := c.Jobs.GetBatch(ctx, &leaseholdv1.GetBatchRequest{BatchId: batchID})
+	if err != nil {
+		return nil, wrapError(err)
+	}
+	return resp.GetBatch(), nil
+}
+
+// WatchBatch calls fn with each message of the batch's watch stream: one
+// snapshot per job first, then every event. It returns nil when the stream
+// ends because the batch is done, fn's error if fn fails (which ends the
+// stream), or the stream's error. A watcher that fell behind gets an error
+// matching ErrSlowWatcher and may watch again.
+func (c *Client) WatchBatch(ctx context.Context, batchID string, fn func(*leaseholdv1.WatchBatchResponse) error) error {
+	for msg, err := range c.BatchEvents(ctx, batchID) {
+		if err != nil {
+			return err
+		}
+		if err := fn(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BatchEvents iterates over the batch's watch stream as WatchBatch does.
+// Breaking out of the loop closes the stream. The stream's error, if any, is
+// yielded last with a nil message.
+func (c *Client) BatchEvents(ctx context.Context, batchID string) iter.Seq2[*leaseholdv1.WatchBatchResponse, error] {
+	return func(yield func(*leaseholdv1.WatchBatchResponse, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := c.Jobs.WatchBatch(ctx, &leaseholdv1.WatchBatchRequest{BatchId: batchID})
+		if err != nil {
+			yield(nil, wrapError(err))
+			return
+		}
+		for {
+			msg, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				yield(nil, wrapError(err))
+				return
+			}
+			if !yield(msg, nil) {
+				return
+			}
+		}
+	}
+}
+
+// CancelJob cancels one job. Cancelling a cancelled job succeeds again with
+// AlreadyCancelled set; a SUCCEEDED or FAILED job gives ErrAlreadyTerminal.
+func (c *Client) CancelJob(ctx context.Context, jobID, reason string) (*leaseholdv1.CancelJobResponse, error) {
+	resp, err := c.Jobs.CancelJob(ctx, &leaseholdv1.CancelJobRequest{JobId: jobID, Reason: reason})
+	return resp, wrapError(err)
+}
+
+// CancelBatch cancels every non-terminal job of a batch.
+func (c *Client) CancelBatch(ctx context.Context, batchID, reason string) (*leaseholdv1.CancelBatchResponse, error) {
+	resp, err := c.Jobs.CancelBatch(ctx, &leaseholdv1.CancelBatchRequest{BatchId: batchID, Reason: reason})
+	return resp, wrapError(err)
+}
+
+// DownloadArtifact streams the preview of a SUCCEEDED job into w and returns
+// its metadata. It hashes the bytes as they arrive and returns an error
+// matching ErrDigestMismatch when their SHA-256 differs from the artifact's
+// digest (or their count from its size); w has then received bytes that
+// must not be trusted, so callers writing to a file should discard it.
+func (c *Client) DownloadArtifact(ctx context.Context, jobID string, w io.Writer) (*leaseholdv1.Artifact, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.Jobs.GetArtifact(ctx, &leaseholdv1.GetArtifactRequest{JobId: jobID})
+	if err != nil {
+		return nil, wrapError(err)
+	}
+	var (
+		art *leaseholdv1.Artifact
+		n   int64
+	)
+	h := sha256.New()
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, wrapError(err)
+		}
+		if art == nil {
+			art = msg.GetArtifact()
+			if art == nil {
+				return nil, fmt.Errorf("downloading artifact of job %s: first message carries no artifact metadata", jobID)
+			}
+		}
+		chunk := msg.GetChunk()
+		h.Write(chunk)
+		n += int64(len(chunk))
+		if _, err := w.Write(chunk); err != nil {
+			return nil, fmt.Errorf("downloading artifact of job %s: %w", jobID, err)
+		}
+	}
+	if art == nil {
+		return nil, fmt.Errorf("downloading artifact of job %s: stream ended without artifact metadata", jobID)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if !strings.EqualFold(got, art.GetDigest()) {
+		return art, fmt.Errorf("downloading artifact of job %s: received bytes hash to %s, want %s: %w", jobID, got, art.GetDigest(), ErrDigestMismatch)
+	}
+	if art.GetSizeBytes() != 0 && n != art.GetSizeBytes() {
+		return art, fmt.Errorf("downloading artifact of job %s: received %d bytes, want %d: %w", jobID, n, art.GetSizeBytes(), ErrDigestMismatch)
+	}
+	return art, nil
+}
+
+// ListRejectedCompletions returns one page of fenced-off completions, newest first.
+func (c *Client) ListRejectedCompletions(ctx context.Context, req *leaseholdv1.ListRejectedCompletionsRequest) (*leaseholdv1.ListRejectedCompletionsResponse, error) {
+	resp, err := c.Operator.ListRejectedCompletions(ctx, req)
+	return resp, wrapError(err)
+}
+
+// AllRejectedCompletions iterates over every rejected completion matching
+// req, following pages as AllJobs does.
+func (c *Client) AllRejectedCompletions(ctx context.Context, req *leaseholdv1.ListRejectedCompletionsRequest) iter.Seq2[*leaseholdv1.RejectedCompletion, error] {
+	return func(yield func(*leaseholdv1.RejectedCompletion, error) bool) {
+		r := &leaseholdv1.ListRejectedCompletionsRequest{}
+		if req != nil {
+			r = proto.CloneOf(req)
+		}
+		for {
+			resp, err := c.ListRejectedCompletions(ctx, r)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, rc := range resp.GetRejections() {
+				if !yield(rc, nil) {
+					return
+				}
+			}
+			if resp.GetNextPageToken() == "" {
+				return
+			}
+			r.PageToken = resp.GetNextPageToken()
+		}
+	}
+}
+
+// ReplayJobs re-queues FAILED jobs, or with DryRun set, reports what it would do.
+func (c *Client) ReplayJobs(ctx context.Context, req *leaseholdv1.ReplayJobsRequest) (*leaseholdv1.ReplayJobsResponse, error) {
+	resp, err := c.Operator.ReplayJobs(ctx, req)
+	return resp, wrapError(err)
+}
+
+// PauseDispatch stops the coordinator granting new leases.
+func (c *Client) PauseDispatch(ctx context.Context, reason string) (*leaseholdv1.PauseDispatchResponse, error) {
+	resp, err := c.Operator.PauseDispatch(ctx, &leaseholdv1.PauseDispatchRequest{Reason: reason})
+	return resp, wrapError(err)
+}
+
+// ResumeDispatch lets the coordinator grant leases again.
+func (c *Client) ResumeDispatch(ctx context.Context, reason string) (*leaseholdv1.ResumeDispatchResponse, error) {
+	resp, err := c.Operator.ResumeDispatch(ctx, &leaseholdv1.ResumeDispatchRequest{Reason: reason})
+	return resp, wrapError(err)
+}
+
+// GetAudit returns one page of audit records, newest first.
+func (c *Client) GetAudit(ctx context.Context, req *leaseholdv1.GetAuditRequest) (*leaseholdv1.GetAuditResponse, error) {
+	resp, err := c.Operator.GetAudit(ctx, req)
+	return resp, wrapError(err)
+}
+
+// AllAudit iterates over audit records from req.PageToken on, newest first,
+// following pages as AllJobs does.
+func (c *Client) AllAudit(ctx context.Context, req *leaseholdv1.GetAuditRequest) iter.Seq2[*leaseholdv1.AuditRecord, error] {
+	return func(yield func(*leaseholdv1.AuditRecord, error) bool) {
+		r := &leaseholdv1.GetAuditRequest{}
+		if req != nil {
+			r = proto.CloneOf(req)
+		}
+		for {
+			resp, err := c.GetAudit(ctx, r)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, rec := range resp.GetRecords() {
+				if !yield(rec, nil) {
+					return
+				}
+			}
+			if resp.GetNextPageToken() == "" {
+				return
+			}
+			r.PageToken = resp.GetNextPageToken()
+		}
+	}
+}

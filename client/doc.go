@@ -1,0 +1,15 @@
+// Package client is the typed Go client for the Leasehold coordinator.
+//
+// Dial connects to a coordinator and returns a Client whose Jobs and Operator
+// fields are the generated gRPC stubs; the methods on Client wrap the common
+// calls, follow pagination, verify downloaded artifacts and convert every RPC
+// error into an *Error. Callers test errors with errors.Is against the
+// sentinels in this package (ErrNotFound, ErrStaleLease, ...), never by
+// comparing strings:
+//
+//	job, err := c.GetJob(ctx, "j-12")
+//	if errors.Is(err, client.ErrNotFound) { ... }
+//
+// The package depends only on the generated API (leaseholdv1), gRPC and
+// protobuf, never on the coordinator's internals.
+package client

@@ -1,0 +1,244 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of the coordinator's errors.
+const ErrorDomain = "leasehold.v1"
+
+// These sentinels classify RPC errors by status code alone. Every *Error
+// returned by this package matches the one for its code.
+var (
+	// ErrNotFound is returned when a job, batch or artifact does not exist (NOT_FOUND).
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidArgument is returned when the request is malformed or over a limit (INVALID_ARGUMENT).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrPermissionDenied is returned when the caller's principal may not act on the team (PERMISSION_DENIED).
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrUnauthenticated is returned when the bearer token is missing or unknown (UNAUTHENTICATED).
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrFailedPrecondition is returned when the job's phase forbids the operation (FAILED_PRECONDITION).
+	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrFenced is returned when a lease token is no longer the job's current lease (ABORTED).
+	ErrFenced = errors.New("fenced: lease no longer current")
+	// ErrResourceExhausted is returned when a quota or buffer is exhausted (RESOURCE_EXHAUSTED).
+	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrUnavailable is returned when the coordinator cannot be reached or stopped writing (UNAVAILABLE).
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// These sentinels classify RPC errors by status code and google.rpc.ErrorInfo
+// reason. An *Error matches both the reason's sentinel and its code's sentinel:
+// ABORTED STALE_LEASE is ErrStaleLease and ErrFenced.
+var (
+	// ErrAlreadyTerminal is returned when cancelling a job that already SUCCEEDED or FAILED (FAILED_PRECONDITION ALREADY_TERMINAL).
+	ErrAlreadyTerminal = errors.New("job already terminal")
+	// ErrRunningCancelDisabled is returned when cancelling a LEASED job while running-cancel is off (FAILED_PRECONDITION RUNNING_CANCEL_DISABLED).
+	ErrRunningCancelDisabled = errors.New("cancelling running jobs is disabled")
+	// ErrNotSucceeded is returned when asking for the artifact of a job that has not SUCCEEDED (FAILED_PRECONDITION NOT_SUCCEEDED).
+	ErrNotSucceeded = errors.New("job has not succeeded")
+	// ErrStaleLease is returned when a newer lease exists or the job moved on (ABORTED STALE_LEASE).
+	ErrStaleLease = errors.New("stale lease")
+	// ErrLeaseExpired is returned when the lease deadline passed (ABORTED LEASE_EXPIRED).
+	ErrLeaseExpired = errors.New("lease expired")
+	// ErrJobCancelled is returned when the leased job was cancelled (ABORTED JOB_CANCELLED).
+	ErrJobCancelled = errors.New("job cancelled")
+	// ErrOutcomeMismatch is returned when a repeated completion claims a different outcome (ABORTED OUTCOME_MISMATCH).
+	ErrOutcomeMismatch = errors.New("completion outcome mismatch")
+	// ErrQueueFull is returned when the team's queue is at its quota (RESOURCE_EXHAUSTED TEAM_QUEUE_FULL).
+	ErrQueueFull = errors.New("team queue full")
+	// ErrSlowWatcher is returned when a watch stream fell too far behind; watching again is safe (RESOURCE_EXHAUSTED SLOW_WATCHER).
+	ErrSlowWatcher = errors.New("watcher fell behind")
+	// ErrBatchTooLarge is returned when a batch has too many documents or bytes (INVALID_ARGUMENT BATCH_TOO_LARGE).
+	ErrBatchTooLarge = errors.New("batch too large")
+	// ErrRequestIDReused is returned when a request id was used before with different documents (INVALID_ARGUMENT REQUEST_ID_REUSED).
+	ErrRequestIDReused = errors.New("request id reused")
+	// ErrStorageUnavailable is returned when the coordinator stopped taking writes (UNAVAILABLE STORAGE_UNAVAILABLE).
+	ErrStorageUnavailable = errors.New("coordinator storage unavailable")
+)
+
+// ErrDigestMismatch is returned by DownloadArtifact when the SHA-256 of the
+// received bytes differs from the artifact's digest. It is decided by the
+// client, not by a status code.
+var ErrDigestMismatch = errors.New("artifact digest mismatch")
+
+// errorClass maps a status code, and optionally an ErrorInfo reason, to a
+// sentinel. An empty reason matches any reason.
+type errorClass struct {
+	code     codes.Code
+	reason   string
+	sentinel error
+}
+
+// errorTable is the one place where status codes and reasons become sentinels.
+var errorTable = []errorClass{
+	{codes.NotFound, "", ErrNotFound},
+	{codes.InvalidArgument, "", ErrInvalidArgument},
+	{codes.InvalidArgument, "BATCH_TOO_LARGE", ErrBatchTooLarge},
+	{codes.InvalidArgument, "REQUEST_ID_REUSED", ErrRequestIDReused},
+	{codes.PermissionDenied, "", ErrPermissionDenied},
+	{codes.Unauthenticated, "", ErrUnauthenticated},
+	{codes.FailedPrecondition, "", ErrFailedPrecondition},
+	{codes.FailedPrecondition, "ALREADY_TERMINAL", ErrAlreadyTerminal},
+	{codes.FailedPrecondition, "RUNNING_CANCEL_DISABLED", ErrRunningCancelDisabled},
+	{codes.FailedPrecondition, "NOT_SUCCEEDED", ErrNotSucceeded},
+	{codes.Aborted, "", ErrFenced},
+	{codes.Aborted, "STALE_LEASE", ErrStaleLease},
+	{codes.Aborted, "LEASE_EXPIRED", ErrLeaseExpired},
+	{codes.Aborted, "JOB_CANCELLED", ErrJobCancelled},
+	{codes.Aborted, "OUTCOME_MISMATCH", ErrOutcomeMismatch},
+	{codes.ResourceExhausted, "", ErrResourceExhausted},
+	{codes.ResourceExhausted, "TEAM_QUEUE_FULL", ErrQueueFull},
+	{codes.ResourceExhausted, "SLOW_WATCHER", ErrSlowWatcher},
+	{codes.Unavailable, "", ErrUnavailable},
+	{codes.Unavailable, "STORAGE_UNAVAILABLE", ErrStorageUnavailable},
+	{codes.Canceled, "", context.Canceled},
+	{codes.DeadlineExceeded, "", context.DeadlineExceeded},
+}
+
+// FieldViolation names one offending field of a request, from
+// google.rpc.BadRequest, or one exhausted quota, from google.rpc.QuotaFailure
+// (Field is then the quota's subject).
+type FieldViolation struct {
+	Field       string
+	Description string
+}
+
+// Error is an RPC error from the coordinator with its details decoded.
+//
+// Every error returned by a Client method that came from an RPC is an *Error.
+// Use errors.Is with the sentinels of this package to classify it, and
+// errors.As to read the reason and metadata.
+type Error struct {
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Message is the status message.
+	Message string
+	// Reason is the ErrorInfo reason, such as STALE_LEASE; empty without ErrorInfo.
+	Reason string
+	// Metadata is the ErrorInfo metadata, such as current_token and current_phase.
+	Metadata map[string]string
+	// Violations lists the BadRequest field violations and QuotaFailure violations.
+	Violations []FieldViolation
+	// Err is the underlying status error.
+	Err error
+}
+
+// Error returns the status message followed by the code and reason, as in
+// "job j-1 not found (NOT_FOUND JOB_NOT_FOUND)".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Message)
+	b.WriteString(" (")
+	b.WriteString(CodeName(e.Code))
+	if e.Reason != "" {
+		b.WriteByte(' ')
+		b.WriteString(e.Reason)
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// Unwrap returns the underlying status error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// GRPCStatus returns the underlying status, so that status.FromError and
+// status.Code see through the wrapper.
+func (e *Error) GRPCStatus() *status.Status {
+	st, _ := status.FromError(e.Err)
+	return st
+}
+
+// Is reports whether the sentinel target classifies e: target matches when
+// the error table maps e's code (and, for reason sentinels, e's reason) to it.
+func (e *Error) Is(target error) bool {
+	for _, c := range errorTable {
+		if c.sentinel == target && c.code == e.Code && (c.reason == "" || c.reason == e.Reason) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reason returns the ErrorInfo reason of err if it is or wraps an *Error,
+// and "" otherwise.
+func Reason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+// CodeName returns the canonical UPPER_SNAKE name of a status code, as in
+// "FAILED_PRECONDITION".
+func CodeName(c codes.Code) string {
+	if n, ok := codeNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("CODE_%d", uint32(c))
+}
+
+var codeNames = map[codes.Code]string{
+	codes.OK:                 "OK",
+	codes.Canceled:           "CANCELLED",
+	codes.Unknown:            "UNKNOWN",
+	codes.InvalidArgument:    "INVALID_ARGUMENT",
+	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
+	codes.NotFound:           "NOT_FOUND",
+	codes.AlreadyExists:      "ALREADY_EXISTS",
+	codes.PermissionDenied:   "PERMISSION_DENIED",
+	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.Aborted:            "ABORTED",
+	codes.OutOfRange:         "OUT_OF_RANGE",
+	codes.Unimplemented:      "UNIMPLEMENTED",
+	codes.Internal:           "INTERNAL",
+	codes.Unavailable:        "UNAVAILABLE",
+	codes.DataLoss:           "DATA_LOSS",
+	codes.Unauthenticated:    "UNAUTHENTICATED",
+}
+
+// wrapError converts an RPC error into an *Error carrying its decoded
+// details. nil stays nil; errors that carry no status (io.EOF, a client-side
+// failure) are returned unchanged.
+func wrapError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var already *Error
+	if errors.As(err, &already) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	e := &Error{Code: st.Code(), Message: st.Message(), Err: err}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if e.Reason == "" {
+				e.Reason = d.GetReason()
+				e.Metadata = d.GetMetadata()
+			}
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				e.Violations = append(e.Violations, FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+			}
+		case *errdetails.QuotaFailure:
+			for _, v := range d.GetViolations() {
+				e.Violations = append(e.Violations, FieldViolation{Field: v.GetSubject(), Description: v.GetDescription()})
+			}
+		}
+	}
+	return e
+}

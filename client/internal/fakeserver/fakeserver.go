@@ -1,0 +1,517 @@
+// Package fakeserver is an in-memory JobService and OperatorService for
+// testing the client library and the CLI over an in-process gRPC connection
+// (bufconn). It keeps just enough state to answer consistently; it enforces
+// no leases, fencing or authorization, and it records every submit and
+// replay request so that tests can assert what was sent.
+package fakeserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+// Target is the gRPC target to dial together with DialOption.
+const Target = "passthrough:///bufconn"
+
+// Artifact is a stored preview: the metadata the server announces and the
+// bytes it streams (which a test may make disagree with the digest).
+type Artifact struct {
+	Meta  *leaseholdv1.Artifact
+	Bytes []byte
+}
+
+// Server is the fake. Set its exported configuration fields before the first
+// call; read the recorded requests with the accessor methods.
+type Server struct {
+	leaseholdv1.UnimplementedJobServiceServer
+	leaseholdv1.UnimplementedOperatorServiceServer
+
+	// Outcome decides the terminal phase a job reaches while its batch is
+	// watched. The default fails documents whose name contains "fail" and
+	// succeeds the rest.
+	Outcome func(*leaseholdv1.Document) leaseholdv1.Phase
+	// MaxPageSize caps list page sizes, to exercise pagination.
+	MaxPageSize int
+
+	mu          sync.Mutex
+	nextJob     int
+	nextBatch   int
+	jobs        map[string]*leaseholdv1.Job
+	docs        map[string]*leaseholdv1.Document
+	batches     map[string]*leaseholdv1.Batch
+	artifacts   map[string]Artifact
+	rejections  []*leaseholdv1.RejectedCompletion
+	audit       []*leaseholdv1.AuditRecord
+	submits     []*leaseholdv1.SubmitBatchRequest
+	replays     []*leaseholdv1.ReplayJobsRequest
+	authHeaders []string
+	paused      bool
+}
+
+var (
+	_ leaseholdv1.JobServiceServer      = (*Server)(nil)
+	_ leaseholdv1.OperatorServiceServer = (*Server)(nil)
+)
+
+// New returns an empty fake.
+func New() *Server {
+	return &Server{
+		jobs:      map[string]*leaseholdv1.Job{},
+		docs:      map[string]*leaseholdv1.Document{},
+		batches:   map[string]*leaseholdv1.Batch{},
+		artifacts: map[string]Artifact{},
+	}
+}
+
+// Start serves s on an in-memory listener until the test ends and returns
+// the dial option that connects to it (use it with Target).
+func Start(t testing.TB, s *Server) grpc.DialOption {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			s.recordAuth(ctx)
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			s.recordAuth(ss.Context())
+			return h(srv, ss)
+		}),
+	)
+	leaseholdv1.RegisterJobServiceServer(srv, s)
+	leaseholdv1.RegisterOperatorServiceServer(srv, s)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		return lis.DialContext(ctx)
+	})
+}
+
+func (s *Server) recordAuth(ctx context.Context) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.authHeaders = append(s.authHeaders, strings.Join(md.Get("authorization"), ","))
+}
+
+// AddJob stores a job (and its batch, if new) as if it had been submitted.
+func (s *Server) AddJob(j *leaseholdv1.Job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.jobs[j.GetId()] = proto.CloneOf(j)
+	b, ok := s.batches[j.GetBatchId()]
+	if !ok {
+		b = &leaseholdv1.Batch{Id: j.GetBatchId(), Team: j.GetTeam()}
+		s.batches[j.GetBatchId()] = b
+	}
+	b.JobIds = append(b.JobIds, j.GetId())
+	b.JobCount++
+}
+
+// SetArtifact stores the artifact GetArtifact streams for jobID.
+func (s *Server) SetArtifact(jobID string, a Artifact) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.artifacts[jobID] = a
+}
+
+// AddRejection stores a rejected completion.
+func (s *Server) AddRejection(r *leaseholdv1.RejectedCompletion) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rejections = append(s.rejections, r)
+}
+
+// AddAudit stores an audit record.
+func (s *Server) AddAudit(r *leaseholdv1.AuditRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.audit = append(s.audit, r)
+}
+
+// Submits returns the SubmitBatch requests received, in order.
+func (s *Server) Submits() []*leaseholdv1.SubmitBatchRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.submits)
+}
+
+// Replays returns the ReplayJobs requests received, in order.
+func (s *Server) Replays() []*leaseholdv1.ReplayJobsRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.replays)
+}
+
+// AuthHeaders returns the authorization metadata of every call, in order.
+func (s *Server) AuthHeaders() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.authHeaders)
+}
+
+// Paused reports whether dispatch is paused.
+func (s *Server) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
+// statusError builds a status error with ErrorInfo in the leasehold.v1 domain.
+func statusError(c codes.Code, reason, msg string, md map[string]string) error {
+	st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "leasehold.v1", Metadata: md})
+	if err != nil {
+		return status.Error(c, msg)
+	}
+	return st.Err()
+}
+
+func terminal(p leaseholdv1.Phase) bool {
+	return p == leaseholdv1.Phase_PHASE_SUCCEEDED || p == leaseholdv1.Phase_PHASE_FAILED || p == leaseholdv1.Phase_PHASE_CANCELLED
+}
+
+// batchLocked returns a copy of the batch with fresh counts. s.mu must be held.
+func (s *Server) batchLocked(id string) *leaseholdv1.Batch {
+	b := proto.CloneOf(s.batches[id])
+	counts := map[leaseholdv1.Phase]uint32{}
+	done := true
+	for _, jid := range b.GetJobIds() {
+		p := s.jobs[jid].GetPhase()
+		counts[p]++
+		done = done && terminal(p)
+	}
+	b.Counts = nil
+	for p := leaseholdv1.Phase_PHASE_QUEUED; p <= leaseholdv1.Phase_PHASE_CANCELLED; p++ {
+		if counts[p] > 0 {
+			b.Counts = append(b.Counts, &leaseholdv1.PhaseCount{Phase: p, Count: counts[p]})
+		}
+	}
+	b.Done = done
+	return b
+}
+
+// SubmitBatch implements `service JobService`.
+func (s *Server) SubmitBatch(_ context.Context, req *leaseholdv1.SubmitBatchRequest) (*leaseholdv1.SubmitBatchResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.submits = append(s.submits, req)
+	if len(req.GetDocuments()) == 0 {
+		return nil, statusError(codes.InvalidArgument, "EMPTY_BATCH", "batch has no documents", nil)
+	}
+	s.nextBatch++
+	b := &leaseholdv1.Batch{Id: fmt.Sprintf("b-%d", s.nextBatch), Team: req.GetTeam(), RequestId: req.GetRequestId(), RetryPolicy: req.GetRetryPolicy()}
+	s.batches[b.Id] = b
+	for _, d := range req.GetDocuments() {
+		s.nextJob++
+		j := &leaseholdv1.Job{
+			Id:       fmt.Sprintf("j-%d", s.nextJob),
+			BatchId:  b.Id,
+			Team:     req.GetTeam(),
+			Phase:    leaseholdv1.Phase_PHASE_QUEUED,
+			Cycle:    1,
+			Document: &leaseholdv1.DocumentInfo{Name: d.GetName(), ContentType: d.GetContentType(), SizeBytes: d.GetSizeBytes(), SourceUri: d.GetSourceUri()},
+		}
+		s.jobs[j.Id] = j
+		s.docs[j.Id] = d
+		b.JobIds = append(b.JobIds, j.Id)
+		b.JobCount++
+	}
+	return &leaseholdv1.SubmitBatchResponse{Batch: s.batchLocked(b.Id)}, nil
+}
+
+// GetJob implements `service JobService`.
+func (s *Server) GetJob(_ context.Context, req *leaseholdv1.GetJobRequest) (*leaseholdv1.GetJobResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[req.GetJobId()]
+	if !ok {
+		return nil, statusError(codes.NotFound, "JOB_NOT_FOUND", fmt.Sprintf("job %s not found", req.GetJobId()), nil)
+	}
+	return &leaseholdv1.GetJobResponse{Job: proto.CloneOf(j)}, nil
+}
+
+// ListJobs implements `service JobService`. The page token is the index of
+// the next job in id order.
+func (s *Server) ListJobs(_ context.Context, req *leaseholdv1.ListJobsRequest) (*leaseholdv1.ListJobsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, j := range s.jobs {
+		if (req.GetBatchId() == "" || j.GetBatchId() == req.GetBatchId()) &&
+			(req.GetTeam() == "" || j.GetTeam() == req.GetTeam()) &&
+			(req.GetPhase() == leaseholdv1.Phase_PHASE_UNSPECIFIED || j.GetPhase() == req.GetPhase()) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	start := 0
+	if req.GetPageToken() != "" {
+		n, err := strconv.Atoi(req.GetPageToken())
+		if err != nil || n < 0 || n > len(ids) {
+			return nil, statusError(codes.InvalidArgument, "INVALID_PAGE_TOKEN", "bad page token", nil)
+		}
+		start = n
+	}
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = 100
+	}
+	if s.MaxPageSize > 0 && size > s.MaxPageSize {
+		size = s.MaxPageSize
+	}
+	end := min(start+size, len(ids))
+	resp := &leaseholdv1.ListJobsResponse{}
+	for _, id := range ids[start:end] {
+		j := proto.CloneOf(s.jobs[id])
+		if req.GetOmitEvents() {
+			j.Events = nil
+		}
+		resp.Jobs = append(resp.Jobs, j)
+	}
+	if end < len(ids) {
+		resp.NextPageToken = strconv.Itoa(end)
+	}
+	return resp, nil
+}
+
+// GetBatch implements `service JobService`.
+func (s *Server) GetBatch(_ context.Context, req *leaseholdv1.GetBatchRequest) (*leaseholdv1.GetBatchResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.batches[req.GetBatchId()]; !ok {
+		return nil, statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+	}
+	b := s.batchLocked(req.GetBatchId())
+	b.JobIds = nil
+	return &leaseholdv1.GetBatchResponse{Batch: b}, nil
+}
+
+// WatchBatch implements `service JobService`: it sends one snapshot per
+// job, then drives every non-terminal job to its Outcome, sending one event
+// each, and ends.
+func (s *Server) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseholdv1.JobService_WatchBatchServer) error {
+	s.mu.Lock()
+	if _, ok := s.batches[req.GetBatchId()]; !ok {
+		s.mu.Unlock()
+		return statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+	}
+	var msgs []*leaseholdv1.WatchBatchResponse
+	ids := s.batches[req.GetBatchId()].GetJobIds()
+	for _, id := range ids {
+		msgs = append(msgs, &leaseholdv1.WatchBatchResponse{JobId: id, Phase: s.jobs[id].GetPhase(), Batch: s.batchLocked(req.GetBatchId())})
+	}
+	for _, id := range ids {
+		j := s.jobs[id]
+		if terminal(j.GetPhase()) {
+			continue
+		}
+		j.Phase = s.outcome(s.docs[id])
+		kind := map[leaseholdv1.Phase]leaseholdv1.EventKind{
+			leaseholdv1.Phase_PHASE_SUCCEEDED: leaseholdv1.EventKind_EVENT_KIND_SUCCEEDED,
+			leaseholdv1.Phase_PHASE_FAILED:    leaseholdv1.EventKind_EVENT_KIND_FAILED,
+			leaseholdv1.Phase_PHASE_CANCELLED: leaseholdv1.EventKind_EVENT_KIND_CANCELLED,
+		}[j.Phase]
+		ev := &leaseholdv1.JobEvent{Seq: uint32(len(j.Events) + 1), Kind: kind, Phase: j.Phase, Attempt: 1}
+		j.Events = append(j.Events, ev)
+		msgs = append(msgs, &leaseholdv1.WatchBatchResponse{JobId: id, Phase: j.Phase, Event: ev, Batch: s.batchLocked(req.GetBatchId())})
+	}
+	s.mu.Unlock()
+	for _, m := range msgs {
+		if err := stream.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) outcome(d *leaseholdv1.Document) leaseholdv1.Phase {
+	if s.Outcome != nil {
+		return s.Outcome(d)
+	}
+	if strings.Contains(d.GetName(), "fail") {
+		return leaseholdv1.Phase_PHASE_FAILED
+	}
+	return leaseholdv1.Phase_PHASE_SUCCEEDED
+}
+
+// CancelJob implements `service JobService`.
+func (s *Server) CancelJob(_ context.Context, req *leaseholdv1.CancelJobRequest) (*leaseholdv1.CancelJobResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[req.GetJobId()]
+	if !ok {
+		return nil, statusError(codes.NotFound, "JOB_NOT_FOUND", fmt.Sprintf("job %s not found", req.GetJobId()), nil)
+	}
+	switch j.GetPhase() {
+	case leaseholdv1.Phase_PHASE_CANCELLED:
+		return &leaseholdv1.CancelJobResponse{Job: proto.CloneOf(j), AlreadyCancelled: true}, nil
+	case leaseholdv1.Phase_PHASE_SUCCEEDED, leaseholdv1.Phase_PHASE_FAILED:
+		return nil, statusError(codes.FailedPrecondition, "ALREADY_TERMINAL", fmt.Sprintf("job %s already %s", j.GetId(), j.GetPhase()), map[string]string{"phase": j.GetPhase().String()})
+	}
+	from := j.GetPhase()
+	j.Phase = leaseholdv1.Phase_PHASE_CANCELLED
+	j.Cancellation = &leaseholdv1.Cancellation{Reason: req.GetReason(), FromPhase: from}
+	return &leaseholdv1.CancelJobResponse{Job: proto.CloneOf(j)}, nil
+}
+
+// CancelBatch implements `service JobService`.
+func (s *Server) CancelBatch(_ context.Context, req *leaseholdv1.CancelBatchRequest) (*leaseholdv1.CancelBatchResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batches[req.GetBatchId()]
+	if !ok {
+		return nil, statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+	}
+	resp := &leaseholdv1.CancelBatchResponse{}
+	for _, id := range b.GetJobIds() {
+		j := s.jobs[id]
+		switch j.GetPhase() {
+		case leaseholdv1.Phase_PHASE_CANCELLED:
+			resp.AlreadyCancelled++
+		case leaseholdv1.Phase_PHASE_SUCCEEDED:
+			resp.AlreadySucceeded++
+		case leaseholdv1.Phase_PHASE_FAILED:
+			resp.AlreadyFailed++
+		default:
+			j.Phase = leaseholdv1.Phase_PHASE_CANCELLED
+			resp.CancelledQueued++
+		}
+	}
+	resp.Batch = s.batchLocked(b.GetId())
+	return resp, nil
+}
+
+// GetArtifact implements `service JobService`, streaming in 4 KiB chunks.
+func (s *Server) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leaseholdv1.JobService_GetArtifactServer) error {
+	s.mu.Lock()
+	a, ok := s.artifacts[req.GetJobId()]
+	s.mu.Unlock()
+	if !ok {
+		return statusError(codes.NotFound, "ARTIFACT_NOT_FOUND", fmt.Sprintf("no artifact for job %s", req.GetJobId()), nil)
+	}
+	msg := &leaseholdv1.GetArtifactResponse{Artifact: a.Meta}
+	data := a.Bytes
+	for {
+		n := min(len(data), 4096)
+		msg.Chunk = data[:n]
+		data = data[n:]
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		if len(data) == 0 {
+			return nil
+		}
+		msg = &leaseholdv1.GetArtifactResponse{}
+	}
+}
+
+// ListRejectedCompletions implements `service OperatorService`, one page of
+// everything stored.
+func (s *Server) ListRejectedCompletions(_ context.Context, req *leaseholdv1.ListRejectedCompletionsRequest) (*leaseholdv1.ListRejectedCompletionsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := &leaseholdv1.ListRejectedCompletionsResponse{}
+	for _, r := range s.rejections {
+		if req.GetJobId() == "" || r.GetJobId() == req.GetJobId() {
+			resp.Rejections = append(resp.Rejections, r)
+		}
+	}
+	return resp, nil
+}
+
+// ReplayJobs implements `service OperatorService`: FAILED jobs are
+// re-queued (or would be, in a dry run), others are skipped as NOT_FAILED.
+func (s *Server) ReplayJobs(_ context.Context, req *leaseholdv1.ReplayJobsRequest) (*leaseholdv1.ReplayJobsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replays = append(s.replays, req)
+	if !req.GetDryRun() && req.GetRequestId() == "" {
+		return nil, statusError(codes.InvalidArgument, "MISSING_REQUEST_ID", "a real replay needs a request id", nil)
+	}
+	ids := req.GetJobIds()
+	if req.GetBatchId() != "" {
+		ids = slices.Clone(s.batches[req.GetBatchId()].GetJobIds())
+	}
+	resp := &leaseholdv1.ReplayJobsResponse{DryRun: req.GetDryRun(), Limit: 1000}
+	for _, id := range ids {
+		j, ok := s.jobs[id]
+		if !ok {
+			resp.Items = append(resp.Items, &leaseholdv1.ReplayItem{JobId: id, Action: leaseholdv1.ReplayAction_REPLAY_ACTION_SKIP, SkipReason: "JOB_NOT_FOUND"})
+			resp.Skipped++
+			continue
+		}
+		if req.GetTerminalReason() != leaseholdv1.TerminalReason_TERMINAL_REASON_UNSPECIFIED && j.GetTerminalReason() != req.GetTerminalReason() {
+			continue
+		}
+		it := &leaseholdv1.ReplayItem{JobId: id, BatchId: j.GetBatchId(), Team: j.GetTeam(), Phase: j.GetPhase(), TerminalReason: j.GetTerminalReason(), Attempt: j.GetAttempt(), Cycle: j.GetCycle()}
+		if j.GetPhase() == leaseholdv1.Phase_PHASE_FAILED {
+			it.Action = leaseholdv1.ReplayAction_REPLAY_ACTION_REQUEUE
+			resp.Requeued++
+			if !req.GetDryRun() {
+				j.Phase = leaseholdv1.Phase_PHASE_QUEUED
+				j.Cycle++
+			}
+		} else {
+			it.Action = leaseholdv1.ReplayAction_REPLAY_ACTION_SKIP
+			it.SkipReason = "NOT_FAILED"
+			resp.Skipped++
+		}
+		resp.Items = append(resp.Items, it)
+	}
+	resp.Selected = uint32(len(resp.Items))
+	if !req.GetDryRun() {
+		resp.AuditId = uint64(len(s.audit) + 1)
+		s.audit = append(s.audit, &leaseholdv1.AuditRecord{Id: resp.AuditId, Action: "REPLAY", Reason: req.GetReason(), RequestId: req.GetRequestId()})
+	}
+	return resp, nil
+}
+
+// PauseDispatch implements `service OperatorService`.
+func (s *Server) PauseDispatch(context.Context, *leaseholdv1.PauseDispatchRequest) (*leaseholdv1.PauseDispatchResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = true
+	return &leaseholdv1.PauseDispatchResponse{Paused: true}, nil
+}
+
+// ResumeDispatch implements `service OperatorService`.
+func (s *Server) ResumeDispatch(context.Context, *leaseholdv1.ResumeDispatchRequest) (*leaseholdv1.ResumeDispatchResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = false
+	return &leaseholdv1.ResumeDispatchResponse{}, nil
+}
+
+// GetAudit implements `service OperatorService`, newest first, one page.
+func (s *Server) GetAudit(context.Context, *leaseholdv1.GetAuditRequest) (*leaseholdv1.GetAuditResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := &leaseholdv1.GetAuditResponse{}
+	for i := len(s.audit) - 1; i >= 0; i-- {
+		resp.Records = append(resp.Records, s.audit[i])
+	}
+	return resp, nil
+}
