@@ -1,0 +1,103 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Fencing failures: a completion or heartbeat whose token is not the job's
+// current, live lease. The gRPC edge maps them to ABORTED.
+var (
+	// ErrStaleLease is returned when the token is not the job's current
+	// lease: a newer lease exists or the job has moved on.
+	ErrStaleLease = errors.New("stale lease")
+	// ErrLeaseExpired is returned when the token's lease deadline passed
+	// before the command reached the writer.
+	ErrLeaseExpired = errors.New("lease expired")
+	// ErrJobCancelled is returned when the token's lease was revoked by a
+	// cancellation.
+	ErrJobCancelled = errors.New("job cancelled")
+	// ErrOutcomeMismatch is returned when a completion repeats an applied
+	// token with a different outcome.
+	ErrOutcomeMismatch = errors.New("completion outcome differs from the applied one")
+)
+
+// Refusals of a transition that the job's phase forbids. The gRPC edge maps
+// them to FAILED_PRECONDITION.
+var (
+	// ErrIllegalTransition is returned when a command does not apply to the
+	// job's phase; it is wrapped with the phase and the command.
+	ErrIllegalTransition = errors.New("illegal transition")
+	// ErrAlreadyTerminal is returned when cancelling a SUCCEEDED or FAILED job.
+	ErrAlreadyTerminal = errors.New("job already terminal")
+	// ErrRunningCancelDisabled is returned when cancelling a LEASED job while
+	// running-job cancellation is switched off.
+	ErrRunningCancelDisabled = errors.New("cancelling running jobs is disabled")
+	// ErrNotFailed is returned when replaying a job that is not FAILED.
+	ErrNotFailed = errors.New("job is not failed")
+	// ErrPermanentFailure is returned when replaying a permanent failure
+	// without the explicit override.
+	ErrPermanentFailure = errors.New("job failed permanently")
+	// ErrLeaseStillValid is returned when expiring a lease before its deadline.
+	ErrLeaseStillValid = errors.New("lease deadline has not passed")
+	// ErrBackoffPending is returned when re-queueing before the retry time.
+	ErrBackoffPending = errors.New("retry backoff has not elapsed")
+)
+
+// FenceError is a fencing failure with the job's state at the time, for the
+// caller's metadata. It unwraps to one of the fencing sentinels.
+type FenceError struct {
+	Err          error
+	CurrentToken uint64
+	CurrentPhase Phase
+}
+
+// Error implements error.
+func (e *FenceError) Error() string {
+	return fmt.Sprintf("%v (current token %d, phase %s)", e.Err, e.CurrentToken, e.CurrentPhase)
+}
+
+// Unwrap returns the sentinel.
+func (e *FenceError) Unwrap() error { return e.Err }
+
+// PhaseError is a refusal because of the job's phase; it unwraps to a
+// sentinel such as ErrAlreadyTerminal or ErrIllegalTransition.
+type PhaseError struct {
+	Err   error
+	Phase Phase
+	Op    string
+}
+
+// Error implements error.
+func (e *PhaseError) Error() string {
+	return fmt.Sprintf("%s: %v (phase %s)", e.Op, e.Err, e.Phase)
+}
+
+// Unwrap returns the sentinel.
+func (e *PhaseError) Unwrap() error { return e.Err }
+
+// ReasonCode returns the stable reason for a fencing or phase error, as the
+// API reports it (for example STALE_LEASE), or "" for other errors.
+func ReasonCode(err error) string {
+	switch {
+	case errors.Is(err, ErrStaleLease):
+		return "STALE_LEASE"
+	case errors.Is(err, ErrLeaseExpired):
+		return "LEASE_EXPIRED"
+	case errors.Is(err, ErrJobCancelled):
+		return "JOB_CANCELLED"
+	case errors.Is(err, ErrOutcomeMismatch):
+		return "OUTCOME_MISMATCH"
+	case errors.Is(err, ErrAlreadyTerminal):
+		return "ALREADY_TERMINAL"
+	case errors.Is(err, ErrRunningCancelDisabled):
+		return "RUNNING_CANCEL_DISABLED"
+	case errors.Is(err, ErrNotFailed):
+		return "NOT_FAILED"
+	case errors.Is(err, ErrPermanentFailure):
+		return "PERMANENT_FAILURE"
+	case errors.Is(err, ErrIllegalTransition):
+		return "ILLEGAL_TRANSITION"
+	}
+	return ""
+}

@@ -1,0 +1,325 @@
+package jobs
+
+import (
+	"errors"
+	"time"
+)
+
+// New returns a freshly accepted job: QUEUED, or FAILED (UNSUPPORTED_FORMAT)
+// when the coordinator already knows its format is unsupported.
+func New(id, batch uint64, team string, doc Document, policy RetryPolicy, unsupported bool, now time.Time) Job {
+	j := Job{
+		ID:         id,
+		BatchID:    batch,
+		Team:       team,
+		Doc:        doc,
+		Policy:     policy,
+		Phase:      PhaseQueued,
+		Cycle:      1,
+		CreatedAt:  now,
+		EnqueuedAt: now,
+	}
+	j = j.withEvent(Event{Kind: EventSubmitted}, now)
+	if unsupported {
+		j.EnqueuedAt = time.Time{}
+		j = j.finish(PhaseFailed, ReasonUnsupportedFormat, "format is not supported: "+doc.ContentType, now)
+		j = j.withEvent(Event{Kind: EventFailed, Reason: ReasonUnsupportedFormat.String(), Message: j.TerminalMessage}, now)
+	}
+	return j
+}
+
+// CheckLease is the one fencing predicate. It returns nil only when j is
+// LEASED under exactly token and the lease deadline is after now; otherwise
+// a *FenceError wrapping ErrJobCancelled, ErrLeaseExpired or ErrStaleLease.
+// Completion and heartbeat both decide through it, inside the writer.
+func (j Job) CheckLease(token uint64, now time.Time) error {
+	if j.Phase == PhaseLeased && j.Lease.Token == token && now.Before(j.Lease.Deadline) {
+		return nil
+	}
+	fe := &FenceError{Err: ErrStaleLease, CurrentToken: j.Lease.Token, CurrentPhase: j.Phase}
+	switch {
+	case j.Phase == PhaseCancelled && j.Cancellation.Token == token && token != 0:
+		fe.Err = ErrJobCancelled
+	case j.Phase == PhaseLeased && j.Lease.Token == token:
+		fe.Err = ErrLeaseExpired
+	case j.expired(token):
+		fe.Err = ErrLeaseExpired
+	}
+	return fe
+}
+
+// expired reports whether the history records that token's lease expired.
+func (j Job) expired(token uint64) bool {
+	for i := len(j.Events) - 1; i >= 0; i-- {
+		if ev := j.Events[i]; ev.Kind == EventLeaseExpired && ev.Token == token {
+			return true
+		}
+	}
+	return false
+}
+
+// Grant leases a QUEUED job to renderer under token until now+ttl, starting
+// the next attempt. The caller guarantees token is larger than every token
+// granted before.
+func (j Job) Grant(token uint64, renderer string, now time.Time, ttl time.Duration) (Job, error) {
+	if j.Phase != PhaseQueued {
+		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "grant"}
+	}
+	j.Phase = PhaseLeased
+	j.Attempt++
+	j.Lease = Lease{Token: token, Renderer: renderer, GrantedAt: now, Deadline: now.Add(ttl)}
+	j.EnqueuedAt = time.Time{}
+	return j.withEvent(Event{Kind: EventLeased, Token: token, Renderer: renderer}, now), nil
+}
+
+// Heartbeat extends the lease held under token to now+ttl. It adds no
+// history event.
+func (j Job) Heartbeat(token uint64, now time.Time, ttl time.Duration) (Job, error) {
+	if err := j.CheckLease(token, now); err != nil {
+		return j, err
+	}
+	if d := now.Add(ttl); d.After(j.Lease.Deadline) {
+		j.Lease.Deadline = d
+	}
+	j.UpdatedAt = now
+	return j, nil
+}
+
+// Completion is a renderer's report of the attempt made under Token.
+type Completion struct {
+	Token    uint64
+	Renderer string
+	Success  bool
+	// Digest, Size and ContentType describe the uploaded preview on success.
+	Digest      string
+	Size        int64
+	ContentType string
+	// Class and Message describe a failure.
+	Class   FailureClass
+	Message string
+}
+
+// Outcome returns the completion's idempotency outcome.
+func (c Completion) Outcome() string { return Outcome(c.Success, c.Digest, c.Class) }
+
+// Complete applies a completion. It returns the next record, whether the
+// completion was a replay of the one already applied (then the record is
+// unchanged), and an error when it is refused.
+//
+// A refused completion (a *FenceError) returns the record with one
+// COMPLETION_REJECTED event appended and nothing else changed, unless the
+// same token was already rejected for the same reason, in which case the
+// record is returned unchanged; the caller persists the record either way.
+// jitter in [0, 1) draws the backoff of a retryable failure.
+func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, replayed bool, err error) {
+	if c.Token != 0 && c.Token == j.CompletedToken {
+		if c.Outcome() == j.CompletedOutcome {
+			return j, true, nil
+		}
+		return j.reject(c, &FenceError{Err: ErrOutcomeMismatch, CurrentToken: j.Lease.Token, CurrentPhase: j.Phase}, now)
+	}
+	if err := j.CheckLease(c.Token, now); err != nil {
+		return j.reject(c, err, now)
+	}
+	if !c.Success && c.Class == ClassUnspecified {
+		return j, false, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "complete without outcome"}
+	}
+	j.CompletedToken = c.Token
+	j.CompletedOutcome = c.Outcome()
+	attempt := j.Attempt
+	switch {
+	case c.Success:
+		j.Artifact = Artifact{Digest: c.Digest, Size: c.Size, ContentType: c.ContentType, Token: c.Token, Renderer: c.Renderer}
+		j = j.finish(PhaseSucceeded, ReasonSucceeded, "", now)
+		return j.withEvent(Event{Kind: EventSucceeded, Token: c.Token, Renderer: c.Renderer, Attempt: attempt, Message: c.Digest}, now), false, nil
+	case c.Class == ClassUnsupportedFormat || c.Class == ClassInvalidDocument:
+		reason := ReasonUnsupportedFormat
+		if c.Class == ClassInvalidDocument {
+			reason = ReasonInvalidDocument
+		}
+		j.LastCause = c.Message
+		j = j.finish(PhaseFailed, reason, c.Message, now)
+		return j.withEvent(Event{Kind: EventFailed, Token: c.Token, Renderer: c.Renderer, Attempt: attempt, Reason: reason.String(), Message: c.Message}, now), false, nil
+	default:
+		j.LastCause = c.Message
+		j = j.withEvent(Event{Kind: EventAttemptFailed, Token: c.Token, Renderer: c.Renderer, Reason: c.Class.String(), Message: c.Message}, now)
+		return j.retryOrExhaust(c.Token, c.Renderer, now, jitter), false, nil
+	}
+}
+
+// reject returns j with a COMPLETION_REJECTED event for c, once per token
+// and reason, and the refusal.
+func (j Job) reject(c Completion, err error, now time.Time) (Job, bool, error) {
+	reason := ReasonCode(err)
+	for _, ev := range j.Events {
+		if ev.Kind == EventCompletionRejected && ev.Token == c.Token && ev.Reason == reason {
+			return j, false, err
+		}
+	}
+	j.RejectedCompletions++
+	if j.RejectedCompletions <= MaxRejectionEvents {
+		j = j.withEvent(Event{Kind: EventCompletionRejected, Token: c.Token, Renderer: c.Renderer, Reason: reason, Message: c.Outcome()}, now)
+	}
+	return j, false, err
+}
+
+// RejectionRecorded reports whether Complete recorded c's refusal for the
+// first time, by comparing the record before and after.
+func RejectionRecorded(before, after Job) bool {
+	return after.RejectedCompletions != before.RejectedCompletions
+}
+
+// retryOrExhaust ends the current attempt: RETRY_WAIT with backoff, or
+// FAILED (ATTEMPTS_EXHAUSTED) with the last cause after the last attempt.
+func (j Job) retryOrExhaust(token uint64, renderer string, now time.Time, jitter float64) Job {
+	j.Lease = Lease{}
+	if j.Attempt >= j.Policy.MaxAttempts {
+		msg := "attempts exhausted"
+		if j.LastCause != "" {
+			msg += "; last cause: " + j.LastCause
+		}
+		j = j.finish(PhaseFailed, ReasonAttemptsExhausted, msg, now)
+		return j.withEvent(Event{Kind: EventFailed, Token: token, Renderer: renderer, Reason: ReasonAttemptsExhausted.String(), Message: msg}, now)
+	}
+	j.Phase = PhaseRetryWait
+	j.NextAttemptAt = now.Add(j.Policy.Backoff(j.Attempt, jitter))
+	return j.withEvent(Event{Kind: EventRetryScheduled, Token: token, Message: j.NextAttemptAt.UTC().Format(time.RFC3339Nano)}, now)
+}
+
+// Expire ends a LEASED job's attempt whose deadline has passed at now: the
+// attempt counts as failed, and the job waits to retry or is FAILED
+// (ATTEMPTS_EXHAUSTED).
+func (j Job) Expire(now time.Time, jitter float64) (Job, error) {
+	if j.Phase != PhaseLeased {
+		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "expire"}
+	}
+	if now.Before(j.Lease.Deadline) {
+		return j, &PhaseError{Err: ErrLeaseStillValid, Phase: j.Phase, Op: "expire"}
+	}
+	token, renderer := j.Lease.Token, j.Lease.Renderer
+	j.LastCause = "lease expired on renderer " + renderer
+	j = j.withEvent(Event{Kind: EventLeaseExpired, Token: token, Renderer: renderer, Reason: "LEASE_EXPIRED"}, now)
+	return j.retryOrExhaust(token, renderer, now, jitter), nil
+}
+
+// Requeue returns a RETRY_WAIT job to QUEUED once its backoff has elapsed.
+func (j Job) Requeue(now time.Time) (Job, error) {
+	if j.Phase != PhaseRetryWait {
+		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "requeue"}
+	}
+	if now.Before(j.NextAttemptAt) {
+		return j, &PhaseError{Err: ErrBackoffPending, Phase: j.Phase, Op: "requeue"}
+	}
+	j.Phase = PhaseQueued
+	j.NextAttemptAt = time.Time{}
+	j.EnqueuedAt = now
+	return j.withEvent(Event{Kind: EventRequeued}, now), nil
+}
+
+// CancelResult says what a cancel did.
+type CancelResult int
+
+// The cancel results.
+const (
+	// CancelledQueued: the job was QUEUED or RETRY_WAIT and is now CANCELLED.
+	CancelledQueued CancelResult = iota + 1
+	// CancelledRunning: the job was LEASED; its lease is revoked.
+	CancelledRunning
+	// AlreadyCancelled: the job was CANCELLED before; nothing changed.
+	AlreadyCancelled
+)
+
+// Cancel cancels j on behalf of principal. QUEUED and RETRY_WAIT jobs end at
+// once; a LEASED job ends at once with its lease revoked (when
+// allowRunning), so the holder's later completion is refused. Cancelling a
+// CANCELLED job changes nothing. Cancelling a SUCCEEDED or FAILED job is
+// ErrAlreadyTerminal, and the record gains one CANCEL_REJECTED event the
+// first time, so the history shows the cancel that lost.
+func (j Job) Cancel(principal, reason string, now time.Time, allowRunning bool) (Job, CancelResult, error) {
+	c := Cancellation{Principal: principal, At: now, Reason: reason, FromPhase: j.Phase}
+	res := CancelledQueued
+	switch j.Phase {
+	case PhaseQueued, PhaseRetryWait:
+	case PhaseLeased:
+		if !allowRunning {
+			return j, 0, &PhaseError{Err: ErrRunningCancelDisabled, Phase: j.Phase, Op: "cancel"}
+		}
+		c.Renderer, c.Token = j.Lease.Renderer, j.Lease.Token
+		res = CancelledRunning
+	case PhaseCancelled:
+		return j, AlreadyCancelled, nil
+	case PhaseSucceeded, PhaseFailed:
+		err := &PhaseError{Err: ErrAlreadyTerminal, Phase: j.Phase, Op: "cancel"}
+		for _, ev := range j.Events[j.lastTerminalEvent():] {
+			if ev.Kind == EventCancelRejected {
+				return j, 0, err
+			}
+		}
+		return j.withEvent(Event{Kind: EventCancelRejected, Principal: principal, Reason: "ALREADY_TERMINAL", Message: reason}, now), 0, err
+	default:
+		return j, 0, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "cancel"}
+	}
+	j.Cancellation = c
+	j.EnqueuedAt = time.Time{}
+	j = j.finish(PhaseCancelled, ReasonCancelled, reason, now)
+	return j.withEvent(Event{Kind: EventCancelled, Token: c.Token, Renderer: c.Renderer, Principal: principal, Reason: "FROM_" + c.FromPhase.String(), Message: reason}, now), res, nil
+}
+
+// lastTerminalEvent returns the index of the last terminal event.
+func (j Job) lastTerminalEvent() int {
+	for i := len(j.Events) - 1; i >= 0; i-- {
+		switch j.Events[i].Kind {
+		case EventSucceeded, EventFailed, EventCancelled:
+			return i
+		}
+	}
+	return 0
+}
+
+// AckCancel records that the renderer holding the revoked lease token has
+// stopped. It reports false (and returns j unchanged) when there is nothing
+// to acknowledge: another token, or an acknowledgement already recorded.
+func (j Job) AckCancel(token uint64, now time.Time) (Job, bool) {
+	if j.Phase != PhaseCancelled || j.Cancellation.Token == 0 || j.Cancellation.Token != token || !j.Cancellation.AckedAt.IsZero() {
+		return j, false
+	}
+	j.Cancellation.AckedAt = now
+	return j.withEvent(Event{Kind: EventCancelAcknowledged, Token: token, Renderer: j.Cancellation.Renderer}, now), true
+}
+
+// Replay starts a new cycle of a FAILED job on behalf of an operator:
+// QUEUED, attempts reset, terminal record and completion cleared. Permanent
+// failures need includePermanent.
+func (j Job) Replay(principal, reason string, includePermanent bool, now time.Time) (Job, error) {
+	if err := j.CanReplay(includePermanent); err != nil {
+		return j, err
+	}
+	prev := j.TerminalReason
+	j.Phase = PhaseQueued
+	j.Attempt = 0
+	j.Cycle++
+	j.TerminalReason = ReasonUnspecified
+	j.TerminalMessage = ""
+	j.FinishedAt = time.Time{}
+	j.CompletedToken = 0
+	j.CompletedOutcome = ""
+	j.EnqueuedAt = now
+	return j.withEvent(Event{Kind: EventReplayed, Principal: principal, Reason: prev.String(), Message: reason}, now), nil
+}
+
+// CanReplay reports why j cannot be replayed, or nil.
+func (j Job) CanReplay(includePermanent bool) error {
+	if j.Phase != PhaseFailed {
+		return &PhaseError{Err: ErrNotFailed, Phase: j.Phase, Op: "replay"}
+	}
+	if j.TerminalReason.Permanent() && !includePermanent {
+		return &PhaseError{Err: ErrPermanentFailure, Phase: j.Phase, Op: "replay"}
+	}
+	return nil
+}
+
+// IsFence reports whether err is a fencing failure.
+func IsFence(err error) bool {
+	var fe *FenceError
+	return errors.As(err, &fe)
+}

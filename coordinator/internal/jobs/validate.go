@@ -1,0 +1,296 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits bound what one SubmitBatch may carry. The zero value of a field
+// means its default.
+type Limits struct {
+	// MaxDocuments is the most documents in one batch (default 500).
+	MaxDocuments int
+	// MaxDocumentBytes is the largest declared document size (default 25 MiB).
+	MaxDocumentBytes int64
+	// MaxBatchBytes is the largest sum of declared sizes (default 200 MiB).
+	MaxBatchBytes int64
+	// MaxInlineBytes is the most inline content per document (default 256 KiB).
+	MaxInlineBytes int
+	// MaxNameBytes is the longest document name (default 255).
+	MaxNameBytes int
+	// MaxTeamQueue is the most non-terminal jobs one team may have (default 100000).
+	MaxTeamQueue int
+	// MaxAttempts bounds a batch's retry policy override (default 20).
+	MaxAttempts uint32
+}
+
+// Default limits.
+const (
+	DefaultMaxDocuments     = 500
+	DefaultMaxDocumentBytes = 25 << 20
+	DefaultMaxBatchBytes    = 200 << 20
+	DefaultMaxInlineBytes   = 256 << 10
+	DefaultMaxNameBytes     = 255
+	DefaultMaxTeamQueue     = 100_000
+	DefaultMaxAttemptsBound = 20
+	maxRequestIDBytes       = 128
+	maxTeamBytes            = 64
+	maxURIBytes             = 2048
+)
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxDocuments <= 0 {
+		l.MaxDocuments = DefaultMaxDocuments
+	}
+	if l.MaxDocumentBytes <= 0 {
+		l.MaxDocumentBytes = DefaultMaxDocumentBytes
+	}
+	if l.MaxBatchBytes <= 0 {
+		l.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if l.MaxInlineBytes <= 0 {
+		l.MaxInlineBytes = DefaultMaxInlineBytes
+	}
+	if l.MaxNameBytes <= 0 {
+		l.MaxNameBytes = DefaultMaxNameBytes
+	}
+	if l.MaxTeamQueue <= 0 {
+		l.MaxTeamQueue = DefaultMaxTeamQueue
+	}
+	if l.MaxAttempts == 0 {
+		l.MaxAttempts = DefaultMaxAttemptsBound
+	}
+	return l
+}
+
+// Validation failures of a whole batch.
+var (
+	// ErrInvalidBatch is returned when a batch breaks a rule or a limit; the
+	// *ValidationError carries the reason and every violation.
+	ErrInvalidBatch = errors.New("invalid batch")
+	// ErrTeamQueueFull is returned when accepting a batch would take its team
+	// past its queue depth.
+	ErrTeamQueueFull = errors.New("team queue full")
+	// ErrRequestIDReused is returned when a request id is submitted again
+	// with different documents.
+	ErrRequestIDReused = errors.New("request id reused for a different batch")
+)
+
+// Violation names one offending field.
+type Violation struct {
+	// Field is a path such as "documents[3].size_bytes".
+	Field string
+	// Reason is the stable reason, such as DOCUMENT_TOO_LARGE.
+	Reason      string
+	Description string
+}
+
+// ValidationError is a refused batch: Reason is the first violation's
+// reason and Violations lists all of them.
+type ValidationError struct {
+	Err        error
+	Reason     string
+	Violations []Violation
+	// Limit and Used describe a quota failure (TEAM_QUEUE_FULL).
+	Limit, Used int
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	msg := fmt.Sprintf("%v: %s", e.Err, e.Reason)
+	if len(e.Violations) > 0 {
+		msg += ": " + e.Violations[0].Description
+		if n := len(e.Violations) - 1; n > 0 {
+			msg += fmt.Sprintf(" (and %d more)", n)
+		}
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel.
+func (e *ValidationError) Unwrap() error { return e.Err }
+
+// DocInput is one document as submitted, with its inline content.
+type DocInput struct {
+	Document
+	Content []byte
+}
+
+// PolicyInput is a batch's retry-policy override; zero fields take defaults.
+type PolicyInput struct {
+	MaxAttempts uint32
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+}
+
+// Bounds on retry-policy overrides.
+const (
+	minBackoffBase = time.Millisecond
+	maxBackoffCap  = 24 * time.Hour
+)
+
+// ValidateBatch checks a batch against the limits, before anything is
+// stored. It returns nil or a *ValidationError listing every violation.
+func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, l Limits) error {
+	l = l.WithDefaults()
+	var vs []Violation
+	add := func(field, reason, format string, args ...any) {
+		vs = append(vs, Violation{Field: field, Reason: reason, Description: fmt.Sprintf(format, args...)})
+	}
+	if !ValidTeam(team) {
+		add("team", "INVALID_TEAM", "team must be 1 to %d bytes of [a-z0-9_-]", maxTeamBytes)
+	}
+	if requestID == "" {
+		add("request_id", "MISSING_REQUEST_ID", "request_id is required")
+	} else if len(requestID) > maxRequestIDBytes || !utf8.ValidString(requestID) {
+		add("request_id", "INVALID_REQUEST_ID", "request_id must be 1 to %d bytes of UTF-8", maxRequestIDBytes)
+	}
+	switch {
+	case len(docs) == 0:
+		add("documents", "EMPTY_BATCH", "a batch needs at least one document")
+	case len(docs) > l.MaxDocuments:
+		add("documents", "BATCH_TOO_LARGE", "%d documents, at most %d per batch", len(docs), l.MaxDocuments)
+	}
+	if policy.MaxAttempts > l.MaxAttempts {
+		add("retry_policy.max_attempts", "INVALID_RETRY_POLICY", "max_attempts %d is over the bound %d", policy.MaxAttempts, l.MaxAttempts)
+	}
+	if policy.BackoffBase != 0 && (policy.BackoffBase < minBackoffBase || policy.BackoffBase > maxBackoffCap) {
+		add("retry_policy.backoff_base", "INVALID_RETRY_POLICY", "backoff_base must be within [%v, %v]", minBackoffBase, maxBackoffCap)
+	}
+	if policy.BackoffCap != 0 && (policy.BackoffCap < minBackoffBase || policy.BackoffCap > maxBackoffCap || (policy.BackoffBase != 0 && policy.BackoffCap < policy.BackoffBase)) {
+		add("retry_policy.backoff_cap", "INVALID_RETRY_POLICY", "backoff_cap must be within [backoff_base, %v]", maxBackoffCap)
+	}
+	var total int64
+	seen := make(map[string]int, len(docs))
+	for i, d := range docs {
+		f := func(name string) string { return fmt.Sprintf("documents[%d].%s", i, name) }
+		switch {
+		case d.Name == "":
+			add(f("name"), "INVALID_NAME", "document %d has no name", i)
+		case len(d.Name) > l.MaxNameBytes:
+			add(f("name"), "INVALID_NAME", "document %d name is %d bytes, at most %d", i, len(d.Name), l.MaxNameBytes)
+		case !validName(d.Name):
+			add(f("name"), "INVALID_NAME", "document %d name must be UTF-8 without control characters", i)
+		default:
+			if prev, dup := seen[d.Name]; dup {
+				add(f("name"), "DUPLICATE_NAME", "document %d name %q repeats document %d", i, d.Name, prev)
+			} else {
+				seen[d.Name] = i
+			}
+		}
+		if d.SizeBytes < 0 {
+			add(f("size_bytes"), "INVALID_SIZE", "document %q has a negative size", d.Name)
+		}
+		size := max(d.SizeBytes, int64(len(d.Content)))
+		if d.SizeBytes > 0 && d.SizeBytes < int64(len(d.Content)) {
+			add(f("size_bytes"), "INVALID_SIZE", "document %q declares %d bytes but carries %d inline", d.Name, d.SizeBytes, len(d.Content))
+		}
+		if size > l.MaxDocumentBytes {
+			add(f("size_bytes"), "DOCUMENT_TOO_LARGE", "document %q is %d bytes, at most %d", d.Name, size, l.MaxDocumentBytes)
+		}
+		if len(d.Content) > l.MaxInlineBytes {
+			add(f("content"), "CONTENT_TOO_LARGE", "document %q has %d bytes inline, at most %d", d.Name, len(d.Content), l.MaxInlineBytes)
+		}
+		if len(d.Content) == 0 && d.SourceURI == "" {
+			add(f("content"), "MISSING_CONTENT", "document %q has neither content nor source_uri", d.Name)
+		}
+		if len(d.SourceURI) > maxURIBytes || (d.SourceURI != "" && !validName(d.SourceURI)) {
+			add(f("source_uri"), "INVALID_SOURCE_URI", "document %q source_uri must be at most %d bytes of UTF-8", d.Name, maxURIBytes)
+		}
+		if len(d.ContentType) > l.MaxNameBytes || !validName(d.ContentType) && d.ContentType != "" {
+			add(f("content_type"), "INVALID_CONTENT_TYPE", "document %q content_type is not a valid string", d.Name)
+		}
+		total += size
+	}
+	if total > l.MaxBatchBytes {
+		add("documents", "BATCH_TOO_LARGE", "batch declares %d bytes, at most %d", total, l.MaxBatchBytes)
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	return &ValidationError{Err: ErrInvalidBatch, Reason: vs[0].Reason, Violations: vs}
+}
+
+// ValidTeam reports whether team is a well-formed team name.
+func ValidTeam(team string) bool {
+	if team == "" || len(team) > maxTeamBytes {
+		return false
+	}
+	for _, r := range team {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validName(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Policy returns the retry policy for a batch: the override's non-zero
+// fields over the coordinator's defaults.
+func (p PolicyInput) Policy(def RetryPolicy) RetryPolicy {
+	if p.MaxAttempts != 0 {
+		def.MaxAttempts = p.MaxAttempts
+	}
+	if p.BackoffBase != 0 {
+		def.BackoffBase = p.BackoffBase
+	}
+	if p.BackoffCap != 0 {
+		def.BackoffCap = p.BackoffCap
+	}
+	if def.BackoffCap < def.BackoffBase {
+		def.BackoffCap = def.BackoffBase
+	}
+	return def
+}
+
+// Formats is a set of formats the coordinator knows are unsupported: file
+// extensions (".docm") and MIME types, lower case.
+type Formats map[string]bool
+
+// DefaultUnsupported lists macro-enabled Office files and executables.
+var DefaultUnsupported = []string{
+	".docm", ".dotm", ".xlsm", ".xltm", ".xlam", ".pptm", ".potm", ".ppsm",
+	".exe", ".dll", ".bat", ".cmd", ".com", ".scr", ".msi", ".js", ".vbs", ".ps1",
+	"application/vnd.ms-word.document.macroenabled.12",
+	"application/vnd.ms-excel.sheet.macroenabled.12",
+	"application/vnd.ms-powerpoint.presentation.macroenabled.12",
+	"application/x-msdownload", "application/x-msdos-program",
+}
+
+// NewFormats returns the set of the given formats.
+func NewFormats(list []string) Formats {
+	f := make(Formats, len(list))
+	for _, s := range list {
+		if s = strings.ToLower(strings.TrimSpace(s)); s != "" {
+			f[s] = true
+		}
+	}
+	return f
+}
+
+// Unsupported reports whether d's content type or name extension is in the set.
+func (f Formats) Unsupported(d Document) bool {
+	ct := strings.ToLower(strings.TrimSpace(d.ContentType))
+	if f[ct] {
+		return true
+	}
+	ext := strings.ToLower(path.Ext(d.Name))
+	return ext != "" && f[ext]
+}
