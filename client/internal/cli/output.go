@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/leasehold/leasehold/client"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+// app is what a running subcommand works with.
+type app struct {
+	env Env
+	g   globalOpts
+	c   *client.Client
+	out io.Writer
+}
+
+// jsonOutput reports whether -o json was given.
+func (a *app) jsonOutput() bool { return a.g.Output == "json" }
+
+// jsonMarshal is the one JSON encoding of API messages: proto field names
+// (snake_case), unset fields omitted.
+var jsonMarshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false}
+
+// printJSON writes m as one line of compact JSON.
+func (a *app) printJSON(m proto.Message) error {
+	b, err := jsonMarshal.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err)
+	}
+	return writeJSONLine(a.out, b)
+}
+
+// printJSONValue writes a plain Go value as one line of JSON.
+func (a *app) printJSONValue(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding output: %w", err)
+	}
+	return writeJSONLine(a.out, b)
+}
+
+// writeJSONLine compacts b (protojson varies its spacing on purpose) and
+// writes it with a newline.
+func writeJSONLine(w io.Writer, b []byte) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return fmt.Errorf("encoding output: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// newTable returns a tab-separated column writer; Flush it when done.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// shortEnum strips an enum value's type prefix ("PHASE_QUEUED" -> "QUEUED")
+// and shows the unspecified value as "-".
+func shortEnum(name, prefix string) string {
+	s := strings.TrimPrefix(name, prefix)
+	if s == "UNSPECIFIED" || s == "" {
+		return "-"
+	}
+	return s
+}
+
+func phaseName(p leaseholdv1.Phase) string { return shortEnum(p.String(), "PHASE_") }
+
+func reasonName(r leaseholdv1.TerminalReason) string {
+	return shortEnum(r.String(), "TERMINAL_REASON_")
+}
+
+func kindName(k leaseholdv1.EventKind) string { return shortEnum(k.String(), "EVENT_KIND_") }
+
+func actionName(a leaseholdv1.ReplayAction) string {
+	return shortEnum(a.String(), "REPLAY_ACTION_")
+}
+
+// parsePhase accepts a phase in any case, with or without its prefix.
+func parsePhase(s string) (leaseholdv1.Phase, error) {
+	n := strings.ToUpper(strings.TrimSpace(s))
+	if !strings.HasPrefix(n, "PHASE_") {
+		n = "PHASE_" + n
+	}
+	v, ok := leaseholdv1.Phase_value[n]
+	if !ok || v == 0 {
+		return 0, usagef("unknown phase %q (want one of QUEUED, LEASED, RETRY_WAIT, SUCCEEDED, FAILED, CANCELLED)", s)
+	}
+	return leaseholdv1.Phase(v), nil
+}
+
+// parseTerminalReason accepts a terminal reason in any case, with or without its prefix.
+func parseTerminalReason(s string) (leaseholdv1.TerminalReason, error) {
+	n := strings.ToUpper(strings.TrimSpace(s))
+	if !strings.HasPrefix(n, "TERMINAL_REASON_") {
+		n = "TERMINAL_REASON_" + n
+	}
+	v, ok := leaseholdv1.TerminalReason_value[n]
+	if !ok || v == 0 {
+		return 0, usagef("unknown terminal reason %q (want one of UNSUPPORTED_FORMAT, INVALID_DOCUMENT, ATTEMPTS_EXHAUSTED, ...)", s)
+	}
+	return leaseholdv1.TerminalReason(v), nil
+}
+
+// formatTime shows a timestamp in UTC, or "-" when unset.
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339Nano)
+}
+
+// orDash shows an empty string as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// attemptString shows "attempt/max", or just the attempt when max is unknown.
+func attemptString(attempt, maxAttempts uint32) string {
+	if maxAttempts == 0 {
+		return fmt.Sprint(attempt)
+	}
+	return fmt.Sprintf("%d/%d", attempt, maxAttempts)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+// Set appends one value, or several separated by commas.
+func (l *stringList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// countsOf returns a batch's count per phase.
+func countsOf(b *leaseholdv1.Batch) map[leaseholdv1.Phase]uint32 {
+	m := map[leaseholdv1.Phase]uint32{}
+	for _, c := range b.GetCounts() {
+		m[c.GetPhase()] += c.GetCount()
+	}
+	return m
+}
