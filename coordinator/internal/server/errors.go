@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+)
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of every error the
+// coordinator returns.
+const ErrorDomain = "leasehold.v1"
+
+// The reasons handlers choose themselves; the rest come from the jobs
+// package (jobs.ReasonCode and ValidationError.Reason).
+const (
+	reasonInvalidID          = "INVALID_ID"
+	reasonInvalidPageToken   = "INVALID_PAGE_TOKEN"
+	reasonInvalidPageSize    = "INVALID_PAGE_SIZE"
+	reasonInvalidPhase       = "INVALID_PHASE"
+	reasonInvalidRendererID  = "INVALID_RENDERER_ID"
+	reasonInvalidCapacity    = "INVALID_CAPACITY"
+	reasonMissingOutcome     = "MISSING_OUTCOME"
+	reasonMissingMetadata    = "MISSING_METADATA"
+	reasonArtifactTooLarge   = "ARTIFACT_TOO_LARGE"
+	reasonDigestMismatch     = "DIGEST_MISMATCH"
+	reasonArtifactNotFound   = "ARTIFACT_NOT_FOUND"
+	reasonNotSucceeded       = "NOT_SUCCEEDED"
+	reasonJobNotFound        = "JOB_NOT_FOUND"
+	reasonBatchNotFound      = "BATCH_NOT_FOUND"
+	reasonPermissionDenied   = "PERMISSION_DENIED"
+	reasonUnauthenticated    = "UNAUTHENTICATED"
+	reasonMissingReason      = "MISSING_REASON"
+	reasonMissingRequestID   = "MISSING_REQUEST_ID"
+	reasonMissingSelection   = "MISSING_SELECTION"
+	reasonSlowWatcher        = "SLOW_WATCHER"
+	reasonStorageUnavailable = "STORAGE_UNAVAILABLE"
+	reasonShuttingDown       = "SHUTTING_DOWN"
+	reasonTeamQueueFull      = "TEAM_QUEUE_FULL"
+	reasonRequestIDReused    = "REQUEST_ID_REUSED"
+	reasonNotFound           = "NOT_FOUND"
+	reasonInternal           = "INTERNAL"
+)
+
+// requestError is a refusal a handler decides itself, before or after
+// calling the engine: a malformed argument, a missing permission, a job or
+// batch that does not exist. It carries the code and reason it maps to.
+type requestError struct {
+	code   codes.Code
+	reason string
+	msg    string
+	// field names the offending request field of an INVALID_ARGUMENT.
+	field string
+	meta  map[string]string
+	// err is the cause, if any, for errors.Is.
+	err error
+}
+
+// Error implements error.
+func (e *requestError) Error() string { return e.msg }
+
+// Unwrap returns the cause.
+func (e *requestError) Unwrap() error { return e.err }
+
+// invalidArg returns an INVALID_ARGUMENT refusal of field.
+func invalidArg(field, reason, format string, args ...any) error {
+	return &requestError{code: codes.InvalidArgument, reason: reason, field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+// denied returns a PERMISSION_DENIED refusal.
+func denied(format string, args ...any) error {
+	return &requestError{code: codes.PermissionDenied, reason: reasonPermissionDenied, msg: fmt.Sprintf(format, args...)}
+}
+
+// notFound turns engine.ErrNotFound into NOT_FOUND with the given reason
+// (JOB_NOT_FOUND or BATCH_NOT_FOUND) and leaves other errors alone.
+func notFound(err error, reason, format string, args ...any) error {
+	if errors.Is(err, engine.ErrNotFound) {
+		return &requestError{code: codes.NotFound, reason: reason, msg: fmt.Sprintf(format, args...), err: err}
+	}
+	return err
+}
+
+// failedPrecondition returns a FAILED_PRECONDITION refusal.
+func failedPrecondition(reason, format string, args ...any) error {
+	return &requestError{code: codes.FailedPrecondition, reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// toStatus is the one table from errors to gRPC status codes; every handler
+// returns toStatus(err). Context errors pass through as CANCELLED or
+// DEADLINE_EXCEEDED; an error no row knows becomes INTERNAL and is logged
+// here, once, without its text reaching the caller.
+//
+//	*requestError                     its own code and reason
+//	context.Canceled / DeadlineExceeded  CANCELLED / DEADLINE_EXCEEDED
+//	status errors                     unchanged
+//	jobs.ErrTeamQueueFull             RESOURCE_EXHAUSTED TEAM_QUEUE_FULL + QuotaFailure
+//	jobs.ErrRequestIDReused           INVALID_ARGUMENT REQUEST_ID_REUSED + BadRequest
+//	*jobs.ValidationError             INVALID_ARGUMENT <Reason> + BadRequest
+//	*jobs.FenceError                  ABORTED <ReasonCode> current_token, current_phase
+//	jobs.ErrAlreadyTerminal           FAILED_PRECONDITION ALREADY_TERMINAL phase
+//	other *jobs.PhaseError            FAILED_PRECONDITION <ReasonCode> phase
+//	engine.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
+//	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
+//	anything else                     INTERNAL, logged
+func toStatus(log *slog.Logger, err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		re *requestError
+		ve *jobs.ValidationError
+		fe *jobs.FenceError
+		pe *jobs.PhaseError
+	)
+	switch {
+	case errors.As(err, &re):
+		var details []protoadapt.MessageV1
+		if re.code == codes.InvalidArgument && re.field != "" {
+			details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+				{Field: re.field, Description: re.msg, Reason: re.reason},
+			}})
+		}
+		return newStatus(re.code, re.reason, re.msg, re.meta, details...)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, jobs.ErrTeamQueueFull):
+		qf := &errdetails.QuotaFailure{}
+		desc := err.Error()
+		if errors.As(err, &ve) && ve.Limit > 0 {
+			desc = fmt.Sprintf("the team has %d non-terminal jobs, at most %d", ve.Used, ve.Limit)
+		}
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{Subject: "team", Description: desc})
+		meta := map[string]string{}
+		if ve != nil {
+			meta["limit"] = strconv.Itoa(ve.Limit)
+			meta["used"] = strconv.Itoa(ve.Used)
+		}
+		return newStatus(codes.ResourceExhausted, reasonTeamQueueFull, err.Error(), meta, qf)
+	case errors.Is(err, jobs.ErrRequestIDReused):
+		br := &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: "request_id", Description: "the request id was used before with different documents", Reason: reasonRequestIDReused},
+		}}
+		return newStatus(codes.InvalidArgument, reasonRequestIDReused, err.Error(), nil, br)
+	case errors.As(err, &ve):
+		br := &errdetails.BadRequest{}
+		for _, v := range ve.Violations {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description, Reason: v.Reason})
+		}
+		return newStatus(codes.InvalidArgument, ve.Reason, err.Error(), nil, br)
+	case errors.As(err, &fe):
+		meta := map[string]string{
+			"current_token": strconv.FormatUint(fe.CurrentToken, 10),
+			"current_phase": phaseName(fe.CurrentPhase),
+		}
+		return newStatus(codes.Aborted, jobs.ReasonCode(err), err.Error(), meta)
+	case errors.As(err, &pe):
+		reason := jobs.ReasonCode(err)
+		if reason == "" {
+			reason = "FAILED_PRECONDITION"
+		}
+		return newStatus(codes.FailedPrecondition, reason, err.Error(), map[string]string{"phase": phaseName(pe.Phase)})
+	case errors.Is(err, engine.ErrNotFound):
+		return newStatus(codes.NotFound, reasonNotFound, err.Error(), nil)
+	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):
+		return newStatus(codes.Unavailable, reasonStorageUnavailable, "the coordinator is not taking writes: "+err.Error(), nil)
+	}
+	log.Error("internal error", "err", err)
+	return newStatus(codes.Internal, reasonInternal, "internal error", nil)
+}
+
+// newStatus builds a status error with ErrorInfo and further details.
+func newStatus(code codes.Code, reason, msg string, meta map[string]string, details ...protoadapt.MessageV1) error {
+	if len(meta) == 0 {
+		meta = nil
+	}
+	st := status.New(code, msg)
+	all := append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}}, details...)
+	if d, err := st.WithDetails(all...); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// phaseName is a phase as the API names it in error metadata: the
+// leasehold.v1.Phase enum name, such as PHASE_SUCCEEDED.
+func phaseName(p jobs.Phase) string {
+	return leaseholdv1.Phase(p).String()
+}

@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// OperatorServer implements leasehold.v1.OperatorService. Every answer
+// carries job metadata only.
+type OperatorServer struct {
+	leaseholdv1.UnimplementedOperatorServiceServer
+	*core
+}
+
+var _ leaseholdv1.OperatorServiceServer = (*OperatorServer)(nil)
+
+// ListRejectedCompletions implements OperatorService.ListRejectedCompletions.
+func (s *OperatorServer) ListRejectedCompletions(ctx context.Context, req *leaseholdv1.ListRejectedCompletionsRequest) (*leaseholdv1.ListRejectedCompletionsResponse, error) {
+	p, err := require(ctx, auth.RoleOperator)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	f := engine.RejectionFilter{
+		Renderer: req.GetRendererId(),
+		Since:    fromTS(req.GetSince()),
+		Until:    fromTS(req.GetUntil()),
+	}
+	if req.GetJobId() != "" {
+		if f.Job, err = parseJobID(req.GetJobId(), "job_id"); err != nil {
+			return nil, s.status(err)
+		}
+	}
+	if f.Limit, err = pageSize(req.GetPageSize()); err != nil {
+		return nil, s.status(err)
+	}
+	if f.Before, err = decodePageToken(req.GetPageToken()); err != nil {
+		return nil, s.status(err)
+	}
+	if f.Teams, err = readTeams(p); err != nil {
+		return nil, s.status(err)
+	}
+	want := f.Limit
+	f.Limit++
+	list, err := s.e.ListRejections(f)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	resp := &leaseholdv1.ListRejectedCompletionsResponse{}
+	if len(list) > want {
+		list = list[:want]
+		resp.NextPageToken = encodePageToken(list[len(list)-1].ID)
+	}
+	for _, r := range list {
+		if p.InScope(r.Team) {
+			resp.Rejections = append(resp.Rejections, rejectionToProto(r))
+		}
+	}
+	return resp, nil
+}
+
+// ReplayJobs implements OperatorService.ReplayJobs.
+func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.ReplayJobsRequest) (*leaseholdv1.ReplayJobsResponse, error) {
+	p, err := require(ctx, auth.RoleOperator)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	rr := engine.ReplayRequest{
+		Principal:        p.Name,
+		RequestID:        req.GetRequestId(),
+		Reason:           req.GetReason(),
+		TerminalReason:   jobs.TerminalReason(req.GetTerminalReason()),
+		DryRun:           req.GetDryRun(),
+		IncludePermanent: req.GetIncludePermanent(),
+		InScope:          p.InScope,
+		Encode: func(r engine.ReplayResult) []byte {
+			b, err := proto.Marshal(replayToProto(r))
+			if err != nil {
+				// A response built from plain fields always marshals.
+				panic(fmt.Sprintf("marshalling a replay response: %v", err))
+			}
+			return b
+		},
+	}
+	for i, wid := range req.GetJobIds() {
+		id, err := parseJobID(wid, fmt.Sprintf("job_ids[%d]", i))
+		if err != nil {
+			return nil, s.status(err)
+		}
+		rr.JobIDs = append(rr.JobIDs, id)
+	}
+	if req.GetBatchId() != "" {
+		if rr.Batch, err = parseBatchID(req.GetBatchId(), "batch_id"); err != nil {
+			return nil, s.status(err)
+		}
+	}
+	if _, ok := leaseholdv1.TerminalReason_name[int32(req.GetTerminalReason())]; !ok {
+		return nil, s.status(invalidArg("terminal_reason", "INVALID_TERMINAL_REASON", "unknown terminal reason %d", req.GetTerminalReason()))
+	}
+	switch {
+	case len(rr.JobIDs) == 0 && rr.Batch == 0:
+		return nil, s.status(invalidArg("job_ids", reasonMissingSelection, "select jobs by job_ids or by batch_id"))
+	case !rr.DryRun && rr.Reason == "":
+		return nil, s.status(invalidArg("reason", reasonMissingReason, "a replay needs a reason (or dry_run)"))
+	case !rr.DryRun && rr.RequestID == "":
+		return nil, s.status(invalidArg("request_id", reasonMissingRequestID, "a replay needs a request_id (or dry_run)"))
+	}
+	res, err := s.e.Replay(ctx, rr)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	if res.Previous != nil {
+		prev := &leaseholdv1.ReplayJobsResponse{}
+		if err := proto.Unmarshal(res.Previous, prev); err != nil {
+			return nil, s.status(fmt.Errorf("decoding the stored replay answer: %w", err))
+		}
+		prev.Replayed = true
+		return prev, nil
+	}
+	return replayToProto(res), nil
+}
+
+// requireAllTeams refuses an operator whose scope does not cover every
+// team: pausing dispatch acts on all of them.
+func requireAllTeams(ctx context.Context) (auth.Principal, error) {
+	p, err := require(ctx, auth.RoleOperator)
+	if err != nil {
+		return p, err
+	}
+	if !p.AllScope() {
+		return p, denied("%s may act only on some teams; dispatch is paused and resumed for all", p.Name)
+	}
+	return p, nil
+}
+
+// PauseDispatch implements OperatorService.PauseDispatch. It needs an
+// operator whose scope is every team.
+func (s *OperatorServer) PauseDispatch(ctx context.Context, req *leaseholdv1.PauseDispatchRequest) (*leaseholdv1.PauseDispatchResponse, error) {
+	p, err := requireAllTeams(ctx)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	st, err := s.e.SetPaused(ctx, true, p.Name, req.GetReason())
+	if err != nil {
+		return nil, s.status(err)
+	}
+	return &leaseholdv1.PauseDispatchResponse{Paused: st.Paused, Since: ts(st.Since)}, nil
+}
+
+// ResumeDispatch implements OperatorService.ResumeDispatch. It needs an
+// operator whose scope is every team.
+func (s *OperatorServer) ResumeDispatch(ctx context.Context, req *leaseholdv1.ResumeDispatchRequest) (*leaseholdv1.ResumeDispatchResponse, error) {
+	p, err := requireAllTeams(ctx)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	st, err := s.e.SetPaused(ctx, false, p.Name, req.GetReason())
+	if err != nil {
+		return nil, s.status(err)
+	}
+	return &leaseholdv1.ResumeDispatchResponse{Paused: st.Paused}, nil
+}
+
+// GetAudit implements OperatorService.GetAudit.
+func (s *OperatorServer) GetAudit(ctx context.Context, req *leaseholdv1.GetAuditRequest) (*leaseholdv1.GetAuditResponse, error) {
+	if _, err := require(ctx, auth.RoleOperator); err != nil {
+		return nil, s.status(err)
+	}
+	limit, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, s.status(err)
+	}
+	before, err := decodePageToken(req.GetPageToken())
+	if err != nil {
+		return nil, s.status(err)
+	}
+	list, err := s.e.ListAudit(before, limit+1)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	resp := &leaseholdv1.GetAuditResponse{}
+	if len(list) > limit {
+		list = list[:limit]
+		resp.NextPageToken = encodePageToken(list[len(list)-1].ID)
+	}
+	for _, a := range list {
+		resp.Records = append(resp.Records, auditToProto(a))
+	}
+	return resp, nil
+}
