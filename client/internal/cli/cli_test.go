@@ -1,0 +1,585 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/client/internal/fakeserver"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type testBundle struct {
+	fake     *fakeserver.Server
+	env      Env
+	terminal bool
+	vars     map[string]string
+	dialed   []string // addresses passed to Dial
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	b := &testBundle{fake: fakeserver.New(), vars: map[string]string{}}
+	dialOpt := fakeserver.Start(t, b.fake)
+	b.env = Env{
+		Stdin:  strings.NewReader(""),
+		Getenv: func(k string) string { return b.vars[k] },
+		Dial: func(addr string, opts ...client.Option) (*client.Client, error) {
+			b.dialed = append(b.dialed, addr)
+			return client.Dial(fakeserver.Target, append(opts, client.WithDialOptions(dialOpt))...)
+		},
+		IsTerminal:   func(io.Writer) bool { return b.terminal },
+		NewRequestID: func() string { return "rid" },
+	}
+	return b
+}
+
+// run executes the command line and returns the exit status and outputs.
+func (b *testBundle) run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	env := b.env
+	env.Stdout, env.Stderr = &out, &errOut
+	code = Run(t.Context(), env, args)
+	return code, out.String(), errOut.String()
+}
+
+func writeFiles(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("content of "+n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSubmitDirectory(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a directory is submitted sorted by name in batches of 500 with numbered request ids", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		dir := t.TempDir()
+		var names []string
+		for i := range 1001 {
+			names = append(names, fmt.Sprintf("doc-%04d.pdf", 1000-i)) // written in reverse order
+		}
+		writeFiles(t, dir, names...)
+		if err := os.Mkdir(filepath.Join(dir, "nested"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		writeFiles(t, filepath.Join(dir, "nested"), "ignored.pdf")
+
+		code, out, errOut := b.run(t, "submit", "--team", "team-a", "--request-id", "R", dir)
+		if code != ExitOK {
+			t.Fatalf("exit status = %d, want 0; stderr:\n%s", code, errOut)
+		}
+		subs := b.fake.Submits()
+		type batchShape struct {
+			RequestID string
+			Team      string
+			Docs      int
+			First     string
+			Last      string
+		}
+		var got []batchShape
+		for _, s := range subs {
+			d := s.GetDocuments()
+			got = append(got, batchShape{s.GetRequestId(), s.GetTeam(), len(d), d[0].GetName(), d[len(d)-1].GetName()})
+		}
+		want := []batchShape{
+			{"R-0", "team-a", 500, "doc-0000.pdf", "doc-0499.pdf"},
+			{"R-1", "team-a", 500, "doc-0500.pdf", "doc-0999.pdf"},
+			{"R-2", "team-a", 1, "doc-1000.pdf", "doc-1000.pdf"},
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("submitted batches mismatch (-want +got):\n%s", diff)
+		}
+		first := subs[0].GetDocuments()[0]
+		wantDoc := &leaseholdv1.Document{Name: "doc-0000.pdf", ContentType: "application/pdf", SizeBytes: int64(len("content of doc-0000.pdf")), Content: []byte("content of doc-0000.pdf")}
+		if diff := cmp.Diff(wantDoc, first, protocmp.Transform()); diff != "" {
+			t.Errorf("first document mismatch (-want +got):\n%s", diff)
+		}
+		wantOut := "batch b-1: 500 jobs (request id R-0)\nbatch b-2: 500 jobs (request id R-1)\nbatch b-3: 1 jobs (request id R-2)\nsubmitted 1001 jobs in 3 batches\n"
+		if diff := cmp.Diff(wantOut, out); diff != "" {
+			t.Errorf("output mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("without a request id a random one is used", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		dir := t.TempDir()
+		writeFiles(t, dir, "a.txt")
+		if code, _, errOut := b.run(t, "submit", dir); code != ExitOK {
+			t.Fatalf("exit status = %d, want 0; stderr:\n%s", code, errOut)
+		}
+		if got, want := b.fake.Submits()[0].GetRequestId(), "rid-0"; got != want {
+			t.Errorf("request id = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("two files with the same base name are refused before anything is sent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		d1, d2 := t.TempDir(), t.TempDir()
+		writeFiles(t, d1, "same.pdf")
+		writeFiles(t, d2, "same.pdf")
+		code, _, errOut := b.run(t, "submit", d1, d2)
+		if code != ExitError || !strings.Contains(errOut, "unique") {
+			t.Errorf("exit status = %d, stderr %q; want 1 and a message about unique names", code, errOut)
+		}
+		if n := len(b.fake.Submits()); n != 0 {
+			t.Errorf("%d batches were submitted, want 0", n)
+		}
+	})
+}
+
+func TestChunkFiles(t *testing.T) {
+	t.Parallel()
+	const kib = 1 << 10
+	files := []string{"a", "b", "c", "d", "e"}
+	sizes := []int64{256 * kib, 256 * kib, 100 << 20, 256 * kib, 256 * kib}
+	// Twelve inline files of 256 KiB fill 3 MiB; a file sent by reference costs nothing.
+	var many []string
+	var manySizes []int64
+	for i := range 14 {
+		many = append(many, fmt.Sprint(i))
+		manySizes = append(manySizes, 256*kib)
+	}
+	tests := []struct {
+		name  string
+		files []string
+		sizes []int64
+		want  []int
+	}{
+		{"small batches stay whole", files, sizes, []int{5}},
+		{"inline bytes past the limit start a new batch", many, manySizes, []int{12, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got []int
+			for _, c := range chunkFiles(tt.files, tt.sizes) {
+				got = append(got, len(c))
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("chunk sizes mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSubmitWait(t *testing.T) {
+	t.Parallel()
+
+	t.Run("plain output prints one line per job event and fails when a job failed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		dir := t.TempDir()
+		writeFiles(t, dir, "a.pdf", "b-fail.pdf", "c.pdf")
+		code, out, errOut := b.run(t, "submit", "--wait", "--request-id", "R", dir)
+		if code != ExitJobsFailed {
+			t.Errorf("exit status = %d, want %d", code, ExitJobsFailed)
+		}
+		want := "batch b-1: 3 jobs (request id R-0)\njob j-1 SUCCEEDED\njob j-2 FAILED\njob j-3 SUCCEEDED\ndone: 2 succeeded, 1 failed, 0 cancelled\n"
+		if diff := cmp.Diff(want, out); diff != "" {
+			t.Errorf("output mismatch (-want +got):\n%s", diff)
+		}
+		if !strings.Contains(errOut, "1 jobs failed") {
+			t.Errorf("stderr = %q, want the failure count", errOut)
+		}
+	})
+
+	t.Run("a terminal gets a progress bar redrawn in place", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.terminal = true
+		dir := t.TempDir()
+		writeFiles(t, dir, "a.pdf", "b.pdf")
+		code, out, errOut := b.run(t, "submit", "--wait", dir)
+		if code != ExitOK {
+			t.Fatalf("exit status = %d, want 0; stderr:\n%s", code, errOut)
+		}
+		if !strings.Contains(out, "\r[###############...............] 1/2 succeeded 0 failed") ||
+			!strings.Contains(out, "\r[##############################] 2/2 succeeded 0 failed\n") {
+			t.Errorf("output lacks the progress bar states:\n%q", out)
+		}
+		if strings.Contains(out, "job j-1") {
+			t.Errorf("output has per-job lines under a progress bar:\n%q", out)
+		}
+	})
+}
+
+// jsonLines decodes every line of out as a JSON object.
+func jsonLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var objs []map[string]any
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q is not a JSON object: %v", line, err)
+		}
+		objs = append(objs, m)
+	}
+	return objs
+}
+
+func keys(m map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func TestJSONOutput(t *testing.T) {
+	t.Parallel()
+
+	t.Run("list prints one job per line with snake_case field names", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.AddJob(&leaseholdv1.Job{Id: "j-1", BatchId: "b-1", Team: "a", Phase: leaseholdv1.Phase_PHASE_FAILED, MaxAttempts: 5,
+			TerminalReason: leaseholdv1.TerminalReason_TERMINAL_REASON_ATTEMPTS_EXHAUSTED, Document: &leaseholdv1.DocumentInfo{Name: "x.pdf", SizeBytes: 3}})
+		b.fake.AddJob(&leaseholdv1.Job{Id: "j-2", BatchId: "b-1", Team: "a", Phase: leaseholdv1.Phase_PHASE_QUEUED})
+		code, out, errOut := b.run(t, "list", "--batch", "b-1", "-o", "json")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		objs := jsonLines(t, out)
+		if len(objs) != 2 {
+			t.Fatalf("got %d lines, want 2:\n%s", len(objs), out)
+		}
+		if diff := cmp.Diff([]string{"batch_id", "document", "id", "max_attempts", "phase", "team", "terminal_reason"}, keys(objs[0])); diff != "" {
+			t.Errorf("first job's keys mismatch (-want +got):\n%s", diff)
+		}
+		if got := objs[0]["document"].(map[string]any)["size_bytes"]; got != "3" {
+			t.Errorf("document.size_bytes = %v, want \"3\"", got)
+		}
+		if got := objs[1]["phase"]; got != "PHASE_QUEUED" {
+			t.Errorf("second job's phase = %v, want PHASE_QUEUED", got)
+		}
+	})
+
+	t.Run("watch prints one message per line keyed job_id and phase", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		dir := t.TempDir()
+		writeFiles(t, dir, "a.pdf")
+		if code, _, errOut := b.run(t, "submit", dir); code != ExitOK {
+			t.Fatalf("submit exit status = %d; stderr:\n%s", code, errOut)
+		}
+		code, out, errOut := b.run(t, "watch", "b-1", "--output=json")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		objs := jsonLines(t, out)
+		if diff := cmp.Diff([]string{"batch", "job_id", "phase"}, keys(objs[0])); diff != "" {
+			t.Errorf("snapshot keys mismatch (-want +got):\n%s", diff)
+		}
+		last := objs[len(objs)-1]
+		if diff := cmp.Diff([]string{"batch", "event", "job_id", "phase"}, keys(last)); diff != "" {
+			t.Errorf("event keys mismatch (-want +got):\n%s", diff)
+		}
+		if last["job_id"] != "j-1" || last["phase"] != "PHASE_SUCCEEDED" {
+			t.Errorf("last message = %v, want j-1 PHASE_SUCCEEDED", last)
+		}
+		if done := last["batch"].(map[string]any)["done"]; done != true {
+			t.Errorf("last message's batch.done = %v, want true", done)
+		}
+	})
+}
+
+func TestTableOutput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fake.MaxPageSize = 1
+	b.fake.AddJob(&leaseholdv1.Job{Id: "j-1", BatchId: "b-1", Team: "a", Phase: leaseholdv1.Phase_PHASE_FAILED, Attempt: 5, MaxAttempts: 5,
+		TerminalReason: leaseholdv1.TerminalReason_TERMINAL_REASON_ATTEMPTS_EXHAUSTED, Document: &leaseholdv1.DocumentInfo{Name: "x.pdf"}})
+	b.fake.AddJob(&leaseholdv1.Job{Id: "j-2", BatchId: "b-1", Team: "a", Phase: leaseholdv1.Phase_PHASE_QUEUED})
+
+	t.Run("list follows pages and prints short phases", func(t *testing.T) {
+		code, out, errOut := b.run(t, "list")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		want := "ID   BATCH  TEAM  PHASE   ATTEMPT  REASON              DOCUMENT\n" +
+			"j-1  b-1    a     FAILED  5/5      ATTEMPTS_EXHAUSTED  x.pdf\n" +
+			"j-2  b-1    a     QUEUED  0        -                   -\n"
+		if diff := cmp.Diff(want, out); diff != "" {
+			t.Errorf("output mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("list stops at the limit", func(t *testing.T) {
+		_, out, _ := b.run(t, "list", "--limit", "1")
+		if got := strings.Count(out, "\n"); got != 2 {
+			t.Errorf("got %d lines, want a header and one job:\n%s", got, out)
+		}
+	})
+
+	t.Run("get prints key/value lines", func(t *testing.T) {
+		code, out, _ := b.run(t, "get", "j-1")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d, want 0", code)
+		}
+		got := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				got[k] = strings.TrimSpace(v)
+			}
+		}
+		for k, want := range map[string]string{"id": "j-1", "phase": "FAILED", "attempt": "5/5", "terminal reason": "ATTEMPTS_EXHAUSTED", "document": "x.pdf (-, 0 bytes)"} {
+			if got[k] != want {
+				t.Errorf("%s = %q, want %q; output:\n%s", k, got[k], want, out)
+			}
+		}
+	})
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	failed := func(b *testBundle) {
+		b.fake.AddJob(&leaseholdv1.Job{Id: "j-1", BatchId: "b-1", Team: "a", Phase: leaseholdv1.Phase_PHASE_FAILED,
+			TerminalReason: leaseholdv1.TerminalReason_TERMINAL_REASON_ATTEMPTS_EXHAUSTED})
+		b.fake.AddJob(&leaseholdv1.Job{Id: "j-2", BatchId: "b-1", Team: "a", Phase: leaseholdv1.Phase_PHASE_SUCCEEDED})
+	}
+
+	t.Run("without --yes only the dry run is sent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		failed(b)
+		code, out, errOut := b.run(t, "replay", "--job", "j-1", "--job", "j-2", "--reason", "renderer fixed")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		want := []*leaseholdv1.ReplayJobsRequest{{JobIds: []string{"j-1", "j-2"}, Reason: "renderer fixed", DryRun: true}}
+		if diff := cmp.Diff(want, b.fake.Replays(), protocmp.Transform()); diff != "" {
+			t.Errorf("replay requests mismatch (-want +got):\n%s", diff)
+		}
+		for _, s := range []string{"j-1  b-1    a     FAILED     ATTEMPTS_EXHAUSTED  0        REQUEUE", "NOT_FAILED", "selected 2: 1 to requeue, 1 to skip", "--yes"} {
+			if !strings.Contains(out, s) {
+				t.Errorf("output lacks %q:\n%s", s, out)
+			}
+		}
+	})
+
+	t.Run("with --yes the dry run is followed by the real run with the same selection", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		failed(b)
+		code, out, errOut := b.run(t, "replay", "--batch", "b-1", "--terminal-reason", "attempts_exhausted", "--reason", "renderer fixed", "--yes")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		sel := func(dry bool, rid string) *leaseholdv1.ReplayJobsRequest {
+			return &leaseholdv1.ReplayJobsRequest{BatchId: "b-1", TerminalReason: leaseholdv1.TerminalReason_TERMINAL_REASON_ATTEMPTS_EXHAUSTED, Reason: "renderer fixed", DryRun: dry, RequestId: rid}
+		}
+		want := []*leaseholdv1.ReplayJobsRequest{sel(true, ""), sel(false, "rid")}
+		if diff := cmp.Diff(want, b.fake.Replays(), protocmp.Transform()); diff != "" {
+			t.Errorf("replay requests mismatch (-want +got):\n%s", diff)
+		}
+		if !strings.Contains(out, "replayed (request id rid, audit record 1): 1 requeued") {
+			t.Errorf("output lacks the result:\n%s", out)
+		}
+	})
+
+	t.Run("with --yes nothing is sent for real when the dry run requeues nothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		failed(b)
+		code, _, errOut := b.run(t, "replay", "--job", "j-2", "--reason", "r", "--yes", "-o", "json")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		if got := len(b.fake.Replays()); got != 1 {
+			t.Errorf("%d replay calls, want only the dry run", got)
+		}
+	})
+}
+
+func TestArtifact(t *testing.T) {
+	t.Parallel()
+	payload := bytes.Repeat([]byte("\x89PNG"), 5000)
+	sum := sha256.Sum256(payload)
+	digest := hex.EncodeToString(sum[:])
+
+	t.Run("a verified download is written to the file", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.SetArtifact("j-1", fakeserver.Artifact{Meta: &leaseholdv1.Artifact{Digest: digest, SizeBytes: int64(len(payload))}, Bytes: payload})
+		path := filepath.Join(t.TempDir(), "out.png")
+		code, out, errOut := b.run(t, "artifact", "j-1", "-f", path)
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(got, payload) {
+			t.Errorf("file holds %d bytes (err %v), want the %d-byte payload", len(got), err, len(payload))
+		}
+		if want := path + "\tsha256 " + digest + ", 20000 bytes\n"; out != want {
+			t.Errorf("output = %q, want %q", out, want)
+		}
+	})
+
+	t.Run("a digest mismatch is an error and leaves no file", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tampered := bytes.Clone(payload)
+		tampered[7] ^= 0xff
+		b.fake.SetArtifact("j-1", fakeserver.Artifact{Meta: &leaseholdv1.Artifact{Digest: digest, SizeBytes: int64(len(payload))}, Bytes: tampered})
+		dir := t.TempDir()
+		path := filepath.Join(dir, "out.png")
+		code, _, errOut := b.run(t, "artifact", "j-1", "--file", path)
+		if code != ExitError || !strings.Contains(errOut, "digest mismatch") {
+			t.Errorf("exit status = %d, stderr %q; want 1 and a digest mismatch", code, errOut)
+		}
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != 0 {
+			t.Errorf("directory holds %d entries after a failed download, want none", len(entries))
+		}
+	})
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"no command", nil},
+		{"an unknown command", []string{"frobnicate"}},
+		{"an unknown flag", []string{"list", "--bogus"}},
+		{"get without a job", []string{"get"}},
+		{"get with two jobs", []string{"get", "j-1", "j-2"}},
+		{"an unknown output format", []string{"list", "-o", "xml"}},
+		{"an unknown phase", []string{"list", "--phase", "DONE"}},
+		{"submit without files", []string{"submit", "--team", "a"}},
+		{"cancel with a job and a batch", []string{"cancel", "j-1", "--batch", "b-1"}},
+		{"replay without a reason", []string{"replay", "--job", "j-1"}},
+		{"replay with jobs and a batch", []string{"replay", "--job", "j-1", "--batch", "b-1", "--reason", "r"}},
+		{"replay with a terminal reason but no batch", []string{"replay", "--job", "j-1", "--terminal-reason", "ATTEMPTS_EXHAUSTED", "--reason", "r"}},
+		{"rejections with a bad time", []string{"rejections", "--since", "yesterday"}},
+		{"pause without a reason", []string{"pause"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" exits 2 and sends nothing", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			code, _, errOut := b.run(t, tt.args...)
+			if code != ExitUsage {
+				t.Errorf("exit status = %d, want %d; stderr:\n%s", code, ExitUsage, errOut)
+			}
+			if errOut == "" {
+				t.Errorf("stderr is empty, want an explanation")
+			}
+			if n := len(b.fake.AuthHeaders()); n != 0 {
+				t.Errorf("%d calls reached the server, want 0", n)
+			}
+		})
+	}
+
+	t.Run("help exits 0 and prints to stdout", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, args := range [][]string{{"help"}, {"-h"}, {"help", "replay"}, {"submit", "-h"}} {
+			code, out, _ := b.run(t, args...)
+			if code != ExitOK || !strings.Contains(out, "usage: leasehold") {
+				t.Errorf("%v: exit status %d, stdout %q; want 0 and usage", args, code, out)
+			}
+		}
+	})
+}
+
+func TestErrorsAndGlobalFlags(t *testing.T) {
+	t.Parallel()
+
+	t.Run("an RPC error prints its message, code and reason and exits 1", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		code, _, errOut := b.run(t, "get", "j-404")
+		if code != ExitError {
+			t.Errorf("exit status = %d, want 1", code)
+		}
+		if want := "leasehold: job j-404 not found (NOT_FOUND JOB_NOT_FOUND)\n"; errOut != want {
+			t.Errorf("stderr = %q, want %q", errOut, want)
+		}
+	})
+
+	t.Run("address and token come from the environment", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.vars["LEASEHOLD_ADDR"] = "coord:9"
+		b.vars["LEASEHOLD_TOKEN"] = "tok"
+		b.run(t, "audit")
+		if diff := cmp.Diff([]string{"coord:9"}, b.dialed); diff != "" {
+			t.Errorf("dialed addresses mismatch (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"Bearer tok"}, b.fake.AuthHeaders()); diff != "" {
+			t.Errorf("authorization headers mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("flags override the environment and the default address applies without either", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.run(t, "pause", "--reason", "rollout")
+		b.vars["LEASEHOLD_ADDR"] = "coord:9"
+		b.run(t, "resume", "--reason", "done", "--addr", "other:1", "--token", "t2")
+		if diff := cmp.Diff([]string{DefaultAddr, "other:1"}, b.dialed); diff != "" {
+			t.Errorf("dialed addresses mismatch (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"", "Bearer t2"}, b.fake.AuthHeaders()); diff != "" {
+			t.Errorf("authorization headers mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("a cancelled context ends the command with CANCELLED", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var out, errOut bytes.Buffer
+		env := b.env
+		env.Stdout, env.Stderr = &out, &errOut
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if code := Run(ctx, env, []string{"get", "j-1"}); code != ExitError || !strings.Contains(errOut.String(), "CANCELLED") {
+			t.Errorf("exit status %d, stderr %q; want 1 and CANCELLED", code, errOut.String())
+		}
+	})
+}
+
+func TestParseInterspersed(t *testing.T) {
+	t.Parallel()
+	o := &cancelOpts{}
+	var g globalOpts
+	fs := newFlagSet(command{name: "cancel"}, Env{}, o, &g)
+	pos, err := parseInterspersed(fs, []string{"j-1", "--reason", "x", "-o", "json", "--", "-j-2"})
+	if err != nil {
+		t.Fatalf("parseInterspersed: %v", err)
+	}
+	if diff := cmp.Diff([]string{"j-1", "-j-2"}, pos); diff != "" {
+		t.Errorf("positional arguments mismatch (-want +got):\n%s", diff)
+	}
+	if o.Reason != "x" || g.Output != "json" {
+		t.Errorf("reason %q, output %q; want x and json", o.Reason, g.Output)
+	}
+}
