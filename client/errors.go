@@ -223,12 +223,16 @@ func wrapError(err error) error {
 		return err
 	}
 	e := &Error{Code: st.Code(), Message: st.Message(), Err: err}
+	haveOurs := false
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
-			if e.Reason == "" {
+			// The first ErrorInfo counts unless a later one is in our domain
+			// (a proxy may add its own).
+			if !haveOurs && (e.Reason == "" || d.GetDomain() == ErrorDomain) {
 				e.Reason = d.GetReason()
 				e.Metadata = d.GetMetadata()
+				haveOurs = d.GetDomain() == ErrorDomain
 			}
 		case *errdetails.BadRequest:
 			for _, v := range d.GetFieldViolations() {

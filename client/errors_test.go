@@ -123,6 +123,21 @@ func TestWrapError(t *testing.T) {
 		}
 	})
 
+	t.Run("the ErrorInfo of the leasehold.v1 domain wins over another", func(t *testing.T) {
+		t.Parallel()
+		st, err := status.New(codes.Aborted, "fenced").WithDetails(
+			&errdetails.ErrorInfo{Reason: "PROXY_THING", Domain: "proxy.example"},
+			&errdetails.ErrorInfo{Reason: "STALE_LEASE", Domain: ErrorDomain},
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := wrapError(st.Err())
+		if Reason(got) != "STALE_LEASE" || !errors.Is(got, ErrStaleLease) {
+			t.Errorf("reason = %q, ErrStaleLease = %v; want STALE_LEASE and true", Reason(got), errors.Is(got, ErrStaleLease))
+		}
+	})
+
 	t.Run("errors without a status are returned unchanged", func(t *testing.T) {
 		t.Parallel()
 		plain := errors.New("plain")
