@@ -63,7 +63,9 @@ func ackCancel(token uint64, now time.Time, want bool) apply {
 }
 
 func replay(includePermanent bool, now time.Time) apply {
-	return func(t *testing.T, j Job) (Job, error) { return j.Replay("oscar", "renderer fixed", includePermanent, now) }
+	return func(t *testing.T, j Job) (Job, error) {
+		return j.Replay("oscar", "renderer fixed", includePermanent, now)
+	}
 }
 
 func TestNew(t *testing.T) {

@@ -1,0 +1,361 @@
+package jobs
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestCheckLease(t *testing.T) {
+	type fence struct {
+		token uint64
+		phase Phase
+	}
+	tests := []struct {
+		name    string
+		job     func(t testing.TB) Job
+		token   uint64
+		now     time.Time
+		wantErr error
+		want    fence
+	}{
+		{
+			name:  "The current token before the deadline holds the lease",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 5, now: at(time.Second + testTTL - time.Nanosecond),
+		},
+		{
+			name:  "The current token exactly at the deadline has expired",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 5, now: at(time.Second + testTTL),
+			wantErr: ErrLeaseExpired, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "The current token after the deadline has expired",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 5, now: at(time.Hour),
+			wantErr: ErrLeaseExpired, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "An older token is stale",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 4, now: at(2 * time.Second),
+			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "The zero token is stale",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 0, now: at(2 * time.Second),
+			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
+		},
+		{
+			name: "A token whose lease expired is expired even while a newer lease holds the job",
+			job: func(t testing.TB) Job {
+				j := mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0))
+				j = mustJob(t)(j.Requeue(at(20 * time.Second)))
+				return mustJob(t)(j.Grant(2, "r2", at(21*time.Second), testTTL))
+			},
+			token: 1, now: at(22 * time.Second),
+			wantErr: ErrLeaseExpired, want: fence{2, PhaseLeased},
+		},
+		{
+			name:  "A token whose lease expired is expired while the job waits to retry",
+			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0.5)) },
+			token: 1, now: at(20 * time.Second),
+			wantErr: ErrLeaseExpired, want: fence{0, PhaseRetryWait},
+		},
+		{
+			name:  "A token whose attempt failed is stale while the job waits to retry",
+			job:   retryWaiting,
+			token: 1, now: at(2 * time.Second),
+			wantErr: ErrStaleLease, want: fence{0, PhaseRetryWait},
+		},
+		{
+			name:  "The revoked token of a job cancelled while leased is cancelled",
+			job:   cancelled,
+			token: 1, now: at(3 * time.Second),
+			wantErr: ErrJobCancelled, want: fence{0, PhaseCancelled},
+		},
+		{
+			name:  "Another token of a cancelled job is stale",
+			job:   cancelled,
+			token: 2, now: at(3 * time.Second),
+			wantErr: ErrStaleLease, want: fence{0, PhaseCancelled},
+		},
+		{
+			name: "The zero token of a job cancelled while queued is stale, not cancelled",
+			job: func(t testing.TB) Job {
+				j, _, err := queued().Cancel("alice", "x", at(time.Second), false)
+				return mustJob(t)(j, err)
+			},
+			token: 0, now: at(3 * time.Second),
+			wantErr: ErrStaleLease, want: fence{0, PhaseCancelled},
+		},
+		{
+			name:  "The token that succeeded is stale afterwards",
+			job:   succeeded,
+			token: 1, now: at(3 * time.Second),
+			wantErr: ErrStaleLease, want: fence{0, PhaseSucceeded},
+		},
+		{
+			name:  "Any token of a queued job is stale",
+			job:   func(testing.TB) Job { return queued() },
+			token: 1, now: at(3 * time.Second),
+			wantErr: ErrStaleLease, want: fence{0, PhaseQueued},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.job(t).CheckLease(tt.token, tt.now)
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("CheckLease = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("CheckLease = %v, want errors.Is %v", err, tt.wantErr)
+			}
+			for _, other := range []error{ErrStaleLease, ErrLeaseExpired, ErrJobCancelled} {
+				if other != tt.wantErr && errors.Is(err, other) {
+					t.Errorf("CheckLease = %v also matches %v", err, other)
+				}
+			}
+			var fe *FenceError
+			if !errors.As(err, &fe) {
+				t.Fatalf("CheckLease error %T is not a *FenceError", err)
+			}
+			if got := (fence{fe.CurrentToken, fe.CurrentPhase}); got != tt.want {
+				t.Errorf("FenceError current = %+v, want %+v", got, tt.want)
+			}
+			if !IsFence(err) {
+				t.Errorf("IsFence(%v) = false, want true", err)
+			}
+		})
+	}
+}
+
+func TestReasonCode(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"A stale lease", &FenceError{Err: ErrStaleLease}, "STALE_LEASE"},
+		{"An expired lease", &FenceError{Err: ErrLeaseExpired}, "LEASE_EXPIRED"},
+		{"A cancelled job", &FenceError{Err: ErrJobCancelled}, "JOB_CANCELLED"},
+		{"An outcome mismatch", &FenceError{Err: ErrOutcomeMismatch}, "OUTCOME_MISMATCH"},
+		{"An already terminal job", &PhaseError{Err: ErrAlreadyTerminal}, "ALREADY_TERMINAL"},
+		{"A disabled running cancel", &PhaseError{Err: ErrRunningCancelDisabled}, "RUNNING_CANCEL_DISABLED"},
+		{"A replay of a job that is not failed", &PhaseError{Err: ErrNotFailed}, "NOT_FAILED"},
+		{"A replay of a permanent failure", &PhaseError{Err: ErrPermanentFailure}, "PERMANENT_FAILURE"},
+		{"An illegal transition", &PhaseError{Err: ErrIllegalTransition}, "ILLEGAL_TRANSITION"},
+		{"An unrelated error has no reason", errors.New("disk on fire"), ""},
+		{"A nil error has no reason", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ReasonCode(tt.err); got != tt.want {
+				t.Errorf("ReasonCode(%v) = %q, want %q", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// lateCompletionScenario plays the lost-update scenario with explicit times:
+// renderer A is granted token 1, stalls past its TTL, the lease expires, the
+// job is re-queued after its backoff, renderer B is granted token 2 and
+// completes. It returns the job after B's success.
+func lateCompletionScenario(t *testing.T) Job {
+	t.Helper()
+	j := mustJob(t)(queued().Grant(1, "rA", t0, testTTL))
+	j = mustJob(t)(j.Expire(t0.Add(testTTL), 0.5))
+	if j.Phase != PhaseRetryWait {
+		t.Fatalf("after expiry: phase %v, want RETRY_WAIT", j.Phase)
+	}
+	j = mustJob(t)(j.Requeue(j.NextAttemptAt))
+	j = mustJob(t)(j.Grant(2, "rB", at(20*time.Second), testTTL))
+	j, replayed, err := j.Complete(Completion{Token: 2, Renderer: "rB", Success: true, Digest: "sha256:bb", Size: 7, ContentType: "image/png"}, at(25*time.Second), 0)
+	if err != nil || replayed {
+		t.Fatalf("B's completion = (replayed %v, %v), want applied", replayed, err)
+	}
+	return j
+}
+
+func TestLateCompletionAfterExpiryIsFenced(t *testing.T) {
+	bSucceeded := lateCompletionScenario(t)
+	aLate := Completion{Token: 1, Renderer: "rA", Success: true, Digest: "sha256:aa", Size: 9, ContentType: "image/png"}
+
+	// The facts that must survive every later command byte for byte.
+	type facts struct {
+		Phase          Phase
+		Attempt        uint32
+		Artifact       Artifact
+		TerminalReason TerminalReason
+		FinishedAt     time.Time
+	}
+	factsOf := func(j Job) facts {
+		return facts{j.Phase, j.Attempt, j.Artifact, j.TerminalReason, j.FinishedAt}
+	}
+	wantFacts := facts{
+		Phase: PhaseSucceeded, Attempt: 2,
+		Artifact:       Artifact{Digest: "sha256:bb", Size: 7, ContentType: "image/png", Token: 2, Renderer: "rB"},
+		TerminalReason: ReasonSucceeded, FinishedAt: at(25 * time.Second),
+	}
+	if got := factsOf(bSucceeded); got != wantFacts {
+		t.Fatalf("after B's completion: %+v, want %+v", got, wantFacts)
+	}
+
+	afterA, replayed, err := bSucceeded.Complete(aLate, at(30*time.Second), 0)
+	t.Run("A's late completion is rejected as LEASE_EXPIRED", func(t *testing.T) {
+		if !errors.Is(err, ErrLeaseExpired) || replayed {
+			t.Fatalf("A's completion = (replayed %v, %v), want ErrLeaseExpired", replayed, err)
+		}
+		var fe *FenceError
+		if !errors.As(err, &fe) || fe.CurrentPhase != PhaseSucceeded {
+			t.Errorf("A's rejection = %#v, want a *FenceError naming SUCCEEDED", err)
+		}
+	})
+	t.Run("A's rejection adds one COMPLETION_REJECTED event and counts it, nothing else", func(t *testing.T) {
+		want := withEvents(bSucceeded, Event{
+			Seq: uint32(len(bSucceeded.Events)) + 1, At: at(30 * time.Second),
+			Kind: EventCompletionRejected, Phase: PhaseSucceeded, Token: 1, Renderer: "rA", Attempt: 2,
+			Reason: "LEASE_EXPIRED", Message: "success:sha256:aa",
+		})
+		want.RejectedCompletions = 1
+		want.UpdatedAt = at(30 * time.Second)
+		if diff := cmp.Diff(want, afterA); diff != "" {
+			t.Errorf("record after A's rejection (-want +got):\n%s", diff)
+		}
+		if got := factsOf(afterA); got != wantFacts {
+			t.Errorf("facts after A's rejection: %+v, want %+v", got, wantFacts)
+		}
+		if !RejectionRecorded(bSucceeded, afterA) {
+			t.Error("RejectionRecorded = false for the first rejection, want true")
+		}
+	})
+	t.Run("A's second identical completion adds nothing", func(t *testing.T) {
+		again, replayed, err := afterA.Complete(aLate, at(31*time.Second), 0)
+		if !errors.Is(err, ErrLeaseExpired) || replayed {
+			t.Fatalf("A's second completion = (replayed %v, %v), want ErrLeaseExpired", replayed, err)
+		}
+		assertUnchanged(t, again, afterA)
+		if RejectionRecorded(afterA, again) {
+			t.Error("RejectionRecorded = true for a repeated rejection, want false")
+		}
+	})
+	t.Run("Replaying B's completion answers replayed and changes nothing", func(t *testing.T) {
+		bAgain := Completion{Token: 2, Renderer: "rB", Success: true, Digest: "sha256:bb", Size: 7, ContentType: "image/png"}
+		got, replayed, err := afterA.Complete(bAgain, at(40*time.Second), 0)
+		if err != nil || !replayed {
+			t.Fatalf("B's replay = (replayed %v, %v), want replayed and nil", replayed, err)
+		}
+		assertUnchanged(t, got, afterA)
+	})
+	t.Run("B's token with a different outcome is OUTCOME_MISMATCH and keeps the artifact", func(t *testing.T) {
+		for _, c := range []Completion{
+			{Token: 2, Renderer: "rB", Success: true, Digest: "sha256:cc", Size: 7, ContentType: "image/png"},
+			{Token: 2, Renderer: "rB", Class: ClassTransient, Message: "oops"},
+		} {
+			got, replayed, err := afterA.Complete(c, at(41*time.Second), 0)
+			if !errors.Is(err, ErrOutcomeMismatch) || replayed {
+				t.Fatalf("B's %s = (replayed %v, %v), want ErrOutcomeMismatch", c.Outcome(), replayed, err)
+			}
+			if g := factsOf(got); g != wantFacts {
+				t.Errorf("facts after mismatch: %+v, want %+v", g, wantFacts)
+			}
+			if ev := lastEvent(t, got); ev.Kind != EventCompletionRejected || ev.Reason != "OUTCOME_MISMATCH" || ev.Token != 2 {
+				t.Errorf("last event = %+v, want COMPLETION_REJECTED OUTCOME_MISMATCH for token 2", ev)
+			}
+		}
+	})
+}
+
+func TestCompletionAtTheDeadlineIsRejectedAndLeavesTheLease(t *testing.T) {
+	in := leased(t, 1)
+	got, _, err := in.Complete(successBy(1, "r1"), in.Lease.Deadline, 0)
+	if !errors.Is(err, ErrLeaseExpired) {
+		t.Fatalf("Complete at the deadline = %v, want ErrLeaseExpired", err)
+	}
+	if got.Phase != PhaseLeased || got.Lease != in.Lease || got.Artifact != (Artifact{}) || got.CompletedToken != 0 {
+		t.Errorf("after rejection: phase %v lease %+v artifact %+v completed %d; want the lease untouched", got.Phase, got.Lease, got.Artifact, got.CompletedToken)
+	}
+	if _, err := got.Expire(in.Lease.Deadline, 0); err != nil {
+		t.Errorf("Expire after the rejected completion = %v, want nil", err)
+	}
+}
+
+// rejectStale sends a stale success completion for each token to j, which
+// must be leased under a larger token, and returns the record.
+func rejectStale(t *testing.T, j Job, now time.Time, tokens ...uint64) Job {
+	t.Helper()
+	for _, tok := range tokens {
+		next, _, err := j.Complete(successBy(tok, "old"), now, 0)
+		if !errors.Is(err, ErrStaleLease) {
+			t.Fatalf("completion with token %d = %v, want ErrStaleLease", tok, err)
+		}
+		j = next
+	}
+	return j
+}
+
+// rejectionEvents counts COMPLETION_REJECTED events in evs.
+func rejectionEvents(evs []Event) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Kind == EventCompletionRejected {
+			n++
+		}
+	}
+	return n
+}
+
+func tokens(from, to uint64) []uint64 {
+	var ts []uint64
+	for tok := from; tok <= to; tok++ {
+		ts = append(ts, tok)
+	}
+	return ts
+}
+
+func TestRejectionEventsAreCapped(t *testing.T) {
+	t.Run("Rejections past the cap are counted but not kept in the history", func(t *testing.T) {
+		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents+8)...)
+		if got := rejectionEvents(j.Events); got != MaxRejectionEvents {
+			t.Errorf("COMPLETION_REJECTED events = %d, want %d", got, MaxRejectionEvents)
+		}
+		if j.RejectedCompletions != MaxRejectionEvents+8 {
+			t.Errorf("RejectedCompletions = %d, want %d", j.RejectedCompletions, MaxRejectionEvents+8)
+		}
+		if j.Phase != PhaseLeased || j.Lease.Token != 1000 {
+			t.Errorf("phase %v token %d after rejections, want LEASED 1000", j.Phase, j.Lease.Token)
+		}
+	})
+	t.Run("A repeated rejection past the cap is not counted again", func(t *testing.T) {
+		// Complete documents that a completion already rejected for the same
+		// reason returns the record unchanged; past the cap the history no
+		// longer shows the first rejection, so the repeat must be recognised
+		// another way.
+		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents+1)...)
+		again := rejectStale(t, j, at(3*time.Second), MaxRejectionEvents+1)
+		assertUnchanged(t, again, j)
+		if RejectionRecorded(j, again) {
+			t.Error("RejectionRecorded = true for a repeated rejection past the cap, want false")
+		}
+	})
+	t.Run("Each cycle keeps its own first rejections", func(t *testing.T) {
+		// job.proto: rejected completions beyond the first 32 of a cycle are
+		// counted but not kept; a replayed job starts a new cycle.
+		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents)...)
+		j, _, err := j.Complete(Completion{Token: 1000, Renderer: "r1", Class: ClassInvalidDocument, Message: "bad"}, at(3*time.Second), 0)
+		j = mustJob(t)(j, err)
+		j = mustJob(t)(j.Replay("oscar", "fixed", true, at(4*time.Second)))
+		j = mustJob(t)(j.Grant(2000, "r1", at(5*time.Second), testTTL))
+		j = rejectStale(t, j, at(6*time.Second), 1500)
+		if ev := lastEvent(t, j); ev.Kind != EventCompletionRejected || ev.Token != 1500 {
+			t.Errorf("last event after the first rejection of cycle 2 = %v token %d, want COMPLETION_REJECTED token 1500", ev.Kind, ev.Token)
+		}
+	})
+}
