@@ -34,9 +34,20 @@ func (w *Worker) heartbeatLoop(ctx context.Context, client leaseholdv1.RendererS
 // acks are waiting. It returns when the stream breaks or, after closing the
 // stream, when ctx is done.
 func (w *Worker) heartbeatSession(ctx context.Context, client leaseholdv1.RendererServiceClient, bo *backoff) error {
-	// The stream outlives ctx briefly so that it can be half-closed cleanly.
+	// The stream outlives ctx by up to closeGrace so that it can be
+	// half-closed cleanly; after that it is cut, even under a blocked Send.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stopWatch := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(closeGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-sctx.Done():
+		}
+	})
+	defer stopWatch()
 	stream, err := client.Heartbeat(sctx)
 	if err != nil {
 		return err
@@ -67,10 +78,7 @@ func (w *Worker) heartbeatSession(ctx context.Context, client leaseholdv1.Render
 		select {
 		case <-ctx.Done():
 			_ = stream.CloseSend()
-			select {
-			case <-recvDone:
-			case <-time.After(closeGrace):
-			}
+			<-recvDone
 			return nil
 		case <-recvDone:
 			return cmp.Or(recvErr, io.EOF)
