@@ -112,7 +112,7 @@ func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.Replay
 	}
 	res, err := s.e.Replay(ctx, rr)
 	if err != nil {
-		return nil, s.status(err)
+		return nil, s.status(notFound(err, reasonBatchNotFound, "batch %s not found", req.GetBatchId()))
 	}
 	if res.Previous != nil {
 		prev := &leaseholdv1.ReplayJobsResponse{}
