@@ -13,6 +13,11 @@
 //     cancelled at once and its work dropped; revocations are acknowledged as
 //     soon as the work has stopped, without waiting for the next tick.
 //
+// A provider may simulate a stop-the-world stall (mock.Input.OnPause): while
+// it lasts the lease is left out of heartbeats, so it can expire behind the
+// stalled render exactly as it would behind a frozen process, and the late
+// completion meets the coordinator's fencing check.
+//
 // A completion answered ABORTED is final: the lease is no longer ours, so the
 // work is dropped and logged as "completion rejected". When the coordinator is
 // unavailable, the worker reconnects with exponential backoff and jitter,
@@ -24,7 +29,8 @@
 //	lease acquired       job= token= attempt= team=
 //	render done          job= token= digest=
 //	completed            job= token= outcome=
-//	completion rejected  job= token= reason=
+//	completion rejected  job= token= reason=   (stage=upload when the upload was refused)
 //	lease lost           job= token= reason=
 //	cancel acknowledged  job= token=
+//	render paused        job= token=
 package renderer

@@ -111,7 +111,7 @@ func (w *Worker) sendHeartbeat(stream heartbeatStream) error {
 	w.mu.Lock()
 	refs := make([]*leaseholdv1.LeaseRef, 0, len(w.leases))
 	for k, l := range w.leases {
-		if !l.lost {
+		if !l.lost && !l.paused {
 			refs = append(refs, k.ref())
 		}
 	}

@@ -44,6 +44,7 @@ type lease struct {
 	cancel context.CancelCauseFunc
 
 	lost       bool // a heartbeat answered LOST or the lease was revoked
+	paused     bool // the provider simulates a stall; not heartbeated meanwhile
 	revoked    bool // the coordinator revoked it; ack once the work stops
 	completing bool // Complete is in flight; its answer decides the outcome
 }
@@ -69,7 +70,16 @@ func (w *Worker) work(client leaseholdv1.RendererServiceClient, l *lease) {
 			Content:     doc.GetContent(),
 			SourceURI:   doc.GetSourceUri(),
 		},
+		OnPause: func() {
+			w.log.Info("render paused", "job", l.key.jobID, "token", l.key.token)
+			w.mu.Lock()
+			l.paused = true
+			w.mu.Unlock()
+		},
 	})
+	w.mu.Lock()
+	l.paused = false
+	w.mu.Unlock()
 	if l.ctx.Err() != nil {
 		w.log.Debug("render stopped", "job", l.key.jobID, "token", l.key.token, "cause", context.Cause(l.ctx))
 		return
@@ -212,6 +222,13 @@ func (w *Worker) complete(client leaseholdv1.RendererServiceClient, l *lease, re
 		code := status.Code(err)
 		if code == codes.Aborted {
 			w.log.Warn("completion rejected", "job", l.key.jobID, "token", l.key.token, "reason", reasonOf(err))
+			return
+		}
+		w.mu.Lock()
+		revoked := l.revoked
+		w.mu.Unlock()
+		if revoked {
+			// Cancellation won; a retry could only be rejected.
 			return
 		}
 		if code != codes.Unavailable && attempt >= w.cfg.RetryAttempts {

@@ -261,7 +261,9 @@ func setup(t *testing.T, cfg renderer.Config) *testBundle {
 	cfg.Logger = slog.New(captureHandler{events: b.logs})
 	cfg.RecordFile = b.record
 	cfg.AcquireWait = time.Minute
-	cfg.HeartbeatInterval = time.Hour // only the first message and acks
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = time.Hour // only the first message and acks
+	}
 	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
 	cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 		return lis.DialContext(ctx)
@@ -584,6 +586,57 @@ func TestWorkerHeartbeatReconnect(t *testing.T) {
 	case err := <-p.stopped:
 		t.Errorf("the render stopped (%v) when the stream broke", err)
 	default:
+	}
+}
+
+// pausingProvider renders a fixed preview after a simulated stall that the
+// test starts and ends.
+type pausingProvider struct {
+	started chan struct{}
+	pause   chan struct{}
+	paused  chan struct{}
+	resume  chan struct{}
+}
+
+func (p *pausingProvider) Render(ctx context.Context, in mock.Input) (mock.Output, error) {
+	p.started <- struct{}{}
+	<-p.pause
+	in.OnPause()
+	p.paused <- struct{}{}
+	select {
+	case <-p.resume:
+	case <-ctx.Done():
+		return mock.Output{}, ctx.Err()
+	}
+	return mock.Output{Content: []byte("preview"), ContentType: "image/png"}, nil
+}
+
+// TestWorkerPausedRender ensures a lease is left out of heartbeats while its
+// render simulates a stall, and is completed with its own token afterwards.
+func TestWorkerPausedRender(t *testing.T) {
+	t.Parallel()
+	p := &pausingProvider{
+		started: make(chan struct{}, 1), pause: make(chan struct{}),
+		paused: make(chan struct{}, 1), resume: make(chan struct{}),
+	}
+	b := setup(t, renderer.Config{Provider: p, Capacity: 1, HeartbeatInterval: 5 * time.Millisecond})
+	recv(t, b.srv.acquires, "the first Acquire")
+	b.srv.grants <- []*leaseholdv1.Grant{grant("job-p", 31, pdf("x"))}
+	recv(t, p.started, "the render to start")
+	b.waitHeartbeat(t, "the lease before the pause", func(r *leaseholdv1.HeartbeatRequest) bool { return len(r.GetLeases()) == 1 })
+
+	close(p.pause)
+	recv(t, p.paused, "the pause to start")
+	// The lease is held throughout, so a heartbeat without it can only come
+	// from the pause.
+	b.waitHeartbeat(t, "no lease during the pause", func(r *leaseholdv1.HeartbeatRequest) bool { return len(r.GetLeases()) == 0 })
+	if got := b.waitLog(t, "render paused").attrs["job"]; got != "job-p" {
+		t.Errorf("render paused job = %q, want job-p", got)
+	}
+
+	close(p.resume)
+	if got := recv(t, b.srv.completes, "the completion").GetToken(); got != 31 {
+		t.Errorf("completion token = %d, want 31", got)
 	}
 }
 

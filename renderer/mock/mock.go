@@ -61,6 +61,11 @@ type Input struct {
 	Token      uint64
 	RendererID string
 	Document   Document
+	// OnPause, when set, is called as the simulated pause before completing
+	// begins. The pause stands for a stop-the-world stall of the whole
+	// process, so the caller should stop heartbeating this lease until Render
+	// returns; that is what lets the lease expire behind the paused render.
+	OnPause func()
 }
 
 // Output is a rendered preview.
@@ -168,8 +173,13 @@ func New(cfg Config) (*Provider, error) {
 // It returns a *Failure for documents it refuses and for injected transient
 // faults, and ctx.Err() as soon as ctx is done while it waits (latency or the
 // pause before completing). A document matching Config.CrashOn ends the
-// process; if the injected exit function returns, Render returns an error.
+// process before anything else happens; if the injected exit function
+// returns, Render returns an error.
 func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
+	if p.cfg.CrashOn != "" && strings.Contains(in.Document.Name, p.cfg.CrashOn) {
+		p.exit(CrashExitCode)
+		return Output{}, fmt.Errorf("mock: crashed on %q", in.Document.Name)
+	}
 	rng := p.rng(in)
 	delay := p.cfg.Latency
 	if p.cfg.LatencyJitter > 0 {
@@ -177,10 +187,6 @@ func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
 	}
 	if err := wait(ctx, delay); err != nil {
 		return Output{}, err
-	}
-	if p.cfg.CrashOn != "" && strings.Contains(in.Document.Name, p.cfg.CrashOn) {
-		p.exit(CrashExitCode)
-		return Output{}, fmt.Errorf("mock: crashed on %q", in.Document.Name)
 	}
 	if f := p.classify(in.Document); f != nil {
 		return Output{}, f
@@ -192,8 +198,13 @@ func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
 	if err != nil {
 		return Output{}, err
 	}
-	if err := wait(ctx, p.cfg.PauseBeforeComplete); err != nil {
-		return Output{}, err
+	if p.cfg.PauseBeforeComplete > 0 {
+		if in.OnPause != nil {
+			in.OnPause()
+		}
+		if err := wait(ctx, p.cfg.PauseBeforeComplete); err != nil {
+			return Output{}, err
+		}
 	}
 	return Output{Content: img, ContentType: ContentType}, nil
 }

@@ -251,6 +251,22 @@ func TestRenderTiming(t *testing.T) {
 		})
 	})
 
+	t.Run("the pause is announced before it starts", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p := newProvider(t, mock.Config{Latency: time.Second, PauseBeforeComplete: 2 * time.Second})
+			start := time.Now()
+			var at []time.Duration
+			in := input("j", 1, "x")
+			in.OnPause = func() { at = append(at, time.Since(start)) }
+			if _, err := p.Render(context.Background(), in); err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			if diff := cmp.Diff([]time.Duration{time.Second}, at); diff != "" {
+				t.Fatalf("OnPause calls (-want +got):\n%s", diff)
+			}
+		})
+	})
+
 	t.Run("latency returns the context error when the context ends", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			p := newProvider(t, mock.Config{Latency: time.Hour})

@@ -85,7 +85,7 @@ func run(args []string) error {
 	latency := fs.Duration("latency", envDur("LEASEHOLD_LATENCY", 0), "time every render takes (LEASEHOLD_LATENCY)")
 	jitter := fs.Duration("latency-jitter", envDur("LEASEHOLD_LATENCY_JITTER", 0), "random extra render time below this bound (LEASEHOLD_LATENCY_JITTER)")
 	failRate := fs.Float64("fail-rate", envNum("LEASEHOLD_FAIL_RATE", 0), "probability 0..1 that a render fails transiently (LEASEHOLD_FAIL_RATE)")
-	pause := fs.Duration("pause-before-complete", envDur("LEASEHOLD_PAUSE_BEFORE_COMPLETE", 0), "block this long after rendering, before completing (LEASEHOLD_PAUSE_BEFORE_COMPLETE)")
+	pause := fs.Duration("pause-before-complete", envDur("LEASEHOLD_PAUSE_BEFORE_COMPLETE", 0), "stall this long after rendering, before completing, as a frozen process would: the lease is not heartbeated meanwhile (LEASEHOLD_PAUSE_BEFORE_COMPLETE)")
 	crashOn := fs.String("crash-on", env("LEASEHOLD_CRASH_ON", ""), "exit with code 3 when rendering a document whose name contains this (LEASEHOLD_CRASH_ON)")
 	unsupported := fs.String("unsupported", env("LEASEHOLD_UNSUPPORTED", strings.Join(mock.DefaultUnsupported(), ",")), "comma-separated refused extensions and MIME types (LEASEHOLD_UNSUPPORTED)")
 	seed := fs.Uint64("seed", envUint("LEASEHOLD_SEED", 0), "seed of every injected random decision (LEASEHOLD_SEED)")
