@@ -24,12 +24,19 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultCapacity          = 2
-	DefaultAcquireWait       = 30 * time.Second
+	// DefaultCapacity is the default Config.Capacity.
+	DefaultCapacity = 2
+	// DefaultAcquireWait is the default Config.AcquireWait.
+	DefaultAcquireWait = 30 * time.Second
+	// DefaultHeartbeatInterval is used when neither Config.HeartbeatInterval
+	// nor the coordinator sets an interval.
 	DefaultHeartbeatInterval = 5 * time.Second
-	DefaultBackoffMin        = 100 * time.Millisecond
-	DefaultBackoffMax        = 5 * time.Second
-	DefaultRetryAttempts     = 5
+	// DefaultBackoffMin is the default Config.BackoffMin.
+	DefaultBackoffMin = 100 * time.Millisecond
+	// DefaultBackoffMax is the default Config.BackoffMax.
+	DefaultBackoffMax = 5 * time.Second
+	// DefaultRetryAttempts is the default Config.RetryAttempts.
+	DefaultRetryAttempts = 5
 	// MaxCapacity is the largest capacity the coordinator accepts
 	// (AcquireRequest.max_leases is 1 to 64).
 	MaxCapacity = 64

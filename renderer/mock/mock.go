@@ -57,10 +57,13 @@ type Document struct {
 
 // Input is one render request: the document and the lease it is made under.
 type Input struct {
-	JobID      string
-	Token      uint64
+	// JobID and Token name the lease; both are stamped into the preview.
+	JobID string
+	Token uint64
+	// RendererID names the renderer; it is stamped into the preview.
 	RendererID string
-	Document   Document
+	// Document is the document to preview.
+	Document Document
 	// OnPause, when set, is called as the simulated pause before completing
 	// begins. The pause stands for a stop-the-world stall of the whole
 	// process, so the caller should stop heartbeating this lease until Render
@@ -79,7 +82,9 @@ type Output struct {
 // Failure is a classified render failure. Renderers report it to the
 // coordinator with its class; permanent classes end the job at once.
 type Failure struct {
-	Class   leaseholdv1.FailureClass
+	// Class is how the coordinator treats the failure.
+	Class leaseholdv1.FailureClass
+	// Message says what went wrong; it never quotes document content.
 	Message string
 }
 
