@@ -132,7 +132,7 @@ func New(cfg Config) (c *Coordinator, err error) {
 		log = slog.Default()
 	}
 	if cfg.DataDir == "" {
-		return nil, errors.New("coordinator: Config.DataDir is required")
+		return nil, errors.New("Config.DataDir is required")
 	}
 	c = &Coordinator{cfg: cfg, log: log, done: make(chan struct{})}
 
@@ -260,7 +260,7 @@ func (c *Coordinator) principals() (*auth.Set, error) {
 		return auth.LoadFile(c.cfg.TokensFile)
 	}
 	if c.cfg.Listen != "" && !loopbackHost(c.cfg.Listen) {
-		return nil, fmt.Errorf("coordinator: no principals file (--tokens) and listen address %s is not loopback: "+
+		return nil, fmt.Errorf("no principals file (--tokens) and listen address %s is not loopback: "+
 			"refusing to serve the public development tokens on a network address", c.cfg.Listen)
 	}
 	c.devTokens = true
@@ -313,7 +313,7 @@ func (c *Coordinator) watchFailure() {
 // After Close it returns nil.
 func (c *Coordinator) Serve(lis net.Listener) error {
 	if c.devTokens && !localAddr(lis.Addr()) {
-		return fmt.Errorf("coordinator: refusing to serve the public development tokens on %s; pass a principals file", lis.Addr())
+		return fmt.Errorf("refusing to serve the public development tokens on %s; pass a principals file", lis.Addr())
 	}
 	if c.metricsSrv != nil {
 		c.metricsOnce.Do(func() {
