@@ -18,7 +18,9 @@
 // stalled render exactly as it would behind a frozen process, and the late
 // completion meets the coordinator's fencing check.
 //
-// A completion answered ABORTED is final: the lease is no longer ours, so the
+// An upload refused with ABORTED is still followed by Complete, because the
+// check that decides is the one in Complete: that is where a stale completion
+// is refused and recorded. A completion answered ABORTED is final: the lease is no longer ours, so the
 // work is dropped and logged as "completion rejected". When the coordinator is
 // unavailable, the worker reconnects with exponential backoff and jitter,
 // keeps heartbeating the leases it holds, and lets in-flight work complete
@@ -29,7 +31,7 @@
 //	lease acquired       job= token= attempt= team=
 //	render done          job= token= digest=
 //	completed            job= token= outcome=
-//	completion rejected  job= token= reason=   (stage=upload when the upload was refused)
+//	completion rejected  job= token= reason=
 //	lease lost           job= token= reason=
 //	cancel acknowledged  job= token=
 //	render paused        job= token=

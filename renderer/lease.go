@@ -47,6 +47,10 @@ type lease struct {
 	paused     bool // the provider simulates a stall; not heartbeated meanwhile
 	revoked    bool // the coordinator revoked it; ack once the work stops
 	completing bool // Complete is in flight; its answer decides the outcome
+
+	// uploadRefused is the reason an upload was refused with ABORTED; only
+	// the lease goroutine touches it.
+	uploadRefused string
 }
 
 // errLeaseLost is the cancellation cause of a lost lease's context.
@@ -55,6 +59,10 @@ var errLeaseLost = errors.New("lease lost")
 // errDropped reports that the work of a lease was dropped (the lease is gone
 // or the worker stops); it has been logged.
 var errDropped = errors.New("work dropped")
+
+// errUploadRefused reports an upload refused early with ABORTED because the
+// lease looked stale.
+var errUploadRefused = errors.New("upload refused")
 
 // work renders, uploads and completes one lease. It runs on the lease's own
 // goroutine and drops the work as soon as the lease context is done.
@@ -100,6 +108,10 @@ func (w *Worker) work(client leaseholdv1.RendererServiceClient, l *lease) {
 		switch {
 		case errors.Is(err, errDropped):
 			return
+		case errors.Is(err, errUploadRefused):
+			// The check that decides is the one in Complete: report the
+			// result, so that a stale completion is refused and recorded.
+			req.Outcome = &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: digest}}
 		case err != nil:
 			req.Outcome = &leaseholdv1.CompleteRequest_Failure{Failure: &leaseholdv1.CompleteFailure{
 				Class:   leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT,
@@ -113,9 +125,9 @@ func (w *Worker) work(client leaseholdv1.RendererServiceClient, l *lease) {
 }
 
 // upload stores the preview and returns its digest. It retries UNAVAILABLE
-// while the lease is held, other errors up to RetryAttempts times, and
-// returns errDropped (after logging) when the lease is gone or the upload is
-// ABORTED.
+// while the lease is held and other errors up to RetryAttempts times, except
+// those retrying cannot fix. It returns errDropped when the lease is gone and
+// errUploadRefused when the upload is ABORTED.
 func (w *Worker) upload(client leaseholdv1.RendererServiceClient, l *lease, out mock.Output, digest string) (string, error) {
 	bo := w.newBackoff()
 	for attempt := 1; ; attempt++ {
@@ -129,10 +141,11 @@ func (w *Worker) upload(client leaseholdv1.RendererServiceClient, l *lease, out 
 		}
 		code := status.Code(err)
 		if code == codes.Aborted {
-			w.log.Warn("completion rejected", "job", l.key.jobID, "token", l.key.token, "reason", reasonOf(err), "stage", "upload")
-			return "", errDropped
+			l.uploadRefused = reasonOf(err)
+			w.log.Info("upload refused", "job", l.key.jobID, "token", l.key.token, "reason", l.uploadRefused)
+			return "", errUploadRefused
 		}
-		if code != codes.Unavailable && attempt >= w.cfg.RetryAttempts {
+		if !retryable(code) || (code != codes.Unavailable && attempt >= w.cfg.RetryAttempts) {
 			w.log.Error("upload failed", "job", l.key.jobID, "token", l.key.token, "err", err, "attempts", attempt)
 			return "", err
 		}
@@ -186,8 +199,9 @@ func (w *Worker) uploadOnce(client leaseholdv1.RendererServiceClient, l *lease, 
 }
 
 // complete reports the outcome. ABORTED is final and logged as "completion
-// rejected"; UNAVAILABLE is retried until the worker stops; other errors are
-// retried up to RetryAttempts times. Complete is idempotent for the same token
+// rejected"; UNAVAILABLE is retried until the worker stops; errors that a
+// retry cannot fix (see retryable) end at once; others are retried up to
+// RetryAttempts times. Complete is idempotent for the same token
 // and outcome, so a retry after a lost answer is safe.
 func (w *Worker) complete(client leaseholdv1.RendererServiceClient, l *lease, req *leaseholdv1.CompleteRequest) {
 	w.mu.Lock()
@@ -224,6 +238,12 @@ func (w *Worker) complete(client leaseholdv1.RendererServiceClient, l *lease, re
 			w.log.Warn("completion rejected", "job", l.key.jobID, "token", l.key.token, "reason", reasonOf(err))
 			return
 		}
+		if l.uploadRefused != "" {
+			// Without an artifact the completion cannot succeed; the
+			// upload's refusal is the fencing answer.
+			w.log.Warn("completion rejected", "job", l.key.jobID, "token", l.key.token, "reason", l.uploadRefused, "stage", "upload", "err", err)
+			return
+		}
 		w.mu.Lock()
 		revoked := l.revoked
 		w.mu.Unlock()
@@ -231,7 +251,7 @@ func (w *Worker) complete(client leaseholdv1.RendererServiceClient, l *lease, re
 			// Cancellation won; a retry could only be rejected.
 			return
 		}
-		if code != codes.Unavailable && attempt >= w.cfg.RetryAttempts {
+		if !retryable(code) || (code != codes.Unavailable && attempt >= w.cfg.RetryAttempts) {
 			w.log.Error("completion failed", "job", l.key.jobID, "token", l.key.token, "err", err, "attempts", attempt)
 			return
 		}
@@ -241,6 +261,17 @@ func (w *Worker) complete(client leaseholdv1.RendererServiceClient, l *lease, re
 			return
 		}
 	}
+}
+
+// retryable reports whether a call failing with code may succeed when
+// repeated unchanged.
+func retryable(code codes.Code) bool {
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied,
+		codes.Unauthenticated, codes.Unimplemented, codes.OutOfRange, codes.AlreadyExists:
+		return false
+	}
+	return true
 }
 
 // reasonOf returns the ErrorInfo reason of a gRPC error, or its code name when

@@ -60,6 +60,9 @@ type fakeCoordinator struct {
 	// completeErrs are returned by the next Complete calls, in order; when it
 	// is empty Complete succeeds.
 	completeErrs []error
+	// uploadErrs are returned by the next UploadArtifact calls, in order,
+	// after the whole upload has been read.
+	uploadErrs []error
 }
 
 // upload is one UploadArtifact call as the server saw it.
@@ -149,6 +152,13 @@ func (f *fakeCoordinator) UploadArtifact(stream leaseholdv1.RendererService_Uplo
 	sum := sha256.Sum256(u.content)
 	u.digest = hex.EncodeToString(sum[:])
 	f.uploads <- u
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.uploadErrs) > 0 {
+		err := f.uploadErrs[0]
+		f.uploadErrs = f.uploadErrs[1:]
+		return err
+	}
 	return stream.SendAndClose(&leaseholdv1.UploadArtifactResponse{Digest: u.digest, SizeBytes: int64(len(u.content))})
 }
 
@@ -669,6 +679,54 @@ func TestWorkerCompletionRejected(t *testing.T) {
 		t.Errorf("a rejected completion was retried: %v", c)
 	default:
 	}
+}
+
+// TestWorkerUploadRefused ensures an upload refused as stale is still
+// followed by Complete, whose check decides, and that the refusal is logged.
+func TestWorkerUploadRefused(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a refused completion logs the completion's reason", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1})
+		b.srv.mu.Lock()
+		b.srv.uploadErrs = []error{abortedErr(t, "LEASE_EXPIRED")}
+		b.srv.completeErrs = []error{abortedErr(t, "STALE_LEASE")}
+		b.srv.mu.Unlock()
+		recv(t, b.srv.acquires, "the first Acquire")
+		b.srv.grants <- []*leaseholdv1.Grant{grant("job-s", 12, pdf("x"))}
+		up := recv(t, b.srv.uploads, "the upload")
+		c := recv(t, b.srv.completes, "the completion")
+		if got, want := c.GetSuccess().GetArtifactDigest(), up.digest; got != want {
+			t.Errorf("completion digest = %q, want the refused upload's %q", got, want)
+		}
+		if got := b.waitLog(t, "completion rejected").attrs["reason"]; got != "STALE_LEASE" {
+			t.Errorf("completion rejected reason = %q, want STALE_LEASE", got)
+		}
+	})
+
+	t.Run("a completion failing for want of the artifact logs the upload's reason", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1})
+		b.srv.mu.Lock()
+		b.srv.uploadErrs = []error{abortedErr(t, "LEASE_EXPIRED")}
+		b.srv.completeErrs = []error{status.Error(codes.FailedPrecondition, "no artifact")}
+		b.srv.mu.Unlock()
+		recv(t, b.srv.acquires, "the first Acquire")
+		b.srv.grants <- []*leaseholdv1.Grant{grant("job-e", 13, pdf("x"))}
+		recv(t, b.srv.completes, "the completion")
+		rejected := b.waitLog(t, "completion rejected")
+		if diff := cmp.Diff(map[string]string{"job": "job-e", "token": "13", "reason": "LEASE_EXPIRED", "stage": "upload"}, rejected.attrs,
+			onlyKeys("job", "token", "reason", "stage")); diff != "" {
+			t.Errorf("completion rejected log (-want +got):\n%s", diff)
+		}
+		recv(t, b.srv.acquires, "the next Acquire")
+		select {
+		case c := <-b.srv.completes:
+			t.Errorf("the completion was retried: %v", c)
+		default:
+		}
+	})
 }
 
 // TestNew ensures invalid configurations are refused.
