@@ -212,6 +212,8 @@ func New(cfg Config) (c *Coordinator, err error) {
 		return status.Error(codes.Internal, "internal error")
 	})
 	c.grpc = grpc.NewServer(
+		// Stop waits for handlers, so none outlives the engine it calls.
+		grpc.WaitForHandlers(true),
 		grpc.ChainUnaryInterceptor(
 			srvMetrics.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(rpcLog, logOpts...),

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -294,12 +296,23 @@ func TestErrorTableOverRPC(t *testing.T) {
 		_, err = b.jobs.CancelBatch(as(t, alpha), &leaseholdv1.CancelBatchRequest{BatchId: "b-999"})
 		wantError(t, err, codes.NotFound, reasonBatchNotFound)
 	})
-	t.Run("A stopped writer is UNAVAILABLE STORAGE_UNAVAILABLE", func(t *testing.T) {
+	t.Run("A failed commit is UNAVAILABLE STORAGE_UNAVAILABLE", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		b.eng.Stop()
+		var broken atomic.Bool
+		b := setup(t, func(o *options) {
+			o.fault = func(string) error {
+				if broken.Load() {
+					return store.ErrInjected
+				}
+				return nil
+			}
+		})
+		broken.Store(true)
 		_, err := b.jobs.SubmitBatch(as(t, alpha), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r", Documents: []*leaseholdv1.Document{doc("a")}})
 		wantError(t, err, codes.Unavailable, reasonStorageUnavailable)
+		if b.eng.Serving() {
+			t.Errorf("the engine still serves after a failed commit")
+		}
 	})
 	t.Run("A renderer id with spaces is INVALID_ARGUMENT INVALID_RENDERER_ID", func(t *testing.T) {
 		t.Parallel()

@@ -67,6 +67,8 @@ type testBundle struct {
 type options struct {
 	engine           func(*engine.Config)
 	maxArtifactBytes int64
+	// fault, when set, is the store's fault hook.
+	fault func(op string) error
 }
 
 func setup(t *testing.T, opts ...func(*options)) *testBundle {
@@ -77,7 +79,11 @@ func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	}
 	dir := t.TempDir()
 	b := &testBundle{clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
-	st, err := store.Open(filepath.Join(dir, "leasehold.db"))
+	var storeOpts []store.Option
+	if o.fault != nil {
+		storeOpts = append(storeOpts, store.WithFault(o.fault))
+	}
+	st, err := store.Open(filepath.Join(dir, "leasehold.db"), storeOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +114,8 @@ func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	}
 	principals := auth.DevPrincipals()
 	gs := grpc.NewServer(
+		// Stop waits for handlers, so none outlives the engine.
+		grpc.WaitForHandlers(true),
 		grpc.ChainUnaryInterceptor(principals.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(principals.StreamServerInterceptor()),
 	)
