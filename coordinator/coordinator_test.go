@@ -1,0 +1,222 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeAndClose runs a coordinator on loopback TCP with the
+// development tokens and checks health, an authenticated call, metrics,
+// the listening log line and a clean Close.
+func TestServeAndClose(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	c, err := New(Config{
+		Listen:        "127.0.0.1:0",
+		DataDir:       filepath.Join(t.TempDir(), "data"),
+		MetricsListen: "127.0.0.1:0",
+		Logger:        slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- c.Serve(lis) }()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	t.Run("Health reports SERVING for the server and each service", func(t *testing.T) {
+		hc := healthpb.NewHealthClient(conn)
+		for _, name := range serviceNames {
+			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+			if err != nil {
+				t.Fatalf("Check(%q): %v", name, err)
+			}
+			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("Check(%q) = %v, want SERVING", name, resp.GetStatus())
+			}
+		}
+	})
+	t.Run("Calls need a token and the development tokens work", func(t *testing.T) {
+		jc := leaseholdv1.NewJobServiceClient(conn)
+		_, err := jc.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: "j-1"})
+		if got := status.Code(err); got != codes.Unauthenticated {
+			t.Errorf("without a token: %v, want Unauthenticated", got)
+		}
+		authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-alpha")
+		resp, err := jc.SubmitBatch(authed, &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r",
+			Documents: []*leaseholdv1.Document{{Name: "a.pdf", Content: []byte("%PDF")}}})
+		if err != nil {
+			t.Fatalf("SubmitBatch: %v", err)
+		}
+		if got := resp.GetBatch().GetJobIds(); len(got) != 1 || got[0] != "j-1" {
+			t.Errorf("job ids = %v, want [j-1]", got)
+		}
+	})
+	t.Run("Metrics are served with gRPC and engine series", func(t *testing.T) {
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Get("http://" + c.MetricsAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"grpc_server_handled_total", "leasehold_dispatch_paused 0"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("metrics lack %q", want)
+			}
+		}
+	})
+
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve after Close = %v, want nil", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	for _, want := range []string{"development tokens", `msg="coordinator listening" addr=` + lis.Addr().String()} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// TestDevelopmentTokensOnlyOnLoopback checks that the public development
+// tokens are never served on a network address.
+func TestDevelopmentTokensOnlyOnLoopback(t *testing.T) {
+	t.Parallel()
+	quiet := slog.New(slog.DiscardHandler)
+
+	t.Run("A non-loopback listen address without a principals file is refused", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(Config{Listen: "0.0.0.0:7070", DataDir: t.TempDir(), Logger: quiet})
+		if err == nil || !strings.Contains(err.Error(), "not loopback") {
+			t.Errorf("New = %v, want a refusal naming loopback", err)
+		}
+	})
+	t.Run("Serving the development tokens on a wildcard listener is refused", func(t *testing.T) {
+		t.Parallel()
+		c, err := New(Config{DataDir: t.TempDir(), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		lis, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Close()
+		if err := c.Serve(lis); err == nil {
+			t.Errorf("Serve on %s with development tokens succeeded", lis.Addr())
+		}
+	})
+	t.Run("A principals file allows any address", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		tokens := filepath.Join(dir, "principals.json")
+		if err := os.WriteFile(tokens, []byte(`{"principals":[{"name":"pool","token":"pool-secret-1","roles":["renderer"]}]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := New(Config{Listen: "0.0.0.0:7070", DataDir: filepath.Join(dir, "data"), TokensFile: tokens, Logger: quiet})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	t.Run("A second coordinator on the same data directory fails fast", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		c, err := New(Config{DataDir: dir, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := New(Config{DataDir: dir, Logger: quiet}); err == nil {
+			t.Errorf("a second New on the same data directory succeeded")
+		}
+	})
+}
+
+// TestLocalAddr checks which listener addresses count as local.
+func TestLocalAddr(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		addr net.Addr
+		want bool
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, true},
+		{&net.TCPAddr{IP: net.IPv6loopback, Port: 1}, true},
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 1}, false},
+		{&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}, false},
+		{&net.UnixAddr{Name: "/tmp/x.sock", Net: "unix"}, true},
+	}
+	for _, tc := range tests {
+		if got := localAddr(tc.addr); got != tc.want {
+			t.Errorf("localAddr(%v) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:7070": true, "localhost:1": true, "[::1]:1": true, ":7070": false, "0.0.0.0:1": false, "example.com:1": false} {
+		if got := loopbackHost(addr); got != want {
+			t.Errorf("loopbackHost(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
