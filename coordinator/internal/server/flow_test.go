@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 )
@@ -488,5 +487,3 @@ func TestShutdownEndsStreams(t *testing.T) {
 	_, err = hb.Recv()
 	wantError(t, err, codes.Unavailable, reasonShuttingDown)
 }
-
-var _ Engine = (*engine.Engine)(nil)

@@ -268,11 +268,17 @@ func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseh
 			if _, ours := phases[id]; !ours || ev.Event.Seq <= lastSeq[id] {
 				continue
 			}
+			// One group may commit several events of a job; each message
+			// shows the phase right after its own event.
+			phase := ev.Event.Phase
+			if phase == jobs.PhaseUnspecified {
+				phase = ev.Job.Phase
+			}
 			lastSeq[id] = ev.Event.Seq
-			phases[id] = ev.Job.Phase
+			phases[id] = phase
 			if err := stream.Send(&leaseholdv1.WatchBatchResponse{
 				JobId: JobID(id),
-				Phase: leaseholdv1.Phase(ev.Job.Phase),
+				Phase: leaseholdv1.Phase(phase),
 				Event: eventToProto(ev.Event),
 				Batch: batchNow(),
 			}); err != nil {

@@ -40,6 +40,8 @@ type Engine interface {
 	HeartbeatInterval() time.Duration
 }
 
+var _ Engine = (*engine.Engine)(nil)
+
 // ArtifactStore is the content-addressed preview store; *store.Artifacts
 // implements it.
 type ArtifactStore interface {
