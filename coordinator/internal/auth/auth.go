@@ -35,18 +35,23 @@ const (
 	RoleOperator Role = "operator"
 )
 
-// AllTeams in a principal's teams means every team.
+// AllTeams in an operator's scope means every team.
 const AllTeams = "*"
 
 // minTokenBytes is the shortest accepted token.
 const minTokenBytes = 8
 
-// Principal is an authenticated caller.
+// Principal is an authenticated caller. A submitter acts for its one Team;
+// an operator acts on the teams of its Scope. The two never mix: an
+// operator's scope does not let it submit, and a submitter's team does not
+// widen an operator's scope.
 type Principal struct {
 	// Name identifies the principal in histories and the audit trail.
 	Name string
-	// Teams lists the teams the principal acts on; "*" means all.
-	Teams []string
+	// Team is the one team a submitter submits for and follows.
+	Team string
+	// Scope lists the teams an operator acts on; "*" means all.
+	Scope []string
 	// Roles lists what the principal may do.
 	Roles []Role
 }
@@ -56,14 +61,19 @@ func (p Principal) Can(role Role) bool {
 	return slices.Contains(p.Roles, role)
 }
 
-// InScope reports whether p may act on team.
-func (p Principal) InScope(team string) bool {
-	return slices.Contains(p.Teams, AllTeams) || slices.Contains(p.Teams, team)
+// SubmitterOf reports whether p is a submitter for team.
+func (p Principal) SubmitterOf(team string) bool {
+	return p.Can(RoleSubmitter) && p.Team != "" && p.Team == team
 }
 
-// AllScope reports whether p's teams cover every team.
+// InScope reports whether p is an operator whose scope covers team.
+func (p Principal) InScope(team string) bool {
+	return p.Can(RoleOperator) && (slices.Contains(p.Scope, AllTeams) || slices.Contains(p.Scope, team))
+}
+
+// AllScope reports whether p is an operator whose scope is every team.
 func (p Principal) AllScope() bool {
-	return slices.Contains(p.Teams, AllTeams)
+	return p.Can(RoleOperator) && slices.Contains(p.Scope, AllTeams)
 }
 
 // Set is an immutable set of principals indexed by token. It is safe for
@@ -182,15 +192,13 @@ func Parse(data []byte) (*Set, error) {
 		if fp.Team == AllTeams {
 			return nil, fmt.Errorf("%s: team must name one team; use scope for operators", where)
 		}
-		if fp.Team != "" {
-			p.Teams = append(p.Teams, fp.Team)
-		}
+		p.Team = fp.Team
 		for _, t := range fp.Scope {
 			if strings.TrimSpace(t) == "" {
 				return nil, fmt.Errorf("%s: scope has an empty team", where)
 			}
-			if !slices.Contains(p.Teams, t) {
-				p.Teams = append(p.Teams, t)
+			if !slices.Contains(p.Scope, t) {
+				p.Scope = append(p.Scope, t)
 			}
 		}
 		if p.Can(RoleSubmitter) && fp.Team == "" {
@@ -238,11 +246,11 @@ const (
 // coordinator uses them only on a loopback address.
 func DevPrincipals() *Set {
 	return NewSet(map[string]Principal{
-		DevAlphaToken:         {Name: "dev-alpha", Teams: []string{"alpha"}, Roles: []Role{RoleSubmitter}},
-		DevBetaToken:          {Name: "dev-beta", Teams: []string{"beta"}, Roles: []Role{RoleSubmitter}},
+		DevAlphaToken:         {Name: "dev-alpha", Team: "alpha", Roles: []Role{RoleSubmitter}},
+		DevBetaToken:          {Name: "dev-beta", Team: "beta", Roles: []Role{RoleSubmitter}},
 		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}},
-		DevOperatorToken:      {Name: "dev-operator", Teams: []string{AllTeams}, Roles: []Role{RoleOperator}},
-		DevOperatorAlphaToken: {Name: "dev-operator-alpha", Teams: []string{"alpha"}, Roles: []Role{RoleOperator}},
+		DevOperatorToken:      {Name: "dev-operator", Scope: []string{AllTeams}, Roles: []Role{RoleOperator}},
+		DevOperatorAlphaToken: {Name: "dev-operator-alpha", Scope: []string{"alpha"}, Roles: []Role{RoleOperator}},
 	})
 }
 

@@ -40,7 +40,7 @@ func TestParse(t *testing.T) {
 		if !ok {
 			t.Fatalf("Lookup(ops-secret) found nothing")
 		}
-		want := Principal{Name: "ops", Teams: []string{"alpha", "beta"}, Roles: []Role{RoleOperator}}
+		want := Principal{Name: "ops", Scope: []string{"alpha", "beta"}, Roles: []Role{RoleOperator}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("principal (-want +got):\n%s", diff)
 		}
@@ -93,24 +93,26 @@ func TestLoadFile(t *testing.T) {
 	}
 }
 
-// TestPrincipalScope checks Can and InScope for the development principals.
+// TestPrincipalScope checks Can, SubmitterOf and InScope for the
+// development principals.
 func TestPrincipalScope(t *testing.T) {
 	t.Parallel()
 	s := DevPrincipals()
 	tests := []struct {
-		token     string
-		role      Role
-		team      string
-		wantCan   bool
-		wantScope bool
+		token         string
+		role          Role
+		team          string
+		wantCan       bool
+		wantSubmitter bool
+		wantScope     bool
 	}{
-		{DevAlphaToken, RoleSubmitter, "alpha", true, true},
-		{DevAlphaToken, RoleOperator, "beta", false, false},
-		{DevBetaToken, RoleSubmitter, "alpha", true, false},
-		{DevRendererToken, RoleRenderer, "alpha", true, false},
-		{DevOperatorToken, RoleOperator, "anything", true, true},
-		{DevOperatorAlphaToken, RoleOperator, "alpha", true, true},
-		{DevOperatorAlphaToken, RoleOperator, "beta", true, false},
+		{DevAlphaToken, RoleSubmitter, "alpha", true, true, false},
+		{DevAlphaToken, RoleOperator, "beta", false, false, false},
+		{DevBetaToken, RoleSubmitter, "alpha", true, false, false},
+		{DevRendererToken, RoleRenderer, "alpha", true, false, false},
+		{DevOperatorToken, RoleOperator, "anything", true, false, true},
+		{DevOperatorAlphaToken, RoleOperator, "alpha", true, false, true},
+		{DevOperatorAlphaToken, RoleOperator, "beta", true, false, false},
 	}
 	for _, tc := range tests {
 		p, ok := s.Lookup(tc.token)
@@ -120,10 +122,25 @@ func TestPrincipalScope(t *testing.T) {
 		if got := p.Can(tc.role); got != tc.wantCan {
 			t.Errorf("%s Can(%s) = %v, want %v", tc.token, tc.role, got, tc.wantCan)
 		}
+		if got := p.SubmitterOf(tc.team); got != tc.wantSubmitter {
+			t.Errorf("%s SubmitterOf(%s) = %v, want %v", tc.token, tc.team, got, tc.wantSubmitter)
+		}
 		if got := p.InScope(tc.team); got != tc.wantScope {
 			t.Errorf("%s InScope(%s) = %v, want %v", tc.token, tc.team, got, tc.wantScope)
 		}
 	}
+
+	t.Run("An operator who also submits for one team submits for that team only", func(t *testing.T) {
+		set, err := Parse([]byte(`{"principals":[{"name":"both","token":"both-secret","team":"alpha","scope":["*"],"roles":["submitter","operator"]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := set.Lookup("both-secret")
+		if !p.SubmitterOf("alpha") || p.SubmitterOf("beta") || !p.InScope("beta") {
+			t.Errorf("SubmitterOf(alpha)=%v SubmitterOf(beta)=%v InScope(beta)=%v; want true, false, true",
+				p.SubmitterOf("alpha"), p.SubmitterOf("beta"), p.InScope("beta"))
+		}
+	})
 }
 
 // TestInterceptor checks the unary interceptor: principal in context,

@@ -1,11 +1,11 @@
 // Package auth maps bearer tokens to principals and guards the coordinator's
 // gRPC services with them.
 //
-// A principal has a name, a list of teams and a set of roles. A submitter
-// acts for its team; an operator acts on the teams of its scope ("*" for
-// every team); a renderer needs no team. The token that identifies a
-// principal is a shared secret: it is compared in constant time and never
-// logged or returned.
+// A principal has a name, roles, a team and a scope. A submitter acts for
+// its one team; an operator acts on the teams of its scope ("*" for every
+// team); a renderer needs neither. The token that identifies a principal is
+// a shared secret: it is compared in constant time and never logged or
+// returned.
 //
 // # Principals file
 //
@@ -23,6 +23,6 @@
 // token is the secret callers send as "authorization: Bearer <token>" (at
 // least 8 bytes, unique in the file); team is a submitter's one team; scope
 // lists an operator's teams, "*" meaning all; roles is any of submitter,
-// renderer and operator. A principal's teams are its team followed by its
-// scope, and every role it holds acts on that same list.
+// renderer and operator. The team serves only the submitter role and the
+// scope only the operator role.
 package auth

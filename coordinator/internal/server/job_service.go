@@ -29,7 +29,7 @@ func (s *JobServer) SubmitBatch(ctx context.Context, req *leaseholdv1.SubmitBatc
 	}
 	// A malformed team is reported as INVALID_TEAM by validation; a
 	// well-formed team the caller does not submit for is refused here.
-	if jobs.ValidTeam(req.GetTeam()) && !p.InScope(req.GetTeam()) {
+	if jobs.ValidTeam(req.GetTeam()) && !p.SubmitterOf(req.GetTeam()) {
 		return nil, s.status(denied("%s is not a submitter for team %q", p.Name, req.GetTeam()))
 	}
 	docs := make([]jobs.DocInput, len(req.GetDocuments()))

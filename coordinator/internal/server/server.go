@@ -166,9 +166,9 @@ func require(ctx context.Context, role auth.Role) (auth.Principal, error) {
 // operator whose scope covers it.
 func access(p auth.Principal, team string) (view, bool) {
 	switch {
-	case p.Can(auth.RoleSubmitter) && p.InScope(team):
+	case p.SubmitterOf(team):
 		return viewFull, true
-	case p.Can(auth.RoleOperator) && p.InScope(team):
+	case p.InScope(team):
 		return viewOperator, true
 	}
 	return viewFull, false
@@ -176,20 +176,18 @@ func access(p auth.Principal, team string) (view, bool) {
 
 // readTeams returns the teams p may list: nil for every team.
 func readTeams(p auth.Principal) ([]string, error) {
-	if !p.Can(auth.RoleSubmitter) && !p.Can(auth.RoleOperator) {
-		return nil, denied("%s may not read jobs", p.Name)
-	}
-	if p.Can(auth.RoleOperator) && p.AllScope() {
+	if p.AllScope() {
 		return nil, nil
 	}
-	teams := make([]string, 0, len(p.Teams))
-	for _, t := range p.Teams {
-		if t != auth.AllTeams {
-			teams = append(teams, t)
-		}
+	var teams []string
+	if p.Can(auth.RoleSubmitter) && p.Team != "" {
+		teams = append(teams, p.Team)
+	}
+	if p.Can(auth.RoleOperator) {
+		teams = append(teams, p.Scope...)
 	}
 	if len(teams) == 0 {
-		return nil, denied("%s has no teams", p.Name)
+		return nil, denied("%s may not read jobs", p.Name)
 	}
 	return teams, nil
 }
