@@ -80,6 +80,8 @@ type team struct {
 	// heapIdx is the team's index in Scheduler.heads while it has ready work
 	// (FIFO mode).
 	heapIdx int
+	// ref and gen name the team in the job index.
+	ref, gen uint32
 }
 
 // New returns an empty Scheduler. It panics if cfg holds a negative or NaN
@@ -102,7 +104,7 @@ func New(cfg Config) *Scheduler {
 		s.maxShare = DefaultMaxShare
 	}
 	if s.maxShare < 0 || math.IsNaN(s.maxShare) {
-		panic(fmt.Sprintf("dispatch: Config.MaxShare must be a share between 0 and 1, got %v", cfg.MaxShare))
+		panic(fmt.Sprintf("dispatch: Config.MaxShare must be a non-negative share, got %v", cfg.MaxShare))
 	}
 	for name, w := range cfg.Weights {
 		if w < 1 {
@@ -117,12 +119,12 @@ func New(cfg Config) *Scheduler {
 // within a team). A job is queued at most once: pushing a job that is already
 // queued, for any team, changes nothing, and the job keeps its place.
 func (s *Scheduler) Push(team string, job uint64) {
-	if _, queued := s.index.get(job); queued {
+	t := s.lookup(team)
+	if !t.q.push(&s.index, t, job, s.seq+1) {
+		s.forgetIfIdle(t)
 		return
 	}
-	t := s.lookup(team)
 	s.seq++
-	t.q.push(&s.index, job, s.seq)
 	s.ready++
 	if t.q.len() == 1 {
 		s.activate(t)
@@ -138,12 +140,12 @@ func (s *Scheduler) Remove(team string, job uint64) bool {
 	if t == nil || t.q.len() == 0 {
 		return false
 	}
-	i, queued := t.q.find(&s.index, job)
-	if !queued {
+	owner, pos, queued := s.index.get(job)
+	if !queued || owner != t {
 		return false
 	}
 	oldHead := t.q.front().seq
-	t.q.remove(&s.index, i)
+	t.q.remove(&s.index, int(pos-t.q.base))
 	s.ready--
 	switch {
 	case t.q.len() == 0:
@@ -194,8 +196,9 @@ func (s *Scheduler) take(liveCapacity int) (*team, entry) {
 
 // choose returns the team whose job Next hands out and advances the rotation.
 // It looks at the teams in rotation order, starting with the current turn if
-// it is not used up, and takes the first one under capLimit; if there is none,
-// every team with ready work is at the cap and the rotation goes on without it.
+// it is not used up, and takes the first one under capLimit. If there is
+// none, every team with ready work is at the cap, and the rotation goes on as
+// if there were no cap. A team passed over loses the rest of its turn.
 // At least one team must have ready work.
 func (s *Scheduler) choose(capLimit int) *team {
 	c := s.cur
@@ -288,6 +291,7 @@ func (s *Scheduler) lookup(name string) *team {
 			w = s.defaultWeight
 		}
 		t = &team{name: name, weight: w, heapIdx: -1}
+		s.index.register(t)
 		s.teams[name] = t
 	}
 	return t
@@ -297,6 +301,7 @@ func (s *Scheduler) lookup(name string) *team {
 func (s *Scheduler) forgetIfIdle(t *team) {
 	if t.q.len() == 0 && t.inFlight == 0 {
 		delete(s.teams, t.name)
+		s.index.unregister(t)
 	}
 }
 

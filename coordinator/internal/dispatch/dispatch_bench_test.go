@@ -10,6 +10,10 @@ import (
 // steady backlog spread over eight teams, with the renderers kept busy so that
 // the cap check runs on every pick. It also reports the heap held per queued
 // job. Throughput should not depend on the backlog's size.
+//
+// Job ids come from a counter, as the coordinator hands them out; with
+// ids=scattered they follow no order at all, the case the job index serves
+// from a plain map.
 func BenchmarkNext(b *testing.B) {
 	for _, mode := range []struct {
 		name string
@@ -18,15 +22,25 @@ func BenchmarkNext(b *testing.B) {
 		{name: "fair", cfg: Config{Weights: map[string]int{"team-0": 3}}},
 		{name: "fifo", cfg: Config{FIFO: true}},
 	} {
-		for _, backlog := range []int{1_000, 1_000_000} {
-			b.Run(fmt.Sprintf("mode=%s/backlog=%d", mode.name, backlog), func(b *testing.B) {
-				benchmarkNext(b, mode.cfg, backlog)
-			})
+		for _, ids := range []struct {
+			name string
+			id   func(n uint64) uint64
+		}{
+			{name: "counter", id: func(n uint64) uint64 { return n }},
+			// An odd multiplier permutes the ids, so they stay distinct.
+			{name: "scattered", id: func(n uint64) uint64 { return n * 0x9E3779B97F4A7C15 }},
+		} {
+			for _, backlog := range []int{1_000, 1_000_000} {
+				name := fmt.Sprintf("mode=%s/ids=%s/backlog=%d", mode.name, ids.name, backlog)
+				b.Run(name, func(b *testing.B) {
+					benchmarkNext(b, mode.cfg, ids.id, backlog)
+				})
+			}
 		}
 	}
 }
 
-func benchmarkNext(b *testing.B, cfg Config, backlog int) {
+func benchmarkNext(b *testing.B, cfg Config, idOf func(uint64) uint64, backlog int) {
 	const (
 		teamCount = 8
 		capacity  = 64
@@ -42,7 +56,7 @@ func benchmarkNext(b *testing.B, cfg Config, backlog int) {
 	s := New(cfg)
 	id := uint64(0)
 	for range backlog {
-		s.Push(names[id%teamCount], id)
+		s.Push(names[id%teamCount], idOf(id))
 		id++
 	}
 	runtime.GC()
@@ -57,7 +71,7 @@ func benchmarkNext(b *testing.B, cfg Config, backlog int) {
 			b.Fatal("Next found no work in a full backlog")
 		}
 		leases[i] = team
-		s.Push(team, id)
+		s.Push(team, idOf(id))
 		id++
 	}
 	cycle := func(i int) {
@@ -68,7 +82,7 @@ func benchmarkNext(b *testing.B, cfg Config, backlog int) {
 			b.Fatal("Next found no work in a full backlog")
 		}
 		leases[slot] = team
-		s.Push(team, id)
+		s.Push(team, idOf(id))
 		id++
 	}
 	// Turn the whole backlog over once, so that the buffers have reached the

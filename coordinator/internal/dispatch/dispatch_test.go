@@ -339,6 +339,58 @@ func TestRemove(t *testing.T) {
 	})
 }
 
+func TestLongQueues(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ALongQueueDrainsInPushOrderAndIsForgotten", func(t *testing.T) {
+		t.Parallel()
+		s := New(Config{})
+		const n = 50_000
+		pushAll(s, "a", seq(1, n)...)
+		for i, job := range seq(1, n) {
+			team, got, ok := s.Next(wide)
+			if !ok || team != "a" || got != job {
+				t.Fatalf("Next #%d = (%q, %d, %v), want (a, %d, true)", i+1, team, got, ok, job)
+			}
+			s.Release(team)
+		}
+		if err := s.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Teams(); len(got) != 0 {
+			t.Errorf("Teams() after draining = %v, want none", got)
+		}
+	})
+
+	t.Run("JobsWithIdsFarApartAreAllFound", func(t *testing.T) {
+		t.Parallel()
+		s := New(Config{})
+		jobs := []uint64{1 << 40, 7, 1<<40 + 1, 0, 1<<63 + 5, 8, 1 << 20, math.MaxUint64}
+		for _, job := range jobs {
+			s.Push("a", job)
+			s.Push("b", job) // Already queued for a: ignored.
+		}
+		if err := s.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		if !s.Remove("a", 0) || !s.Remove("a", math.MaxUint64) {
+			t.Fatalf("Remove of queued jobs 0 and MaxUint64 = false, want true")
+		}
+		var want []pick
+		for _, job := range jobs {
+			if job != 0 && job != math.MaxUint64 {
+				want = append(want, pick{"a", job})
+			}
+		}
+		if diff := cmp.Diff(want, picks(t, s, len(want), wide)); diff != "" {
+			t.Errorf("pick order (-want +got):\n%s", diff)
+		}
+		if err := s.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestPush(t *testing.T) {
 	t.Parallel()
 

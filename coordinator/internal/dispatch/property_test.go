@@ -172,6 +172,13 @@ func TestSchedulerMatchesModel(t *testing.T) {
 					push(team, m.nextJob)
 				}
 			},
+			"push a job with a distant id": func(rt *rapid.T) {
+				m.nextJob += rapid.Uint64Range(2, 5000).Draw(rt, "gap")
+				push(drawTeam(rt), m.nextJob)
+			},
+			"push a job with any id": func(rt *rapid.T) {
+				push(drawTeam(rt), rapid.Uint64().Draw(rt, "job"))
+			},
 			"push a known job again": func(rt *rapid.T) {
 				if m.nextJob == 0 {
 					rt.Skip("no job yet")
@@ -227,6 +234,9 @@ func TestSchedulerMatchesModel(t *testing.T) {
 				m.inFlight[team]++
 			},
 			"": func(rt *rapid.T) {
+				if err := s.checkInvariants(); err != nil {
+					rt.Fatal(err)
+				}
 				for _, team := range propertyTeams {
 					if got, want := s.Depth(team), len(m.queues[team]); got != want {
 						rt.Fatalf("Depth(%q) = %d, want %d", team, got, want)

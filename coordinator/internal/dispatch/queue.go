@@ -26,10 +26,9 @@ const (
 // Jobs sit in buf[head:] in push order. The scheduler's jobIndex maps every
 // queued job to its absolute position: buf[i] is at position base+i, and base
 // only grows, so sliding the buffer down to reclaim popped slots never
-// rewrites the index. Positions are per queue, so a position read from the
-// index is trusted only if the slot it names holds the job. Remove turns the
-// job's slot into a tombstone, and the queue keeps buf[head] live whenever it
-// is not empty, so the head is read without a lookup.
+// rewrites the index, and every position below base+head has been handed out.
+// Remove turns the job's slot into a tombstone, and the queue keeps buf[head]
+// live whenever it is not empty, so the head is read without a lookup.
 //
 // Memory is bounded by the live jobs, not by the history: popped slots are
 // reclaimed once they are half the buffer, tombstones once they outnumber the
@@ -49,43 +48,34 @@ func (q *queue) len() int { return q.live }
 // front returns the oldest queued job. The queue must not be empty.
 func (q *queue) front() entry { return q.buf[q.head] }
 
-// find returns the index in buf of job, if ix says job is queued here.
-func (q *queue) find(ix *jobIndex, job uint64) (int, bool) {
-	pos, ok := ix.get(job)
-	if !ok || pos < q.base+uint64(q.head) || pos >= q.base+uint64(len(q.buf)) {
-		return 0, false
-	}
-	i := int(pos - q.base)
-	if e := q.buf[i]; e.job != job || e.seq == 0 {
-		return 0, false
-	}
-	return i, true
-}
-
-// push appends job with push sequence seq. The job must not be queued in any
-// queue sharing ix.
-func (q *queue) push(ix *jobIndex, job, seq uint64) {
+// push appends job with push sequence seq for t, whose queue q is, and
+// reports true, unless job is queued already (for any team), in which case it
+// changes nothing and reports false.
+func (q *queue) push(ix *jobIndex, t *team, job, seq uint64) bool {
 	if len(q.buf) == cap(q.buf) && q.head >= len(q.buf)/4 {
 		// Reuse the popped slots rather than grow past them.
 		q.slide()
 	}
-	ix.set(job, q.base+uint64(len(q.buf)))
+	if !ix.add(t, job, q.base+uint64(len(q.buf))) {
+		return false
+	}
 	q.buf = append(q.buf, entry{job: job, seq: seq})
 	q.live++
+	return true
 }
 
 // pop removes and returns the oldest queued job. The queue must not be empty.
 func (q *queue) pop(ix *jobIndex) entry {
 	e := q.buf[q.head]
-	ix.delete(e.job)
 	q.head++
 	q.live--
+	ix.popped(e.job)
 	q.skipDead()
 	q.tidy(ix)
 	return e
 }
 
-// remove takes the job at buf[i], as found by find, out of the queue.
+// remove takes the job at buf[i] out of the queue.
 func (q *queue) remove(ix *jobIndex, i int) {
 	ix.delete(q.buf[i].job)
 	q.buf[i].seq = 0
@@ -156,7 +146,7 @@ func (q *queue) compact(ix *jobIndex) {
 		if e.seq == 0 {
 			continue
 		}
-		ix.set(e.job, base+uint64(len(dst)))
+		ix.move(e.job, base+uint64(len(dst)))
 		dst = append(dst, e)
 	}
 	q.buf = dst
