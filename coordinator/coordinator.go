@@ -100,6 +100,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the writer's clock; nil means time.Now.
 	Now func() time.Time
+
+	// storeOptions are passed to store.Open; tests inject faults with them.
+	storeOptions []store.Option
 }
 
 // Coordinator is a running coordinator: store, engine and gRPC server.
@@ -152,7 +155,7 @@ func New(cfg Config) (c *Coordinator, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
-	c.st, err = store.Open(filepath.Join(cfg.DataDir, DBFile))
+	c.st, err = store.Open(filepath.Join(cfg.DataDir, DBFile), cfg.storeOptions...)
 	if err != nil {
 		return nil, err
 	}

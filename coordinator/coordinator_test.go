@@ -11,9 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -218,5 +221,67 @@ func TestLocalAddr(t *testing.T) {
 		if got := loopbackHost(addr); got != want {
 			t.Errorf("loopbackHost(%q) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// TestFailStopTurnsHealthNotServing checks that a failed commit turns every
+// health status NOT_SERVING.
+func TestFailStopTurnsHealthNotServing(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	c, err := New(Config{
+		DataDir: t.TempDir(),
+		Logger:  slog.New(slog.DiscardHandler),
+		storeOptions: []store.Option{store.WithFault(func(string) error {
+			if broken.Load() {
+				return store.ErrInjected
+			}
+			return nil
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- c.Serve(lis) }()
+	defer func() {
+		c.Close()
+		<-served
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	hc := healthpb.NewHealthClient(conn)
+	watch, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: server.RendererServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := watch.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first health status = %v, %v; want SERVING", first.GetStatus(), err)
+	}
+
+	broken.Store(true)
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-alpha")
+	_, err = leaseholdv1.NewJobServiceClient(conn).SubmitBatch(authed, &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r",
+		Documents: []*leaseholdv1.Document{{Name: "a.pdf", Content: []byte("%PDF")}}})
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("SubmitBatch with a failing store: %v, want Unavailable", err)
+	}
+	next, err := watch.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health after fail-stop = %v, want NOT_SERVING", next.GetStatus())
 	}
 }
