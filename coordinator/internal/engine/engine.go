@@ -320,6 +320,9 @@ func (h timerHeap) peek() (timerItem, bool) {
 
 // do sends c to the writer and waits for its answer.
 func (e *Engine) do(ctx context.Context, c command) error {
+	if !e.serving.Load() {
+		return ErrStorageFailed
+	}
 	r := &request{cmd: c, done: make(chan error, 1)}
 	select {
 	case e.reqC <- r:
@@ -335,5 +338,16 @@ func (e *Engine) do(ctx context.Context, c command) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-e.doneC:
+		// The writer exited; it may have answered just before.
+		select {
+		case err := <-r.done:
+			return err
+		default:
+		}
+		if !e.serving.Load() {
+			return ErrStorageFailed
+		}
+		return ErrStopped
 	}
 }

@@ -110,6 +110,9 @@ func (c Completion) Outcome() string { return Outcome(c.Success, c.Digest, c.Cla
 // COMPLETION_REJECTED event appended and nothing else changed, unless the
 // same token was already rejected for the same reason, in which case the
 // record is returned unchanged; the caller persists the record either way.
+// Repeats are recognised through the history, which keeps the first
+// MaxRejectionEvents rejections of a cycle: past that, every refusal is
+// counted (and listed by the caller) again.
 // jitter in [0, 1) draws the backoff of a retryable failure.
 func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, replayed bool, err error) {
 	if c.Token != 0 && c.Token == j.CompletedToken {
@@ -157,10 +160,22 @@ func (j Job) reject(c Completion, err error, now time.Time) (Job, bool, error) {
 		}
 	}
 	j.RejectedCompletions++
-	if j.RejectedCompletions <= MaxRejectionEvents {
+	if j.rejectionEventsThisCycle() < MaxRejectionEvents {
 		j = j.withEvent(Event{Kind: EventCompletionRejected, Token: c.Token, Renderer: c.Renderer, Reason: reason, Message: c.Outcome()}, now)
 	}
 	return j, false, err
+}
+
+// rejectionEventsThisCycle counts the COMPLETION_REJECTED events since the
+// cycle began (the last REPLAYED event, or submission).
+func (j Job) rejectionEventsThisCycle() int {
+	n := 0
+	for i := len(j.Events) - 1; i >= 0 && j.Events[i].Kind != EventReplayed; i-- {
+		if j.Events[i].Kind == EventCompletionRejected {
+			n++
+		}
+	}
+	return n
 }
 
 // RejectionRecorded reports whether Complete recorded c's refusal for the

@@ -1,0 +1,355 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is an injected clock the tests move by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type testBundle struct {
+	dir   string
+	clock *clock
+	cfg   Config
+	e     *Engine
+	st    *store.Store
+}
+
+func setup(t *testing.T, mutate ...func(*Config)) *testBundle {
+	t.Helper()
+	b := &testBundle{dir: t.TempDir(), clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	b.cfg = Config{
+		Now:           b.clock.Now,
+		LeaseTTL:      15 * time.Second,
+		Retry:         jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 10 * time.Second},
+		RunningCancel: true,
+		Seed:          1,
+	}
+	for _, m := range mutate {
+		m(&b.cfg)
+	}
+	b.open(t)
+	return b
+}
+
+// open (re)opens the store and engine on the bundle's directory.
+func (b *testBundle) open(t *testing.T, opts ...store.Option) {
+	t.Helper()
+	st, err := store.Open(filepath.Join(b.dir, "leasehold.db"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arts, err := store.OpenArtifacts(filepath.Join(b.dir, "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.cfg
+	cfg.Store, cfg.Artifacts = st, arts
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start()
+	b.e, b.st = e, st
+	t.Cleanup(b.close)
+}
+
+// close stops the engine and closes the store; safe to call twice.
+func (b *testBundle) close() {
+	if b.e != nil {
+		b.e.Stop()
+		b.st.Close()
+		b.e, b.st = nil, nil
+	}
+}
+
+func (b *testBundle) restart(t *testing.T) {
+	t.Helper()
+	b.close()
+	b.open(t)
+}
+
+func docs(names ...string) []jobs.DocInput {
+	out := make([]jobs.DocInput, len(names))
+	for i, n := range names {
+		out[i] = jobs.DocInput{Document: jobs.Document{Name: n, ContentType: "application/pdf"}, Content: []byte("content of " + n)}
+	}
+	return out
+}
+
+func (b *testBundle) submit(t *testing.T, team, req string, names ...string) jobs.Batch {
+	t.Helper()
+	res, err := b.e.Submit(context.Background(), SubmitRequest{Team: team, RequestID: req, Docs: docs(names...)})
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	return res.Batch
+}
+
+func (b *testBundle) acquire(t *testing.T, renderer string, n int) []Grant {
+	t.Helper()
+	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: renderer, Max: n, Capacity: 4})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return res.Grants
+}
+
+func (b *testBundle) job(t *testing.T, id uint64) jobs.Job {
+	t.Helper()
+	j, err := b.e.Job(id)
+	if err != nil {
+		t.Fatalf("Job(%d): %v", id, err)
+	}
+	return j
+}
+
+func success(job, token uint64, renderer, digest string) CompleteRequest {
+	return CompleteRequest{Job: job, Completion: jobs.Completion{Token: token, Renderer: renderer, Success: true, Digest: digest, ContentType: "image/png"}}
+}
+
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("SubmitLeaseHeartbeatCompleteEndsSucceeded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		batch := b.submit(t, "alpha", "r1", "a.pdf", "b.pdf")
+		if batch.Count != 2 {
+			t.Fatalf("batch count = %d, want 2", batch.Count)
+		}
+		grants := b.acquire(t, "r-1", 1)
+		if len(grants) != 1 || grants[0].Job.ID != batch.FirstJob {
+			t.Fatalf("grants = %+v, want the first job", grants)
+		}
+		g := grants[0]
+		if string(g.Content) != "content of a.pdf" {
+			t.Errorf("content = %q", g.Content)
+		}
+		b.clock.Advance(10 * time.Second)
+		st, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st[0].Held || !st[0].Deadline.Equal(b.clock.Now().Add(15*time.Second)) {
+			t.Fatalf("heartbeat = %+v, want held until now+15s", st[0])
+		}
+		res, err := b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Job.Phase != jobs.PhaseSucceeded || res.Job.Artifact.Digest != "d1" || res.Job.Artifact.Token != g.Job.Lease.Token {
+			t.Fatalf("job = %v artifact %+v", res.Job.Phase, res.Job.Artifact)
+		}
+		v, err := b.e.Batch(batch.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[jobs.Phase]int{jobs.PhaseSucceeded: 1, jobs.PhaseQueued: 1}, v.Counts); diff != "" || v.Done {
+			t.Fatalf("counts (-want +got):\n%s done=%v", diff, v.Done)
+		}
+	})
+
+	t.Run("SameRequestIDReturnsTheSameBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first := b.submit(t, "alpha", "r1", "a.pdf")
+		res, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Replayed || res.Batch.ID != first.ID {
+			t.Fatalf("second submit = %+v, want replay of batch %d", res, first.ID)
+		}
+		_, err = b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("other.pdf")})
+		if !errors.Is(err, jobs.ErrRequestIDReused) {
+			t.Fatalf("reused id err = %v, want ErrRequestIDReused", err)
+		}
+		all, _ := b.e.ListJobs(JobFilter{})
+		if len(all) != 1 {
+			t.Fatalf("stored %d jobs, want 1", len(all))
+		}
+	})
+
+	t.Run("UnsupportedFormatIsFailedAtSubmissionAndNeverDispatched", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		batch := b.submit(t, "alpha", "r1", "macro.docm", "ok.pdf")
+		j := b.job(t, batch.FirstJob)
+		if j.Phase != jobs.PhaseFailed || j.TerminalReason != jobs.ReasonUnsupportedFormat {
+			t.Fatalf("macro.docm = %v %v, want FAILED UNSUPPORTED_FORMAT", j.Phase, j.TerminalReason)
+		}
+		grants := b.acquire(t, "r-1", 4)
+		if len(grants) != 1 || grants[0].Job.Doc.Name != "ok.pdf" {
+			t.Fatalf("grants = %d, want only ok.pdf", len(grants))
+		}
+	})
+
+	t.Run("TeamQueueFullRejectsTheWholeBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(c *Config) { c.Limits.MaxTeamQueue = 3 })
+		b.submit(t, "alpha", "r1", "a", "b")
+		_, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r2", Docs: docs("c", "d")})
+		if !errors.Is(err, jobs.ErrTeamQueueFull) {
+			t.Fatalf("err = %v, want ErrTeamQueueFull", err)
+		}
+		b.submit(t, "beta", "r2", "c", "d")
+		all, _ := b.e.ListJobs(JobFilter{Teams: []string{"alpha"}})
+		if len(all) != 2 {
+			t.Fatalf("alpha has %d jobs, want 2", len(all))
+		}
+	})
+}
+
+func TestFencing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("LateWorkerIsRejectedAndChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(c *Config) { c.Retry.BackoffBase = time.Millisecond; c.Retry.BackoffCap = time.Millisecond })
+		batch := b.submit(t, "alpha", "r1", "a.pdf")
+		a := b.acquire(t, "renderer-a", 1)[0]
+		b.clock.Advance(16 * time.Second)
+		if err := b.e.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if j := b.job(t, batch.FirstJob); j.Phase != jobs.PhaseRetryWait {
+			t.Fatalf("after the deadline phase = %v, want RETRY_WAIT", j.Phase)
+		}
+		b.clock.Advance(time.Second)
+		bg := b.acquire(t, "renderer-b", 1)
+		if len(bg) != 1 || bg[0].Job.Lease.Token <= a.Job.Lease.Token {
+			t.Fatalf("B's grant = %+v, want a larger token than %d", bg, a.Job.Lease.Token)
+		}
+		bres, err := b.e.Complete(ctx, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := b.job(t, batch.FirstJob)
+		_, err = b.e.Complete(ctx, success(batch.FirstJob, a.Job.Lease.Token, "renderer-a", "digest-a"))
+		if !errors.Is(err, jobs.ErrLeaseExpired) {
+			t.Fatalf("A's completion err = %v, want ErrLeaseExpired", err)
+		}
+		after := b.job(t, batch.FirstJob)
+		if diff := cmp.Diff(before, after, cmp.FilterPath(func(p cmp.Path) bool {
+			s := p.String()
+			return s == "Events" || s == "RejectedCompletions" || s == "UpdatedAt"
+		}, cmp.Ignore())); diff != "" {
+			t.Fatalf("rejected completion changed the job (-before +after):\n%s", diff)
+		}
+		if len(after.Events) != len(before.Events)+1 || after.Events[len(after.Events)-1].Kind != jobs.EventCompletionRejected {
+			t.Fatalf("want exactly one COMPLETION_REJECTED event appended")
+		}
+		rej, err := b.e.ListRejections(RejectionFilter{Job: batch.FirstJob})
+		if err != nil || len(rej) != 1 || rej[0].Reason != "LEASE_EXPIRED" || rej[0].Token != a.Job.Lease.Token {
+			t.Fatalf("rejections = %+v, %v", rej, err)
+		}
+		replay, err := b.e.Complete(ctx, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
+		if err != nil || !replay.Replayed {
+			t.Fatalf("replayed completion = %+v, %v; want replayed", replay, err)
+		}
+		final := b.job(t, batch.FirstJob)
+		if diff := cmp.Diff(after, final); diff != "" {
+			t.Fatalf("replay changed the job:\n%s", diff)
+		}
+		terminal := 0
+		for _, ev := range final.Events {
+			if ev.Kind == jobs.EventSucceeded {
+				terminal++
+			}
+		}
+		if terminal != 1 || final.Artifact.Digest != "digest-b" || final.Artifact.Token != bres.Job.Artifact.Token {
+			t.Fatalf("terminal events = %d artifact = %+v", terminal, final.Artifact)
+		}
+	})
+
+	t.Run("TokensKeepIncreasingAcrossRestartsAndLeasesSurvive", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.submit(t, "alpha", "r1", "a", "b", "c")
+		first := b.acquire(t, "r-1", 2)
+		b.restart(t)
+		st, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Leases: []LeaseRef{{Job: first[0].Job.ID, Token: first[0].Job.Lease.Token}}})
+		if err != nil || !st[0].Held {
+			t.Fatalf("heartbeat after restart = %+v, %v; want held", st, err)
+		}
+		later := b.acquire(t, "r-2", 1)
+		if len(later) != 1 || later[0].Job.Lease.Token <= first[1].Job.Lease.Token {
+			t.Fatalf("token after restart = %+v, want > %d", later, first[1].Job.Lease.Token)
+		}
+		if _, err := b.e.Complete(ctx, success(first[1].Job.ID, first[1].Job.Lease.Token, "r-1", "d")); err != nil {
+			t.Fatalf("old lease inside its deadline should complete: %v", err)
+		}
+	})
+}
+
+func TestAtomicAcceptance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	acked := b.submit(t, "alpha", "r1", "a", "b")
+	b.close()
+
+	// Fail the third job write of the next batch: the writer must roll the
+	// whole transaction back, acknowledge nothing and stop.
+	writes := 0
+	b.open(t, store.WithFault(func(bucket string) error {
+		if bucket == "jobs" {
+			writes++
+			if writes == 3 {
+				return store.ErrInjected
+			}
+		}
+		return nil
+	}))
+	_, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r2", Docs: docs("c", "d", "e", "f")})
+	if !errors.Is(err, ErrStorageFailed) {
+		t.Fatalf("submit during a storage fault: err = %v, want ErrStorageFailed", err)
+	}
+	if b.e.Serving() {
+		t.Fatal("engine still serving after a failed commit")
+	}
+	if _, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r3", Docs: docs("g")}); !errors.Is(err, ErrStorageFailed) {
+		t.Fatalf("submit after fail-stop: err = %v, want ErrStorageFailed", err)
+	}
+	b.restart(t)
+	all, err := b.e.ListJobs(JobFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].BatchID != acked.ID || all[1].BatchID != acked.ID {
+		t.Fatalf("after restart jobs = %d, want only the acknowledged batch's 2", len(all))
+	}
+	if got := len(b.acquire(t, "r", 4)); got != 2 {
+		t.Fatalf("dispatchable after restart = %d, want 2", got)
+	}
+}
