@@ -314,6 +314,15 @@ func TestErrorTableOverRPC(t *testing.T) {
 			t.Errorf("the engine still serves after a failed commit")
 		}
 	})
+	t.Run("An unknown engine error is INTERNAL without its cause", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(o *options) { o.wrap = func(e Engine) Engine { return brokenReads{e} } })
+		_, err := b.jobs.GetJob(as(t, alpha), &leaseholdv1.GetJobRequest{JobId: "j-1"})
+		wantError(t, err, codes.Internal, reasonInternal)
+		if msg := status.Convert(err).Message(); strings.Contains(msg, "disk on fire") {
+			t.Errorf("INTERNAL message leaks the cause: %q", msg)
+		}
+	})
 	t.Run("A renderer id with spaces is INVALID_ARGUMENT INVALID_RENDERER_ID", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -395,3 +404,9 @@ func TestUploadArtifact(t *testing.T) {
 		wantError(t, err, codes.InvalidArgument, reasonArtifactTooLarge)
 	})
 }
+
+// brokenReads is an engine whose job reads fail with an error the table
+// does not know.
+type brokenReads struct{ Engine }
+
+func (brokenReads) Job(uint64) (jobs.Job, error) { return jobs.Job{}, errors.New("disk on fire") }

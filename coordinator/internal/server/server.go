@@ -17,7 +17,10 @@ import (
 )
 
 // Engine is what the handlers need of the coordinator's single writer and
-// its read side; *engine.Engine implements it.
+// its read side; *engine.Engine implements it, and each method has the
+// contract of its namesake there. Commands (Submit, Acquire, Heartbeat,
+// Complete, Cancel, Replay, SetPaused, RecordAudit) go through the writer;
+// reads may run on any goroutine.
 type Engine interface {
 	Submit(ctx context.Context, req engine.SubmitRequest) (engine.SubmitResult, error)
 	Acquire(ctx context.Context, req engine.AcquireRequest) (engine.AcquireResult, error)

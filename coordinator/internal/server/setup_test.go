@@ -69,6 +69,8 @@ type options struct {
 	maxArtifactBytes int64
 	// fault, when set, is the store's fault hook.
 	fault func(op string) error
+	// wrap, when set, wraps the engine the services call.
+	wrap func(Engine) Engine
 }
 
 func setup(t *testing.T, opts ...func(*options)) *testBundle {
@@ -108,7 +110,11 @@ func setup(t *testing.T, opts ...func(*options)) *testBundle {
 		t.Fatal(err)
 	}
 	b.eng.Start()
-	b.services, err = New(Config{Engine: b.eng, Artifacts: arts, Now: b.clock.Now, MaxArtifactBytes: o.maxArtifactBytes})
+	var e Engine = b.eng
+	if o.wrap != nil {
+		e = o.wrap(e)
+	}
+	b.services, err = New(Config{Engine: e, Artifacts: arts, Now: b.clock.Now, MaxArtifactBytes: o.maxArtifactBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
