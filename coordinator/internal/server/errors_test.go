@@ -296,6 +296,15 @@ func TestErrorTableOverRPC(t *testing.T) {
 		_, err = b.jobs.CancelBatch(as(t, alpha), &leaseholdv1.CancelBatchRequest{BatchId: "b-999"})
 		wantError(t, err, codes.NotFound, reasonBatchNotFound)
 	})
+	t.Run("A stopped writer is UNAVAILABLE STORAGE_UNAVAILABLE", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.eng.Stop()
+		for range 5 { // the writer's queue must not swallow a late command
+			_, err := b.jobs.SubmitBatch(as(t, alpha), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r", Documents: []*leaseholdv1.Document{doc("a")}})
+			wantError(t, err, codes.Unavailable, reasonStorageUnavailable)
+		}
+	})
 	t.Run("A failed commit is UNAVAILABLE STORAGE_UNAVAILABLE", func(t *testing.T) {
 		t.Parallel()
 		var broken atomic.Bool
