@@ -13,7 +13,7 @@ import (
 // counter: the live ids lie mostly in a window of recent ids, and new ids
 // arrive at its top. The window is a ring of slots indexed by the id itself,
 // covering ids [lo, lo+len(win)) and sliding up as new ids arrive, so pushing
-// a job writes next to the previous push and never misses the processor cache
+// a job writes next to the previous push and seldom misses the processor cache
 // however large the backlog is. Popping the head of a queue does not touch the
 // index at all: the popped job's slot simply goes stale, because a slot counts
 // as live only while its team is still the same team (same ref and
