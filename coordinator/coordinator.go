@@ -396,14 +396,13 @@ func interceptorLogger(l *slog.Logger) logging.Logger {
 }
 
 // codeToLevel logs successful calls at Debug (Acquire and heartbeats are
-// frequent), refusals at Info, unavailability at Warn and server faults at
-// Error.
+// frequent), refusals and unavailability at Info (streams end UNAVAILABLE at
+// every shutdown; a failed commit is logged by the engine at Error) and
+// server faults at Error.
 func codeToLevel(code codes.Code) logging.Level {
 	switch code {
 	case codes.OK:
 		return logging.LevelDebug
-	case codes.Unavailable:
-		return logging.LevelWarn
 	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
 		return logging.LevelError
 	}
