@@ -459,8 +459,11 @@ func (c *cancelCmd) apply(g *group) error {
 	}
 	if c.req.Operator {
 		action := jobs.AuditCancelJob
-		if c.req.Batch != 0 {
+		switch {
+		case c.req.Batch != 0:
 			action = jobs.AuditCancelBatch
+		case c.err != nil:
+			action = jobs.AuditCancelRefused
 		}
 		tx, _ := g.txn()
 		if _, err := tx.PutAudit(jobs.AuditRecord{At: g.now, Principal: c.req.Principal, Action: action, Reason: c.req.Reason,
