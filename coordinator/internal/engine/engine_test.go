@@ -353,3 +353,40 @@ func TestAtomicAcceptance(t *testing.T) {
 		t.Fatalf("dispatchable after restart = %d, want 2", got)
 	}
 }
+
+func TestLiveCapacity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	capacity := func() int {
+		t.Helper()
+		if err := b.e.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return b.e.m.snap.Load().capacity
+	}
+	if err := b.e.RendererConnected(ctx, "r-1", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.e.RendererConnected(ctx, "r-2", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := capacity(); got != 6 {
+		t.Fatalf("live capacity with two streams = %d, want 6", got)
+	}
+	b.e.RendererGone("r-2")
+	if got := capacity(); got != 4 {
+		t.Fatalf("live capacity after r-2's stream closed = %d, want 4", got)
+	}
+	// A renderer seen only through Acquire stays live until it has been
+	// silent for RendererTimeout.
+	b.acquire(t, "r-3", 1)
+	if got := capacity(); got != 8 {
+		t.Fatalf("live capacity after r-3 acquired = %d, want 8", got)
+	}
+	b.clock.Advance(DefaultRendererTimeout + time.Second)
+	b.acquire(t, "r-1", 1)
+	if got := capacity(); got != 4 {
+		t.Fatalf("live capacity after r-3 went silent = %d, want 4", got)
+	}
+}
