@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// newBenchEngine starts an engine on a real bbolt file (every commit
+// fsyncs) in b.TempDir(), with the real clock, and a registry to read the
+// writer's group sizes from.
+func newBenchEngine(b *testing.B) (*Engine, *prometheus.Registry) {
+	b.Helper()
+	dir := b.TempDir()
+	st, err := store.Open(filepath.Join(dir, "leasehold.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	arts, err := store.OpenArtifacts(filepath.Join(dir, "artifacts"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e, err := New(Config{
+		Store: st, Artifacts: arts, Registerer: reg, Seed: 1,
+		// Long leases: no expiry may interfere with a run.
+		LeaseTTL: time.Hour,
+		Limits:   jobs.Limits{MaxTeamQueue: 1 << 30},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.Start()
+	b.Cleanup(func() {
+		e.Stop()
+		st.Close()
+	})
+	return e, reg
+}
+
+// BenchmarkWriter measures the writer's throughput under group commit:
+// N concurrent callers each submit one-document batches, so up to N
+// commands share one transaction and one fsync.
+func BenchmarkWriter(b *testing.B) {
+	for _, callers := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			e, reg := newBenchEngine(b)
+			ctx := context.Background()
+			doc := []jobs.DocInput{{Document: jobs.Document{Name: "a.pdf", ContentType: "application/pdf"}, Content: []byte("%PDF-1.7 tiny")}}
+			// Warm up so the histogram covers only the measured groups.
+			if _, err := e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "warm-up", Docs: doc}); err != nil {
+				b.Fatal(err)
+			}
+			groupsBefore := meanGroupState(b, reg)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range callers {
+				wg.Go(func() {
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						if _, err := e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: fmt.Sprintf("req-%d", i), Docs: doc}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
+			b.ReportMetric(groupsBefore.since(meanGroupState(b, reg)), "cmds/group")
+		})
+	}
+}
+
+// groupState is the group-size histogram's running sum and count.
+type groupState struct{ sum, count float64 }
+
+func meanGroupState(b *testing.B, reg *prometheus.Registry) groupState {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "leasehold_writer_group_commands" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return groupState{h.GetSampleSum(), float64(h.GetSampleCount())}
+		}
+	}
+	b.Fatal("no leasehold_writer_group_commands metric")
+	return groupState{}
+}
+
+// since returns the mean group size between s and later.
+func (s groupState) since(later groupState) float64 {
+	if later.count == s.count {
+		return 0
+	}
+	return (later.sum - s.sum) / (later.count - s.count)
+}
+
+// preGrant submits n jobs and leases them all.
+func preGrant(b *testing.B, e *Engine, n int) []Grant {
+	b.Helper()
+	ctx := context.Background()
+	grants := make([]Grant, 0, n)
+	for batch := 0; len(grants) < n; batch++ {
+		size := min(n-len(grants), jobs.DefaultMaxDocuments)
+		docs := make([]jobs.DocInput, size)
+		for i := range docs {
+			docs[i] = jobs.DocInput{Document: jobs.Document{Name: fmt.Sprintf("d%d.pdf", i), ContentType: "application/pdf", SourceURI: fmt.Sprintf("s3://previews/%d/d%d.pdf", batch, i)}}
+		}
+		if _, err := e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: fmt.Sprintf("batch-%d", batch), Docs: docs}); err != nil {
+			b.Fatal(err)
+		}
+		res, err := e.Acquire(ctx, AcquireRequest{Renderer: "r-1", Max: size, Capacity: n})
+		if err != nil || len(res.Grants) != size {
+			b.Fatalf("Acquire = %d grants, %v; want %d", len(res.Grants), err, size)
+		}
+		grants = append(grants, res.Grants...)
+	}
+	return grants
+}
+
+// BenchmarkComplete measures Complete through the fencing check, with
+// every completion under the current token, half of them under a token
+// that was never granted (rejected and recorded), or all of them. The
+// sequential runs pay one fsync per command; the parallel runs let group
+// commit share it, which shows the cost of the check and the rejection
+// records themselves.
+func BenchmarkComplete(b *testing.B) {
+	mixes := []struct {
+		name       string
+		staleEvery int
+	}{{"current", 0}, {"half-stale", 2}, {"all-stale", 1}}
+	complete := func(b *testing.B, e *Engine, g Grant, i int, staleEvery int) {
+		tok := g.Job.Lease.Token
+		stale := staleEvery > 0 && i%staleEvery == 0
+		if stale {
+			tok += 1 << 40
+		}
+		_, err := e.Complete(context.Background(), success(g.Job.ID, tok, "r-1", "digest"))
+		if stale != (err != nil) {
+			b.Errorf("completion %d (stale %v): err = %v", i, stale, err)
+		}
+	}
+	for _, mode := range []string{"sequential", "parallel"} {
+		for _, mix := range mixes {
+			b.Run(mode+"/"+mix.name, func(b *testing.B) {
+				e, reg := newBenchEngine(b)
+				grants := preGrant(b, e, b.N)
+				before := meanGroupState(b, reg)
+				b.ResetTimer()
+				if mode == "sequential" {
+					for i := range b.N {
+						complete(b, e, grants[i], i, mix.staleEvery)
+					}
+				} else {
+					var next atomic.Int64
+					b.SetParallelism(16)
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							i := int(next.Add(1) - 1)
+							complete(b, e, grants[i], i, mix.staleEvery)
+						}
+					})
+				}
+				b.StopTimer()
+				b.ReportMetric(before.since(meanGroupState(b, reg)), "cmds/group")
+			})
+		}
+	}
+}
