@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -105,7 +106,7 @@ func TestLifecycle(t *testing.T) {
 			"leasehold.v1.JobService", "leasehold.v1.RendererService", "leasehold.v1.OperatorService",
 			"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
 		} {
-			if !contains(got, want) {
+			if !slices.Contains(got, want) {
 				t.Errorf("grpcurl list = %q, want it to include %s", got, want)
 			}
 		}
@@ -145,13 +146,4 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("GetJob document name = %q, want hello.txt", got.GetJob().GetDocument().GetName())
 		}
 	})
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
