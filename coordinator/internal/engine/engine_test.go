@@ -292,6 +292,30 @@ func TestFencing(t *testing.T) {
 		}
 	})
 
+	t.Run("FencingDecidesBeforeAMissingArtifact", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		batch := b.submit(t, "alpha", "r1", "a.pdf")
+		g := b.acquire(t, "r-1", 1)[0]
+		missing := success(batch.FirstJob, g.Job.Lease.Token, "r-1", "never-uploaded")
+		missing.ArtifactMissing = true
+		before := b.job(t, batch.FirstJob)
+		if _, err := b.e.Complete(ctx, missing); !errors.Is(err, ErrArtifactMissing) {
+			t.Fatalf("holder's completion with no upload: err = %v, want ErrArtifactMissing", err)
+		}
+		if diff := cmp.Diff(before, b.job(t, batch.FirstJob)); diff != "" {
+			t.Fatalf("refused completion changed the job:\n%s", diff)
+		}
+		stale := missing
+		stale.Token = g.Job.Lease.Token + 100
+		if _, err := b.e.Complete(ctx, stale); !errors.Is(err, jobs.ErrStaleLease) {
+			t.Fatalf("stale completion with no upload: err = %v, want ErrStaleLease", err)
+		}
+		if rej, _ := b.e.ListRejections(RejectionFilter{Job: batch.FirstJob}); len(rej) != 1 {
+			t.Fatalf("rejections = %d, want the stale completion recorded once", len(rej))
+		}
+	})
+
 	t.Run("TokensKeepIncreasingAcrossRestartsAndLeasesSurvive", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -333,11 +333,19 @@ func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.Complete
 		return nil, s.status(err)
 	}
 	c := jobs.Completion{Token: req.GetToken(), Renderer: req.GetRendererId()}
+	missing := false
 	switch {
 	case req.GetSuccess() != nil:
 		c.Success = true
 		c.Digest = req.GetSuccess().GetArtifactDigest()
-		if c.Size, c.ContentType, err = s.artifactInfo(c.Digest); err != nil {
+		// A digest never uploaded is reported only after the fencing
+		// check, so that a stale completion is refused (and recorded) as
+		// stale whatever it names.
+		c.Size, c.ContentType, err = s.artifactInfo(c.Digest)
+		if errors.Is(err, errArtifactMissing) {
+			missing, err = true, nil
+		}
+		if err != nil {
 			return nil, s.status(err)
 		}
 	case req.GetFailure() != nil:
@@ -349,20 +357,22 @@ func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.Complete
 	default:
 		return nil, s.status(invalidArg("outcome", reasonMissingOutcome, "a completion needs success or failure"))
 	}
-	res, err := s.e.Complete(ctx, engine.CompleteRequest{Job: id, Completion: c})
+	res, err := s.e.Complete(ctx, engine.CompleteRequest{Job: id, Completion: c, ArtifactMissing: missing})
 	if err != nil {
 		return nil, s.status(notFound(err, reasonJobNotFound, "job %s not found", req.GetJobId()))
 	}
 	return &leaseholdv1.CompleteResponse{Job: jobToProto(res.Job, viewFull, true), Replayed: res.Replayed}, nil
 }
 
+// errArtifactMissing reports a success digest that was never uploaded.
+var errArtifactMissing = errors.New("artifact never uploaded")
+
 // artifactInfo returns an uploaded artifact's size and sniffed content
-// type, or FAILED_PRECONDITION ARTIFACT_NOT_FOUND when it was never
-// uploaded.
+// type, or errArtifactMissing when it was never uploaded.
 func (s *RendererServer) artifactInfo(digest string) (int64, string, error) {
 	rc, size, err := s.art.Open(digest)
 	if errors.Is(err, store.ErrArtifactNotFound) || errors.Is(err, store.ErrInvalidDigest) {
-		return 0, "", failedPrecondition(reasonArtifactNotFound, "no artifact %q was uploaded", digest)
+		return 0, "", errArtifactMissing
 	}
 	if err != nil {
 		return 0, "", err
