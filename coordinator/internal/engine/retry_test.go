@@ -20,7 +20,7 @@ func TestRetries(t *testing.T) {
 		b := setup(t)
 		pol := b.cfg.Retry
 		id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
-		grants := 0
+		grants, checkedEarly := 0, 0
 		for n := uint32(1); ; n++ {
 			gs := b.acquire(t, "r-1", 1)
 			if len(gs) != 1 || gs[0].Job.ID != id {
@@ -63,12 +63,16 @@ func TestRetries(t *testing.T) {
 				if p := b.job(t, id).Phase; p != jobs.PhaseRetryWait {
 					t.Fatalf("after attempt %d: phase %v a nanosecond before NextAttemptAt, want RETRY_WAIT", n, p)
 				}
+				checkedEarly++
 				wait = time.Nanosecond
 			}
 			b.tick(t, wait)
 		}
 		if grants != int(pol.MaxAttempts) {
 			t.Errorf("granted %d times, want MaxAttempts = %d", grants, pol.MaxAttempts)
+		}
+		if checkedEarly == 0 {
+			t.Error("every backoff was zero: nothing checked that a waiting job is not granted early")
 		}
 		b.tick(t, time.Hour)
 		if got := b.acquireAll(t, "r-1"); len(got) != 0 {
