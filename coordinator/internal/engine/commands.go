@@ -505,7 +505,7 @@ func (c *replayCmd) apply(g *group) error {
 	}
 	c.res = ReplayResult{DryRun: c.req.DryRun, Limit: e.cfg.ReplayLimit}
 	if !c.req.DryRun {
-		prev, found, err := tx.ReplayByRequest(c.req.RequestID)
+		prev, found, err := tx.ReplayByRequest(c.req.Principal, c.req.RequestID)
 		if err != nil {
 			return err
 		}
@@ -559,14 +559,13 @@ func (c *replayCmd) apply(g *group) error {
 		}
 	}
 	c.res.Selected = len(inScope) + len(missing)
-	if len(inScope) > c.res.Limit {
-		inScope = inScope[:c.res.Limit]
-		c.res.Truncated = true
-	}
 	for _, id := range missing {
 		c.res.Items = append(c.res.Items, ReplayItem{ID: id, SkipReason: "JOB_NOT_FOUND"})
 		c.res.Skipped++
 	}
+	// The limit bounds the jobs a call touches: skipped jobs are listed
+	// but do not use it up, so a batch's retryable failures are reachable
+	// behind any number of permanent ones.
 	var requeued []uint64
 	for _, j := range inScope {
 		item := ReplayItem{Job: j, ID: j.ID}
@@ -574,6 +573,10 @@ func (c *replayCmd) apply(g *group) error {
 			item.SkipReason = jobs.ReasonCode(err)
 			c.res.Skipped++
 			c.res.Items = append(c.res.Items, item)
+			continue
+		}
+		if c.res.Requeued == c.res.Limit {
+			c.res.Truncated = true
 			continue
 		}
 		item.Requeue = true

@@ -299,7 +299,6 @@ func TestReplayIdempotencyAndBounds(t *testing.T) {
 
 	t.Run("ARequestIDOfAnotherPrincipalDoesNotAnswerWithItsReplay", func(t *testing.T) {
 		t.Parallel()
-		t.Skip("fails today: replayCmd finds the earlier replay by request id alone and returns its answer to any principal; remove this skip with the fix")
 		f := newReplayFixture(t)
 		first, err := f.e.Replay(ctx, ReplayRequest{Principal: "ops-alpha", RequestID: "replay-1", Reason: "fixed", InScope: alphaOnly,
 			Encode: encodeReplay, JobIDs: []uint64{f.id["f1.pdf"], f.id["f2.pdf"]}})
@@ -323,7 +322,6 @@ func TestReplayIdempotencyAndBounds(t *testing.T) {
 
 	t.Run("ABatchReplayReachesRetryableFailuresBehindPermanentOnes", func(t *testing.T) {
 		t.Parallel()
-		t.Skip("fails today: replayCmd applies ReplayLimit before it skips permanent failures; remove this skip with the fix")
 		b := setup(t, func(c *Config) { c.Retry.MaxAttempts = 1; c.ReplayLimit = 2 })
 		batch := b.submit(t, "alpha", "r1", "x.docm", "y.docm", "t.pdf")
 		ids := batch.JobIDs()

@@ -54,14 +54,20 @@ func (t *Tx) PutAudit(a jobs.AuditRecord) (jobs.AuditRecord, error) {
 		return a, err
 	}
 	if a.Action == jobs.AuditReplay && a.RequestID != "" {
-		return a, t.put(bucketReplays, []byte(a.RequestID), itob(id))
+		return a, t.put(bucketReplays, replayKey(a.Principal, a.RequestID), itob(id))
 	}
 	return a, nil
 }
 
-// ReplayByRequest finds the audit record of a replay with requestID.
-func (t *Tx) ReplayByRequest(requestID string) (jobs.AuditRecord, bool, error) {
-	v := t.tx.Bucket(bucketReplays).Get([]byte(requestID))
+// replayKey scopes a replay's request id to the principal that made it, so
+// one operator's id never answers another's call.
+func replayKey(principal, requestID string) []byte {
+	return []byte(principal + "\x00" + requestID)
+}
+
+// ReplayByRequest finds the audit record of principal's replay with requestID.
+func (t *Tx) ReplayByRequest(principal, requestID string) (jobs.AuditRecord, bool, error) {
+	v := t.tx.Bucket(bucketReplays).Get(replayKey(principal, requestID))
 	if v == nil {
 		return jobs.AuditRecord{}, false, nil
 	}

@@ -158,15 +158,18 @@ func TestReopenKeepsEverything(t *testing.T) {
 		if _, found, _ := tx.BatchByRequest("beta", "req-1"); found {
 			t.Error("BatchByRequest(beta, req-1) found alpha's batch; request ids are per team")
 		}
-		replay, found, err := tx.ReplayByRequest("replay-1")
+		replay, found, err := tx.ReplayByRequest("ops", "replay-1")
 		if err != nil || !found {
 			t.Fatalf("ReplayByRequest = found %v, %v", found, err)
 		}
 		if diff := cmp.Diff(audit[1], replay); diff != "" {
 			t.Errorf("replay audit after reopen (-want +got):\n%s", diff)
 		}
-		if _, found, _ := tx.ReplayByRequest("other"); found {
-			t.Error("ReplayByRequest(other) found a record")
+		if _, found, _ := tx.ReplayByRequest("ops", "other"); found {
+			t.Error("ReplayByRequest(ops, other) found a record")
+		}
+		if _, found, _ := tx.ReplayByRequest("someone-else", "replay-1"); found {
+			t.Error("ReplayByRequest found ops's replay for another principal; request ids are per principal")
 		}
 		ds, err := tx.DispatchState()
 		if err != nil {
