@@ -46,13 +46,15 @@ type OperatorServiceClient interface {
 	// terminal reason, as a new cycle with attempts reset and fresh tokens.
 	//
 	// dry_run answers exactly what a real run would do and changes nothing.
-	// A real run needs a reason and a request id; the same request id twice
-	// replays once (the second call returns the first call's answer).
+	// A real run needs a reason and a request id; the same operator sending
+	// the same request id twice replays once (the second call returns the
+	// first call's answer). Request ids are scoped to the operator.
 	// SUCCEEDED and CANCELLED jobs are never replayed; permanent failures
 	// (UNSUPPORTED_FORMAT, INVALID_DOCUMENT) are skipped unless
-	// include_permanent is set, which the audit record shows. One call touches
-	// at most the coordinator's replay limit (default 1000); a larger
-	// selection is cut in id order and truncated is set.
+	// include_permanent is set, which the audit record shows. One call
+	// re-queues at most the coordinator's replay limit (default 1000) jobs,
+	// in id order; skipped jobs do not count against it. When more jobs were
+	// eligible, truncated is set and the rest are left for another call.
 	// Errors: INVALID_ARGUMENT MISSING_REASON, MISSING_REQUEST_ID,
 	// MISSING_SELECTION, INVALID_ID.
 	ReplayJobs(ctx context.Context, in *ReplayJobsRequest, opts ...grpc.CallOption) (*ReplayJobsResponse, error)
@@ -144,13 +146,15 @@ type OperatorServiceServer interface {
 	// terminal reason, as a new cycle with attempts reset and fresh tokens.
 	//
 	// dry_run answers exactly what a real run would do and changes nothing.
-	// A real run needs a reason and a request id; the same request id twice
-	// replays once (the second call returns the first call's answer).
+	// A real run needs a reason and a request id; the same operator sending
+	// the same request id twice replays once (the second call returns the
+	// first call's answer). Request ids are scoped to the operator.
 	// SUCCEEDED and CANCELLED jobs are never replayed; permanent failures
 	// (UNSUPPORTED_FORMAT, INVALID_DOCUMENT) are skipped unless
-	// include_permanent is set, which the audit record shows. One call touches
-	// at most the coordinator's replay limit (default 1000); a larger
-	// selection is cut in id order and truncated is set.
+	// include_permanent is set, which the audit record shows. One call
+	// re-queues at most the coordinator's replay limit (default 1000) jobs,
+	// in id order; skipped jobs do not count against it. When more jobs were
+	// eligible, truncated is set and the rest are left for another call.
 	// Errors: INVALID_ARGUMENT MISSING_REASON, MISSING_REQUEST_ID,
 	// MISSING_SELECTION, INVALID_ID.
 	ReplayJobs(context.Context, *ReplayJobsRequest) (*ReplayJobsResponse, error)
