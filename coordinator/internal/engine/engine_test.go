@@ -414,3 +414,74 @@ func TestLiveCapacity(t *testing.T) {
 		t.Fatalf("live capacity after r-3 went silent = %d, want 4", got)
 	}
 }
+
+// TestSubmitLimits checks every batch limit just under and just over through
+// the writer, and that a refused batch leaves no record behind.
+func TestSubmitLimits(t *testing.T) {
+	t.Parallel()
+	limits := jobs.Limits{MaxDocuments: 3, MaxDocumentBytes: 100, MaxBatchBytes: 250, MaxInlineBytes: 50, MaxNameBytes: 8, MaxTeamQueue: 5}
+	doc := func(name string, size int64, inline int) jobs.DocInput {
+		return jobs.DocInput{Document: jobs.Document{Name: name, SizeBytes: size, SourceURI: "s3://bucket/" + name}, Content: make([]byte, inline)}
+	}
+	tests := []struct {
+		name       string
+		docs       []jobs.DocInput
+		wantReason string // "" means accepted
+	}{
+		{"AsManyDocumentsAsAllowedIsAccepted", []jobs.DocInput{doc("a", 1, 0), doc("b", 1, 0), doc("c", 1, 0)}, ""},
+		{"OneDocumentTooManyIsRefused", []jobs.DocInput{doc("a", 1, 0), doc("b", 1, 0), doc("c", 1, 0), doc("d", 1, 0)}, "BATCH_TOO_LARGE"},
+		{"ADocumentAtTheSizeLimitIsAccepted", []jobs.DocInput{doc("a", 100, 0)}, ""},
+		{"ADocumentOneByteOverIsRefused", []jobs.DocInput{doc("a", 101, 0)}, "DOCUMENT_TOO_LARGE"},
+		{"ABatchAtTheByteLimitIsAccepted", []jobs.DocInput{doc("a", 100, 0), doc("b", 100, 0), doc("c", 50, 0)}, ""},
+		{"ABatchOneByteOverIsRefused", []jobs.DocInput{doc("a", 100, 0), doc("b", 100, 0), doc("c", 51, 0)}, "BATCH_TOO_LARGE"},
+		{"InlineContentAtTheLimitIsAccepted", []jobs.DocInput{doc("a", 0, 50)}, ""},
+		{"InlineContentOneByteOverIsRefused", []jobs.DocInput{doc("a", 0, 51)}, "CONTENT_TOO_LARGE"},
+		{"ANameAtTheLimitIsAccepted", []jobs.DocInput{doc("12345678", 1, 0)}, ""},
+		{"ANameOneByteOverIsRefused", []jobs.DocInput{doc("123456789", 1, 0)}, "INVALID_NAME"},
+		{"AnEmptyBatchIsRefused", nil, "EMPTY_BATCH"},
+		{"DuplicateNamesAreRefused", []jobs.DocInput{doc("a", 1, 0), doc("a", 1, 0)}, "DUPLICATE_NAME"},
+		{"OneBadDocumentRefusesTheWholeBatch", []jobs.DocInput{doc("a", 1, 0), doc("b", 101, 0)}, "DOCUMENT_TOO_LARGE"},
+		{"ABatchPastTheTeamQueueDepthIsRefused", []jobs.DocInput{doc("a", 1, 0), doc("b", 1, 0), doc("c", 1, 0)}, "TEAM_QUEUE_FULL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(c *Config) { c.Limits = limits })
+			if tt.wantReason == "TEAM_QUEUE_FULL" {
+				b.submit(t, "alpha", "first", "x", "y", "z")
+			}
+			before, err := b.e.ListJobs(JobFilter{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = b.e.Submit(context.Background(), SubmitRequest{Team: "alpha", RequestID: "req", Docs: tt.docs})
+			after, lerr := b.e.ListJobs(JobFilter{Limit: 1000})
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			if tt.wantReason == "" {
+				if err != nil || len(after) != len(before)+len(tt.docs) {
+					t.Fatalf("Submit = %v, stored %d new jobs; want accepted with %d", err, len(after)-len(before), len(tt.docs))
+				}
+				return
+			}
+			var ve *jobs.ValidationError
+			if !errors.As(err, &ve) || ve.Reason != tt.wantReason {
+				t.Fatalf("Submit err = %v, want reason %s", err, tt.wantReason)
+			}
+			if len(after) != len(before) {
+				t.Fatalf("a refused batch stored %d jobs", len(after)-len(before))
+			}
+			// The request id stays free: nothing of the refused batch exists.
+			err = b.st.View(func(tx *store.Tx) error {
+				if _, found, err := tx.BatchByRequest("alpha", "req"); err != nil || found {
+					t.Errorf("BatchByRequest after a refused batch: found=%v err=%v", found, err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -41,6 +41,7 @@ const (
 	maxRequestIDBytes       = 128
 	maxTeamBytes            = 64
 	maxURIBytes             = 2048
+	maxContentTypeBytes     = 255
 )
 
 // WithDefaults returns l with every zero field set to its default.
@@ -203,8 +204,8 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 		if len(d.SourceURI) > maxURIBytes || (d.SourceURI != "" && !validName(d.SourceURI)) {
 			add(f("source_uri"), "INVALID_SOURCE_URI", "document %q source_uri must be at most %d bytes of UTF-8", d.Name, maxURIBytes)
 		}
-		if len(d.ContentType) > l.MaxNameBytes || !validName(d.ContentType) && d.ContentType != "" {
-			add(f("content_type"), "INVALID_CONTENT_TYPE", "document %q content_type is not a valid string", d.Name)
+		if len(d.ContentType) > maxContentTypeBytes || !validName(d.ContentType) {
+			add(f("content_type"), "INVALID_CONTENT_TYPE", "document %q content_type must be at most %d bytes of UTF-8", d.Name, maxContentTypeBytes)
 		}
 		total += size
 	}
