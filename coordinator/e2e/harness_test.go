@@ -11,6 +11,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -166,15 +167,15 @@ type proc struct {
 
 // startProc starts bin with args, its stdout and stderr read through one
 // pipe. It is killed with SIGKILL when the test ends.
-func startProc(t testing.TB, name, bin string, env []string, args ...string) *proc {
+func startProc(t testing.TB, name, bin string, args ...string) *proc {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatalf("pipe for %s: %v", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = childEnv()
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
@@ -208,6 +209,19 @@ func startProc(t testing.TB, name, bin string, env []string, args ...string) *pr
 		}
 	})
 	return p
+}
+
+// childEnv returns this process's environment without LEASEHOLD_*
+// variables, so that the processes under test see only the flags and
+// variables a test gives them.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // kill sends SIGKILL (which also ends a stopped process) and waits until
@@ -343,7 +357,7 @@ func startCoordinator(t testing.TB, args ...string) *coordinator {
 func startCoordinatorAt(t testing.TB, listen, dataDir string, args ...string) *coordinator {
 	t.Helper()
 	all := append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...)
-	p := startProc(t, "coordinator", bins.coordinator, nil, all...)
+	p := startProc(t, "coordinator", bins.coordinator, all...)
 	line := p.waitFor("coordinator listening")
 	c := &coordinator{proc: p, addr: logAttr(line, "addr"), dataDir: dataDir}
 	if c.addr == "" {
@@ -401,7 +415,7 @@ func startRendererRecording(t testing.TB, addr, id, record string, args ...strin
 	t.Helper()
 	all := append([]string{"--coordinator", addr, "--id", id, "--token", tokenRenderer, "--record", record,
 		"--acquire-wait", "2s"}, args...)
-	p := startProc(t, "renderer "+id, bins.renderer, nil, all...)
+	p := startProc(t, "renderer "+id, bins.renderer, all...)
 	p.waitFor("renderer started")
 	return &renderer{proc: p, id: id, record: record}
 }
@@ -441,23 +455,34 @@ func runCLI(t testing.TB, addr, token string, args ...string) cliResult {
 // runTool runs bin to completion with a failsafe timeout.
 func runTool(t testing.TB, bin string, env []string, args ...string) cliResult {
 	t.Helper()
+	res, err := execTool(bin, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// execTool runs bin to completion with a failsafe timeout. Unlike runTool
+// it may be called from any goroutine. An exit status other than 0 is not
+// an error: it is in the result.
+func execTool(bin string, env []string, args ...string) (cliResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(childEnv(), env...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	res := cliResult{stdout: stdout.String(), stderr: stderr.String()}
-	if exit, ok := err.(*exec.ExitError); ok {
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("%s %q did not finish within %v", filepath.Base(bin), args, waitTimeout)
+	}
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 		res.code = exit.ExitCode()
 	} else if err != nil {
-		t.Fatalf("running %s %q: %v", filepath.Base(bin), args, err)
+		return res, fmt.Errorf("running %s %q: %w", filepath.Base(bin), args, err)
 	}
-	if ctx.Err() != nil {
-		t.Fatalf("%s %q did not finish within %v", filepath.Base(bin), args, waitTimeout)
-	}
-	return res
+	return res, nil
 }
 
 // dial returns a typed client for addr authenticated as token, closed when

@@ -41,15 +41,19 @@ func TestLifecycle(t *testing.T) {
 
 	t.Run("every submitted document succeeds", func(t *testing.T) {
 		results := make([]cliResult, len(subs))
+		errs := make([]error, len(subs))
 		var wg sync.WaitGroup
 		for i, s := range subs {
 			wg.Go(func() {
-				results[i] = runTool(t, bins.cli, []string{"LEASEHOLD_ADDR=" + coord.addr, "LEASEHOLD_TOKEN=" + s.token},
+				results[i], errs[i] = execTool(bins.cli, []string{"LEASEHOLD_ADDR=" + coord.addr, "LEASEHOLD_TOKEN=" + s.token},
 					"submit", "--team", s.team, "--wait", s.dir+string(filepath.Separator))
 			})
 		}
 		wg.Wait()
 		for i, r := range results {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
 			if r.code != 0 {
 				t.Errorf("submit --team %s --wait %s: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", subs[i].team, subs[i].dir, r.code, r.stdout, r.stderr)
 			}
