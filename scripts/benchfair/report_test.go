@@ -243,3 +243,27 @@ func lineWith(s, substr string) string {
 	}
 	return ""
 }
+
+func TestWriteText(t *testing.T) {
+	t.Parallel()
+	id := idealFor(20, 16, 100*time.Millisecond)
+	r := result{Label: "fair", Coordinator: "127.0.0.1:7070", Capacity: 16, LatencyMS: 100,
+		Beta:  betaResult{Documents: 20, BatchID: "b-41", CompletionMS: 480, LeaseP50MS: 120},
+		Ideal: id, Ratio: 1.6, Target: target, Realistic: realisticFor(id, 120*time.Millisecond), RealisticRatio: 1}
+	var out bytes.Buffer
+	if err := writeText(&out, r); err != nil {
+		t.Fatalf("writeText: %v", err)
+	}
+	// Column widths are the tab writer's business: compare words only.
+	words := strings.Join(strings.Fields(out.String()), " ")
+	for _, want := range []string{
+		"beta last document done 480.0 ms",
+		"ideal ceil(N_beta / (C/2)) × L = ceil(20 / 8) × 100ms = 300ms",
+		"4 × 120ms = 480ms (T = beta's lease-to-success p50): completion = 1.0 × that",
+		"beta last-document completion = 1.6 × ideal (target ≤ 1.5×): misses the target",
+	} {
+		if !strings.Contains(words, want) {
+			t.Errorf("text output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
