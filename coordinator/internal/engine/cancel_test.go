@@ -112,7 +112,7 @@ func TestCancel(t *testing.T) {
 		if len(rej) != 1 {
 			t.Fatalf("rejections = %+v, want exactly one", rej)
 		}
-		wantRej := jobs.Rejection{Job: id, Team: "alpha", Token: tok, Renderer: "r-1", Reason: "JOB_CANCELLED", At: b.clock.Now(),
+		wantRej := jobs.Rejection{Job: id, Team: "alpha", Token: tok, Renderer: "r-1", Reason: "JOB_CANCELLED", At: b.clock.Now(), CurrentToken: tok,
 			CurrentPhase: jobs.PhaseCancelled, Outcome: "success:late-digest", Digest: "late-digest"}
 		if diff := cmp.Diff(wantRej, rej[0], cmp.FilterPath(func(p cmp.Path) bool { return p.String() == "ID" }, cmp.Ignore())); diff != "" {
 			t.Errorf("rejection (-want +got):\n%s", diff)

@@ -277,7 +277,7 @@ func (c *heartbeatCmd) apply(g *group) error {
 }
 
 func lost(ref LeaseRef, j jobs.Job, err error) LeaseStatus {
-	return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: jobs.ReasonCode(err), CurrentToken: j.Lease.Token, CurrentPhase: j.Phase}
+	return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: jobs.ReasonCode(err), CurrentToken: j.LastToken(), CurrentPhase: j.Phase}
 }
 
 // RendererConnected counts an open heartbeat stream of renderer, whose

@@ -64,25 +64,25 @@ func TestCheckLease(t *testing.T) {
 			name:  "A token whose lease expired is expired while the job waits to retry",
 			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0.5)) },
 			token: 1, now: at(20 * time.Second),
-			wantErr: ErrLeaseExpired, want: fence{0, PhaseRetryWait},
+			wantErr: ErrLeaseExpired, want: fence{1, PhaseRetryWait},
 		},
 		{
 			name:  "A token whose attempt failed is stale while the job waits to retry",
 			job:   retryWaiting,
 			token: 1, now: at(2 * time.Second),
-			wantErr: ErrStaleLease, want: fence{0, PhaseRetryWait},
+			wantErr: ErrStaleLease, want: fence{1, PhaseRetryWait},
 		},
 		{
 			name:  "The revoked token of a job cancelled while leased is cancelled",
 			job:   cancelled,
 			token: 1, now: at(3 * time.Second),
-			wantErr: ErrJobCancelled, want: fence{0, PhaseCancelled},
+			wantErr: ErrJobCancelled, want: fence{1, PhaseCancelled},
 		},
 		{
 			name:  "Another token of a cancelled job is stale",
 			job:   cancelled,
 			token: 2, now: at(3 * time.Second),
-			wantErr: ErrStaleLease, want: fence{0, PhaseCancelled},
+			wantErr: ErrStaleLease, want: fence{1, PhaseCancelled},
 		},
 		{
 			name: "The zero token of a job cancelled while queued is stale, not cancelled",
@@ -97,7 +97,7 @@ func TestCheckLease(t *testing.T) {
 			name:  "The token that succeeded is stale afterwards",
 			job:   succeeded,
 			token: 1, now: at(3 * time.Second),
-			wantErr: ErrStaleLease, want: fence{0, PhaseSucceeded},
+			wantErr: ErrStaleLease, want: fence{1, PhaseSucceeded},
 		},
 		{
 			name:  "Any token of a queued job is stale",

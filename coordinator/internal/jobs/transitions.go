@@ -36,7 +36,7 @@ func (j Job) CheckLease(token uint64, now time.Time) error {
 	if j.Phase == PhaseLeased && j.Lease.Token == token && now.Before(j.Lease.Deadline) {
 		return nil
 	}
-	fe := &FenceError{Err: ErrStaleLease, CurrentToken: j.Lease.Token, CurrentPhase: j.Phase}
+	fe := &FenceError{Err: ErrStaleLease, CurrentToken: j.LastToken(), CurrentPhase: j.Phase}
 	switch {
 	case j.Phase == PhaseCancelled && j.Cancellation.Token == token && token != 0:
 		fe.Err = ErrJobCancelled
@@ -46,6 +46,20 @@ func (j Job) CheckLease(token uint64, now time.Time) error {
 		fe.Err = ErrLeaseExpired
 	}
 	return fe
+}
+
+// LastToken returns the token of the job's most recent lease: the current
+// one while LEASED, else the last one granted (0 if none ever was).
+func (j Job) LastToken() uint64 {
+	if j.Phase == PhaseLeased {
+		return j.Lease.Token
+	}
+	for i := len(j.Events) - 1; i >= 0; i-- {
+		if j.Events[i].Kind == EventLeased {
+			return j.Events[i].Token
+		}
+	}
+	return 0
 }
 
 // expired reports whether the history records that token's lease expired.
@@ -119,7 +133,7 @@ func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, re
 		if c.Outcome() == j.CompletedOutcome {
 			return j, true, nil
 		}
-		return j.reject(c, &FenceError{Err: ErrOutcomeMismatch, CurrentToken: j.Lease.Token, CurrentPhase: j.Phase}, now)
+		return j.reject(c, &FenceError{Err: ErrOutcomeMismatch, CurrentToken: j.LastToken(), CurrentPhase: j.Phase}, now)
 	}
 	if err := j.CheckLease(c.Token, now); err != nil {
 		return j.reject(c, err, now)

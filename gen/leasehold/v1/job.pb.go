@@ -1312,7 +1312,9 @@ type RejectedCompletion struct {
 	// STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED or OUTCOME_MISMATCH.
 	Reason string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	At     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
-	// The job's token and phase when the completion was refused.
+	// The job's phase when the completion was refused, and the token of its
+	// most recent lease (the one in force while LEASED, else the last one
+	// granted: for a SUCCEEDED job, the token that succeeded).
 	CurrentToken uint64 `protobuf:"varint,8,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
 	CurrentPhase Phase  `protobuf:"varint,9,opt,name=current_phase,json=currentPhase,proto3,enum=leasehold.v1.Phase" json:"current_phase,omitempty"`
 	// The outcome the completion claimed: "success" or a failure class.
