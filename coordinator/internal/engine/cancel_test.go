@@ -92,7 +92,7 @@ func TestCancel(t *testing.T) {
 
 		select {
 		case got := <-revs:
-			want := LeaseStatus{Job: id, Token: tok, Reason: "JOB_CANCELLED", CurrentPhase: jobs.PhaseCancelled}
+			want := LeaseStatus{Job: id, Token: tok, Reason: "JOB_CANCELLED", CurrentToken: tok, CurrentPhase: jobs.PhaseCancelled}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("revocation (-want +got):\n%s", diff)
 			}
@@ -130,7 +130,7 @@ func TestCancel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantLost := []LeaseStatus{{Job: id, Token: tok, Reason: "JOB_CANCELLED", CurrentPhase: jobs.PhaseCancelled}}
+		wantLost := []LeaseStatus{{Job: id, Token: tok, Reason: "JOB_CANCELLED", CurrentToken: tok, CurrentPhase: jobs.PhaseCancelled}}
 		if diff := cmp.Diff(wantLost, st); diff != "" {
 			t.Errorf("heartbeat of the revoked lease (-want +got):\n%s", diff)
 		}

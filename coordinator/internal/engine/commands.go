@@ -454,7 +454,7 @@ func (c *cancelCmd) apply(g *group) error {
 			c.res.CancelledRunning++
 			c.res.Running = append(c.res.Running, next)
 			e.endLease(g, j, next)
-			g.revoke(j.Lease.Renderer, LeaseStatus{Job: j.ID, Token: j.Lease.Token, Reason: "JOB_CANCELLED", CurrentPhase: next.Phase})
+			g.revoke(j.Lease.Renderer, LeaseStatus{Job: j.ID, Token: j.Lease.Token, Reason: "JOB_CANCELLED", CurrentToken: next.LastToken(), CurrentPhase: next.Phase})
 		}
 		if err := g.save(j, next); err != nil {
 			return err
