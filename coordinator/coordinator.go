@@ -191,6 +191,7 @@ func New(cfg Config) (c *Coordinator, err error) {
 		ReplayLimit:   cfg.ReplayLimit,
 		Registerer:    reg,
 		Logger:        log.With("component", "engine"),
+		OnDispatch:    func(st jobs.DispatchState) { c.setDispatchHealth(st.Paused) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the engine: %w", err)
@@ -238,6 +239,7 @@ func New(cfg Config) (c *Coordinator, err error) {
 	for _, name := range serviceNames {
 		c.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
+	c.setDispatchHealth(c.eng.DispatchState().Paused)
 
 	if cfg.MetricsListen != "" {
 		c.metricsLis, err = net.Listen("tcp", cfg.MetricsListen)
@@ -257,6 +259,20 @@ func New(cfg Config) (c *Coordinator, err error) {
 
 // serviceNames are the names the health service reports on.
 var serviceNames = []string{"", server.JobServiceName, server.RendererServiceName, server.OperatorServiceName}
+
+// DispatchHealthName is the health entry that reports dispatch: SERVING
+// while leases are granted, NOT_SERVING while an operator has paused
+// dispatch. The services themselves stay SERVING during a pause.
+const DispatchHealthName = "leasehold.v1.Dispatch"
+
+// setDispatchHealth reports the dispatch switch on DispatchHealthName.
+func (c *Coordinator) setDispatchHealth(paused bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if paused {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	c.health.SetServingStatus(DispatchHealthName, st)
+}
 
 // principals loads the principals file, or falls back to the development
 // tokens on a loopback address.

@@ -107,6 +107,37 @@ func TestServeAndClose(t *testing.T) {
 			t.Errorf("job ids = %v, want [j-1]", got)
 		}
 	})
+	t.Run("Pausing dispatch turns only the dispatch health entry NOT_SERVING", func(t *testing.T) {
+		hc := healthpb.NewHealthClient(conn)
+		oc := leaseholdv1.NewOperatorServiceClient(conn)
+		op := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-operator")
+		check := func(name string) healthpb.HealthCheckResponse_ServingStatus {
+			t.Helper()
+			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+			if err != nil {
+				t.Fatalf("Check(%q): %v", name, err)
+			}
+			return resp.GetStatus()
+		}
+		if got := check(DispatchHealthName); got != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("dispatch health before the pause = %v, want SERVING", got)
+		}
+		if _, err := oc.PauseDispatch(op, &leaseholdv1.PauseDispatchRequest{Reason: "rollback"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := check(DispatchHealthName); got != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("dispatch health while paused = %v, want NOT_SERVING", got)
+		}
+		if got := check(""); got != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("server health while paused = %v, want SERVING", got)
+		}
+		if _, err := oc.ResumeDispatch(op, &leaseholdv1.ResumeDispatchRequest{Reason: "done"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := check(DispatchHealthName); got != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("dispatch health after resume = %v, want SERVING", got)
+		}
+	})
 	t.Run("Metrics are served with gRPC and engine series", func(t *testing.T) {
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 		resp, err := client.Get("http://" + c.MetricsAddr() + "/metrics")

@@ -17,9 +17,10 @@
 // writer fail-stops and acknowledges nothing more) and when the coordinator
 // shuts down. Pausing dispatch does not change health: a paused coordinator
 // still accepts submissions, heartbeats and fenced completions, so marking
-// it unhealthy would make load balancers drop traffic it should take. The
-// pause is visible as the leasehold_dispatch_paused gauge and in every
-// AcquireResponse (dispatch_paused).
+// it unhealthy would make load balancers drop traffic it should take.
+// Instead the pause has a health entry of its own, "leasehold.v1.Dispatch",
+// NOT_SERVING while paused, and shows as the leasehold_dispatch_paused
+// gauge and in every AcquireResponse (dispatch_paused).
 //
 // # Development tokens
 //

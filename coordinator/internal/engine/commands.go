@@ -647,6 +647,7 @@ func (c *pauseCmd) apply(g *group) error {
 		if err := tx.PutDispatchState(st); err != nil {
 			return err
 		}
+		g.dispatch = true
 	}
 	action := jobs.AuditPause
 	if !c.paused {

@@ -64,6 +64,9 @@ type Config struct {
 	Seed       uint64
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// OnDispatch, when set, is called on the writer goroutine after a
+	// commit that paused or resumed dispatch. It must not block.
+	OnDispatch func(jobs.DispatchState)
 }
 
 func (c Config) withDefaults() Config {

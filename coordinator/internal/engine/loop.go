@@ -150,8 +150,8 @@ func (e *Engine) resetTimer(t *time.Timer) {
 	t.Reset(max(next, 0))
 }
 
-// runGroup applies a group of requests in one transaction and answers them
-// after the commit. A failed commit fail-stops the engine: nothing of the
+// runGroup applies a group of requests in one transaction, publishes their
+// effects and answers them, all after the commit. A failed commit fail-stops the engine: nothing of the
 // group is acknowledged, and no later command is taken.
 func (e *Engine) runGroup(batch []*request) error {
 	start := time.Now()
@@ -181,10 +181,12 @@ func (e *Engine) runGroup(batch []*request) error {
 		}
 		return err
 	}
+	// Publish before answering, so that a caller who sees its answer can
+	// rely on watchers, revocation streams and health having been told.
+	e.publish(g)
 	for _, r := range batch {
 		r.done <- r.cmd.outcome()
 	}
-	e.publish(g)
 	e.m.group(len(batch), time.Since(start))
 	return nil
 }
@@ -200,6 +202,9 @@ func (e *Engine) publish(g *group) {
 	}
 	if g.work {
 		e.notifyWork()
+	}
+	if g.dispatch && e.cfg.OnDispatch != nil {
+		e.cfg.OnDispatch(e.DispatchState())
 	}
 	e.m.snapshot()
 }
