@@ -190,6 +190,43 @@ func (c *acquireCmd) apply(g *group) error {
 	return nil
 }
 
+// Release returns granted leases that could not be delivered to their
+// renderer (its Acquire call ended first) to their ready queues, without
+// counting the attempt. A lease that has meanwhile moved on is left alone.
+func (e *Engine) Release(ctx context.Context, leases []LeaseRef) error {
+	return e.do(ctx, &releaseCmd{leases: leases})
+}
+
+type releaseCmd struct {
+	base
+	leases []LeaseRef
+}
+
+func (c *releaseCmd) apply(g *group) error {
+	e := g.e
+	for _, ref := range c.leases {
+		j, found, err := g.job(ref.Job)
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue
+		}
+		next, err := j.Release(ref.Token, g.now)
+		if err != nil {
+			continue
+		}
+		if err := g.save(j, next); err != nil {
+			return err
+		}
+		delete(e.leases, j.ID)
+		e.sched.Release(j.Team)
+		e.sched.Push(next.Team, next.ID)
+		g.work = true
+	}
+	return nil
+}
+
 // seen records that a renderer is alive with the given capacity.
 func (e *Engine) seen(renderer string, capacity int, now time.Time) {
 	r := e.renderers[renderer]

@@ -86,6 +86,22 @@ func (j Job) Grant(token uint64, renderer string, now time.Time, ttl time.Durati
 	return j.withEvent(Event{Kind: EventLeased, Token: token, Renderer: renderer}, now), nil
 }
 
+// Release hands back a lease that never reached its renderer (the caller
+// went away before the grant could be delivered): the job returns to QUEUED
+// and the attempt is not counted. The token is spent and never reused, so
+// should the grant have escaped after all, its completion is stale.
+func (j Job) Release(token uint64, now time.Time) (Job, error) {
+	if j.Phase != PhaseLeased || j.Lease.Token != token {
+		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "release"}
+	}
+	renderer := j.Lease.Renderer
+	j.Phase = PhaseQueued
+	j.Attempt--
+	j.Lease = Lease{}
+	j.EnqueuedAt = now
+	return j.withEvent(Event{Kind: EventRequeued, Token: token, Renderer: renderer, Reason: "LEASE_UNDELIVERED"}, now), nil
+}
+
 // Heartbeat extends the lease held under token to now+ttl. It adds no
 // history event.
 func (j Job) Heartbeat(token uint64, now time.Time, ttl time.Duration) (Job, error) {

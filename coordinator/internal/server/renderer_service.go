@@ -89,9 +89,16 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 		// Take the wake-up channel before asking, so that work arriving
 		// between the answer and the wait is not missed.
 		woken := s.e.WorkAvailable()
-		res, err := s.e.Acquire(ctx, areq)
+		// The writer's answer is awaited even if the caller leaves, so that
+		// grants made for it are handed back rather than left to expire
+		// (which would count an attempt the renderer never started).
+		res, err := s.e.Acquire(context.WithoutCancel(ctx), areq)
 		if err != nil {
 			return nil, s.status(err)
+		}
+		if ctx.Err() != nil {
+			s.release(res.Grants)
+			return nil, s.status(ctx.Err())
 		}
 		if len(res.Grants) > 0 || timer == nil {
 			return s.acquireResponse(res), nil
@@ -105,6 +112,20 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 		case <-ctx.Done():
 			return nil, s.status(ctx.Err())
 		}
+	}
+}
+
+// release hands undelivered grants back to their queues.
+func (s *RendererServer) release(grants []engine.Grant) {
+	if len(grants) == 0 {
+		return
+	}
+	refs := make([]engine.LeaseRef, len(grants))
+	for i, g := range grants {
+		refs[i] = engine.LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token}
+	}
+	if err := s.e.Release(context.Background(), refs); err != nil {
+		s.log.Warn("undelivered leases left to expire", "leases", len(refs), "err", err)
 	}
 }
 

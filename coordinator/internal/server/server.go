@@ -24,6 +24,7 @@ import (
 type Engine interface {
 	Submit(ctx context.Context, req engine.SubmitRequest) (engine.SubmitResult, error)
 	Acquire(ctx context.Context, req engine.AcquireRequest) (engine.AcquireResult, error)
+	Release(ctx context.Context, leases []engine.LeaseRef) error
 	WorkAvailable() <-chan struct{}
 	Heartbeat(ctx context.Context, req engine.HeartbeatRequest) ([]engine.LeaseStatus, error)
 	RendererConnected(ctx context.Context, renderer string, capacity int) error

@@ -235,7 +235,9 @@ const (
 	EventKind_EVENT_KIND_ATTEMPT_FAILED EventKind = 4
 	// The job waits for its next attempt until Job.next_attempt_at.
 	EventKind_EVENT_KIND_RETRY_SCHEDULED EventKind = 5
-	// The backoff elapsed and the job is back in its team's ready queue.
+	// The job is back in its team's ready queue: its backoff elapsed, or
+	// (reason LEASE_UNDELIVERED) a grant never reached the renderer because
+	// its Acquire call ended first; that attempt is not counted.
 	EventKind_EVENT_KIND_REQUEUED EventKind = 6
 	// Terminal: succeeded with an artifact.
 	EventKind_EVENT_KIND_SUCCEEDED EventKind = 7
