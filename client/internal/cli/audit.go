@@ -36,21 +36,8 @@ func (o *auditOpts) run(ctx context.Context, a *app) error {
 	if o.Limit > 0 {
 		req.PageSize = int32(min(o.Limit, 1000))
 	}
-	t := newTable(a.out)
-	if !a.jsonOutput() {
-		fmt.Fprintln(t, "ID\tAT\tPRINCIPAL\tACTION\tREQUEST\tBATCH\tJOBS\tSKIPPED\tOUT OF SCOPE\tREASON")
-	}
-	n := 0
-	for r, err := range a.c.AllAudit(ctx, req) {
-		if err != nil {
-			t.Flush()
-			return err
-		}
-		if a.jsonOutput() {
-			if err := a.printJSON(r); err != nil {
-				return err
-			}
-		} else {
+	return printAll(a, a.c.AllAudit(ctx, req), o.Limit, "ID\tAT\tPRINCIPAL\tACTION\tREQUEST\tBATCH\tJOBS\tSKIPPED\tOUT OF SCOPE\tREASON",
+		func(r *leaseholdv1.AuditRecord) string {
 			batch := orDash(r.GetBatchId())
 			if r.GetTerminalReason() != leaseholdv1.TerminalReason_TERMINAL_REASON_UNSPECIFIED {
 				batch += " (" + reasonName(r.GetTerminalReason()) + ")"
@@ -59,13 +46,7 @@ func (o *auditOpts) run(ctx context.Context, a *app) error {
 			if r.GetIncludePermanent() {
 				action += " +permanent"
 			}
-			fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", r.GetId(), formatTime(r.GetAt()), orDash(r.GetPrincipal()), orDash(action),
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s", r.GetId(), formatTime(r.GetAt()), orDash(r.GetPrincipal()), orDash(action),
 				orDash(r.GetRequestId()), batch, len(r.GetJobIds()), r.GetSkipped(), r.GetOutOfScope(), r.GetReason())
-		}
-		n++
-		if o.Limit > 0 && n >= o.Limit {
-			break
-		}
-	}
-	return t.Flush()
+		})
 }

@@ -3,7 +3,7 @@ package cli
 import (
 	"context"
 	"flag"
-	"fmt"
+	"strings"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
@@ -56,28 +56,9 @@ func (o *listOpts) run(ctx context.Context, a *app) error {
 	if o.Limit > 0 {
 		req.PageSize = int32(min(o.Limit, 1000))
 	}
-	t := newTable(a.out)
-	if !a.jsonOutput() {
-		fmt.Fprintln(t, "ID\tBATCH\tTEAM\tPHASE\tATTEMPT\tREASON\tDOCUMENT")
-	}
-	n := 0
-	for job, err := range a.c.AllJobs(ctx, req) {
-		if err != nil {
-			t.Flush()
-			return err
-		}
-		if a.jsonOutput() {
-			if err := a.printJSON(job); err != nil {
-				return err
-			}
-		} else {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", job.GetId(), job.GetBatchId(), job.GetTeam(), phaseName(job.GetPhase()),
-				attemptString(job.GetAttempt(), job.GetMaxAttempts()), reasonName(job.GetTerminalReason()), orDash(job.GetDocument().GetName()))
-		}
-		n++
-		if o.Limit > 0 && n >= o.Limit {
-			break
-		}
-	}
-	return t.Flush()
+	return printAll(a, a.c.AllJobs(ctx, req), o.Limit, "ID\tBATCH\tTEAM\tPHASE\tATTEMPT\tREASON\tDOCUMENT",
+		func(job *leaseholdv1.Job) string {
+			return strings.Join([]string{job.GetId(), job.GetBatchId(), job.GetTeam(), phaseName(job.GetPhase()),
+				attemptString(job.GetAttempt(), job.GetMaxAttempts()), reasonName(job.GetTerminalReason()), orDash(job.GetDocument().GetName())}, "\t")
+		})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -161,4 +162,33 @@ func countsOf(b *leaseholdv1.Batch) map[leaseholdv1.Phase]uint32 {
 		m[c.GetPhase()] += c.GetCount()
 	}
 	return m
+}
+
+// printAll writes up to limit (0: all) records from seq: one JSON object per
+// line with -o json, otherwise a table under header with one row per record
+// (row returns the tab-separated cells).
+func printAll[M proto.Message](a *app, seq iter.Seq2[M, error], limit int, header string, row func(M) string) error {
+	t := newTable(a.out)
+	if !a.jsonOutput() {
+		fmt.Fprintln(t, header)
+	}
+	n := 0
+	for m, err := range seq {
+		if err != nil {
+			t.Flush()
+			return err
+		}
+		if a.jsonOutput() {
+			if err := a.printJSON(m); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintln(t, row(m))
+		}
+		n++
+		if limit > 0 && n >= limit {
+			break
+		}
+	}
+	return t.Flush()
 }

@@ -57,28 +57,9 @@ func (o *rejectionsOpts) run(ctx context.Context, a *app) error {
 	if o.Limit > 0 {
 		req.PageSize = int32(min(o.Limit, 1000))
 	}
-	t := newTable(a.out)
-	if !a.jsonOutput() {
-		fmt.Fprintln(t, "AT\tJOB\tTEAM\tTOKEN\tCURRENT\tRENDERER\tREASON\tOUTCOME\tDIGEST")
-	}
-	n := 0
-	for r, err := range a.c.AllRejectedCompletions(ctx, req) {
-		if err != nil {
-			t.Flush()
-			return err
-		}
-		if a.jsonOutput() {
-			if err := a.printJSON(r); err != nil {
-				return err
-			}
-		} else {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d %s\t%s\t%s\t%s\t%s\n", formatTime(r.GetAt()), r.GetJobId(), orDash(r.GetTeam()), r.GetToken(),
+	return printAll(a, a.c.AllRejectedCompletions(ctx, req), o.Limit, "AT\tJOB\tTEAM\tTOKEN\tCURRENT\tRENDERER\tREASON\tOUTCOME\tDIGEST",
+		func(r *leaseholdv1.RejectedCompletion) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%d\t%d %s\t%s\t%s\t%s\t%s", formatTime(r.GetAt()), r.GetJobId(), orDash(r.GetTeam()), r.GetToken(),
 				r.GetCurrentToken(), phaseName(r.GetCurrentPhase()), orDash(r.GetRendererId()), orDash(r.GetReason()), orDash(r.GetOutcome()), orDash(r.GetArtifactDigest()))
-		}
-		n++
-		if o.Limit > 0 && n >= o.Limit {
-			break
-		}
-	}
-	return t.Flush()
+		})
 }
