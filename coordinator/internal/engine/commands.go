@@ -153,8 +153,9 @@ func (c *acquireCmd) apply(g *group) error {
 		c.res.Paused = true
 		return nil
 	}
+	live := e.liveCapacity(g.now)
 	for len(c.res.Grants) < c.req.Max {
-		team, id, ok := e.sched.Next(e.liveCapacity(g.now))
+		team, id, ok := e.sched.Next(live)
 		if !ok {
 			break
 		}
