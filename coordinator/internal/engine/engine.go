@@ -119,7 +119,6 @@ type Engine struct {
 	active    map[string]int // non-terminal jobs per team
 	renderers map[string]*rendererState
 	rng       *rand.Rand
-	group     *group
 
 	// dispatch state is read by handlers (health, metrics) and written by
 	// the writer.
@@ -257,9 +256,6 @@ func (e *Engine) Failed() <-chan struct{} { return e.failedC }
 // HeartbeatInterval is how often renderers should heartbeat: a third of
 // the lease TTL.
 func (e *Engine) HeartbeatInterval() time.Duration { return e.cfg.LeaseTTL / 3 }
-
-// LeaseTTL is the lease time to live.
-func (e *Engine) LeaseTTL() time.Duration { return e.cfg.LeaseTTL }
 
 // Artifacts returns the artifact store.
 func (e *Engine) Artifacts() *store.Artifacts { return e.cfg.Artifacts }

@@ -156,8 +156,6 @@ func (e *Engine) resetTimer(t *time.Timer) {
 func (e *Engine) runGroup(batch []*request) error {
 	start := time.Now()
 	g := &group{e: e, now: e.now()}
-	e.group = g
-	defer func() { e.group = nil }()
 	err := e.advance(g)
 	for i := 0; err == nil && i < len(batch); i++ {
 		err = batch[i].cmd.apply(g)

@@ -49,7 +49,6 @@ const (
 	AuditCancelJob     = "CANCEL_JOB"
 	AuditCancelBatch   = "CANCEL_BATCH"
 	AuditDenied        = "DENIED"
-	AuditReplayDryRun  = "REPLAY_DRY_RUN"
 	AuditCancelRefused = "CANCEL_REFUSED"
 )
 

@@ -99,9 +99,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Path returns the database file's path.
-func (s *Store) Path() string { return s.db.Path() }
-
 // Update runs fn in one read-write transaction and commits (with fsync)
 // when fn returns nil. Only the writer goroutine calls it.
 func (s *Store) Update(fn func(*Tx) error) error {
