@@ -17,9 +17,6 @@ var (
 	ErrStorageFailed = errors.New("storage failed; writer stopped")
 	// ErrNotFound is returned when a job or batch does not exist.
 	ErrNotFound = errors.New("not found")
-	// ErrArtifactMissing is returned when a completion that passes the
-	// fencing check names a digest that was never uploaded.
-	ErrArtifactMissing = errors.New("artifact was never uploaded")
 )
 
 // SubmitRequest is one SubmitBatch.
@@ -89,11 +86,6 @@ type HeartbeatRequest struct {
 type CompleteRequest struct {
 	Job uint64
 	jobs.Completion
-	// ArtifactMissing reports that the caller found no upload with the
-	// success digest. The fencing check still decides first: a stale
-	// completion is refused and recorded as such, and only a completion
-	// from the current holder fails with ErrArtifactMissing.
-	ArtifactMissing bool
 }
 
 // CompleteResult is the job after a completion; Replayed is set when the

@@ -377,10 +377,6 @@ func (c *completeCmd) apply(g *group) error {
 		c.err = ErrNotFound
 		return nil
 	}
-	if c.req.Success && c.req.ArtifactMissing && c.req.Token != j.CompletedToken && j.CheckLease(c.req.Token, g.now) == nil {
-		c.err = ErrArtifactMissing
-		return nil
-	}
 	next, replayed, ferr := j.Complete(c.req.Completion, g.now, e.jitter())
 	c.res = CompleteResult{Job: next, Replayed: replayed}
 	if ferr != nil {

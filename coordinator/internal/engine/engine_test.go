@@ -300,7 +300,7 @@ func TestFencing(t *testing.T) {
 		missing := success(batch.FirstJob, g.Job.Lease.Token, "r-1", "never-uploaded")
 		missing.ArtifactMissing = true
 		before := b.job(t, batch.FirstJob)
-		if _, err := b.e.Complete(ctx, missing); !errors.Is(err, ErrArtifactMissing) {
+		if _, err := b.e.Complete(ctx, missing); !errors.Is(err, jobs.ErrArtifactMissing) {
 			t.Fatalf("holder's completion with no upload: err = %v, want ErrArtifactMissing", err)
 		}
 		if diff := cmp.Diff(before, b.job(t, batch.FirstJob)); diff != "" {

@@ -42,6 +42,9 @@ var (
 	ErrLeaseStillValid = errors.New("lease deadline has not passed")
 	// ErrBackoffPending is returned when re-queueing before the retry time.
 	ErrBackoffPending = errors.New("retry backoff has not elapsed")
+	// ErrArtifactMissing is returned when the current lease holder reports
+	// success with a digest that was never uploaded.
+	ErrArtifactMissing = errors.New("artifact was never uploaded")
 )
 
 // FenceError is a fencing failure with the job's state at the time, for the
@@ -96,6 +99,8 @@ func ReasonCode(err error) string {
 		return "NOT_FAILED"
 	case errors.Is(err, ErrPermanentFailure):
 		return "PERMANENT_FAILURE"
+	case errors.Is(err, ErrArtifactMissing):
+		return "ARTIFACT_NOT_FOUND"
 	case errors.Is(err, ErrIllegalTransition):
 		return "ILLEGAL_TRANSITION"
 	}

@@ -357,3 +357,21 @@ func TestRejectionEventsAreCapped(t *testing.T) {
 		}
 	})
 }
+
+// TestMissingArtifactIsJudgedAfterTheFence checks that a success naming a
+// digest never uploaded is refused as stale when the token is stale, and as
+// a missing artifact, changing nothing, only for the current holder.
+func TestMissingArtifactIsJudgedAfterTheFence(t *testing.T) {
+	j := leased(t, 5)
+	now := at(2 * time.Second)
+	missing := Completion{Token: 5, Renderer: "r1", Success: true, Digest: "never", ArtifactMissing: true}
+	got, _, err := j.Complete(missing, now, 0)
+	if !errors.Is(err, ErrArtifactMissing) || ReasonCode(err) != "ARTIFACT_NOT_FOUND" {
+		t.Fatalf("holder's completion with no upload: %v (%s), want ErrArtifactMissing", err, ReasonCode(err))
+	}
+	assertUnchanged(t, got, j)
+	missing.Token = 4
+	if _, _, err := j.Complete(missing, now, 0); !errors.Is(err, ErrStaleLease) {
+		t.Fatalf("stale completion with no upload: %v, want ErrStaleLease", err)
+	}
+}

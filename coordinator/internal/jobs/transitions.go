@@ -127,6 +127,10 @@ type Completion struct {
 	// Class and Message describe a failure.
 	Class   FailureClass
 	Message string
+	// ArtifactMissing reports that no upload has the success Digest. It is
+	// judged after the fencing check, so a stale completion is refused as
+	// stale whatever it names.
+	ArtifactMissing bool
 }
 
 // Outcome returns the completion's idempotency outcome.
@@ -153,6 +157,9 @@ func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, re
 	}
 	if err := j.CheckLease(c.Token, now); err != nil {
 		return j.reject(c, err, now)
+	}
+	if c.Success && c.ArtifactMissing {
+		return j, false, &PhaseError{Err: ErrArtifactMissing, Phase: j.Phase, Op: "complete"}
 	}
 	if !c.Success && c.Class == ClassUnspecified {
 		return j, false, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "complete without outcome"}

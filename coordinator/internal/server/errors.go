@@ -109,7 +109,6 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	*jobs.FenceError                  ABORTED <ReasonCode> current_token, current_phase
 //	jobs.ErrAlreadyTerminal           FAILED_PRECONDITION ALREADY_TERMINAL phase
 //	other *jobs.PhaseError            FAILED_PRECONDITION <ReasonCode> phase
-//	engine.ErrArtifactMissing         FAILED_PRECONDITION ARTIFACT_NOT_FOUND
 //	engine.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
@@ -175,8 +174,6 @@ func toStatus(log *slog.Logger, err error) error {
 			reason = "FAILED_PRECONDITION"
 		}
 		return newStatus(codes.FailedPrecondition, reason, err.Error(), map[string]string{"phase": phaseName(pe.Phase)})
-	case errors.Is(err, engine.ErrArtifactMissing):
-		return newStatus(codes.FailedPrecondition, reasonArtifactNotFound, "no artifact with that digest was uploaded", nil)
 	case errors.Is(err, engine.ErrNotFound):
 		return newStatus(codes.NotFound, reasonNotFound, err.Error(), nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):

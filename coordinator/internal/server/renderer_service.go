@@ -378,7 +378,8 @@ func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.Complete
 	default:
 		return nil, s.status(invalidArg("outcome", reasonMissingOutcome, "a completion needs success or failure"))
 	}
-	res, err := s.e.Complete(ctx, engine.CompleteRequest{Job: id, Completion: c, ArtifactMissing: missing})
+	c.ArtifactMissing = missing
+	res, err := s.e.Complete(ctx, engine.CompleteRequest{Job: id, Completion: c})
 	if err != nil {
 		return nil, s.status(notFound(err, reasonJobNotFound, "job %s not found", req.GetJobId()))
 	}
