@@ -32,10 +32,7 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 		}
 		c.docs[i] = doc
 	}
-	if err := e.do(ctx, c); err != nil {
-		return SubmitResult{}, err
-	}
-	return c.res, nil
+	return call(ctx, e, c)
 }
 
 // requestHash identifies a request's content for idempotency checks.
@@ -69,6 +66,8 @@ type submitCmd struct {
 	policy jobs.RetryPolicy
 	res    SubmitResult
 }
+
+func (c *submitCmd) result() SubmitResult { return c.res }
 
 func (c *submitCmd) apply(g *group) error {
 	e := g.e
@@ -134,10 +133,7 @@ func (c *submitCmd) apply(g *group) error {
 // transaction. It never waits: callers long-poll with WorkAvailable.
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error) {
 	c := &acquireCmd{req: req}
-	if err := e.do(ctx, c); err != nil {
-		return AcquireResult{}, err
-	}
-	return c.res, nil
+	return call(ctx, e, c)
 }
 
 type acquireCmd struct {
@@ -145,6 +141,8 @@ type acquireCmd struct {
 	req AcquireRequest
 	res AcquireResult
 }
+
+func (c *acquireCmd) result() AcquireResult { return c.res }
 
 func (c *acquireCmd) apply(g *group) error {
 	e := g.e
@@ -259,19 +257,17 @@ func (e *Engine) liveCapacity(now time.Time) int {
 // acknowledgements of revocations. Each lease is answered HELD with its new
 // deadline or LOST with the fencing reason.
 func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) ([]LeaseStatus, error) {
-	c := &heartbeatCmd{req: req, stream: true}
-	if err := e.do(ctx, c); err != nil {
-		return nil, err
-	}
-	return c.res, nil
+	c := &heartbeatCmd{req: req}
+	return call(ctx, e, c)
 }
 
 type heartbeatCmd struct {
 	base
-	req    HeartbeatRequest
-	stream bool
-	res    []LeaseStatus
+	req HeartbeatRequest
+	res []LeaseStatus
 }
+
+func (c *heartbeatCmd) result() []LeaseStatus { return c.res }
 
 func (c *heartbeatCmd) apply(g *group) error {
 	e := g.e
@@ -355,10 +351,7 @@ func (c *streamCmd) apply(g *group) error {
 // metric) and returned as a *jobs.FenceError.
 func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
 	c := &completeCmd{req: req}
-	if err := e.do(ctx, c); err != nil {
-		return CompleteResult{}, err
-	}
-	return c.res, c.err
+	return call(ctx, e, c)
 }
 
 type completeCmd struct {
@@ -366,6 +359,8 @@ type completeCmd struct {
 	req CompleteRequest
 	res CompleteResult
 }
+
+func (c *completeCmd) result() CompleteResult { return c.res }
 
 func (c *completeCmd) apply(g *group) error {
 	e := g.e
@@ -413,10 +408,7 @@ func (c *completeCmd) apply(g *group) error {
 // (req.Batch). The caller has checked that the principal may.
 func (e *Engine) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
 	c := &cancelCmd{req: req}
-	if err := e.do(ctx, c); err != nil {
-		return CancelResult{}, err
-	}
-	return c.res, c.err
+	return call(ctx, e, c)
 }
 
 type cancelCmd struct {
@@ -424,6 +416,8 @@ type cancelCmd struct {
 	req CancelRequest
 	res CancelResult
 }
+
+func (c *cancelCmd) result() CancelResult { return c.res }
 
 func (c *cancelCmd) apply(g *group) error {
 	e := g.e
@@ -519,10 +513,7 @@ func (e *Engine) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, e
 		req.InScope = func(string) bool { return true }
 	}
 	c := &replayCmd{req: req}
-	if err := e.do(ctx, c); err != nil {
-		return ReplayResult{}, err
-	}
-	return c.res, c.err
+	return call(ctx, e, c)
 }
 
 type replayCmd struct {
@@ -530,6 +521,8 @@ type replayCmd struct {
 	req ReplayRequest
 	res ReplayResult
 }
+
+func (c *replayCmd) result() ReplayResult { return c.res }
 
 func (c *replayCmd) apply(g *group) error {
 	e := g.e
@@ -655,10 +648,7 @@ func (c *replayCmd) apply(g *group) error {
 // audited; while paused no lease is granted, and everything else works.
 func (e *Engine) SetPaused(ctx context.Context, paused bool, principal, reason string) (jobs.DispatchState, error) {
 	c := &pauseCmd{paused: paused, principal: principal, reason: reason}
-	if err := e.do(ctx, c); err != nil {
-		return jobs.DispatchState{}, err
-	}
-	return c.res, nil
+	return call(ctx, e, c)
 }
 
 type pauseCmd struct {
@@ -668,6 +658,8 @@ type pauseCmd struct {
 	reason    string
 	res       jobs.DispatchState
 }
+
+func (c *pauseCmd) result() jobs.DispatchState { return c.res }
 
 func (c *pauseCmd) apply(g *group) error {
 	e := g.e

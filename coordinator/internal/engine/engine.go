@@ -317,7 +317,21 @@ func (h timerHeap) peek() (timerItem, bool) {
 	return h[0], true
 }
 
-// do sends c to the writer and waits for its answer.
+// call sends c to the writer and returns its result. The error is the
+// command's domain refusal, or why the writer did not apply it.
+func call[R any](ctx context.Context, e *Engine, c interface {
+	command
+	result() R
+}) (R, error) {
+	if err := e.do(ctx, c); err != nil {
+		var zero R
+		return zero, err
+	}
+	return c.result(), nil
+}
+
+// do sends c to the writer and waits for its answer: the command's domain
+// outcome, or why it was not applied.
 func (e *Engine) do(ctx context.Context, c command) error {
 	if !e.serving.Load() {
 		return ErrStorageFailed
