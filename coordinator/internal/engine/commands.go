@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // Submit stores a batch, all or nothing. The batch is validated against the
@@ -131,9 +132,26 @@ func (c *submitCmd) apply(g *group) error {
 // Acquire grants up to req.Max leases to a renderer, chosen fairly across
 // teams, each under a fresh fencing token persisted in the same
 // transaction. It never waits: callers long-poll with WorkAvailable.
+//
+// Document content is read after the commit, in a read transaction on the
+// caller's goroutine: it never changes once stored, and copying it is no
+// work for the writer.
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error) {
-	c := &acquireCmd{req: req}
-	return call(ctx, e, c)
+	res, err := call(ctx, e, &acquireCmd{req: req})
+	if err != nil || len(res.Grants) == 0 {
+		return res, err
+	}
+	err = e.st.View(func(tx *store.Tx) error {
+		for i := range res.Grants {
+			content, err := tx.Document(res.Grants[i].Job.ID)
+			if err != nil {
+				return err
+			}
+			res.Grants[i].Content = content
+		}
+		return nil
+	})
+	return res, err
 }
 
 type acquireCmd struct {
@@ -178,13 +196,9 @@ func (c *acquireCmd) apply(g *group) error {
 		if err := g.save(j, next); err != nil {
 			return err
 		}
-		content, err := tx.Document(id)
-		if err != nil {
-			return err
-		}
 		e.trackLease(next)
 		e.m.queueWait(team, g.now.Sub(j.EnqueuedAt))
-		c.res.Grants = append(c.res.Grants, Grant{Job: next, Content: content})
+		c.res.Grants = append(c.res.Grants, Grant{Job: next})
 	}
 	return nil
 }
