@@ -240,7 +240,7 @@ type ListJobsRequest struct {
 	Team    string                 `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
 	// Unset lists every phase.
 	Phase Phase `protobuf:"varint,3,opt,name=phase,proto3,enum=leasehold.v1.Phase" json:"phase,omitempty"`
-	// 1 to 1000; 0 means 100.
+	// 1 to 1000; 0 means 100. Anything else is INVALID_PAGE_SIZE.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous response's next_page_token.
 	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -464,8 +464,16 @@ func (x *GetBatchResponse) GetBatch() *Batch {
 }
 
 type WatchBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	BatchId string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// Where a previous watch of this batch left off.
+	Resume []*JobCursor `protobuf:"bytes,2,rep,name=resume,proto3" json:"resume,omitempty"`
+	// Send only terminal events (SUCCEEDED, FAILED, CANCELLED) after the
+	// opening snapshot: enough for a follower that waits for outcomes.
+	TerminalOnly bool `protobuf:"varint,3,opt,name=terminal_only,json=terminalOnly,proto3" json:"terminal_only,omitempty"`
+	// Send several updates per message (WatchBatchResponse.updates) when more
+	// than one is ready, instead of one message per event.
+	Batched       bool `protobuf:"varint,4,opt,name=batched,proto3" json:"batched,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,22 +515,163 @@ func (x *WatchBatchRequest) GetBatchId() string {
 	return ""
 }
 
-type WatchBatchResponse struct {
+func (x *WatchBatchRequest) GetResume() []*JobCursor {
+	if x != nil {
+		return x.Resume
+	}
+	return nil
+}
+
+func (x *WatchBatchRequest) GetTerminalOnly() bool {
+	if x != nil {
+		return x.TerminalOnly
+	}
+	return false
+}
+
+func (x *WatchBatchRequest) GetBatched() bool {
+	if x != nil {
+		return x.Batched
+	}
+	return false
+}
+
+// JobCursor is the last event of a job a watcher has seen.
+type JobCursor struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// JobEvent.seq of that event; 0 for none.
+	Seq           uint32 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobCursor) Reset() {
+	*x = JobCursor{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobCursor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobCursor) ProtoMessage() {}
+
+func (x *JobCursor) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobCursor.ProtoReflect.Descriptor instead.
+func (*JobCursor) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *JobCursor) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *JobCursor) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// JobUpdate is one job's event, or its snapshot when event is unset.
+type JobUpdate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The job's phase right after this update.
+	Phase         Phase     `protobuf:"varint,2,opt,name=phase,proto3,enum=leasehold.v1.Phase" json:"phase,omitempty"`
+	Event         *JobEvent `protobuf:"bytes,3,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobUpdate) Reset() {
+	*x = JobUpdate{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobUpdate) ProtoMessage() {}
+
+func (x *JobUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobUpdate.ProtoReflect.Descriptor instead.
+func (*JobUpdate) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *JobUpdate) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *JobUpdate) GetPhase() Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return Phase_PHASE_UNSPECIFIED
+}
+
+func (x *JobUpdate) GetEvent() *JobEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+type WatchBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset when updates is used.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The job's phase after this message.
 	Phase Phase `protobuf:"varint,2,opt,name=phase,proto3,enum=leasehold.v1.Phase" json:"phase,omitempty"`
 	// Unset on the opening snapshot messages.
 	Event *JobEvent `protobuf:"bytes,3,opt,name=event,proto3" json:"event,omitempty"`
 	// The batch's counts after this message.
-	Batch         *Batch `protobuf:"bytes,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	Batch *Batch `protobuf:"bytes,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	// With WatchBatchRequest.batched: the updates of this message, in commit
+	// order (job_id, phase and event above are then unset).
+	Updates       []*JobUpdate `protobuf:"bytes,5,rep,name=updates,proto3" json:"updates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchBatchResponse) Reset() {
 	*x = WatchBatchResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +683,7 @@ func (x *WatchBatchResponse) String() string {
 func (*WatchBatchResponse) ProtoMessage() {}
 
 func (x *WatchBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +696,7 @@ func (x *WatchBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchBatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchBatchResponse) GetJobId() string {
@@ -578,10 +727,17 @@ func (x *WatchBatchResponse) GetBatch() *Batch {
 	return nil
 }
 
+func (x *WatchBatchResponse) GetUpdates() []*JobUpdate {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
 type CancelJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// Free text recorded with the cancellation.
+	// Free text recorded with the cancellation, at most 1,024 bytes.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -589,7 +745,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +757,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +770,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -647,7 +803,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +815,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +828,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -713,7 +869,7 @@ type CancelBatchRequest struct {
 
 func (x *CancelBatchRequest) Reset() {
 	*x = CancelBatchRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +881,7 @@ func (x *CancelBatchRequest) String() string {
 func (*CancelBatchRequest) ProtoMessage() {}
 
 func (x *CancelBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +894,7 @@ func (x *CancelBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelBatchRequest.ProtoReflect.Descriptor instead.
 func (*CancelBatchRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelBatchRequest) GetBatchId() string {
@@ -775,7 +931,7 @@ type CancelBatchResponse struct {
 
 func (x *CancelBatchResponse) Reset() {
 	*x = CancelBatchResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +943,7 @@ func (x *CancelBatchResponse) String() string {
 func (*CancelBatchResponse) ProtoMessage() {}
 
 func (x *CancelBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +956,7 @@ func (x *CancelBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelBatchResponse.ProtoReflect.Descriptor instead.
 func (*CancelBatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelBatchResponse) GetCancelledQueued() uint32 {
@@ -871,7 +1027,7 @@ type RunningCancel struct {
 
 func (x *RunningCancel) Reset() {
 	*x = RunningCancel{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1039,7 @@ func (x *RunningCancel) String() string {
 func (*RunningCancel) ProtoMessage() {}
 
 func (x *RunningCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1052,7 @@ func (x *RunningCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningCancel.ProtoReflect.Descriptor instead.
 func (*RunningCancel) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunningCancel) GetJobId() string {
@@ -929,7 +1085,7 @@ type GetArtifactRequest struct {
 
 func (x *GetArtifactRequest) Reset() {
 	*x = GetArtifactRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1097,7 @@ func (x *GetArtifactRequest) String() string {
 func (*GetArtifactRequest) ProtoMessage() {}
 
 func (x *GetArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1110,7 @@ func (x *GetArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetArtifactRequest.ProtoReflect.Descriptor instead.
 func (*GetArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetArtifactRequest) GetJobId() string {
@@ -975,7 +1131,7 @@ type GetArtifactResponse struct {
 
 func (x *GetArtifactResponse) Reset() {
 	*x = GetArtifactResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1143,7 @@ func (x *GetArtifactResponse) String() string {
 func (*GetArtifactResponse) ProtoMessage() {}
 
 func (x *GetArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1156,7 @@ func (x *GetArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetArtifactResponse.ProtoReflect.Descriptor instead.
 func (*GetArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetArtifactResponse) GetArtifact() *Artifact {
@@ -1050,14 +1206,25 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\x0fGetBatchRequest\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\"=\n" +
 	"\x10GetBatchResponse\x12)\n" +
-	"\x05batch\x18\x01 \x01(\v2\x13.leasehold.v1.BatchR\x05batch\".\n" +
+	"\x05batch\x18\x01 \x01(\v2\x13.leasehold.v1.BatchR\x05batch\"\x9e\x01\n" +
 	"\x11WatchBatchRequest\x12\x19\n" +
-	"\bbatch_id\x18\x01 \x01(\tR\abatchId\"\xaf\x01\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12/\n" +
+	"\x06resume\x18\x02 \x03(\v2\x17.leasehold.v1.JobCursorR\x06resume\x12#\n" +
+	"\rterminal_only\x18\x03 \x01(\bR\fterminalOnly\x12\x18\n" +
+	"\abatched\x18\x04 \x01(\bR\abatched\"4\n" +
+	"\tJobCursor\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\rR\x03seq\"{\n" +
+	"\tJobUpdate\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12)\n" +
+	"\x05phase\x18\x02 \x01(\x0e2\x13.leasehold.v1.PhaseR\x05phase\x12,\n" +
+	"\x05event\x18\x03 \x01(\v2\x16.leasehold.v1.JobEventR\x05event\"\xe2\x01\n" +
 	"\x12WatchBatchResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.leasehold.v1.PhaseR\x05phase\x12,\n" +
 	"\x05event\x18\x03 \x01(\v2\x16.leasehold.v1.JobEventR\x05event\x12)\n" +
-	"\x05batch\x18\x04 \x01(\v2\x13.leasehold.v1.BatchR\x05batch\"A\n" +
+	"\x05batch\x18\x04 \x01(\v2\x13.leasehold.v1.BatchR\x05batch\x121\n" +
+	"\aupdates\x18\x05 \x03(\v2\x17.leasehold.v1.JobUpdateR\aupdates\"A\n" +
 	"\x10CancelJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb9\x01\n" +
@@ -1112,7 +1279,7 @@ func file_leasehold_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_job_service_proto_rawDescData
 }
 
-var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_leasehold_v1_job_service_proto_goTypes = []any{
 	(*SubmitBatchRequest)(nil),  // 0: leasehold.v1.SubmitBatchRequest
 	(*SubmitBatchResponse)(nil), // 1: leasehold.v1.SubmitBatchResponse
@@ -1123,58 +1290,64 @@ var file_leasehold_v1_job_service_proto_goTypes = []any{
 	(*GetBatchRequest)(nil),     // 6: leasehold.v1.GetBatchRequest
 	(*GetBatchResponse)(nil),    // 7: leasehold.v1.GetBatchResponse
 	(*WatchBatchRequest)(nil),   // 8: leasehold.v1.WatchBatchRequest
-	(*WatchBatchResponse)(nil),  // 9: leasehold.v1.WatchBatchResponse
-	(*CancelJobRequest)(nil),    // 10: leasehold.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),   // 11: leasehold.v1.CancelJobResponse
-	(*CancelBatchRequest)(nil),  // 12: leasehold.v1.CancelBatchRequest
-	(*CancelBatchResponse)(nil), // 13: leasehold.v1.CancelBatchResponse
-	(*RunningCancel)(nil),       // 14: leasehold.v1.RunningCancel
-	(*GetArtifactRequest)(nil),  // 15: leasehold.v1.GetArtifactRequest
-	(*GetArtifactResponse)(nil), // 16: leasehold.v1.GetArtifactResponse
-	(*Document)(nil),            // 17: leasehold.v1.Document
-	(*RetryPolicy)(nil),         // 18: leasehold.v1.RetryPolicy
-	(*Batch)(nil),               // 19: leasehold.v1.Batch
-	(*Job)(nil),                 // 20: leasehold.v1.Job
-	(Phase)(0),                  // 21: leasehold.v1.Phase
-	(*JobEvent)(nil),            // 22: leasehold.v1.JobEvent
-	(*Artifact)(nil),            // 23: leasehold.v1.Artifact
+	(*JobCursor)(nil),           // 9: leasehold.v1.JobCursor
+	(*JobUpdate)(nil),           // 10: leasehold.v1.JobUpdate
+	(*WatchBatchResponse)(nil),  // 11: leasehold.v1.WatchBatchResponse
+	(*CancelJobRequest)(nil),    // 12: leasehold.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),   // 13: leasehold.v1.CancelJobResponse
+	(*CancelBatchRequest)(nil),  // 14: leasehold.v1.CancelBatchRequest
+	(*CancelBatchResponse)(nil), // 15: leasehold.v1.CancelBatchResponse
+	(*RunningCancel)(nil),       // 16: leasehold.v1.RunningCancel
+	(*GetArtifactRequest)(nil),  // 17: leasehold.v1.GetArtifactRequest
+	(*GetArtifactResponse)(nil), // 18: leasehold.v1.GetArtifactResponse
+	(*Document)(nil),            // 19: leasehold.v1.Document
+	(*RetryPolicy)(nil),         // 20: leasehold.v1.RetryPolicy
+	(*Batch)(nil),               // 21: leasehold.v1.Batch
+	(*Job)(nil),                 // 22: leasehold.v1.Job
+	(Phase)(0),                  // 23: leasehold.v1.Phase
+	(*JobEvent)(nil),            // 24: leasehold.v1.JobEvent
+	(*Artifact)(nil),            // 25: leasehold.v1.Artifact
 }
 var file_leasehold_v1_job_service_proto_depIdxs = []int32{
-	17, // 0: leasehold.v1.SubmitBatchRequest.documents:type_name -> leasehold.v1.Document
-	18, // 1: leasehold.v1.SubmitBatchRequest.retry_policy:type_name -> leasehold.v1.RetryPolicy
-	19, // 2: leasehold.v1.SubmitBatchResponse.batch:type_name -> leasehold.v1.Batch
-	20, // 3: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
-	21, // 4: leasehold.v1.ListJobsRequest.phase:type_name -> leasehold.v1.Phase
-	20, // 5: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	19, // 6: leasehold.v1.GetBatchResponse.batch:type_name -> leasehold.v1.Batch
-	21, // 7: leasehold.v1.WatchBatchResponse.phase:type_name -> leasehold.v1.Phase
-	22, // 8: leasehold.v1.WatchBatchResponse.event:type_name -> leasehold.v1.JobEvent
-	19, // 9: leasehold.v1.WatchBatchResponse.batch:type_name -> leasehold.v1.Batch
-	20, // 10: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
-	14, // 11: leasehold.v1.CancelBatchResponse.running:type_name -> leasehold.v1.RunningCancel
-	19, // 12: leasehold.v1.CancelBatchResponse.batch:type_name -> leasehold.v1.Batch
-	23, // 13: leasehold.v1.GetArtifactResponse.artifact:type_name -> leasehold.v1.Artifact
-	0,  // 14: leasehold.v1.JobService.SubmitBatch:input_type -> leasehold.v1.SubmitBatchRequest
-	2,  // 15: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	4,  // 16: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	6,  // 17: leasehold.v1.JobService.GetBatch:input_type -> leasehold.v1.GetBatchRequest
-	8,  // 18: leasehold.v1.JobService.WatchBatch:input_type -> leasehold.v1.WatchBatchRequest
-	10, // 19: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	12, // 20: leasehold.v1.JobService.CancelBatch:input_type -> leasehold.v1.CancelBatchRequest
-	15, // 21: leasehold.v1.JobService.GetArtifact:input_type -> leasehold.v1.GetArtifactRequest
-	1,  // 22: leasehold.v1.JobService.SubmitBatch:output_type -> leasehold.v1.SubmitBatchResponse
-	3,  // 23: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	5,  // 24: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	7,  // 25: leasehold.v1.JobService.GetBatch:output_type -> leasehold.v1.GetBatchResponse
-	9,  // 26: leasehold.v1.JobService.WatchBatch:output_type -> leasehold.v1.WatchBatchResponse
-	11, // 27: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	13, // 28: leasehold.v1.JobService.CancelBatch:output_type -> leasehold.v1.CancelBatchResponse
-	16, // 29: leasehold.v1.JobService.GetArtifact:output_type -> leasehold.v1.GetArtifactResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	19, // 0: leasehold.v1.SubmitBatchRequest.documents:type_name -> leasehold.v1.Document
+	20, // 1: leasehold.v1.SubmitBatchRequest.retry_policy:type_name -> leasehold.v1.RetryPolicy
+	21, // 2: leasehold.v1.SubmitBatchResponse.batch:type_name -> leasehold.v1.Batch
+	22, // 3: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
+	23, // 4: leasehold.v1.ListJobsRequest.phase:type_name -> leasehold.v1.Phase
+	22, // 5: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	21, // 6: leasehold.v1.GetBatchResponse.batch:type_name -> leasehold.v1.Batch
+	9,  // 7: leasehold.v1.WatchBatchRequest.resume:type_name -> leasehold.v1.JobCursor
+	23, // 8: leasehold.v1.JobUpdate.phase:type_name -> leasehold.v1.Phase
+	24, // 9: leasehold.v1.JobUpdate.event:type_name -> leasehold.v1.JobEvent
+	23, // 10: leasehold.v1.WatchBatchResponse.phase:type_name -> leasehold.v1.Phase
+	24, // 11: leasehold.v1.WatchBatchResponse.event:type_name -> leasehold.v1.JobEvent
+	21, // 12: leasehold.v1.WatchBatchResponse.batch:type_name -> leasehold.v1.Batch
+	10, // 13: leasehold.v1.WatchBatchResponse.updates:type_name -> leasehold.v1.JobUpdate
+	22, // 14: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	16, // 15: leasehold.v1.CancelBatchResponse.running:type_name -> leasehold.v1.RunningCancel
+	21, // 16: leasehold.v1.CancelBatchResponse.batch:type_name -> leasehold.v1.Batch
+	25, // 17: leasehold.v1.GetArtifactResponse.artifact:type_name -> leasehold.v1.Artifact
+	0,  // 18: leasehold.v1.JobService.SubmitBatch:input_type -> leasehold.v1.SubmitBatchRequest
+	2,  // 19: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	4,  // 20: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	6,  // 21: leasehold.v1.JobService.GetBatch:input_type -> leasehold.v1.GetBatchRequest
+	8,  // 22: leasehold.v1.JobService.WatchBatch:input_type -> leasehold.v1.WatchBatchRequest
+	12, // 23: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	14, // 24: leasehold.v1.JobService.CancelBatch:input_type -> leasehold.v1.CancelBatchRequest
+	17, // 25: leasehold.v1.JobService.GetArtifact:input_type -> leasehold.v1.GetArtifactRequest
+	1,  // 26: leasehold.v1.JobService.SubmitBatch:output_type -> leasehold.v1.SubmitBatchResponse
+	3,  // 27: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	5,  // 28: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	7,  // 29: leasehold.v1.JobService.GetBatch:output_type -> leasehold.v1.GetBatchResponse
+	11, // 30: leasehold.v1.JobService.WatchBatch:output_type -> leasehold.v1.WatchBatchResponse
+	13, // 31: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	15, // 32: leasehold.v1.JobService.CancelBatch:output_type -> leasehold.v1.CancelBatchResponse
+	18, // 33: leasehold.v1.JobService.GetArtifact:output_type -> leasehold.v1.GetArtifactResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_job_service_proto_init() }
@@ -1189,7 +1362,7 @@ func file_leasehold_v1_job_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_job_service_proto_rawDesc), len(file_leasehold_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

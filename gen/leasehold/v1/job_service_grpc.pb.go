@@ -39,11 +39,24 @@ const (
 // Every call needs a bearer token ("authorization: Bearer <token>") that maps
 // to a principal. A missing or unknown token is UNAUTHENTICATED. Errors carry
 // google.rpc.ErrorInfo with domain "leasehold.v1" and a stable reason; field
-// errors also carry google.rpc.BadRequest naming each offending field.
+// errors also carry google.rpc.BadRequest naming each offending field. A
+// request that cannot be decoded (invalid UTF-8 in a string field, bytes
+// that are not the message) is INVALID_ARGUMENT MALFORMED_REQUEST.
+//
+// Jobs and batches of teams the caller may not see are answered exactly as
+// ids that do not exist (NOT_FOUND JOB_NOT_FOUND / BATCH_NOT_FOUND), so a
+// refusal reveals neither the team nor which ids exist.
 type JobServiceClient interface {
 	// SubmitBatch accepts a batch of documents for one team, all or nothing.
 	//
 	// Who: a principal with the submitter role for the team.
+	//
+	// Limits (see the README): documents per batch, declared bytes per
+	// document and per batch, inline bytes per document and per batch. The
+	// coordinator's gRPC receive limit is set above the largest request these
+	// limits allow, so every batch within them is delivered and every batch
+	// over them is refused with a reason; the client library splits by count
+	// and by bytes.
 	//
 	// Guarantees: the batch is validated whole before anything is stored; the
 	// job records and their ready-queue entries are written in one fsynced
@@ -55,7 +68,8 @@ type JobServiceClient interface {
 	//
 	// Errors:
 	//
-	//	INVALID_ARGUMENT  EMPTY_BATCH, BATCH_TOO_LARGE (documents or total bytes),
+	//	INVALID_ARGUMENT  EMPTY_BATCH, BATCH_TOO_LARGE (documents, declared or
+	//	                  inline bytes),
 	//	                  DOCUMENT_TOO_LARGE, CONTENT_TOO_LARGE, INVALID_NAME,
 	//	                  DUPLICATE_NAME, MISSING_REQUEST_ID, INVALID_TEAM,
 	//	                  INVALID_RETRY_POLICY, REQUEST_ID_REUSED (same id,
@@ -69,34 +83,50 @@ type JobServiceClient interface {
 	//
 	// Who: a submitter of the job's team, or an operator whose scope includes
 	// the team (operators see no source location).
-	// Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND JOB_NOT_FOUND;
-	// PERMISSION_DENIED PERMISSION_DENIED.
+	// Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND JOB_NOT_FOUND (also for
+	// a job the caller may not see).
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	// ListJobs lists jobs in id order, filtered by batch, team and phase.
 	//
 	// Who: as GetJob. A submitter sees only its own teams; without a team
 	// filter the listing covers every team the caller may see.
-	// Errors: INVALID_ARGUMENT INVALID_ID, INVALID_PAGE_TOKEN;
-	// PERMISSION_DENIED PERMISSION_DENIED.
+	//
+	// A page costs the same however many jobs are stored: listings walk an
+	// index (by team, by batch, or of unfinished jobs) in short read
+	// transactions, and a page that reached its scan budget before filling
+	// returns what it found with a next_page_token. Only an empty
+	// next_page_token means the end.
+	// Errors: INVALID_ARGUMENT INVALID_ID, INVALID_PAGE_TOKEN,
+	// INVALID_PAGE_SIZE, INVALID_PHASE; PERMISSION_DENIED PERMISSION_DENIED
+	// (a team filter the caller may not read).
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
-	// GetBatch returns a batch with its job counts per phase.
+	// GetBatch returns a batch with its job counts per phase (kept by the
+	// writer as jobs move, never counted by scanning).
 	//
 	// Who: as GetJob. Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND
-	// BATCH_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED.
+	// BATCH_NOT_FOUND (also for a batch the caller may not see).
 	GetBatch(ctx context.Context, in *GetBatchRequest, opts ...grpc.CallOption) (*GetBatchResponse, error)
 	// WatchBatch streams a batch's job events until every job is terminal.
 	//
 	// The stream opens with one snapshot message per job (its current phase,
 	// no event), then sends each event as it is committed, and ends with OK
-	// once the batch is done. A watcher that falls too far behind is ended with
-	// RESOURCE_EXHAUSTED SLOW_WATCHER and may watch again.
+	// once the batch is done. A watcher that falls too far behind (more than
+	// 4,096 events unsent) is ended with RESOURCE_EXHAUSTED SLOW_WATCHER and
+	// may watch again; each caller may hold at most 64 watches at once
+	// (RESOURCE_EXHAUSTED TOO_MANY_STREAMS).
+	//
+	// A watcher that lost its stream (the coordinator restarted) resumes with
+	// resume: the last event sequence number it saw per job. Jobs listed get
+	// their stored events after that number instead of a snapshot message,
+	// so nothing committed in between is missed.
 	// Who: a submitter of the batch's team or an operator in scope.
 	WatchBatch(ctx context.Context, in *WatchBatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchBatchResponse], error)
 	// CancelJob cancels one job; the single writer decides cancel against
 	// completion, so the job ends exactly once.
 	//
 	// Who: a submitter of the job's team, or an operator whose scope includes
-	// the team; anyone else gets PERMISSION_DENIED and nothing changes.
+	// the team; for anyone else the job does not exist (NOT_FOUND
+	// JOB_NOT_FOUND) and nothing changes.
 	//
 	// QUEUED or RETRY_WAIT: CANCELLED at once, removed from its ready queue or
 	// retry timer in the same transaction; no renderer ever sees it.
@@ -110,7 +140,7 @@ type JobServiceClient interface {
 	// Errors: FAILED_PRECONDITION ALREADY_TERMINAL (SUCCEEDED or FAILED; the
 	// metadata names the phase), RUNNING_CANCEL_DISABLED (LEASED while the
 	// coordinator's running-cancel switch is off); NOT_FOUND JOB_NOT_FOUND;
-	// PERMISSION_DENIED PERMISSION_DENIED.
+	// INVALID_ARGUMENT INVALID_REASON (more than 1,024 bytes).
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	// CancelBatch cancels every non-terminal job of a batch, as CancelJob does
 	// for each, in one transaction, and reports counts of what it cancelled and
@@ -126,7 +156,7 @@ type JobServiceClient interface {
 	// Who: a submitter of the job's team only; operators are refused so that
 	// they never see document data.
 	// Errors: FAILED_PRECONDITION NOT_SUCCEEDED; NOT_FOUND JOB_NOT_FOUND,
-	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED.
+	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED (an operator).
 	GetArtifact(ctx context.Context, in *GetArtifactRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetArtifactResponse], error)
 }
 
@@ -246,11 +276,24 @@ type JobService_GetArtifactClient = grpc.ServerStreamingClient[GetArtifactRespon
 // Every call needs a bearer token ("authorization: Bearer <token>") that maps
 // to a principal. A missing or unknown token is UNAUTHENTICATED. Errors carry
 // google.rpc.ErrorInfo with domain "leasehold.v1" and a stable reason; field
-// errors also carry google.rpc.BadRequest naming each offending field.
+// errors also carry google.rpc.BadRequest naming each offending field. A
+// request that cannot be decoded (invalid UTF-8 in a string field, bytes
+// that are not the message) is INVALID_ARGUMENT MALFORMED_REQUEST.
+//
+// Jobs and batches of teams the caller may not see are answered exactly as
+// ids that do not exist (NOT_FOUND JOB_NOT_FOUND / BATCH_NOT_FOUND), so a
+// refusal reveals neither the team nor which ids exist.
 type JobServiceServer interface {
 	// SubmitBatch accepts a batch of documents for one team, all or nothing.
 	//
 	// Who: a principal with the submitter role for the team.
+	//
+	// Limits (see the README): documents per batch, declared bytes per
+	// document and per batch, inline bytes per document and per batch. The
+	// coordinator's gRPC receive limit is set above the largest request these
+	// limits allow, so every batch within them is delivered and every batch
+	// over them is refused with a reason; the client library splits by count
+	// and by bytes.
 	//
 	// Guarantees: the batch is validated whole before anything is stored; the
 	// job records and their ready-queue entries are written in one fsynced
@@ -262,7 +305,8 @@ type JobServiceServer interface {
 	//
 	// Errors:
 	//
-	//	INVALID_ARGUMENT  EMPTY_BATCH, BATCH_TOO_LARGE (documents or total bytes),
+	//	INVALID_ARGUMENT  EMPTY_BATCH, BATCH_TOO_LARGE (documents, declared or
+	//	                  inline bytes),
 	//	                  DOCUMENT_TOO_LARGE, CONTENT_TOO_LARGE, INVALID_NAME,
 	//	                  DUPLICATE_NAME, MISSING_REQUEST_ID, INVALID_TEAM,
 	//	                  INVALID_RETRY_POLICY, REQUEST_ID_REUSED (same id,
@@ -276,34 +320,50 @@ type JobServiceServer interface {
 	//
 	// Who: a submitter of the job's team, or an operator whose scope includes
 	// the team (operators see no source location).
-	// Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND JOB_NOT_FOUND;
-	// PERMISSION_DENIED PERMISSION_DENIED.
+	// Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND JOB_NOT_FOUND (also for
+	// a job the caller may not see).
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	// ListJobs lists jobs in id order, filtered by batch, team and phase.
 	//
 	// Who: as GetJob. A submitter sees only its own teams; without a team
 	// filter the listing covers every team the caller may see.
-	// Errors: INVALID_ARGUMENT INVALID_ID, INVALID_PAGE_TOKEN;
-	// PERMISSION_DENIED PERMISSION_DENIED.
+	//
+	// A page costs the same however many jobs are stored: listings walk an
+	// index (by team, by batch, or of unfinished jobs) in short read
+	// transactions, and a page that reached its scan budget before filling
+	// returns what it found with a next_page_token. Only an empty
+	// next_page_token means the end.
+	// Errors: INVALID_ARGUMENT INVALID_ID, INVALID_PAGE_TOKEN,
+	// INVALID_PAGE_SIZE, INVALID_PHASE; PERMISSION_DENIED PERMISSION_DENIED
+	// (a team filter the caller may not read).
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
-	// GetBatch returns a batch with its job counts per phase.
+	// GetBatch returns a batch with its job counts per phase (kept by the
+	// writer as jobs move, never counted by scanning).
 	//
 	// Who: as GetJob. Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND
-	// BATCH_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED.
+	// BATCH_NOT_FOUND (also for a batch the caller may not see).
 	GetBatch(context.Context, *GetBatchRequest) (*GetBatchResponse, error)
 	// WatchBatch streams a batch's job events until every job is terminal.
 	//
 	// The stream opens with one snapshot message per job (its current phase,
 	// no event), then sends each event as it is committed, and ends with OK
-	// once the batch is done. A watcher that falls too far behind is ended with
-	// RESOURCE_EXHAUSTED SLOW_WATCHER and may watch again.
+	// once the batch is done. A watcher that falls too far behind (more than
+	// 4,096 events unsent) is ended with RESOURCE_EXHAUSTED SLOW_WATCHER and
+	// may watch again; each caller may hold at most 64 watches at once
+	// (RESOURCE_EXHAUSTED TOO_MANY_STREAMS).
+	//
+	// A watcher that lost its stream (the coordinator restarted) resumes with
+	// resume: the last event sequence number it saw per job. Jobs listed get
+	// their stored events after that number instead of a snapshot message,
+	// so nothing committed in between is missed.
 	// Who: a submitter of the batch's team or an operator in scope.
 	WatchBatch(*WatchBatchRequest, grpc.ServerStreamingServer[WatchBatchResponse]) error
 	// CancelJob cancels one job; the single writer decides cancel against
 	// completion, so the job ends exactly once.
 	//
 	// Who: a submitter of the job's team, or an operator whose scope includes
-	// the team; anyone else gets PERMISSION_DENIED and nothing changes.
+	// the team; for anyone else the job does not exist (NOT_FOUND
+	// JOB_NOT_FOUND) and nothing changes.
 	//
 	// QUEUED or RETRY_WAIT: CANCELLED at once, removed from its ready queue or
 	// retry timer in the same transaction; no renderer ever sees it.
@@ -317,7 +377,7 @@ type JobServiceServer interface {
 	// Errors: FAILED_PRECONDITION ALREADY_TERMINAL (SUCCEEDED or FAILED; the
 	// metadata names the phase), RUNNING_CANCEL_DISABLED (LEASED while the
 	// coordinator's running-cancel switch is off); NOT_FOUND JOB_NOT_FOUND;
-	// PERMISSION_DENIED PERMISSION_DENIED.
+	// INVALID_ARGUMENT INVALID_REASON (more than 1,024 bytes).
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	// CancelBatch cancels every non-terminal job of a batch, as CancelJob does
 	// for each, in one transaction, and reports counts of what it cancelled and
@@ -333,7 +393,7 @@ type JobServiceServer interface {
 	// Who: a submitter of the job's team only; operators are refused so that
 	// they never see document data.
 	// Errors: FAILED_PRECONDITION NOT_SUCCEEDED; NOT_FOUND JOB_NOT_FOUND,
-	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED.
+	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED (an operator).
 	GetArtifact(*GetArtifactRequest, grpc.ServerStreamingServer[GetArtifactResponse]) error
 	mustEmbedUnimplementedJobServiceServer()
 }

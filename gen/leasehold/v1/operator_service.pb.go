@@ -316,7 +316,8 @@ type ReplayItem struct {
 	Attempt        uint32                 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Cycle          uint32                 `protobuf:"varint,7,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	Action         ReplayAction           `protobuf:"varint,8,opt,name=action,proto3,enum=leasehold.v1.ReplayAction" json:"action,omitempty"`
-	// For SKIP: NOT_FAILED, PERMANENT_FAILURE, OUT_OF_SCOPE or JOB_NOT_FOUND.
+	// For SKIP: NOT_FAILED, PERMANENT_FAILURE, UNSUPPORTED_FORMAT (the
+	// coordinator's format list refuses the document) or JOB_NOT_FOUND.
 	SkipReason    string `protobuf:"bytes,9,opt,name=skip_reason,json=skipReason,proto3" json:"skip_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -787,8 +788,10 @@ type AuditRecord struct {
 	OutOfScope       uint32         `protobuf:"varint,10,opt,name=out_of_scope,json=outOfScope,proto3" json:"out_of_scope,omitempty"`
 	BatchId          string         `protobuf:"bytes,11,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	TerminalReason   TerminalReason `protobuf:"varint,12,opt,name=terminal_reason,json=terminalReason,proto3,enum=leasehold.v1.TerminalReason" json:"terminal_reason,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The teams whose jobs the action touched; empty for pause and resume.
+	Teams         []string `protobuf:"bytes,13,rep,name=teams,proto3" json:"teams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditRecord) Reset() {
@@ -903,6 +906,13 @@ func (x *AuditRecord) GetTerminalReason() TerminalReason {
 		return x.TerminalReason
 	}
 	return TerminalReason_TERMINAL_REASON_UNSPECIFIED
+}
+
+func (x *AuditRecord) GetTeams() []string {
+	if x != nil {
+		return x.Teams
+	}
+	return nil
 }
 
 type GetAuditResponse struct {
@@ -1022,7 +1032,7 @@ const file_leasehold_v1_operator_service_proto_rawDesc = "" +
 	"\x0fGetAuditRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\x9a\x03\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xb0\x03\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1c\n" +
@@ -1038,7 +1048,8 @@ const file_leasehold_v1_operator_service_proto_rawDesc = "" +
 	" \x01(\rR\n" +
 	"outOfScope\x12\x19\n" +
 	"\bbatch_id\x18\v \x01(\tR\abatchId\x12E\n" +
-	"\x0fterminal_reason\x18\f \x01(\x0e2\x1c.leasehold.v1.TerminalReasonR\x0eterminalReason\"o\n" +
+	"\x0fterminal_reason\x18\f \x01(\x0e2\x1c.leasehold.v1.TerminalReasonR\x0eterminalReason\x12\x14\n" +
+	"\x05teams\x18\r \x03(\tR\x05teams\"o\n" +
 	"\x10GetAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.leasehold.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*`\n" +

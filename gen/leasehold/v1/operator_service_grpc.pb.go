@@ -37,6 +37,8 @@ const (
 // ("*" for all); jobs outside the scope are skipped and counted, never
 // touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
+// Free-text reasons are required where noted, must not be blank, and are at
+// most 1,024 bytes (INVALID_ARGUMENT MISSING_REASON / INVALID_REASON).
 type OperatorServiceClient interface {
 	// ListRejectedCompletions lists completions refused by the fencing check,
 	// newest first, filtered by job, renderer and time.
@@ -55,8 +57,12 @@ type OperatorServiceClient interface {
 	// re-queues at most the coordinator's replay limit (default 1000) jobs,
 	// in id order; skipped jobs do not count against it. When more jobs were
 	// eligible, truncated is set and the rest are left for another call.
-	// Errors: INVALID_ARGUMENT MISSING_REASON, MISSING_REQUEST_ID,
-	// MISSING_SELECTION, INVALID_ID.
+	// A document whose format the coordinator knows is unsupported is never
+	// queued again, even with include_permanent: it is skipped with
+	// skip_reason UNSUPPORTED_FORMAT.
+	// Errors: INVALID_ARGUMENT MISSING_REASON, INVALID_REASON,
+	// MISSING_REQUEST_ID, MISSING_SELECTION, INVALID_ID, TOO_MANY_JOB_IDS
+	// (more than 1,000 job_ids).
 	ReplayJobs(ctx context.Context, in *ReplayJobsRequest, opts ...grpc.CallOption) (*ReplayJobsResponse, error)
 	// PauseDispatch stops granting new leases. Heartbeats and fenced
 	// completions keep working, submissions keep being accepted. The pause
@@ -64,7 +70,10 @@ type OperatorServiceClient interface {
 	PauseDispatch(ctx context.Context, in *PauseDispatchRequest, opts ...grpc.CallOption) (*PauseDispatchResponse, error)
 	// ResumeDispatch lets Acquire grant leases again. Audited.
 	ResumeDispatch(ctx context.Context, in *ResumeDispatchRequest, opts ...grpc.CallOption) (*ResumeDispatchResponse, error)
-	// GetAudit lists audit records, newest first.
+	// GetAudit lists audit records, newest first. Each record names the teams
+	// it touched; an operator sees a record only when its scope covers every
+	// one of them, and records that touch no team (pause, resume) only with
+	// scope "*".
 	GetAudit(ctx context.Context, in *GetAuditRequest, opts ...grpc.CallOption) (*GetAuditResponse, error)
 }
 
@@ -137,6 +146,8 @@ func (c *operatorServiceClient) GetAudit(ctx context.Context, in *GetAuditReques
 // ("*" for all); jobs outside the scope are skipped and counted, never
 // touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
+// Free-text reasons are required where noted, must not be blank, and are at
+// most 1,024 bytes (INVALID_ARGUMENT MISSING_REASON / INVALID_REASON).
 type OperatorServiceServer interface {
 	// ListRejectedCompletions lists completions refused by the fencing check,
 	// newest first, filtered by job, renderer and time.
@@ -155,8 +166,12 @@ type OperatorServiceServer interface {
 	// re-queues at most the coordinator's replay limit (default 1000) jobs,
 	// in id order; skipped jobs do not count against it. When more jobs were
 	// eligible, truncated is set and the rest are left for another call.
-	// Errors: INVALID_ARGUMENT MISSING_REASON, MISSING_REQUEST_ID,
-	// MISSING_SELECTION, INVALID_ID.
+	// A document whose format the coordinator knows is unsupported is never
+	// queued again, even with include_permanent: it is skipped with
+	// skip_reason UNSUPPORTED_FORMAT.
+	// Errors: INVALID_ARGUMENT MISSING_REASON, INVALID_REASON,
+	// MISSING_REQUEST_ID, MISSING_SELECTION, INVALID_ID, TOO_MANY_JOB_IDS
+	// (more than 1,000 job_ids).
 	ReplayJobs(context.Context, *ReplayJobsRequest) (*ReplayJobsResponse, error)
 	// PauseDispatch stops granting new leases. Heartbeats and fenced
 	// completions keep working, submissions keep being accepted. The pause
@@ -164,7 +179,10 @@ type OperatorServiceServer interface {
 	PauseDispatch(context.Context, *PauseDispatchRequest) (*PauseDispatchResponse, error)
 	// ResumeDispatch lets Acquire grant leases again. Audited.
 	ResumeDispatch(context.Context, *ResumeDispatchRequest) (*ResumeDispatchResponse, error)
-	// GetAudit lists audit records, newest first.
+	// GetAudit lists audit records, newest first. Each record names the teams
+	// it touched; an operator sees a record only when its scope covers every
+	// one of them, and records that touch no team (pause, resume) only with
+	// scope "*".
 	GetAudit(context.Context, *GetAuditRequest) (*GetAuditResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }

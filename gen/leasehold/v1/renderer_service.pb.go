@@ -85,9 +85,13 @@ type AcquireRequest struct {
 	// of live capacity. 0 means max_leases.
 	Capacity uint32 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// How long to wait for work; 0 answers at once, capped at 60 s.
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The largest response the caller accepts (its gRPC receive limit); 0
+	// means 4 MiB, gRPC's default. Leases are granted only while the response
+	// stays under it.
+	MaxResponseBytes uint32 `protobuf:"varint,5,opt,name=max_response_bytes,json=maxResponseBytes,proto3" json:"max_response_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -146,6 +150,13 @@ func (x *AcquireRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetMaxResponseBytes() uint32 {
+	if x != nil {
+		return x.MaxResponseBytes
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -340,7 +351,10 @@ type HeartbeatRequest struct {
 	// The leases the renderer holds and is still working on.
 	Leases []*LeaseRef `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
 	// Revocations the renderer has acted on (it stopped the work).
-	CancelAcks    []*LeaseRef `protobuf:"bytes,4,rep,name=cancel_acks,json=cancelAcks,proto3" json:"cancel_acks,omitempty"`
+	CancelAcks []*LeaseRef `protobuf:"bytes,4,rep,name=cancel_acks,json=cancelAcks,proto3" json:"cancel_acks,omitempty"`
+	// Leases the renderer gives back unfinished; they return to their queues
+	// without counting the attempt.
+	HandBacks     []*LeaseRef `protobuf:"bytes,5,rep,name=hand_backs,json=handBacks,proto3" json:"hand_backs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,12 +417,20 @@ func (x *HeartbeatRequest) GetCancelAcks() []*LeaseRef {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetHandBacks() []*LeaseRef {
+	if x != nil {
+		return x.HandBacks
+	}
+	return nil
+}
+
 type LeaseStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	State LeaseState             `protobuf:"varint,3,opt,name=state,proto3,enum=leasehold.v1.LeaseState" json:"state,omitempty"`
-	// For LOST: STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED or JOB_NOT_FOUND.
+	// For LOST: STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED, NOT_LEASE_HOLDER or
+	// JOB_NOT_FOUND; for a hand-back, HANDED_BACK.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// For HELD: the new deadline.
 	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
@@ -869,12 +891,20 @@ func (*CompleteRequest_Success) isCompleteRequest_Outcome() {}
 
 func (*CompleteRequest_Failure) isCompleteRequest_Outcome() {}
 
-// CompleteSuccess names the uploaded preview.
+// CompleteSuccess carries the preview inline, or names an upload made under
+// the same lease.
 type CompleteSuccess struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	ArtifactDigest string                 `protobuf:"bytes,1,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The digest of an UploadArtifact under this lease; with content set, an
+	// optional check of the inline bytes (DIGEST_MISMATCH when they differ).
+	ArtifactDigest string `protobuf:"bytes,1,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
+	// The preview itself, at most the coordinator's inline artifact limit
+	// (1 MiB by default; SessionWelcome.max_inline_artifact_bytes). Never empty.
+	Content []byte `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// The preview's media type; sniffed from the bytes when empty.
+	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteSuccess) Reset() {
@@ -910,6 +940,20 @@ func (*CompleteSuccess) Descriptor() ([]byte, []int) {
 func (x *CompleteSuccess) GetArtifactDigest() string {
 	if x != nil {
 		return x.ArtifactDigest
+	}
+	return ""
+}
+
+func (x *CompleteSuccess) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *CompleteSuccess) GetContentType() string {
+	if x != nil {
+		return x.ContentType
 	}
 	return ""
 }
@@ -1020,18 +1064,602 @@ func (x *CompleteResponse) GetReplayed() bool {
 	return false
 }
 
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required on the first message, and only there.
+	Hello *SessionHello `protobuf:"bytes,1,opt,name=hello,proto3" json:"hello,omitempty"`
+	// Slots freed since the previous message (on the first: free slots now).
+	// The coordinator grants at most the credits it was given and not yet
+	// used; a renderer that wants no more work sends none.
+	Credits uint32 `protobuf:"varint,2,opt,name=credits,proto3" json:"credits,omitempty"`
+	// Outcomes of leases, answered one by one in SessionResponse.results.
+	Completions []*SessionCompletion `protobuf:"bytes,3,rep,name=completions,proto3" json:"completions,omitempty"`
+	// Leases still being worked on: their deadlines are extended. Answered in
+	// SessionResponse.leases.
+	Heartbeats []*LeaseRef `protobuf:"bytes,4,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	// Grants that arrived. A lease the coordinator never hears of (no receipt,
+	// heartbeat or completion) re-queues without counting the attempt when it
+	// expires.
+	Received []*LeaseRef `protobuf:"bytes,5,rep,name=received,proto3" json:"received,omitempty"`
+	// Leases given back unfinished (a draining renderer): re-queued at once
+	// without counting the attempt, recorded as REQUEUED HANDED_BACK.
+	HandBacks []*LeaseRef `protobuf:"bytes,6,rep,name=hand_backs,json=handBacks,proto3" json:"hand_backs,omitempty"`
+	// Revocations the renderer has acted on (it stopped the work).
+	CancelAcks []*LeaseRef `protobuf:"bytes,7,rep,name=cancel_acks,json=cancelAcks,proto3" json:"cancel_acks,omitempty"`
+	// Set once the renderer is shutting down: no more grants, whatever its
+	// credits; its capacity leaves the live total.
+	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SessionRequest) GetHello() *SessionHello {
+	if x != nil {
+		return x.Hello
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCredits() uint32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetCompletions() []*SessionCompletion {
+	if x != nil {
+		return x.Completions
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetHeartbeats() []*LeaseRef {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetReceived() []*LeaseRef {
+	if x != nil {
+		return x.Received
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetHandBacks() []*LeaseRef {
+	if x != nil {
+		return x.HandBacks
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCancelAcks() []*LeaseRef {
+	if x != nil {
+		return x.CancelAcks
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+// SessionHello opens a Session.
+type SessionHello struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The renderer's id, 1 to 128 bytes of [A-Za-z0-9._-], allowed for the
+	// caller's credential.
+	RendererId string `protobuf:"bytes,1,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
+	// A random id of this renderer process (1 to 64 bytes of
+	// [A-Za-z0-9._-]), the same on every reconnect of the process.
+	InstanceId string `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// How many leases the renderer works on at once (1 to 4096); feeds live
+	// capacity (bounded per credential).
+	Capacity uint32 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The largest SessionResponse the renderer accepts, in bytes (its gRPC
+	// receive limit); 0 means 4 MiB. It must hold at least one grant of the
+	// largest inline document the coordinator accepts.
+	MaxMessageBytes uint32 `protobuf:"varint,4,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
+	// Leases this process holds from an earlier session (after a reconnect):
+	// heartbeated at once and answered in SessionWelcome.holding.
+	Holding       []*LeaseRef `protobuf:"bytes,5,rep,name=holding,proto3" json:"holding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionHello) Reset() {
+	*x = SessionHello{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionHello) ProtoMessage() {}
+
+func (x *SessionHello) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionHello.ProtoReflect.Descriptor instead.
+func (*SessionHello) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SessionHello) GetRendererId() string {
+	if x != nil {
+		return x.RendererId
+	}
+	return ""
+}
+
+func (x *SessionHello) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *SessionHello) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *SessionHello) GetMaxMessageBytes() uint32 {
+	if x != nil {
+		return x.MaxMessageBytes
+	}
+	return 0
+}
+
+func (x *SessionHello) GetHolding() []*LeaseRef {
+	if x != nil {
+		return x.Holding
+	}
+	return nil
+}
+
+// SessionCompletion is the outcome of the attempt made under (job_id, token).
+type SessionCompletion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*SessionCompletion_Success
+	//	*SessionCompletion_Failure
+	Outcome       isSessionCompletion_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCompletion) Reset() {
+	*x = SessionCompletion{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCompletion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCompletion) ProtoMessage() {}
+
+func (x *SessionCompletion) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCompletion.ProtoReflect.Descriptor instead.
+func (*SessionCompletion) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SessionCompletion) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *SessionCompletion) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *SessionCompletion) GetOutcome() isSessionCompletion_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *SessionCompletion) GetSuccess() *CompleteSuccess {
+	if x != nil {
+		if x, ok := x.Outcome.(*SessionCompletion_Success); ok {
+			return x.Success
+		}
+	}
+	return nil
+}
+
+func (x *SessionCompletion) GetFailure() *CompleteFailure {
+	if x != nil {
+		if x, ok := x.Outcome.(*SessionCompletion_Failure); ok {
+			return x.Failure
+		}
+	}
+	return nil
+}
+
+type isSessionCompletion_Outcome interface {
+	isSessionCompletion_Outcome()
+}
+
+type SessionCompletion_Success struct {
+	Success *CompleteSuccess `protobuf:"bytes,3,opt,name=success,proto3,oneof"`
+}
+
+type SessionCompletion_Failure struct {
+	Failure *CompleteFailure `protobuf:"bytes,4,opt,name=failure,proto3,oneof"`
+}
+
+func (*SessionCompletion_Success) isSessionCompletion_Outcome() {}
+
+func (*SessionCompletion_Failure) isSessionCompletion_Outcome() {}
+
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set on the first message only.
+	Welcome *SessionWelcome `protobuf:"bytes,1,opt,name=welcome,proto3" json:"welcome,omitempty"`
+	// New leases, at most the credits granted.
+	Grants []*Grant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	// Answers to completions, in the order they were sent.
+	Results []*CompletionResult `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	// Answers to heartbeats and hand-backs.
+	Leases []*LeaseStatus `protobuf:"bytes,4,rep,name=leases,proto3" json:"leases,omitempty"`
+	// Leases revoked (cancellation): stop the work and acknowledge.
+	Revoked []*LeaseStatus `protobuf:"bytes,5,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	// Set while an operator has paused dispatch (no grants meanwhile).
+	DispatchPaused bool `protobuf:"varint,6,opt,name=dispatch_paused,json=dispatchPaused,proto3" json:"dispatch_paused,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SessionResponse) GetWelcome() *SessionWelcome {
+	if x != nil {
+		return x.Welcome
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetResults() []*CompletionResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetLeases() []*LeaseStatus {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetRevoked() []*LeaseStatus {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetDispatchPaused() bool {
+	if x != nil {
+		return x.DispatchPaused
+	}
+	return false
+}
+
+// SessionWelcome answers SessionHello.
+type SessionWelcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How often to heartbeat leases still being worked on.
+	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,1,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
+	// How long a lease lives without a heartbeat.
+	LeaseTtl *durationpb.Duration `protobuf:"bytes,2,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// Previews up to this size travel inline in completions; larger ones are
+	// uploaded with UploadArtifact first.
+	MaxInlineArtifactBytes uint32 `protobuf:"varint,3,opt,name=max_inline_artifact_bytes,json=maxInlineArtifactBytes,proto3" json:"max_inline_artifact_bytes,omitempty"`
+	// The largest SessionRequest the coordinator accepts.
+	MaxMessageBytes uint32 `protobuf:"varint,4,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
+	// The state of each lease listed in hello.holding.
+	Holding       []*LeaseStatus `protobuf:"bytes,5,rep,name=holding,proto3" json:"holding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionWelcome) Reset() {
+	*x = SessionWelcome{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionWelcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionWelcome) ProtoMessage() {}
+
+func (x *SessionWelcome) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionWelcome.ProtoReflect.Descriptor instead.
+func (*SessionWelcome) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SessionWelcome) GetHeartbeatInterval() *durationpb.Duration {
+	if x != nil {
+		return x.HeartbeatInterval
+	}
+	return nil
+}
+
+func (x *SessionWelcome) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
+func (x *SessionWelcome) GetMaxInlineArtifactBytes() uint32 {
+	if x != nil {
+		return x.MaxInlineArtifactBytes
+	}
+	return 0
+}
+
+func (x *SessionWelcome) GetMaxMessageBytes() uint32 {
+	if x != nil {
+		return x.MaxMessageBytes
+	}
+	return 0
+}
+
+func (x *SessionWelcome) GetHolding() []*LeaseStatus {
+	if x != nil {
+		return x.Holding
+	}
+	return nil
+}
+
+// CompletionResult answers one SessionCompletion.
+type CompletionResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// The gRPC status code the unary Complete would have returned: 0 (OK) when
+	// applied or replayed, else ABORTED (fencing), FAILED_PRECONDITION,
+	// INVALID_ARGUMENT or NOT_FOUND.
+	Code int32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	// The ErrorInfo reason of a refusal (STALE_LEASE, LEASE_EXPIRED, ...).
+	Reason  string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// The job's phase after this completion, and the token of its most recent
+	// lease.
+	Phase        Phase  `protobuf:"varint,6,opt,name=phase,proto3,enum=leasehold.v1.Phase" json:"phase,omitempty"`
+	CurrentToken uint64 `protobuf:"varint,7,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
+	// True when this completion had already been applied.
+	Replayed      bool `protobuf:"varint,8,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompletionResult) Reset() {
+	*x = CompletionResult{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompletionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompletionResult) ProtoMessage() {}
+
+func (x *CompletionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompletionResult.ProtoReflect.Descriptor instead.
+func (*CompletionResult) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CompletionResult) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *CompletionResult) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *CompletionResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CompletionResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CompletionResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CompletionResult) GetPhase() Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return Phase_PHASE_UNSPECIFIED
+}
+
+func (x *CompletionResult) GetCurrentToken() uint64 {
+	if x != nil {
+		return x.CurrentToken
+	}
+	return 0
+}
+
+func (x *CompletionResult) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 var File_leasehold_v1_renderer_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"\n" +
-	"#leasehold/v1/renderer_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leasehold/v1/job.proto\"\x9b\x01\n" +
+	"#leasehold/v1/renderer_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leasehold/v1/job.proto\"\xc9\x01\n" +
 	"\x0eAcquireRequest\x12\x1f\n" +
 	"\vrenderer_id\x18\x01 \x01(\tR\n" +
 	"rendererId\x12\x1d\n" +
 	"\n" +
 	"max_leases\x18\x02 \x01(\rR\tmaxLeases\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\rR\bcapacity\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xb1\x01\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12,\n" +
+	"\x12max_response_bytes\x18\x05 \x01(\rR\x10maxResponseBytes\"\xb1\x01\n" +
 	"\x0fAcquireResponse\x12+\n" +
 	"\x06leases\x18\x01 \x03(\v2\x13.leasehold.v1.GrantR\x06leases\x12'\n" +
 	"\x0fdispatch_paused\x18\x02 \x01(\bR\x0edispatchPaused\x12H\n" +
@@ -1043,14 +1671,16 @@ const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"\bdocument\x18\x04 \x01(\v2\x16.leasehold.v1.DocumentR\bdocument\"7\n" +
 	"\bLeaseRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\xb8\x01\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xef\x01\n" +
 	"\x10HeartbeatRequest\x12\x1f\n" +
 	"\vrenderer_id\x18\x01 \x01(\tR\n" +
 	"rendererId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12.\n" +
 	"\x06leases\x18\x03 \x03(\v2\x16.leasehold.v1.LeaseRefR\x06leases\x127\n" +
 	"\vcancel_acks\x18\x04 \x03(\v2\x16.leasehold.v1.LeaseRefR\n" +
-	"cancelAcks\"\x99\x02\n" +
+	"cancelAcks\x125\n" +
+	"\n" +
+	"hand_backs\x18\x05 \x03(\v2\x16.leasehold.v1.LeaseRefR\thandBacks\"\x99\x02\n" +
 	"\vLeaseStatus\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12.\n" +
@@ -1084,21 +1714,73 @@ const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"rendererId\x129\n" +
 	"\asuccess\x18\x04 \x01(\v2\x1d.leasehold.v1.CompleteSuccessH\x00R\asuccess\x129\n" +
 	"\afailure\x18\x05 \x01(\v2\x1d.leasehold.v1.CompleteFailureH\x00R\afailureB\t\n" +
-	"\aoutcome\":\n" +
+	"\aoutcome\"w\n" +
 	"\x0fCompleteSuccess\x12'\n" +
-	"\x0fartifact_digest\x18\x01 \x01(\tR\x0eartifactDigest\"]\n" +
+	"\x0fartifact_digest\x18\x01 \x01(\tR\x0eartifactDigest\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"]\n" +
 	"\x0fCompleteFailure\x120\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x1a.leasehold.v1.FailureClassR\x05class\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"S\n" +
 	"\x10CompleteResponse\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed*U\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\x97\x03\n" +
+	"\x0eSessionRequest\x120\n" +
+	"\x05hello\x18\x01 \x01(\v2\x1a.leasehold.v1.SessionHelloR\x05hello\x12\x18\n" +
+	"\acredits\x18\x02 \x01(\rR\acredits\x12A\n" +
+	"\vcompletions\x18\x03 \x03(\v2\x1f.leasehold.v1.SessionCompletionR\vcompletions\x126\n" +
+	"\n" +
+	"heartbeats\x18\x04 \x03(\v2\x16.leasehold.v1.LeaseRefR\n" +
+	"heartbeats\x122\n" +
+	"\breceived\x18\x05 \x03(\v2\x16.leasehold.v1.LeaseRefR\breceived\x125\n" +
+	"\n" +
+	"hand_backs\x18\x06 \x03(\v2\x16.leasehold.v1.LeaseRefR\thandBacks\x127\n" +
+	"\vcancel_acks\x18\a \x03(\v2\x16.leasehold.v1.LeaseRefR\n" +
+	"cancelAcks\x12\x1a\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\"\xca\x01\n" +
+	"\fSessionHello\x12\x1f\n" +
+	"\vrenderer_id\x18\x01 \x01(\tR\n" +
+	"rendererId\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"instanceId\x12\x1a\n" +
+	"\bcapacity\x18\x03 \x01(\rR\bcapacity\x12*\n" +
+	"\x11max_message_bytes\x18\x04 \x01(\rR\x0fmaxMessageBytes\x120\n" +
+	"\aholding\x18\x05 \x03(\v2\x16.leasehold.v1.LeaseRefR\aholding\"\xc1\x01\n" +
+	"\x11SessionCompletion\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x129\n" +
+	"\asuccess\x18\x03 \x01(\v2\x1d.leasehold.v1.CompleteSuccessH\x00R\asuccess\x129\n" +
+	"\afailure\x18\x04 \x01(\v2\x1d.leasehold.v1.CompleteFailureH\x00R\afailureB\t\n" +
+	"\aoutcome\"\xc1\x02\n" +
+	"\x0fSessionResponse\x126\n" +
+	"\awelcome\x18\x01 \x01(\v2\x1c.leasehold.v1.SessionWelcomeR\awelcome\x12+\n" +
+	"\x06grants\x18\x02 \x03(\v2\x13.leasehold.v1.GrantR\x06grants\x128\n" +
+	"\aresults\x18\x03 \x03(\v2\x1e.leasehold.v1.CompletionResultR\aresults\x121\n" +
+	"\x06leases\x18\x04 \x03(\v2\x19.leasehold.v1.LeaseStatusR\x06leases\x123\n" +
+	"\arevoked\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\arevoked\x12'\n" +
+	"\x0fdispatch_paused\x18\x06 \x01(\bR\x0edispatchPaused\"\xae\x02\n" +
+	"\x0eSessionWelcome\x12H\n" +
+	"\x12heartbeat_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x126\n" +
+	"\tlease_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x129\n" +
+	"\x19max_inline_artifact_bytes\x18\x03 \x01(\rR\x16maxInlineArtifactBytes\x12*\n" +
+	"\x11max_message_bytes\x18\x04 \x01(\rR\x0fmaxMessageBytes\x123\n" +
+	"\aholding\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\aholding\"\xf1\x01\n" +
+	"\x10CompletionResult\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12)\n" +
+	"\x05phase\x18\x06 \x01(\x0e2\x13.leasehold.v1.PhaseR\x05phase\x12#\n" +
+	"\rcurrent_token\x18\a \x01(\x04R\fcurrentToken\x12\x1a\n" +
+	"\breplayed\x18\b \x01(\bR\breplayed*U\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10LEASE_STATE_HELD\x10\x01\x12\x14\n" +
-	"\x10LEASE_STATE_LOST\x10\x022\xd5\x02\n" +
-	"\x0fRendererService\x12F\n" +
+	"\x10LEASE_STATE_LOST\x10\x022\xa1\x03\n" +
+	"\x0fRendererService\x12J\n" +
+	"\aSession\x12\x1c.leasehold.v1.SessionRequest\x1a\x1d.leasehold.v1.SessionResponse(\x010\x01\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12P\n" +
 	"\tHeartbeat\x12\x1e.leasehold.v1.HeartbeatRequest\x1a\x1f.leasehold.v1.HeartbeatResponse(\x010\x01\x12]\n" +
 	"\x0eUploadArtifact\x12#.leasehold.v1.UploadArtifactRequest\x1a$.leasehold.v1.UploadArtifactResponse(\x01\x12I\n" +
@@ -1117,7 +1799,7 @@ func file_leasehold_v1_renderer_service_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_renderer_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_renderer_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_leasehold_v1_renderer_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_leasehold_v1_renderer_service_proto_goTypes = []any{
 	(LeaseState)(0),                // 0: leasehold.v1.LeaseState
 	(*AcquireRequest)(nil),         // 1: leasehold.v1.AcquireRequest
@@ -1134,45 +1816,72 @@ var file_leasehold_v1_renderer_service_proto_goTypes = []any{
 	(*CompleteSuccess)(nil),        // 12: leasehold.v1.CompleteSuccess
 	(*CompleteFailure)(nil),        // 13: leasehold.v1.CompleteFailure
 	(*CompleteResponse)(nil),       // 14: leasehold.v1.CompleteResponse
-	(*durationpb.Duration)(nil),    // 15: google.protobuf.Duration
-	(*Lease)(nil),                  // 16: leasehold.v1.Lease
-	(*Document)(nil),               // 17: leasehold.v1.Document
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
-	(Phase)(0),                     // 19: leasehold.v1.Phase
-	(FailureClass)(0),              // 20: leasehold.v1.FailureClass
-	(*Job)(nil),                    // 21: leasehold.v1.Job
+	(*SessionRequest)(nil),         // 15: leasehold.v1.SessionRequest
+	(*SessionHello)(nil),           // 16: leasehold.v1.SessionHello
+	(*SessionCompletion)(nil),      // 17: leasehold.v1.SessionCompletion
+	(*SessionResponse)(nil),        // 18: leasehold.v1.SessionResponse
+	(*SessionWelcome)(nil),         // 19: leasehold.v1.SessionWelcome
+	(*CompletionResult)(nil),       // 20: leasehold.v1.CompletionResult
+	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
+	(*Lease)(nil),                  // 22: leasehold.v1.Lease
+	(*Document)(nil),               // 23: leasehold.v1.Document
+	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
+	(Phase)(0),                     // 25: leasehold.v1.Phase
+	(FailureClass)(0),              // 26: leasehold.v1.FailureClass
+	(*Job)(nil),                    // 27: leasehold.v1.Job
 }
 var file_leasehold_v1_renderer_service_proto_depIdxs = []int32{
-	15, // 0: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	21, // 0: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	3,  // 1: leasehold.v1.AcquireResponse.leases:type_name -> leasehold.v1.Grant
-	15, // 2: leasehold.v1.AcquireResponse.heartbeat_interval:type_name -> google.protobuf.Duration
-	16, // 3: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
-	17, // 4: leasehold.v1.Grant.document:type_name -> leasehold.v1.Document
+	21, // 2: leasehold.v1.AcquireResponse.heartbeat_interval:type_name -> google.protobuf.Duration
+	22, // 3: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	23, // 4: leasehold.v1.Grant.document:type_name -> leasehold.v1.Document
 	4,  // 5: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
 	4,  // 6: leasehold.v1.HeartbeatRequest.cancel_acks:type_name -> leasehold.v1.LeaseRef
-	0,  // 7: leasehold.v1.LeaseStatus.state:type_name -> leasehold.v1.LeaseState
-	18, // 8: leasehold.v1.LeaseStatus.deadline:type_name -> google.protobuf.Timestamp
-	19, // 9: leasehold.v1.LeaseStatus.current_phase:type_name -> leasehold.v1.Phase
-	6,  // 10: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
-	6,  // 11: leasehold.v1.HeartbeatResponse.revoked:type_name -> leasehold.v1.LeaseStatus
-	9,  // 12: leasehold.v1.UploadArtifactRequest.metadata:type_name -> leasehold.v1.ArtifactMetadata
-	12, // 13: leasehold.v1.CompleteRequest.success:type_name -> leasehold.v1.CompleteSuccess
-	13, // 14: leasehold.v1.CompleteRequest.failure:type_name -> leasehold.v1.CompleteFailure
-	20, // 15: leasehold.v1.CompleteFailure.class:type_name -> leasehold.v1.FailureClass
-	21, // 16: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
-	1,  // 17: leasehold.v1.RendererService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	5,  // 18: leasehold.v1.RendererService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
-	8,  // 19: leasehold.v1.RendererService.UploadArtifact:input_type -> leasehold.v1.UploadArtifactRequest
-	11, // 20: leasehold.v1.RendererService.Complete:input_type -> leasehold.v1.CompleteRequest
-	2,  // 21: leasehold.v1.RendererService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	7,  // 22: leasehold.v1.RendererService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
-	10, // 23: leasehold.v1.RendererService.UploadArtifact:output_type -> leasehold.v1.UploadArtifactResponse
-	14, // 24: leasehold.v1.RendererService.Complete:output_type -> leasehold.v1.CompleteResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	4,  // 7: leasehold.v1.HeartbeatRequest.hand_backs:type_name -> leasehold.v1.LeaseRef
+	0,  // 8: leasehold.v1.LeaseStatus.state:type_name -> leasehold.v1.LeaseState
+	24, // 9: leasehold.v1.LeaseStatus.deadline:type_name -> google.protobuf.Timestamp
+	25, // 10: leasehold.v1.LeaseStatus.current_phase:type_name -> leasehold.v1.Phase
+	6,  // 11: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
+	6,  // 12: leasehold.v1.HeartbeatResponse.revoked:type_name -> leasehold.v1.LeaseStatus
+	9,  // 13: leasehold.v1.UploadArtifactRequest.metadata:type_name -> leasehold.v1.ArtifactMetadata
+	12, // 14: leasehold.v1.CompleteRequest.success:type_name -> leasehold.v1.CompleteSuccess
+	13, // 15: leasehold.v1.CompleteRequest.failure:type_name -> leasehold.v1.CompleteFailure
+	26, // 16: leasehold.v1.CompleteFailure.class:type_name -> leasehold.v1.FailureClass
+	27, // 17: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
+	16, // 18: leasehold.v1.SessionRequest.hello:type_name -> leasehold.v1.SessionHello
+	17, // 19: leasehold.v1.SessionRequest.completions:type_name -> leasehold.v1.SessionCompletion
+	4,  // 20: leasehold.v1.SessionRequest.heartbeats:type_name -> leasehold.v1.LeaseRef
+	4,  // 21: leasehold.v1.SessionRequest.received:type_name -> leasehold.v1.LeaseRef
+	4,  // 22: leasehold.v1.SessionRequest.hand_backs:type_name -> leasehold.v1.LeaseRef
+	4,  // 23: leasehold.v1.SessionRequest.cancel_acks:type_name -> leasehold.v1.LeaseRef
+	4,  // 24: leasehold.v1.SessionHello.holding:type_name -> leasehold.v1.LeaseRef
+	12, // 25: leasehold.v1.SessionCompletion.success:type_name -> leasehold.v1.CompleteSuccess
+	13, // 26: leasehold.v1.SessionCompletion.failure:type_name -> leasehold.v1.CompleteFailure
+	19, // 27: leasehold.v1.SessionResponse.welcome:type_name -> leasehold.v1.SessionWelcome
+	3,  // 28: leasehold.v1.SessionResponse.grants:type_name -> leasehold.v1.Grant
+	20, // 29: leasehold.v1.SessionResponse.results:type_name -> leasehold.v1.CompletionResult
+	6,  // 30: leasehold.v1.SessionResponse.leases:type_name -> leasehold.v1.LeaseStatus
+	6,  // 31: leasehold.v1.SessionResponse.revoked:type_name -> leasehold.v1.LeaseStatus
+	21, // 32: leasehold.v1.SessionWelcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	21, // 33: leasehold.v1.SessionWelcome.lease_ttl:type_name -> google.protobuf.Duration
+	6,  // 34: leasehold.v1.SessionWelcome.holding:type_name -> leasehold.v1.LeaseStatus
+	25, // 35: leasehold.v1.CompletionResult.phase:type_name -> leasehold.v1.Phase
+	15, // 36: leasehold.v1.RendererService.Session:input_type -> leasehold.v1.SessionRequest
+	1,  // 37: leasehold.v1.RendererService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	5,  // 38: leasehold.v1.RendererService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
+	8,  // 39: leasehold.v1.RendererService.UploadArtifact:input_type -> leasehold.v1.UploadArtifactRequest
+	11, // 40: leasehold.v1.RendererService.Complete:input_type -> leasehold.v1.CompleteRequest
+	18, // 41: leasehold.v1.RendererService.Session:output_type -> leasehold.v1.SessionResponse
+	2,  // 42: leasehold.v1.RendererService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	7,  // 43: leasehold.v1.RendererService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
+	10, // 44: leasehold.v1.RendererService.UploadArtifact:output_type -> leasehold.v1.UploadArtifactResponse
+	14, // 45: leasehold.v1.RendererService.Complete:output_type -> leasehold.v1.CompleteResponse
+	41, // [41:46] is the sub-list for method output_type
+	36, // [36:41] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_renderer_service_proto_init() }
@@ -1189,13 +1898,17 @@ func file_leasehold_v1_renderer_service_proto_init() {
 		(*CompleteRequest_Success)(nil),
 		(*CompleteRequest_Failure)(nil),
 	}
+	file_leasehold_v1_renderer_service_proto_msgTypes[16].OneofWrappers = []any{
+		(*SessionCompletion_Success)(nil),
+		(*SessionCompletion_Failure)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_renderer_service_proto_rawDesc), len(file_leasehold_v1_renderer_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,6 +19,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
+	RendererService_Session_FullMethodName        = "/leasehold.v1.RendererService/Session"
 	RendererService_Acquire_FullMethodName        = "/leasehold.v1.RendererService/Acquire"
 	RendererService_Heartbeat_FullMethodName      = "/leasehold.v1.RendererService/Heartbeat"
 	RendererService_UploadArtifact_FullMethodName = "/leasehold.v1.RendererService/UploadArtifact"
@@ -34,24 +35,83 @@ const (
 //
 // Every call needs a bearer token of a principal with the renderer role;
 // anything else is PERMISSION_DENIED. A renderer names itself with
-// renderer_id; ids must be unique among live renderers.
+// renderer_id, and the id is bound to the credential: the principals file
+// says which ids (or which id prefix) each renderer credential may use, and
+// any other id is PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED. The lease
+// records its holder, and every fenced call must come from that holder.
+//
+// Renderers that want throughput use Session: one bidirectional stream that
+// carries grants, completions (with the preview inline), heartbeats,
+// hand-backs and cancel acknowledgements, batched. Acquire, Heartbeat,
+// UploadArtifact and Complete are the same operations one call at a time,
+// for simple clients and grpcurl; both paths go through the same writer
+// commands and the same fencing check, and give the same answers.
 //
 // Fencing: every lease carries a token from one persisted counter, larger
 // than any token granted before. Heartbeats and completions carry
 // (job_id, token); the coordinator's single writer applies them only while
-// the job is LEASED under exactly that token and the deadline has not passed.
-// Anything else is ABORTED with ErrorInfo reason STALE_LEASE (a newer lease
-// exists or the job moved on), LEASE_EXPIRED (the deadline passed) or
-// JOB_CANCELLED, and metadata current_token and current_phase. ABORTED means:
-// drop this work, it is not yours any more.
+// the job is LEASED under exactly that token, held by the calling renderer,
+// and the deadline has not passed. Anything else is ABORTED with ErrorInfo
+// reason STALE_LEASE (a newer lease exists or the job moved on),
+// LEASE_EXPIRED (the deadline passed), JOB_CANCELLED, or NOT_LEASE_HOLDER
+// (the token is current but was granted to another renderer), and metadata
+// current_token and current_phase. ABORTED means: drop this work, it is not
+// yours any more.
+//
+// Deadlines are kept on the coordinator's monotonic clock: a step of its
+// wall clock neither expires nor extends a lease. When the coordinator
+// restarts, every live lease gets a full TTL from the restart, so a renderer
+// that reconnects within it keeps its lease and token. A lease that expires
+// without the coordinator ever hearing from its holder (no heartbeat, no
+// receipt, no completion: the grant was most likely never delivered) is
+// re-queued without counting the attempt, at most max_attempts times per
+// cycle; after that it counts like any expiry.
 type RendererServiceClient interface {
+	// Session is the renderer's one stream for all its work.
+	//
+	// The first SessionRequest carries hello: the renderer's id, a random
+	// instance id of this process, its capacity and the largest message it
+	// accepts. The coordinator answers with welcome. From then on the renderer
+	// grants credits (free slots) and the coordinator pushes grants as work
+	// and credit allow, each SessionResponse bounded in bytes by the
+	// renderer's max_message_bytes. The renderer sends completions (the
+	// preview inline up to welcome.max_inline_artifact_bytes; larger ones are
+	// uploaded first with UploadArtifact and named by digest), heartbeats,
+	// receipts of grants, hand-backs and cancel acknowledgements, batched as
+	// they come; each request is one writer command, so a completion and the
+	// grant that refills its slot commit together. Every completion is
+	// answered by a CompletionResult in request order; a refused completion is
+	// refused on its own and recorded, and the stream stays open.
+	// Revocations (cancellation) are pushed as soon as they are committed.
+	//
+	// One live session per renderer id: a second session from the same
+	// instance id replaces the first (which ends with ABORTED
+	// SESSION_REPLACED); one from another instance is refused with
+	// ALREADY_EXISTS RENDERER_ID_IN_USE. Closing the stream removes the
+	// renderer's capacity; its leases live on until their deadlines, so a
+	// renderer that reconnects in time (listing them in hello.holding) keeps
+	// them. Grants queued for a session that ends before they are sent are
+	// handed back at once without counting the attempt.
+	//
+	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
+	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
+	// renderer cannot accept a grant of the largest inline document);
+	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
+	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
+	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 	// Acquire is a long poll for work. It returns as soon as at least one lease
 	// is granted, or with no leases when wait elapses (at most 60 s).
 	//
 	// Leases are chosen fairly across teams (weighted rotation, with a cap on
 	// one team's share of live capacity while another team waits). While an
-	// operator has paused dispatch, Acquire grants nothing and waits.
-	// Errors: INVALID_ARGUMENT INVALID_RENDERER_ID, INVALID_CAPACITY.
+	// operator has paused dispatch, Acquire grants nothing and waits. The
+	// response stays under max_response_bytes: fewer leases are granted
+	// rather than a reply the caller cannot receive. Grants made for a call
+	// that ends before they are delivered are handed back without counting
+	// the attempt.
+	// Errors: INVALID_ARGUMENT INVALID_RENDERER_ID, INVALID_CAPACITY,
+	// MESSAGE_LIMIT_TOO_SMALL; PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Heartbeat is one bidirectional stream per renderer for all its leases.
 	//
@@ -59,36 +119,46 @@ type RendererServiceClient interface {
 	// HeartbeatResponse with HELD (deadline extended) or LOST (with a reason):
 	// the renderer must stop that work. Revocations (cancellation) are pushed
 	// on the stream as soon as they are committed, without waiting for the
-	// next heartbeat; the renderer acknowledges them in cancel_acks.
+	// next heartbeat; the renderer acknowledges them in cancel_acks. Leases
+	// listed in hand_backs are returned to their queues without counting the
+	// attempt (a draining renderer gives back what it will not finish).
 	// The stream also tells the coordinator that the renderer and its capacity
 	// are alive; closing it removes the capacity.
 	Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
-	// UploadArtifact stores a preview, content-addressed by SHA-256, and
-	// returns its digest. The first message carries the metadata, the rest
-	// carry chunks (at most 8 MiB in all).
+	// UploadArtifact stores a preview too large to send inline, under the
+	// lease (job_id, token) it was rendered for, and returns its SHA-256
+	// digest. The first message carries the metadata, the rest carry chunks
+	// (at most 8 MiB in all). A later success under the same lease names the
+	// digest; no other lease or job can reference these bytes.
 	//
-	// An upload whose lease is already stale may be refused early with
-	// ABORTED; the check that decides is the one in Complete. Uploaded bytes
-	// are referenced by a job only when a Complete naming the digest is applied.
+	// The lease is checked when the upload starts and again, by the writer,
+	// when it is stored. An upload that sends nothing for 10 s, or takes more
+	// than 2 minutes, is ended with DEADLINE_EXCEEDED UPLOAD_TIMEOUT; uploads
+	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
-	// DIGEST_MISMATCH (when expected_sha256 is set and differs).
+	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
+	// differs); ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND.
 	UploadArtifact(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse], error)
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
-	// Success with an uploaded digest moves the job to SUCCEEDED and sets its
-	// artifact reference, once. A permanent failure (UNSUPPORTED_FORMAT,
+	// Success with the preview inline (success.content), or naming the digest
+	// of an upload made under this same lease, moves the job to SUCCEEDED and
+	// sets its artifact reference, once; an inline preview is stored in the
+	// same transaction as the success. A permanent failure (UNSUPPORTED_FORMAT,
 	// INVALID_DOCUMENT) moves it to FAILED; a TRANSIENT failure to RETRY_WAIT,
 	// or FAILED (ATTEMPTS_EXHAUSTED) after the last attempt.
 	//
-	// Replaying an applied completion (same token, same outcome) answers OK
-	// with the job and changes nothing. The same token with a different
-	// outcome is ABORTED OUTCOME_MISMATCH. A refused completion changes
-	// nothing about the job except a history event; it is recorded in
-	// OperatorService.ListRejectedCompletions.
+	// Replaying any applied completion of the job (same token, same outcome,
+	// even after later attempts) answers OK with the job and changes nothing.
+	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
+	// refused completion changes nothing about the job except a history
+	// event; it is recorded once in OperatorService.ListRejectedCompletions.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
-	// OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME, INVALID_ID;
-	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (digest never uploaded);
-	// NOT_FOUND JOB_NOT_FOUND.
+	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
+	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH;
+	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
+	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
+	// RENDERER_ID_NOT_ALLOWED.
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 }
 
@@ -99,6 +169,19 @@ type rendererServiceClient struct {
 func NewRendererServiceClient(cc grpc.ClientConnInterface) RendererServiceClient {
 	return &rendererServiceClient{cc}
 }
+
+func (c *rendererServiceClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RendererService_ServiceDesc.Streams[0], RendererService_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RendererService_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
 
 func (c *rendererServiceClient) Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -112,7 +195,7 @@ func (c *rendererServiceClient) Acquire(ctx context.Context, in *AcquireRequest,
 
 func (c *rendererServiceClient) Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RendererService_ServiceDesc.Streams[0], RendererService_Heartbeat_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RendererService_ServiceDesc.Streams[1], RendererService_Heartbeat_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +208,7 @@ type RendererService_HeartbeatClient = grpc.BidiStreamingClient[HeartbeatRequest
 
 func (c *rendererServiceClient) UploadArtifact(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RendererService_ServiceDesc.Streams[1], RendererService_UploadArtifact_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RendererService_ServiceDesc.Streams[2], RendererService_UploadArtifact_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -155,24 +238,83 @@ func (c *rendererServiceClient) Complete(ctx context.Context, in *CompleteReques
 //
 // Every call needs a bearer token of a principal with the renderer role;
 // anything else is PERMISSION_DENIED. A renderer names itself with
-// renderer_id; ids must be unique among live renderers.
+// renderer_id, and the id is bound to the credential: the principals file
+// says which ids (or which id prefix) each renderer credential may use, and
+// any other id is PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED. The lease
+// records its holder, and every fenced call must come from that holder.
+//
+// Renderers that want throughput use Session: one bidirectional stream that
+// carries grants, completions (with the preview inline), heartbeats,
+// hand-backs and cancel acknowledgements, batched. Acquire, Heartbeat,
+// UploadArtifact and Complete are the same operations one call at a time,
+// for simple clients and grpcurl; both paths go through the same writer
+// commands and the same fencing check, and give the same answers.
 //
 // Fencing: every lease carries a token from one persisted counter, larger
 // than any token granted before. Heartbeats and completions carry
 // (job_id, token); the coordinator's single writer applies them only while
-// the job is LEASED under exactly that token and the deadline has not passed.
-// Anything else is ABORTED with ErrorInfo reason STALE_LEASE (a newer lease
-// exists or the job moved on), LEASE_EXPIRED (the deadline passed) or
-// JOB_CANCELLED, and metadata current_token and current_phase. ABORTED means:
-// drop this work, it is not yours any more.
+// the job is LEASED under exactly that token, held by the calling renderer,
+// and the deadline has not passed. Anything else is ABORTED with ErrorInfo
+// reason STALE_LEASE (a newer lease exists or the job moved on),
+// LEASE_EXPIRED (the deadline passed), JOB_CANCELLED, or NOT_LEASE_HOLDER
+// (the token is current but was granted to another renderer), and metadata
+// current_token and current_phase. ABORTED means: drop this work, it is not
+// yours any more.
+//
+// Deadlines are kept on the coordinator's monotonic clock: a step of its
+// wall clock neither expires nor extends a lease. When the coordinator
+// restarts, every live lease gets a full TTL from the restart, so a renderer
+// that reconnects within it keeps its lease and token. A lease that expires
+// without the coordinator ever hearing from its holder (no heartbeat, no
+// receipt, no completion: the grant was most likely never delivered) is
+// re-queued without counting the attempt, at most max_attempts times per
+// cycle; after that it counts like any expiry.
 type RendererServiceServer interface {
+	// Session is the renderer's one stream for all its work.
+	//
+	// The first SessionRequest carries hello: the renderer's id, a random
+	// instance id of this process, its capacity and the largest message it
+	// accepts. The coordinator answers with welcome. From then on the renderer
+	// grants credits (free slots) and the coordinator pushes grants as work
+	// and credit allow, each SessionResponse bounded in bytes by the
+	// renderer's max_message_bytes. The renderer sends completions (the
+	// preview inline up to welcome.max_inline_artifact_bytes; larger ones are
+	// uploaded first with UploadArtifact and named by digest), heartbeats,
+	// receipts of grants, hand-backs and cancel acknowledgements, batched as
+	// they come; each request is one writer command, so a completion and the
+	// grant that refills its slot commit together. Every completion is
+	// answered by a CompletionResult in request order; a refused completion is
+	// refused on its own and recorded, and the stream stays open.
+	// Revocations (cancellation) are pushed as soon as they are committed.
+	//
+	// One live session per renderer id: a second session from the same
+	// instance id replaces the first (which ends with ABORTED
+	// SESSION_REPLACED); one from another instance is refused with
+	// ALREADY_EXISTS RENDERER_ID_IN_USE. Closing the stream removes the
+	// renderer's capacity; its leases live on until their deadlines, so a
+	// renderer that reconnects in time (listing them in hello.holding) keeps
+	// them. Grants queued for a session that ends before they are sent are
+	// handed back at once without counting the attempt.
+	//
+	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
+	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
+	// renderer cannot accept a grant of the largest inline document);
+	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
+	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
+	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	// Acquire is a long poll for work. It returns as soon as at least one lease
 	// is granted, or with no leases when wait elapses (at most 60 s).
 	//
 	// Leases are chosen fairly across teams (weighted rotation, with a cap on
 	// one team's share of live capacity while another team waits). While an
-	// operator has paused dispatch, Acquire grants nothing and waits.
-	// Errors: INVALID_ARGUMENT INVALID_RENDERER_ID, INVALID_CAPACITY.
+	// operator has paused dispatch, Acquire grants nothing and waits. The
+	// response stays under max_response_bytes: fewer leases are granted
+	// rather than a reply the caller cannot receive. Grants made for a call
+	// that ends before they are delivered are handed back without counting
+	// the attempt.
+	// Errors: INVALID_ARGUMENT INVALID_RENDERER_ID, INVALID_CAPACITY,
+	// MESSAGE_LIMIT_TOO_SMALL; PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Heartbeat is one bidirectional stream per renderer for all its leases.
 	//
@@ -180,36 +322,46 @@ type RendererServiceServer interface {
 	// HeartbeatResponse with HELD (deadline extended) or LOST (with a reason):
 	// the renderer must stop that work. Revocations (cancellation) are pushed
 	// on the stream as soon as they are committed, without waiting for the
-	// next heartbeat; the renderer acknowledges them in cancel_acks.
+	// next heartbeat; the renderer acknowledges them in cancel_acks. Leases
+	// listed in hand_backs are returned to their queues without counting the
+	// attempt (a draining renderer gives back what it will not finish).
 	// The stream also tells the coordinator that the renderer and its capacity
 	// are alive; closing it removes the capacity.
 	Heartbeat(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
-	// UploadArtifact stores a preview, content-addressed by SHA-256, and
-	// returns its digest. The first message carries the metadata, the rest
-	// carry chunks (at most 8 MiB in all).
+	// UploadArtifact stores a preview too large to send inline, under the
+	// lease (job_id, token) it was rendered for, and returns its SHA-256
+	// digest. The first message carries the metadata, the rest carry chunks
+	// (at most 8 MiB in all). A later success under the same lease names the
+	// digest; no other lease or job can reference these bytes.
 	//
-	// An upload whose lease is already stale may be refused early with
-	// ABORTED; the check that decides is the one in Complete. Uploaded bytes
-	// are referenced by a job only when a Complete naming the digest is applied.
+	// The lease is checked when the upload starts and again, by the writer,
+	// when it is stored. An upload that sends nothing for 10 s, or takes more
+	// than 2 minutes, is ended with DEADLINE_EXCEEDED UPLOAD_TIMEOUT; uploads
+	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
-	// DIGEST_MISMATCH (when expected_sha256 is set and differs).
+	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
+	// differs); ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND.
 	UploadArtifact(grpc.ClientStreamingServer[UploadArtifactRequest, UploadArtifactResponse]) error
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
-	// Success with an uploaded digest moves the job to SUCCEEDED and sets its
-	// artifact reference, once. A permanent failure (UNSUPPORTED_FORMAT,
+	// Success with the preview inline (success.content), or naming the digest
+	// of an upload made under this same lease, moves the job to SUCCEEDED and
+	// sets its artifact reference, once; an inline preview is stored in the
+	// same transaction as the success. A permanent failure (UNSUPPORTED_FORMAT,
 	// INVALID_DOCUMENT) moves it to FAILED; a TRANSIENT failure to RETRY_WAIT,
 	// or FAILED (ATTEMPTS_EXHAUSTED) after the last attempt.
 	//
-	// Replaying an applied completion (same token, same outcome) answers OK
-	// with the job and changes nothing. The same token with a different
-	// outcome is ABORTED OUTCOME_MISMATCH. A refused completion changes
-	// nothing about the job except a history event; it is recorded in
-	// OperatorService.ListRejectedCompletions.
+	// Replaying any applied completion of the job (same token, same outcome,
+	// even after later attempts) answers OK with the job and changes nothing.
+	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
+	// refused completion changes nothing about the job except a history
+	// event; it is recorded once in OperatorService.ListRejectedCompletions.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
-	// OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME, INVALID_ID;
-	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (digest never uploaded);
-	// NOT_FOUND JOB_NOT_FOUND.
+	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
+	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH;
+	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
+	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
+	// RENDERER_ID_NOT_ALLOWED.
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	mustEmbedUnimplementedRendererServiceServer()
 }
@@ -221,6 +373,9 @@ type RendererServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedRendererServiceServer struct{}
 
+func (UnimplementedRendererServiceServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
 func (UnimplementedRendererServiceServer) Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Acquire not implemented")
 }
@@ -253,6 +408,13 @@ func RegisterRendererServiceServer(s grpc.ServiceRegistrar, srv RendererServiceS
 	}
 	s.RegisterService(&RendererService_ServiceDesc, srv)
 }
+
+func _RendererService_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RendererServiceServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RendererService_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
 
 func _RendererService_Acquire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AcquireRequest)
@@ -321,6 +483,12 @@ var RendererService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Session",
+			Handler:       _RendererService_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Heartbeat",
 			Handler:       _RendererService_Heartbeat_Handler,

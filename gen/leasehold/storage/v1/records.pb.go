@@ -6,7 +6,14 @@
 
 // Package leasehold.storage.v1 is the coordinator's on-disk schema in bbolt.
 // It is kept apart from the wire API so that the two evolve separately.
-// Times are Unix nanoseconds; zero means unset.
+// Times are Unix nanoseconds of the wall clock; zero means unset.
+//
+// Schema 2 (this one) keeps the hot job record small: a job's history is one
+// Event record per event in the "events" bucket, the preview is an
+// ArtifactRecord in the "artifacts" bucket keyed by (job, token), and the
+// indexes the writer and the listings need (unfinished jobs, jobs by team,
+// batches by team, counts per phase) are buckets of their own. Fields only
+// schema 1 wrote are marked; the migration on open reads them.
 
 package storagev1
 
@@ -27,7 +34,7 @@ const (
 
 // JobRecord is the value in the "jobs" bucket, keyed by the job's sequence
 // number (8 bytes big-endian). Document content is in the "documents" bucket
-// under the same key, written once.
+// under the same key, written once and deleted when the job ends.
 type JobRecord struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -55,25 +62,45 @@ type JobRecord struct {
 	ArtifactContentType string                 `protobuf:"bytes,23,opt,name=artifact_content_type,json=artifactContentType,proto3" json:"artifact_content_type,omitempty"`
 	ArtifactToken       uint64                 `protobuf:"varint,24,opt,name=artifact_token,json=artifactToken,proto3" json:"artifact_token,omitempty"`
 	ArtifactRenderer    string                 `protobuf:"bytes,25,opt,name=artifact_renderer,json=artifactRenderer,proto3" json:"artifact_renderer,omitempty"`
-	// The applied terminal completion, for idempotent replays.
-	CompletedToken      uint64   `protobuf:"varint,26,opt,name=completed_token,json=completedToken,proto3" json:"completed_token,omitempty"`
-	CompletedOutcome    string   `protobuf:"bytes,27,opt,name=completed_outcome,json=completedOutcome,proto3" json:"completed_outcome,omitempty"`
-	CancelPrincipal     string   `protobuf:"bytes,28,opt,name=cancel_principal,json=cancelPrincipal,proto3" json:"cancel_principal,omitempty"`
-	CancelAt            int64    `protobuf:"varint,29,opt,name=cancel_at,json=cancelAt,proto3" json:"cancel_at,omitempty"`
-	CancelReason        string   `protobuf:"bytes,30,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
-	CancelFromPhase     int32    `protobuf:"varint,31,opt,name=cancel_from_phase,json=cancelFromPhase,proto3" json:"cancel_from_phase,omitempty"`
-	CancelRenderer      string   `protobuf:"bytes,32,opt,name=cancel_renderer,json=cancelRenderer,proto3" json:"cancel_renderer,omitempty"`
-	CancelToken         uint64   `protobuf:"varint,33,opt,name=cancel_token,json=cancelToken,proto3" json:"cancel_token,omitempty"`
-	CancelAckedAt       int64    `protobuf:"varint,34,opt,name=cancel_acked_at,json=cancelAckedAt,proto3" json:"cancel_acked_at,omitempty"`
-	CreatedAt           int64    `protobuf:"varint,35,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt           int64    `protobuf:"varint,36,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Schema 1 only: the last applied completion (schema 2 keeps every lease's
+	// end in leases).
+	CompletedToken   uint64 `protobuf:"varint,26,opt,name=completed_token,json=completedToken,proto3" json:"completed_token,omitempty"`
+	CompletedOutcome string `protobuf:"bytes,27,opt,name=completed_outcome,json=completedOutcome,proto3" json:"completed_outcome,omitempty"`
+	CancelPrincipal  string `protobuf:"bytes,28,opt,name=cancel_principal,json=cancelPrincipal,proto3" json:"cancel_principal,omitempty"`
+	CancelAt         int64  `protobuf:"varint,29,opt,name=cancel_at,json=cancelAt,proto3" json:"cancel_at,omitempty"`
+	CancelReason     string `protobuf:"bytes,30,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
+	CancelFromPhase  int32  `protobuf:"varint,31,opt,name=cancel_from_phase,json=cancelFromPhase,proto3" json:"cancel_from_phase,omitempty"`
+	CancelRenderer   string `protobuf:"bytes,32,opt,name=cancel_renderer,json=cancelRenderer,proto3" json:"cancel_renderer,omitempty"`
+	CancelToken      uint64 `protobuf:"varint,33,opt,name=cancel_token,json=cancelToken,proto3" json:"cancel_token,omitempty"`
+	CancelAckedAt    int64  `protobuf:"varint,34,opt,name=cancel_acked_at,json=cancelAckedAt,proto3" json:"cancel_acked_at,omitempty"`
+	CreatedAt        int64  `protobuf:"varint,35,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt        int64  `protobuf:"varint,36,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Schema 1 only: the history inside the record. Schema 2 writes it to the
+	// "events" bucket.
 	Events              []*Event `protobuf:"bytes,37,rep,name=events,proto3" json:"events,omitempty"`
 	RejectedCompletions uint32   `protobuf:"varint,38,opt,name=rejected_completions,json=rejectedCompletions,proto3" json:"rejected_completions,omitempty"`
 	BackoffBaseNs       int64    `protobuf:"varint,39,opt,name=backoff_base_ns,json=backoffBaseNs,proto3" json:"backoff_base_ns,omitempty"`
 	BackoffCapNs        int64    `protobuf:"varint,40,opt,name=backoff_cap_ns,json=backoffCapNs,proto3" json:"backoff_cap_ns,omitempty"`
 	LastCause           string   `protobuf:"bytes,41,opt,name=last_cause,json=lastCause,proto3" json:"last_cause,omitempty"`
 	// When the job last entered its ready queue (for queue-wait metrics and FIFO).
-	EnqueuedAt    int64 `protobuf:"varint,42,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	EnqueuedAt int64 `protobuf:"varint,42,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	// The seq of the job's last event in the "events" bucket.
+	EventSeq uint32 `protobuf:"varint,43,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
+	// Every lease granted for the job, oldest first, and how each ended: what
+	// the fencing check needs to answer a late or repeated call without
+	// reading the history.
+	Leases []*LeaseEnd `protobuf:"bytes,44,rep,name=leases,proto3" json:"leases,omitempty"`
+	// The (token, reason) pairs of rejected completions recorded in this
+	// cycle's history (the first 32), so a repeat is recorded once.
+	Rejected []*RejectionKey `protobuf:"bytes,45,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	// A cancel after the job ended was recorded in this cycle's history.
+	CancelRejected bool `protobuf:"varint,46,opt,name=cancel_rejected,json=cancelRejected,proto3" json:"cancel_rejected,omitempty"`
+	// Bytes of inline document content (in the "documents" bucket while the
+	// job is unfinished).
+	ContentBytes int64 `protobuf:"varint,47,opt,name=content_bytes,json=contentBytes,proto3" json:"content_bytes,omitempty"`
+	// Expiries of leases never heard from, re-queued without counting the
+	// attempt, in this cycle.
+	Undelivered   uint32 `protobuf:"varint,48,opt,name=undelivered,proto3" json:"undelivered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +429,291 @@ func (x *JobRecord) GetEnqueuedAt() int64 {
 	return 0
 }
 
+func (x *JobRecord) GetEventSeq() uint32 {
+	if x != nil {
+		return x.EventSeq
+	}
+	return 0
+}
+
+func (x *JobRecord) GetLeases() []*LeaseEnd {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *JobRecord) GetRejected() []*RejectionKey {
+	if x != nil {
+		return x.Rejected
+	}
+	return nil
+}
+
+func (x *JobRecord) GetCancelRejected() bool {
+	if x != nil {
+		return x.CancelRejected
+	}
+	return false
+}
+
+func (x *JobRecord) GetContentBytes() int64 {
+	if x != nil {
+		return x.ContentBytes
+	}
+	return 0
+}
+
+func (x *JobRecord) GetUndelivered() uint32 {
+	if x != nil {
+		return x.Undelivered
+	}
+	return 0
+}
+
+// LeaseEnd is one lease of a job and how it ended.
+type LeaseEnd struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Token    uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Renderer string                 `protobuf:"bytes,2,opt,name=renderer,proto3" json:"renderer,omitempty"`
+	// 0 while the lease is live; see jobs.LeaseEndKind.
+	Kind int32 `protobuf:"varint,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// For a completed lease, the completion's outcome ("success:<digest>" or
+	// "failure:<class>").
+	Outcome       string `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseEnd) Reset() {
+	*x = LeaseEnd{}
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseEnd) ProtoMessage() {}
+
+func (x *LeaseEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseEnd.ProtoReflect.Descriptor instead.
+func (*LeaseEnd) Descriptor() ([]byte, []int) {
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LeaseEnd) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaseEnd) GetRenderer() string {
+	if x != nil {
+		return x.Renderer
+	}
+	return ""
+}
+
+func (x *LeaseEnd) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *LeaseEnd) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+// RejectionKey names a recorded rejection.
+type RejectionKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectionKey) Reset() {
+	*x = RejectionKey{}
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectionKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectionKey) ProtoMessage() {}
+
+func (x *RejectionKey) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectionKey.ProtoReflect.Descriptor instead.
+func (*RejectionKey) Descriptor() ([]byte, []int) {
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RejectionKey) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RejectionKey) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ArtifactRecord is a preview in the "artifacts" bucket, keyed by the job id
+// and the token of the lease it was made under (16 bytes big-endian). Only
+// the completion of that lease can reference it.
+type ArtifactRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	ContentType   string                 `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Content       []byte                 `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	Renderer      string                 `protobuf:"bytes,4,opt,name=renderer,proto3" json:"renderer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactRecord) Reset() {
+	*x = ArtifactRecord{}
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactRecord) ProtoMessage() {}
+
+func (x *ArtifactRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactRecord.ProtoReflect.Descriptor instead.
+func (*ArtifactRecord) Descriptor() ([]byte, []int) {
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ArtifactRecord) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ArtifactRecord) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ArtifactRecord) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ArtifactRecord) GetRenderer() string {
+	if x != nil {
+		return x.Renderer
+	}
+	return ""
+}
+
+// PhaseCounts counts jobs per phase: the value of a batch in "batch_counts"
+// and of a team in "team_counts", kept by the writer as jobs move.
+type PhaseCounts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Indexed by leasehold.v1.Phase; missing trailing entries are zero.
+	Counts        []uint64 `protobuf:"varint,1,rep,packed,name=counts,proto3" json:"counts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PhaseCounts) Reset() {
+	*x = PhaseCounts{}
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PhaseCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PhaseCounts) ProtoMessage() {}
+
+func (x *PhaseCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PhaseCounts.ProtoReflect.Descriptor instead.
+func (*PhaseCounts) Descriptor() ([]byte, []int) {
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PhaseCounts) GetCounts() []uint64 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
 // Event is one entry in a job's history.
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -421,7 +733,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[1]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +745,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[1]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +758,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Event) GetSeq() uint32 {
@@ -519,7 +831,8 @@ func (x *Event) GetPrincipal() string {
 	return ""
 }
 
-// DocumentRecord is a job's document content, written once at submission.
+// DocumentRecord is a job's document content as schema 1 wrote it. Schema 2
+// stores the content bytes as the value itself.
 type DocumentRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Content       []byte                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
@@ -529,7 +842,7 @@ type DocumentRecord struct {
 
 func (x *DocumentRecord) Reset() {
 	*x = DocumentRecord{}
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[2]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +854,7 @@ func (x *DocumentRecord) String() string {
 func (*DocumentRecord) ProtoMessage() {}
 
 func (x *DocumentRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[2]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +867,7 @@ func (x *DocumentRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DocumentRecord.ProtoReflect.Descriptor instead.
 func (*DocumentRecord) Descriptor() ([]byte, []int) {
-	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DocumentRecord) GetContent() []byte {
@@ -586,7 +899,7 @@ type BatchRecord struct {
 
 func (x *BatchRecord) Reset() {
 	*x = BatchRecord{}
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[3]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +911,7 @@ func (x *BatchRecord) String() string {
 func (*BatchRecord) ProtoMessage() {}
 
 func (x *BatchRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[3]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +924,7 @@ func (x *BatchRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRecord.ProtoReflect.Descriptor instead.
 func (*BatchRecord) Descriptor() ([]byte, []int) {
-	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchRecord) GetId() uint64 {
@@ -704,7 +1017,7 @@ type RejectionRecord struct {
 
 func (x *RejectionRecord) Reset() {
 	*x = RejectionRecord{}
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[4]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +1029,7 @@ func (x *RejectionRecord) String() string {
 func (*RejectionRecord) ProtoMessage() {}
 
 func (x *RejectionRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[4]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +1042,7 @@ func (x *RejectionRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectionRecord.ProtoReflect.Descriptor instead.
 func (*RejectionRecord) Descriptor() ([]byte, []int) {
-	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RejectionRecord) GetId() uint64 {
@@ -826,14 +1139,16 @@ type AuditRecord struct {
 	TerminalReason   int32                  `protobuf:"varint,12,opt,name=terminal_reason,json=terminalReason,proto3" json:"terminal_reason,omitempty"`
 	// The serialized response of a replay, returned again for a repeated
 	// request id.
-	Response      []byte `protobuf:"bytes,13,opt,name=response,proto3" json:"response,omitempty"`
+	Response []byte `protobuf:"bytes,13,opt,name=response,proto3" json:"response,omitempty"`
+	// The teams whose jobs the action touched.
+	Teams         []string `protobuf:"bytes,14,rep,name=teams,proto3" json:"teams,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[5]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1160,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[5]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1173,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AuditRecord) GetId() uint64 {
@@ -952,6 +1267,13 @@ func (x *AuditRecord) GetResponse() []byte {
 	return nil
 }
 
+func (x *AuditRecord) GetTeams() []string {
+	if x != nil {
+		return x.Teams
+	}
+	return nil
+}
+
 // DispatchState is the persisted rollout switch.
 type DispatchState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -965,7 +1287,7 @@ type DispatchState struct {
 
 func (x *DispatchState) Reset() {
 	*x = DispatchState{}
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[6]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1299,7 @@ func (x *DispatchState) String() string {
 func (*DispatchState) ProtoMessage() {}
 
 func (x *DispatchState) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_storage_v1_records_proto_msgTypes[6]
+	mi := &file_leasehold_storage_v1_records_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1312,7 @@ func (x *DispatchState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchState.ProtoReflect.Descriptor instead.
 func (*DispatchState) Descriptor() ([]byte, []int) {
-	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_storage_v1_records_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DispatchState) GetPaused() bool {
@@ -1025,7 +1347,7 @@ var File_leasehold_storage_v1_records_proto protoreflect.FileDescriptor
 
 const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\x95\f\n" +
+	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\x9a\x0e\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x12\n" +
@@ -1075,7 +1397,28 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\n" +
 	"last_cause\x18) \x01(\tR\tlastCause\x12\x1f\n" +
 	"\venqueued_at\x18* \x01(\x03R\n" +
-	"enqueuedAt\"\xef\x01\n" +
+	"enqueuedAt\x12\x1b\n" +
+	"\tevent_seq\x18+ \x01(\rR\beventSeq\x126\n" +
+	"\x06leases\x18, \x03(\v2\x1e.leasehold.storage.v1.LeaseEndR\x06leases\x12>\n" +
+	"\brejected\x18- \x03(\v2\".leasehold.storage.v1.RejectionKeyR\brejected\x12'\n" +
+	"\x0fcancel_rejected\x18. \x01(\bR\x0ecancelRejected\x12#\n" +
+	"\rcontent_bytes\x18/ \x01(\x03R\fcontentBytes\x12 \n" +
+	"\vundelivered\x180 \x01(\rR\vundelivered\"j\n" +
+	"\bLeaseEnd\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x1a\n" +
+	"\brenderer\x18\x02 \x01(\tR\brenderer\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\x05R\x04kind\x12\x18\n" +
+	"\aoutcome\x18\x04 \x01(\tR\aoutcome\"<\n" +
+	"\fRejectionKey\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x81\x01\n" +
+	"\x0eArtifactRecord\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\fR\acontent\x12\x1a\n" +
+	"\brenderer\x18\x04 \x01(\tR\brenderer\"%\n" +
+	"\vPhaseCounts\x12\x16\n" +
+	"\x06counts\x18\x01 \x03(\x04R\x06counts\"\xef\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\rR\x03seq\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x03R\x02at\x12\x12\n" +
@@ -1117,7 +1460,7 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\rcurrent_phase\x18\t \x01(\x05R\fcurrentPhase\x12\x18\n" +
 	"\aoutcome\x18\n" +
 	" \x01(\tR\aoutcome\x12'\n" +
-	"\x0fartifact_digest\x18\v \x01(\tR\x0eartifactDigest\"\xfc\x02\n" +
+	"\x0fartifact_digest\x18\v \x01(\tR\x0eartifactDigest\"\x92\x03\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x03R\x02at\x12\x1c\n" +
@@ -1134,7 +1477,8 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"outOfScope\x12\x19\n" +
 	"\bbatch_id\x18\v \x01(\x04R\abatchId\x12'\n" +
 	"\x0fterminal_reason\x18\f \x01(\x05R\x0eterminalReason\x12\x1a\n" +
-	"\bresponse\x18\r \x01(\fR\bresponse\"s\n" +
+	"\bresponse\x18\r \x01(\fR\bresponse\x12\x14\n" +
+	"\x05teams\x18\x0e \x03(\tR\x05teams\"s\n" +
 	"\rDispatchState\x12\x16\n" +
 	"\x06paused\x18\x01 \x01(\bR\x06paused\x12\x14\n" +
 	"\x05since\x18\x02 \x01(\x03R\x05since\x12\x1c\n" +
@@ -1153,23 +1497,29 @@ func file_leasehold_storage_v1_records_proto_rawDescGZIP() []byte {
 	return file_leasehold_storage_v1_records_proto_rawDescData
 }
 
-var file_leasehold_storage_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_leasehold_storage_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_leasehold_storage_v1_records_proto_goTypes = []any{
 	(*JobRecord)(nil),       // 0: leasehold.storage.v1.JobRecord
-	(*Event)(nil),           // 1: leasehold.storage.v1.Event
-	(*DocumentRecord)(nil),  // 2: leasehold.storage.v1.DocumentRecord
-	(*BatchRecord)(nil),     // 3: leasehold.storage.v1.BatchRecord
-	(*RejectionRecord)(nil), // 4: leasehold.storage.v1.RejectionRecord
-	(*AuditRecord)(nil),     // 5: leasehold.storage.v1.AuditRecord
-	(*DispatchState)(nil),   // 6: leasehold.storage.v1.DispatchState
+	(*LeaseEnd)(nil),        // 1: leasehold.storage.v1.LeaseEnd
+	(*RejectionKey)(nil),    // 2: leasehold.storage.v1.RejectionKey
+	(*ArtifactRecord)(nil),  // 3: leasehold.storage.v1.ArtifactRecord
+	(*PhaseCounts)(nil),     // 4: leasehold.storage.v1.PhaseCounts
+	(*Event)(nil),           // 5: leasehold.storage.v1.Event
+	(*DocumentRecord)(nil),  // 6: leasehold.storage.v1.DocumentRecord
+	(*BatchRecord)(nil),     // 7: leasehold.storage.v1.BatchRecord
+	(*RejectionRecord)(nil), // 8: leasehold.storage.v1.RejectionRecord
+	(*AuditRecord)(nil),     // 9: leasehold.storage.v1.AuditRecord
+	(*DispatchState)(nil),   // 10: leasehold.storage.v1.DispatchState
 }
 var file_leasehold_storage_v1_records_proto_depIdxs = []int32{
-	1, // 0: leasehold.storage.v1.JobRecord.events:type_name -> leasehold.storage.v1.Event
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	5, // 0: leasehold.storage.v1.JobRecord.events:type_name -> leasehold.storage.v1.Event
+	1, // 1: leasehold.storage.v1.JobRecord.leases:type_name -> leasehold.storage.v1.LeaseEnd
+	2, // 2: leasehold.storage.v1.JobRecord.rejected:type_name -> leasehold.storage.v1.RejectionKey
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_storage_v1_records_proto_init() }
@@ -1183,7 +1533,7 @@ func file_leasehold_storage_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_storage_v1_records_proto_rawDesc), len(file_leasehold_storage_v1_records_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
