@@ -17,6 +17,9 @@ var (
 	// ErrJobCancelled is returned when the token's lease was revoked by a
 	// cancellation.
 	ErrJobCancelled = errors.New("job cancelled")
+	// ErrNotHolder is returned when the token names a lease granted to
+	// another renderer than the caller.
+	ErrNotHolder = errors.New("lease is held by another renderer")
 	// ErrOutcomeMismatch is returned when a completion repeats an applied
 	// token with a different outcome.
 	ErrOutcomeMismatch = errors.New("completion outcome differs from the applied one")
@@ -89,6 +92,8 @@ func ReasonCode(err error) string {
 		return "LEASE_EXPIRED"
 	case errors.Is(err, ErrJobCancelled):
 		return "JOB_CANCELLED"
+	case errors.Is(err, ErrNotHolder):
+		return "NOT_LEASE_HOLDER"
 	case errors.Is(err, ErrOutcomeMismatch):
 		return "OUTCOME_MISMATCH"
 	case errors.Is(err, ErrAlreadyTerminal):

@@ -118,8 +118,44 @@ func (k EventKind) String() string {
 }
 
 // MaxRejectionEvents bounds how many rejected completions one job keeps in
-// its history; later ones are only counted (the rejections listing has all).
+// its history per cycle; later ones are only counted (the rejections listing
+// has all).
 const MaxRejectionEvents = 32
+
+// LeaseEndKind says how a lease ended.
+type LeaseEndKind int32
+
+// The ways a lease ends; numbers are stored.
+const (
+	// LeaseLive: the lease has not ended.
+	LeaseLive LeaseEndKind = iota
+	// LeaseCompleted: its completion was applied (Outcome says which).
+	LeaseCompleted
+	// LeaseExpired: its deadline passed.
+	LeaseExpired
+	// LeaseReleased: it went back to the queue uncounted: never delivered,
+	// never heard from, or handed back by its holder.
+	LeaseReleased
+	// LeaseRevoked: the job was cancelled while it was held.
+	LeaseRevoked
+)
+
+// LeaseRecord is one lease ever granted for a job and how it ended. The
+// job keeps them all, oldest first, so that the fencing check can answer a
+// late or repeated call without reading the history.
+type LeaseRecord struct {
+	Token    uint64
+	Renderer string
+	Kind     LeaseEndKind
+	// Outcome is the applied completion's outcome, for LeaseCompleted.
+	Outcome string
+}
+
+// RejectionKey names a rejected completion recorded in the history.
+type RejectionKey struct {
+	Token  uint64
+	Reason string
+}
 
 // Document is a job's document metadata. The content itself is stored
 // apart and never part of the record.
@@ -198,6 +234,11 @@ type Event struct {
 }
 
 // Job is one document's preview job: the record the writer persists.
+//
+// Events holds the history known in memory: all of it when read for
+// display, and only the events a transition appended when the writer loaded
+// the record without its history. Transitions never read Events; what they
+// need of the past is in Leases, Rejected and the counters.
 type Job struct {
 	ID      uint64
 	BatchID uint64
@@ -220,10 +261,8 @@ type Job struct {
 	Artifact        Artifact
 	Cancellation    Cancellation
 
-	// CompletedToken and CompletedOutcome name the last applied completion,
-	// so that a replay of it is recognised and answered without change.
-	CompletedToken   uint64
-	CompletedOutcome string
+	// Leases lists every lease granted, oldest first, with how it ended.
+	Leases []LeaseRecord
 	// LastCause is the message of the last failed attempt.
 	LastCause string
 
@@ -231,17 +270,30 @@ type Job struct {
 	UpdatedAt  time.Time
 	EnqueuedAt time.Time
 
-	Events              []Event
+	// ContentBytes is the size of the inline document content.
+	ContentBytes int64
+
+	// EventSeq is the seq of the job's last event.
+	EventSeq uint32
+	Events   []Event
+	// RejectedCompletions counts every rejected completion recorded.
 	RejectedCompletions uint32
+	// Rejected lists the (token, reason) rejections recorded in this
+	// cycle's history, at most MaxRejectionEvents.
+	Rejected []RejectionKey
+	// CancelRejected is set once a cancel after the end of this cycle was
+	// recorded in the history.
+	CancelRejected bool
+	// Undelivered counts this cycle's uncharged expiries of leases never
+	// heard from.
+	Undelivered uint32
 }
 
 // withEvent returns j with ev appended to a fresh copy of its history, so
 // that the caller's record never shares a backing array with the result.
 func (j Job) withEvent(ev Event, now time.Time) Job {
-	ev.Seq = uint32(len(j.Events)) + 1
-	if len(j.Events) > 0 {
-		ev.Seq = j.Events[len(j.Events)-1].Seq + 1
-	}
+	j.EventSeq++
+	ev.Seq = j.EventSeq
 	ev.At = now
 	ev.Phase = j.Phase
 	if ev.Attempt == 0 {
@@ -249,6 +301,30 @@ func (j Job) withEvent(ev Event, now time.Time) Job {
 	}
 	j.Events = append(slices.Clip(j.Events), ev)
 	j.UpdatedAt = now
+	return j
+}
+
+// lease returns the record of the lease granted under token.
+func (j Job) lease(token uint64) (LeaseRecord, bool) {
+	for i := len(j.Leases) - 1; i >= 0; i-- {
+		if j.Leases[i].Token == token {
+			return j.Leases[i], true
+		}
+	}
+	return LeaseRecord{}, false
+}
+
+// endLease returns j with the live lease under token marked as ended, on a
+// fresh copy of the list.
+func (j Job) endLease(token uint64, kind LeaseEndKind, outcome string) Job {
+	j.Leases = slices.Clone(j.Leases)
+	for i := len(j.Leases) - 1; i >= 0; i-- {
+		if j.Leases[i].Token == token {
+			j.Leases[i].Kind = kind
+			j.Leases[i].Outcome = outcome
+			break
+		}
+	}
 	return j
 }
 

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -29,20 +30,28 @@ func New(id, batch uint64, team string, doc Document, policy RetryPolicy, unsupp
 }
 
 // CheckLease is the one fencing predicate. It returns nil only when j is
-// LEASED under exactly token and the lease deadline is after now; otherwise
-// a *FenceError wrapping ErrJobCancelled, ErrLeaseExpired or ErrStaleLease.
-// Completion and heartbeat both decide through it, inside the writer.
-func (j Job) CheckLease(token uint64, now time.Time) error {
-	if j.Phase == PhaseLeased && j.Lease.Token == token && now.Before(j.Lease.Deadline) {
+// LEASED under exactly token, to renderer, and the lease deadline is after
+// now; otherwise a *FenceError wrapping ErrNotHolder (the token's lease was
+// granted to another renderer), ErrJobCancelled (the lease was revoked by a
+// cancellation), ErrLeaseExpired (its deadline passed) or ErrStaleLease
+// (anything else: a newer lease exists, the job moved on, or the token was
+// never granted for this job). Completion, heartbeat, hand-back, cancel
+// acknowledgement and artifact upload all decide through it, inside the
+// writer.
+func (j Job) CheckLease(token uint64, renderer string, now time.Time) error {
+	if j.Phase == PhaseLeased && j.Lease.Token == token && j.Lease.Renderer == renderer && now.Before(j.Lease.Deadline) {
 		return nil
 	}
 	fe := &FenceError{Err: ErrStaleLease, CurrentToken: j.LastToken(), CurrentPhase: j.Phase}
+	rec, known := j.lease(token)
 	switch {
+	case known && rec.Renderer != renderer:
+		fe.Err = ErrNotHolder
 	case j.Phase == PhaseCancelled && j.Cancellation.Token == token && token != 0:
 		fe.Err = ErrJobCancelled
 	case j.Phase == PhaseLeased && j.Lease.Token == token:
 		fe.Err = ErrLeaseExpired
-	case j.expired(token):
+	case known && rec.Kind == LeaseExpired:
 		fe.Err = ErrLeaseExpired
 	}
 	return fe
@@ -54,22 +63,10 @@ func (j Job) LastToken() uint64 {
 	if j.Phase == PhaseLeased {
 		return j.Lease.Token
 	}
-	for i := len(j.Events) - 1; i >= 0; i-- {
-		if j.Events[i].Kind == EventLeased {
-			return j.Events[i].Token
-		}
+	if n := len(j.Leases); n > 0 {
+		return j.Leases[n-1].Token
 	}
 	return 0
-}
-
-// expired reports whether the history records that token's lease expired.
-func (j Job) expired(token uint64) bool {
-	for i := len(j.Events) - 1; i >= 0; i-- {
-		if ev := j.Events[i]; ev.Kind == EventLeaseExpired && ev.Token == token {
-			return true
-		}
-	}
-	return false
 }
 
 // Grant leases a QUEUED job to renderer under token until now+ttl, starting
@@ -82,30 +79,60 @@ func (j Job) Grant(token uint64, renderer string, now time.Time, ttl time.Durati
 	j.Phase = PhaseLeased
 	j.Attempt++
 	j.Lease = Lease{Token: token, Renderer: renderer, GrantedAt: now, Deadline: now.Add(ttl)}
+	j.Leases = append(slices.Clip(j.Leases), LeaseRecord{Token: token, Renderer: renderer})
 	j.EnqueuedAt = time.Time{}
 	return j.withEvent(Event{Kind: EventLeased, Token: token, Renderer: renderer}, now), nil
 }
 
-// Release hands back a lease that never reached its renderer (the caller
-// went away before the grant could be delivered): the job returns to QUEUED
-// and the attempt is not counted. The token is spent and never reused, so
-// should the grant have escaped after all, its completion is stale.
-func (j Job) Release(token uint64, now time.Time) (Job, error) {
+// Reasons recorded with a lease that went back to its queue uncounted.
+const (
+	// ReleaseUndelivered: the grant never reached its renderer (the call or
+	// stream that was to carry it ended first).
+	ReleaseUndelivered = "LEASE_UNDELIVERED"
+	// ReleaseNeverHeard: the lease expired without the coordinator ever
+	// hearing from its holder, so the grant was most likely never delivered.
+	ReleaseNeverHeard = "LEASE_NEVER_HEARD"
+	// ReleaseHandedBack: the holder gave the lease back unfinished.
+	ReleaseHandedBack = "HANDED_BACK"
+)
+
+// Release returns a lease that never reached its renderer to the queue:
+// the job returns to QUEUED and the attempt is not counted. The token is
+// spent and never reused, so should the grant have escaped after all, its
+// completion is stale. reason is recorded in the history
+// (ReleaseUndelivered).
+func (j Job) Release(token uint64, now time.Time, reason string) (Job, error) {
 	if j.Phase != PhaseLeased || j.Lease.Token != token {
 		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "release"}
 	}
-	renderer := j.Lease.Renderer
+	return j.release(reason, now), nil
+}
+
+// HandBack returns a lease its holder gives back unfinished (a draining
+// renderer): QUEUED again at once, the attempt not counted. It is fenced
+// like a completion.
+func (j Job) HandBack(token uint64, renderer string, now time.Time) (Job, error) {
+	if err := j.CheckLease(token, renderer, now); err != nil {
+		return j, err
+	}
+	return j.release(ReleaseHandedBack, now), nil
+}
+
+// release ends the live lease uncounted and re-queues the job.
+func (j Job) release(reason string, now time.Time) Job {
+	token, renderer := j.Lease.Token, j.Lease.Renderer
+	j = j.endLease(token, LeaseReleased, "")
 	j.Phase = PhaseQueued
 	j.Attempt--
 	j.Lease = Lease{}
 	j.EnqueuedAt = now
-	return j.withEvent(Event{Kind: EventRequeued, Token: token, Renderer: renderer, Reason: "LEASE_UNDELIVERED"}, now), nil
+	return j.withEvent(Event{Kind: EventRequeued, Token: token, Renderer: renderer, Reason: reason}, now)
 }
 
-// Heartbeat extends the lease held under token to now+ttl. It adds no
-// history event.
-func (j Job) Heartbeat(token uint64, now time.Time, ttl time.Duration) (Job, error) {
-	if err := j.CheckLease(token, now); err != nil {
+// Heartbeat extends the lease held by renderer under token to now+ttl. It
+// adds no history event.
+func (j Job) Heartbeat(token uint64, renderer string, now time.Time, ttl time.Duration) (Job, error) {
+	if err := j.CheckLease(token, renderer, now); err != nil {
 		return j, err
 	}
 	if d := now.Add(ttl); d.After(j.Lease.Deadline) {
@@ -120,16 +147,16 @@ type Completion struct {
 	Token    uint64
 	Renderer string
 	Success  bool
-	// Digest, Size and ContentType describe the uploaded preview on success.
+	// Digest, Size and ContentType describe the preview on success.
 	Digest      string
 	Size        int64
 	ContentType string
 	// Class and Message describe a failure.
 	Class   FailureClass
 	Message string
-	// ArtifactMissing reports that no upload has the success Digest. It is
-	// judged after the fencing check, so a stale completion is refused as
-	// stale whatever it names.
+	// ArtifactMissing reports that no preview with the success Digest was
+	// uploaded under this lease. It is judged after the fencing check, so a
+	// stale completion is refused as stale whatever it names.
 	ArtifactMissing bool
 }
 
@@ -137,25 +164,29 @@ type Completion struct {
 func (c Completion) Outcome() string { return Outcome(c.Success, c.Digest, c.Class) }
 
 // Complete applies a completion. It returns the next record, whether the
-// completion was a replay of the one already applied (then the record is
+// completion was a replay of one already applied (then the record is
 // unchanged), and an error when it is refused.
+//
+// A replay is any completion of a lease of this job whose completion was
+// applied, with the same outcome, even after later attempts; the same token
+// with another outcome is refused ErrOutcomeMismatch.
 //
 // A refused completion (a *FenceError) returns the record with one
 // COMPLETION_REJECTED event appended and nothing else changed, unless the
-// same token was already rejected for the same reason, in which case the
-// record is returned unchanged; the caller persists the record either way.
-// Repeats are recognised through the history, which keeps the first
-// MaxRejectionEvents rejections of a cycle: past that, every refusal is
-// counted (and listed by the caller) again.
+// same token was already rejected for the same reason in this cycle, in
+// which case the record is returned unchanged; the caller persists the
+// record either way. The history keeps the first MaxRejectionEvents
+// rejections of a cycle: past that, every refusal is counted (and listed by
+// the caller) again.
 // jitter in [0, 1) draws the backoff of a retryable failure.
 func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, replayed bool, err error) {
-	if c.Token != 0 && c.Token == j.CompletedToken {
-		if c.Outcome() == j.CompletedOutcome {
+	if rec, ok := j.lease(c.Token); ok && rec.Kind == LeaseCompleted && rec.Renderer == c.Renderer {
+		if c.Outcome() == rec.Outcome {
 			return j, true, nil
 		}
 		return j.reject(c, &FenceError{Err: ErrOutcomeMismatch, CurrentToken: j.LastToken(), CurrentPhase: j.Phase}, now)
 	}
-	if err := j.CheckLease(c.Token, now); err != nil {
+	if err := j.CheckLease(c.Token, c.Renderer, now); err != nil {
 		return j.reject(c, err, now)
 	}
 	if c.Success && c.ArtifactMissing {
@@ -164,8 +195,7 @@ func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, re
 	if !c.Success && c.Class == ClassUnspecified {
 		return j, false, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "complete without outcome"}
 	}
-	j.CompletedToken = c.Token
-	j.CompletedOutcome = c.Outcome()
+	j = j.endLease(c.Token, LeaseCompleted, c.Outcome())
 	attempt := j.Attempt
 	switch {
 	case c.Success:
@@ -188,31 +218,20 @@ func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, re
 }
 
 // reject returns j with a COMPLETION_REJECTED event for c, once per token
-// and reason, and the refusal.
+// and reason in a cycle, and the refusal.
 func (j Job) reject(c Completion, err error, now time.Time) (Job, bool, error) {
-	reason := ReasonCode(err)
-	for _, ev := range j.Events {
-		if ev.Kind == EventCompletionRejected && ev.Token == c.Token && ev.Reason == reason {
-			return j, false, err
-		}
+	key := RejectionKey{Token: c.Token, Reason: ReasonCode(err)}
+	if slices.Contains(j.Rejected, key) {
+		return j, false, err
 	}
 	j.RejectedCompletions++
-	if j.rejectionEventsThisCycle() < MaxRejectionEvents {
-		j = j.withEvent(Event{Kind: EventCompletionRejected, Token: c.Token, Renderer: c.Renderer, Reason: reason, Message: c.Outcome()}, now)
+	if len(j.Rejected) < MaxRejectionEvents {
+		j.Rejected = append(slices.Clip(j.Rejected), key)
+		j = j.withEvent(Event{Kind: EventCompletionRejected, Token: c.Token, Renderer: c.Renderer, Reason: key.Reason, Message: c.Outcome()}, now)
+	} else {
+		j.UpdatedAt = now
 	}
 	return j, false, err
-}
-
-// rejectionEventsThisCycle counts the COMPLETION_REJECTED events since the
-// cycle began (the last REPLAYED event, or submission).
-func (j Job) rejectionEventsThisCycle() int {
-	n := 0
-	for i := len(j.Events) - 1; i >= 0 && j.Events[i].Kind != EventReplayed; i-- {
-		if j.Events[i].Kind == EventCompletionRejected {
-			n++
-		}
-	}
-	return n
 }
 
 // RejectionRecorded reports whether Complete recorded c's refusal for the
@@ -241,7 +260,16 @@ func (j Job) retryOrExhaust(token uint64, renderer string, now time.Time, jitter
 // Expire ends a LEASED job's attempt whose deadline has passed at now: the
 // attempt counts as failed, and the job waits to retry or is FAILED
 // (ATTEMPTS_EXHAUSTED).
-func (j Job) Expire(now time.Time, jitter float64) (Job, error) {
+//
+// heard says whether the coordinator ever heard from the holder about this
+// lease (a receipt, heartbeat or completion). A lease never heard from was
+// most likely never delivered (the coordinator went down between commit and
+// reply, or the stream carrying it broke), so it goes back to the queue at
+// once without counting the attempt, recorded as REQUEUED
+// LEASE_NEVER_HEARD; at most MaxAttempts times per cycle, after which it
+// counts like any expiry, so that a renderer that dies on receipt cannot
+// loop a document forever.
+func (j Job) Expire(now time.Time, jitter float64, heard bool) (Job, error) {
 	if j.Phase != PhaseLeased {
 		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "expire"}
 	}
@@ -249,6 +277,11 @@ func (j Job) Expire(now time.Time, jitter float64) (Job, error) {
 		return j, &PhaseError{Err: ErrLeaseStillValid, Phase: j.Phase, Op: "expire"}
 	}
 	token, renderer := j.Lease.Token, j.Lease.Renderer
+	if !heard && j.Undelivered < j.Policy.MaxAttempts {
+		j.Undelivered++
+		return j.release(ReleaseNeverHeard, now), nil
+	}
+	j = j.endLease(token, LeaseExpired, "")
 	j.LastCause = "lease expired on renderer " + renderer
 	j = j.withEvent(Event{Kind: EventLeaseExpired, Token: token, Renderer: renderer, Reason: "LEASE_EXPIRED"}, now)
 	return j.retryOrExhaust(token, renderer, now, jitter), nil
@@ -286,7 +319,7 @@ const (
 // allowRunning), so the holder's later completion is refused. Cancelling a
 // CANCELLED job changes nothing. Cancelling a SUCCEEDED or FAILED job is
 // ErrAlreadyTerminal, and the record gains one CANCEL_REJECTED event the
-// first time, so the history shows the cancel that lost.
+// first time in the cycle, so the history shows the cancel that lost.
 func (j Job) Cancel(principal, reason string, now time.Time, allowRunning bool) (Job, CancelResult, error) {
 	c := Cancellation{Principal: principal, At: now, Reason: reason, FromPhase: j.Phase}
 	res := CancelledQueued
@@ -297,16 +330,16 @@ func (j Job) Cancel(principal, reason string, now time.Time, allowRunning bool) 
 			return j, 0, &PhaseError{Err: ErrRunningCancelDisabled, Phase: j.Phase, Op: "cancel"}
 		}
 		c.Renderer, c.Token = j.Lease.Renderer, j.Lease.Token
+		j = j.endLease(c.Token, LeaseRevoked, "")
 		res = CancelledRunning
 	case PhaseCancelled:
 		return j, AlreadyCancelled, nil
 	case PhaseSucceeded, PhaseFailed:
 		err := &PhaseError{Err: ErrAlreadyTerminal, Phase: j.Phase, Op: "cancel"}
-		for _, ev := range j.Events[j.lastTerminalEvent():] {
-			if ev.Kind == EventCancelRejected {
-				return j, 0, err
-			}
+		if j.CancelRejected {
+			return j, 0, err
 		}
+		j.CancelRejected = true
 		return j.withEvent(Event{Kind: EventCancelRejected, Principal: principal, Reason: "ALREADY_TERMINAL", Message: reason}, now), 0, err
 	default:
 		return j, 0, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "cancel"}
@@ -317,22 +350,14 @@ func (j Job) Cancel(principal, reason string, now time.Time, allowRunning bool) 
 	return j.withEvent(Event{Kind: EventCancelled, Token: c.Token, Renderer: c.Renderer, Principal: principal, Reason: "FROM_" + c.FromPhase.String(), Message: reason}, now), res, nil
 }
 
-// lastTerminalEvent returns the index of the last terminal event.
-func (j Job) lastTerminalEvent() int {
-	for i := len(j.Events) - 1; i >= 0; i-- {
-		switch j.Events[i].Kind {
-		case EventSucceeded, EventFailed, EventCancelled:
-			return i
-		}
-	}
-	return 0
-}
-
-// AckCancel records that the renderer holding the revoked lease token has
-// stopped. It reports false (and returns j unchanged) when there is nothing
-// to acknowledge: another token, or an acknowledgement already recorded.
-func (j Job) AckCancel(token uint64, now time.Time) (Job, bool) {
-	if j.Phase != PhaseCancelled || j.Cancellation.Token == 0 || j.Cancellation.Token != token || !j.Cancellation.AckedAt.IsZero() {
+// AckCancel records that renderer, the holder of the lease revoked under
+// token, has stopped. It decides through CheckLease: only a refusal of
+// exactly ErrJobCancelled (the caller held the revoked lease) is
+// acknowledged. It reports false (and returns j unchanged) when there is
+// nothing to acknowledge: another token or renderer, or an acknowledgement
+// already recorded.
+func (j Job) AckCancel(token uint64, renderer string, now time.Time) (Job, bool) {
+	if err := j.CheckLease(token, renderer, now); !errors.Is(err, ErrJobCancelled) || !j.Cancellation.AckedAt.IsZero() {
 		return j, false
 	}
 	j.Cancellation.AckedAt = now
@@ -340,8 +365,9 @@ func (j Job) AckCancel(token uint64, now time.Time) (Job, bool) {
 }
 
 // Replay starts a new cycle of a FAILED job on behalf of an operator:
-// QUEUED, attempts reset, terminal record and completion cleared. Permanent
-// failures need includePermanent.
+// QUEUED, attempts reset, terminal record cleared. Permanent failures need
+// includePermanent. The leases of earlier cycles stay recorded, so their
+// late completions are still told apart.
 func (j Job) Replay(principal, reason string, includePermanent bool, now time.Time) (Job, error) {
 	if err := j.CanReplay(includePermanent); err != nil {
 		return j, err
@@ -353,8 +379,9 @@ func (j Job) Replay(principal, reason string, includePermanent bool, now time.Ti
 	j.TerminalReason = ReasonUnspecified
 	j.TerminalMessage = ""
 	j.FinishedAt = time.Time{}
-	j.CompletedToken = 0
-	j.CompletedOutcome = ""
+	j.Rejected = nil
+	j.CancelRejected = false
+	j.Undelivered = 0
 	j.EnqueuedAt = now
 	return j.withEvent(Event{Kind: EventReplayed, Principal: principal, Reason: prev.String(), Message: reason}, now), nil
 }

@@ -21,6 +21,9 @@ type Limits struct {
 	MaxBatchBytes int64
 	// MaxInlineBytes is the most inline content per document (default 256 KiB).
 	MaxInlineBytes int
+	// MaxBatchInlineBytes is the most inline content in one batch (default
+	// 16 MiB). The coordinator's gRPC receive limit is derived from it.
+	MaxBatchInlineBytes int64
 	// MaxNameBytes is the longest document name (default 255).
 	MaxNameBytes int
 	// MaxTeamQueue is the most non-terminal jobs one team may have (default 100000).
@@ -35,6 +38,7 @@ const (
 	DefaultMaxDocumentBytes = 25 << 20
 	DefaultMaxBatchBytes    = 200 << 20
 	DefaultMaxInlineBytes   = 256 << 10
+	DefaultMaxBatchInline   = 16 << 20
 	DefaultMaxNameBytes     = 255
 	DefaultMaxTeamQueue     = 100_000
 	DefaultMaxAttemptsBound = 20
@@ -57,6 +61,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxInlineBytes <= 0 {
 		l.MaxInlineBytes = DefaultMaxInlineBytes
+	}
+	if l.MaxBatchInlineBytes <= 0 {
+		l.MaxBatchInlineBytes = DefaultMaxBatchInline
 	}
 	if l.MaxNameBytes <= 0 {
 		l.MaxNameBytes = DefaultMaxNameBytes
@@ -167,7 +174,7 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 	if policy.BackoffCap != 0 && (policy.BackoffCap < minBackoffBase || policy.BackoffCap > maxBackoffCap || (policy.BackoffBase != 0 && policy.BackoffCap < policy.BackoffBase)) {
 		add("retry_policy.backoff_cap", "INVALID_RETRY_POLICY", "backoff_cap must be within [backoff_base, %v]", maxBackoffCap)
 	}
-	var total int64
+	var total, inline int64
 	seen := make(map[string]int, len(docs))
 	for i, d := range docs {
 		f := func(name string) string { return fmt.Sprintf("documents[%d].%s", i, name) }
@@ -208,9 +215,13 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 			add(f("content_type"), "INVALID_CONTENT_TYPE", "document %q content_type must be at most %d bytes of UTF-8", d.Name, maxContentTypeBytes)
 		}
 		total += size
+		inline += int64(len(d.Content))
 	}
 	if total > l.MaxBatchBytes {
 		add("documents", "BATCH_TOO_LARGE", "batch declares %d bytes, at most %d", total, l.MaxBatchBytes)
+	}
+	if inline > l.MaxBatchInlineBytes {
+		add("documents", "BATCH_TOO_LARGE", "batch carries %d bytes inline, at most %d", inline, l.MaxBatchInlineBytes)
 	}
 	if len(vs) == 0 {
 		return nil
