@@ -38,7 +38,8 @@ import (
 const (
 	// DefaultShutdownTimeout bounds how long Close waits for in-flight calls.
 	DefaultShutdownTimeout = 10 * time.Second
-	// DBFile and ArtifactsDir are the names inside Config.DataDir.
+	// DBFile is the bbolt file inside Config.DataDir; ArtifactsDir is where
+	// schema 1 kept previews as files, read once by the migration.
 	DBFile       = "leasehold.db"
 	ArtifactsDir = "artifacts"
 )
@@ -155,14 +156,15 @@ func New(cfg Config) (c *Coordinator, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
-	c.st, err = store.Open(filepath.Join(cfg.DataDir, DBFile), cfg.storeOptions...)
+	opts := append([]store.Option{store.WithLegacyArtifacts(filepath.Join(cfg.DataDir, ArtifactsDir))}, cfg.storeOptions...)
+	c.st, err = store.Open(filepath.Join(cfg.DataDir, DBFile), opts...)
 	if err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { c.st.Close() })
-	arts, err := store.OpenArtifacts(filepath.Join(cfg.DataDir, ArtifactsDir))
-	if err != nil {
-		return nil, err
+	if m := c.st.Migration(); m.From != 0 {
+		log.Info("migrated the store to the current schema", "from", m.From, "to", store.SchemaVersion, "jobs", m.Jobs,
+			"artifacts", m.Artifacts, "missing_artifacts", m.MissingArtifacts, "legacy_artifact_dir", filepath.Join(cfg.DataDir, ArtifactsDir))
 	}
 
 	reg := prometheus.NewRegistry()
@@ -172,11 +174,10 @@ func New(cfg Config) (c *Coordinator, err error) {
 		unsupported = jobs.DefaultUnsupported
 	}
 	c.eng, err = engine.New(engine.Config{
-		Store:     c.st,
-		Artifacts: arts,
-		Now:       cfg.Now,
-		LeaseTTL:  cfg.LeaseTTL,
-		Retry:     jobs.RetryPolicy{MaxAttempts: cfg.MaxAttempts, BackoffBase: cfg.BackoffBase, BackoffCap: cfg.BackoffCap},
+		Store:    c.st,
+		Now:      cfg.Now,
+		LeaseTTL: cfg.LeaseTTL,
+		Retry:    jobs.RetryPolicy{MaxAttempts: cfg.MaxAttempts, BackoffBase: cfg.BackoffBase, BackoffCap: cfg.BackoffCap},
 		Limits: jobs.Limits{
 			MaxDocuments:     cfg.MaxDocuments,
 			MaxDocumentBytes: cfg.MaxDocumentBytes,
@@ -198,8 +199,6 @@ func New(cfg Config) (c *Coordinator, err error) {
 	}
 	c.services, err = server.New(server.Config{
 		Engine:           c.eng,
-		Artifacts:        arts,
-		Now:              cfg.Now,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
 		Logger:           log.With("component", "server"),
 	})

@@ -54,6 +54,22 @@ type Principal struct {
 	Scope []string
 	// Roles lists what the principal may do.
 	Roles []Role
+	// RendererIDs and RendererIDPrefix say which renderer ids a renderer
+	// principal may use; AnyRendererID allows every id.
+	RendererIDs      []string
+	RendererIDPrefix string
+	AnyRendererID    bool
+	// MaxCapacity bounds the live capacity all renderers of this principal
+	// may declare together (0: no bound).
+	MaxCapacity int
+}
+
+// MayUseRendererID reports whether p may act as the renderer with this id.
+func (p Principal) MayUseRendererID(id string) bool {
+	if !p.Can(RoleRenderer) {
+		return false
+	}
+	return p.AnyRendererID || slices.Contains(p.RendererIDs, id) || (p.RendererIDPrefix != "" && strings.HasPrefix(id, p.RendererIDPrefix))
 }
 
 // Can reports whether p holds role.
@@ -248,7 +264,7 @@ func DevPrincipals() *Set {
 	return NewSet(map[string]Principal{
 		DevAlphaToken:         {Name: "dev-alpha", Team: "alpha", Roles: []Role{RoleSubmitter}},
 		DevBetaToken:          {Name: "dev-beta", Team: "beta", Roles: []Role{RoleSubmitter}},
-		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}},
+		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}, AnyRendererID: true, MaxCapacity: 4096},
 		DevOperatorToken:      {Name: "dev-operator", Scope: []string{AllTeams}, Roles: []Role{RoleOperator}},
 		DevOperatorAlphaToken: {Name: "dev-operator-alpha", Scope: []string{"alpha"}, Roles: []Role{RoleOperator}},
 	})

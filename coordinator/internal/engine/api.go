@@ -5,18 +5,31 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // Errors that say a command was not applied for reasons outside the state
-// machine. Domain refusals are the jobs package's sentinels.
+// machine, or refusals the engine decides itself. Domain refusals of a
+// transition are the jobs package's sentinels.
 var (
 	// ErrStopped is returned when the writer has stopped (shutdown).
 	ErrStopped = errors.New("writer stopped")
 	// ErrStorageFailed is returned after a commit failed: the writer is
 	// fail-stopped and acknowledges nothing more.
 	ErrStorageFailed = errors.New("storage failed; writer stopped")
+	// ErrStorageFull is returned after a commit failed because the disk is
+	// full; it wraps ErrStorageFailed.
+	ErrStorageFull = errors.New("storage full; writer stopped")
 	// ErrNotFound is returned when a job or batch does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrRendererInUse is returned when a renderer id already has a live
+	// session or stream of another process.
+	ErrRendererInUse = errors.New("renderer id is in use by another connection")
+	// ErrReplaced is the end of a session that a newer session of the same
+	// renderer process replaced.
+	ErrReplaced = errors.New("session replaced by a newer one of the same renderer")
+	// ErrArtifactEmpty is returned for a preview with no bytes.
+	ErrArtifactEmpty = errors.New("artifact is empty")
 )
 
 // SubmitRequest is one SubmitBatch.
@@ -27,32 +40,50 @@ type SubmitRequest struct {
 	Policy    jobs.PolicyInput
 }
 
-// SubmitResult is the stored batch; Replayed is set when the request id had
-// been seen and nothing new was stored.
+// SubmitResult is the stored batch with its counts; Replayed is set when
+// the request id had been seen and nothing new was stored.
 type SubmitResult struct {
-	Batch    jobs.Batch
+	Batch    BatchView
 	Replayed bool
 }
 
-// AcquireRequest asks for up to Max leases for Renderer, whose total
-// capacity is Capacity.
-type AcquireRequest struct {
-	Renderer string
-	Max      int
-	Capacity int
+// Renderer identifies the renderer behind a command: its id, the
+// credential (principal) it authenticated with, and that credential's
+// bound on live capacity.
+type Renderer struct {
+	ID        string
+	Principal string
+	// MaxCapacity bounds the live capacity all renderers of the principal
+	// may declare together; 0 means no bound.
+	MaxCapacity int
 }
 
-// Grant is a granted lease: the job as leased and its inline content.
+// AcquireRequest asks for up to Max leases for a renderer, whose total
+// capacity is Capacity, in a reply of at most MaxBytes (0: no bound).
+// With Wait set and nothing to grant at once, the call registers a waiter
+// that the writer grants to as work arrives; see Engine.Acquire.
+type AcquireRequest struct {
+	Renderer Renderer
+	Max      int
+	Capacity int
+	MaxBytes int
+	Wait     bool
+}
+
+// Grant is a granted lease: the job as leased. Its inline content is read
+// after the commit (ReadContent).
 type Grant struct {
 	Job     jobs.Job
 	Content []byte
 }
 
-// AcquireResult is the leases granted by one Acquire; Paused reports that
-// dispatch is paused by an operator.
+// AcquireResult is the leases granted at once; Paused reports that
+// dispatch is paused by an operator. With Wait, Waiter is set when nothing
+// was granted: its Outbox delivers later grants.
 type AcquireResult struct {
 	Grants []Grant
 	Paused bool
+	Waiter *Conn
 }
 
 // LeaseRef names a lease.
@@ -61,13 +92,14 @@ type LeaseRef struct {
 	Token uint64
 }
 
-// LeaseStatus answers a heartbeat for one lease, or announces a revocation.
+// LeaseStatus answers a heartbeat or hand-back for one lease, or announces
+// a revocation.
 type LeaseStatus struct {
 	Job   uint64
 	Token uint64
 	Held  bool
-	// Reason is STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED or JOB_NOT_FOUND
-	// when not held.
+	// Reason is STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED, NOT_LEASE_HOLDER
+	// or JOB_NOT_FOUND when not held; HANDED_BACK for an applied hand-back.
 	Reason       string
 	Deadline     time.Time
 	CurrentToken uint64
@@ -76,23 +108,86 @@ type LeaseStatus struct {
 
 // HeartbeatRequest is one message of a renderer's heartbeat stream.
 type HeartbeatRequest struct {
-	Renderer string
-	Capacity int
-	Leases   []LeaseRef
-	Acks     []LeaseRef
+	Renderer  Renderer
+	Capacity  int
+	Leases    []LeaseRef
+	Acks      []LeaseRef
+	HandBacks []LeaseRef
 }
 
-// CompleteRequest is one Complete.
+// HeartbeatResult answers a HeartbeatRequest: the heartbeated leases in
+// order, then the hand-backs in order.
+type HeartbeatResult struct {
+	Leases    []LeaseStatus
+	HandBacks []LeaseStatus
+}
+
+// Preview is a completion's preview carried inline: the bytes with their
+// digest and media type, computed by the caller off the writer goroutine.
+type Preview struct {
+	Digest      string
+	ContentType string
+	Content     []byte
+}
+
+// CompleteRequest is one completion. A success either carries Preview
+// (stored in the commit that records it) or names, in Completion.Digest,
+// a preview uploaded under the same lease.
 type CompleteRequest struct {
 	Job uint64
 	jobs.Completion
+	Preview *Preview
 }
 
 // CompleteResult is the job after a completion; Replayed is set when the
-// completion had already been applied.
+// completion had already been applied. Err is the completion's own refusal
+// when it is one item of a session command.
 type CompleteResult struct {
 	Job      jobs.Job
 	Replayed bool
+	Err      error
+}
+
+// StageRequest stores a preview uploaded under a lease, fenced like a
+// completion.
+type StageRequest struct {
+	Job      uint64
+	Token    uint64
+	Renderer string
+	Preview  Preview
+}
+
+// SessionOpen opens a renderer session.
+type SessionOpen struct {
+	Renderer Renderer
+	// Instance identifies the renderer process; a session of the same
+	// instance replaces a live one, another instance is refused.
+	Instance string
+	Capacity int
+	// MaxBytes bounds one delivery of grants; every grant fits alone.
+	MaxBytes int
+	// Holding are leases the renderer still holds from an earlier session.
+	Holding []LeaseRef
+}
+
+// SessionInput is one message of a renderer session: everything it carries
+// is applied by one writer command, in this order: receipts, heartbeats,
+// completions, hand-backs, cancel acknowledgements, credits.
+type SessionInput struct {
+	Received    []LeaseRef
+	Heartbeats  []LeaseRef
+	Completions []CompleteRequest
+	HandBacks   []LeaseRef
+	Acks        []LeaseRef
+	Credits     int
+	Draining    bool
+}
+
+// SessionResult answers a SessionInput.
+type SessionResult struct {
+	Completions []CompleteResult
+	Heartbeats  []LeaseStatus
+	HandBacks   []LeaseStatus
 }
 
 // CancelRequest cancels one job or every job of a batch.
@@ -142,7 +237,8 @@ type ReplayRequest struct {
 type ReplayItem struct {
 	Job jobs.Job
 	// Requeue is true when the job is (or would be) re-queued; otherwise
-	// SkipReason says why not: NOT_FAILED, PERMANENT_FAILURE or JOB_NOT_FOUND.
+	// SkipReason says why not: NOT_FAILED, PERMANENT_FAILURE,
+	// UNSUPPORTED_FORMAT or JOB_NOT_FOUND.
 	Requeue    bool
 	SkipReason string
 	// ID is set for JOB_NOT_FOUND items, whose Job is empty.
@@ -174,6 +270,16 @@ type JobFilter struct {
 	// After is the last id of the previous page.
 	After uint64
 	Limit int
+	// History loads each job's events too.
+	History bool
+}
+
+// JobPage is one page of ListJobs. Next is the id to continue after, or 0
+// at the end; a page may hold fewer than Limit jobs and still have a Next
+// when its scan budget ran out.
+type JobPage struct {
+	Jobs []jobs.Job
+	Next uint64
 }
 
 // RejectionFilter selects rejected completions, newest first.
@@ -189,15 +295,40 @@ type RejectionFilter struct {
 	Teams []string
 }
 
+// RejectionPage is one page of ListRejections; Next is the id to continue
+// below, or 0 at the end.
+type RejectionPage struct {
+	Rejections []jobs.Rejection
+	Next       uint64
+}
+
+// AuditPage is one page of ListAudit; Next is the id to continue below, or
+// 0 at the end.
+type AuditPage struct {
+	Records []jobs.AuditRecord
+	Next    uint64
+}
+
+// AuditFilter selects audit records, newest first.
+type AuditFilter struct {
+	Before uint64
+	Limit  int
+	// Visible reports whether the caller may see a record touching teams
+	// (none for dispatch-wide actions); nil shows every record.
+	Visible func(teams []string) bool
+}
+
 // BatchView is a batch with its job counts per phase.
 type BatchView struct {
 	Batch  jobs.Batch
-	Counts map[jobs.Phase]int
+	Counts store.Counts
 	Done   bool
 }
 
-// JobEvent is a committed change to a job, as watchers see it.
+// JobEvent is a committed event of a job, as watchers see it; the event's
+// Phase is the job's phase right after it.
 type JobEvent struct {
-	Job   jobs.Job
+	Job   uint64
+	Batch uint64
 	Event jobs.Event
 }

@@ -3,8 +3,14 @@
 // it applies each in order to the pure state machine (package jobs) inside
 // one bbolt transaction per group of queued commands, commits and fsyncs
 // once, and only then answers. Lease deadlines and retry timers are heaps
-// the writer owns; expiring them is part of the same ordered stream, done
-// at the start of every group before any command is judged.
+// the writer owns, on the monotonic clock; expiring them is part of the
+// same ordered stream.
+//
+// Grants are pushed: renderer sessions and long-polling Acquire calls
+// register with the writer, and at the end of every group the writer
+// grants queued work to those with free credit, in the same transaction,
+// so that a completion and the grant that refills its slot, or a submit
+// and the grant that wakes an idle renderer, commit together.
 //
 // Reads (Job, ListJobs, ...) use bbolt read transactions from any goroutine.
 package engine
@@ -35,16 +41,24 @@ const (
 	DefaultBackoffBase     = time.Second
 	DefaultBackoffCap      = 5 * time.Minute
 	DefaultReplayLimit     = 1000
-	DefaultMaxGroup        = 256
+	DefaultMaxGroup        = 1024
+	DefaultMaxGroupBytes   = 32 << 20
 	DefaultRendererTimeout = 90 * time.Second
+	// GrantOverheadBytes is what a grant costs in a reply besides its
+	// document's inline content (ids, lease, document metadata, framing).
+	GrantOverheadBytes = 4 << 10
 )
 
 // Config configures an Engine. Zero fields take the defaults above.
 type Config struct {
-	Store     *store.Store
-	Artifacts *store.Artifacts
-	// Now is the writer's clock; every deadline is judged against it.
-	Now      func() time.Time
+	Store *store.Store
+	// Now is the wall clock: timestamps of records and events. Deadlines
+	// and timers run on Mono.
+	Now func() time.Time
+	// Mono is the monotonic clock, as time since an arbitrary origin. Nil
+	// means the process's monotonic clock, or, when Now is injected, Now
+	// itself (an injected clock is both).
+	Mono     func() time.Duration
 	LeaseTTL time.Duration
 	// Retry is the default retry policy of a batch.
 	Retry       jobs.RetryPolicy
@@ -55,10 +69,12 @@ type Config struct {
 	RunningCancel bool
 	// ReplayLimit is the most jobs one replay may touch.
 	ReplayLimit int
-	// MaxGroup is the most commands committed in one transaction.
-	MaxGroup int
-	// RendererTimeout drops a renderer without a heartbeat stream from live
-	// capacity after this long without an Acquire.
+	// MaxGroup and MaxGroupBytes bound one commit: the most commands, and
+	// the most bytes they carry (documents, previews).
+	MaxGroup      int
+	MaxGroupBytes int
+	// RendererTimeout drops a renderer without a session or stream from
+	// live capacity after this long without an Acquire.
 	RendererTimeout time.Duration
 	// Seed seeds the backoff jitter; 0 picks a random seed.
 	Seed       uint64
@@ -70,8 +86,16 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Now == nil {
+	switch {
+	case c.Now == nil:
+		start := time.Now()
 		c.Now = time.Now
+		if c.Mono == nil {
+			c.Mono = func() time.Duration { return time.Since(start) }
+		}
+	case c.Mono == nil:
+		now := c.Now
+		c.Mono = func() time.Duration { return time.Duration(now().UnixNano()) }
 	}
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
 	c.Retry.MaxAttempts = cmp.Or(c.Retry.MaxAttempts, DefaultMaxAttempts)
@@ -83,6 +107,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.ReplayLimit = cmp.Or(c.ReplayLimit, DefaultReplayLimit)
 	c.MaxGroup = cmp.Or(c.MaxGroup, DefaultMaxGroup)
+	c.MaxGroupBytes = cmp.Or(c.MaxGroupBytes, DefaultMaxGroupBytes)
 	c.RendererTimeout = cmp.Or(c.RendererTimeout, DefaultRendererTimeout)
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
@@ -104,6 +129,7 @@ type Engine struct {
 	stopC   chan struct{}
 	doneC   chan struct{}
 	failedC chan struct{}
+	failErr atomic.Pointer[error]
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -111,99 +137,119 @@ type Engine struct {
 	serving   atomic.Bool
 
 	// Owned by the writer goroutine (and by New before Start).
-	sched     *dispatch.Scheduler
-	leases    map[uint64]leaseEntry
-	leaseQ    timerHeap
-	retryAt   map[uint64]time.Time
-	retryQ    timerHeap
-	active    map[string]int // non-terminal jobs per team
-	renderers map[string]*rendererState
-	rng       *rand.Rand
+	sched      *dispatch.Scheduler
+	leases     map[uint64]*leaseEntry
+	leaseQ     timerHeap
+	retryAt    map[uint64]time.Duration
+	retryQ     timerHeap
+	teamCounts map[string]*store.Counts
+	renderers  map[string]*rendererState
+	conns      connSet
+	rng        *rand.Rand
+	// clockMono is the monotonic time of the last command applied; the
+	// writer's clock never goes backwards.
+	clockMono time.Duration
 
 	// dispatch state is read by handlers (health, metrics) and written by
 	// the writer.
 	dispatchMu sync.RWMutex
 	dispatchSt jobs.DispatchState
 
-	workMu sync.Mutex
-	workC  chan struct{}
-
 	hub hub
 }
 
+// leaseEntry is the writer's view of a live lease: its deadline on the
+// monotonic clock, and whether its holder was ever heard from.
 type leaseEntry struct {
 	token    uint64
-	deadline time.Time
+	deadline time.Duration
 	team     string
 	renderer string
+	heard    bool
 }
 
+// rendererState is one renderer id's contribution to live capacity.
 type rendererState struct {
-	capacity int
-	streams  int
-	lastSeen time.Time
+	principal   string
+	maxCapacity int
+	capacity    int
+	// conns counts its open sessions and heartbeat streams.
+	conns    int
+	draining bool
+	lastSeen time.Duration
 }
 
 // New opens an engine over cfg.Store and rebuilds the in-memory indexes
-// (ready queues per team, lease deadlines, retry timers) from it.
+// (ready queues per team, lease deadlines, retry timers, counts) from the
+// index of unfinished jobs.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
 	}
 	cfg = cfg.withDefaults()
 	e := &Engine{
-		cfg:       cfg,
-		st:        cfg.Store,
-		log:       cfg.Logger,
-		reqC:      make(chan *request, cfg.MaxGroup),
-		stopC:     make(chan struct{}),
-		doneC:     make(chan struct{}),
-		failedC:   make(chan struct{}),
-		sched:     dispatch.New(cfg.Dispatch),
-		leases:    make(map[uint64]leaseEntry),
-		retryAt:   make(map[uint64]time.Time),
-		active:    make(map[string]int),
-		renderers: make(map[string]*rendererState),
-		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		workC:     make(chan struct{}),
+		cfg:        cfg,
+		st:         cfg.Store,
+		log:        cfg.Logger,
+		reqC:       make(chan *request, cfg.MaxGroup),
+		stopC:      make(chan struct{}),
+		doneC:      make(chan struct{}),
+		failedC:    make(chan struct{}),
+		sched:      dispatch.New(cfg.Dispatch),
+		leases:     make(map[uint64]*leaseEntry),
+		retryAt:    make(map[uint64]time.Duration),
+		teamCounts: make(map[string]*store.Counts),
+		renderers:  make(map[string]*rendererState),
+		conns:      newConnSet(),
+		rng:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}
 	e.hub.init()
 	e.serving.Store(true)
-	if err := e.rebuild(); err != nil {
+	e.clockMono = cfg.Mono()
+	if err := e.rebuild(cfg.Now()); err != nil {
 		return nil, err
 	}
 	e.m = newMetrics(cfg.Registerer, e)
 	return e, nil
 }
 
-// rebuild loads the indexes from the store.
-func (e *Engine) rebuild() error {
+// rebuild loads the indexes from the store. Every live lease gets a full
+// TTL from now: the coordinator's downtime must not expire leases whose
+// renderers reconnect in time. Leases are marked not heard from until
+// their holder speaks again.
+func (e *Engine) rebuild(wall time.Time) error {
 	type queued struct {
 		at   time.Time
 		id   uint64
 		team string
 	}
 	var ready []queued
+	mono := e.clockMono
 	err := e.st.View(func(tx *store.Tx) error {
 		ds, err := tx.DispatchState()
 		if err != nil {
 			return err
 		}
 		e.dispatchSt = ds
-		return tx.ForEachJob(0, func(j jobs.Job) (bool, error) {
+		if err := tx.ForEachTeamCounts(func(team string, c store.Counts) error {
+			e.teamCounts[team] = &c
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.ForEachUnfinished(func(j jobs.Job) error {
 			switch j.Phase {
 			case jobs.PhaseQueued:
 				ready = append(ready, queued{j.EnqueuedAt, j.ID, j.Team})
 			case jobs.PhaseLeased:
-				e.trackLease(j)
+				e.trackLease(j, mono+e.cfg.LeaseTTL, false)
 				e.sched.Acquired(j.Team)
 			case jobs.PhaseRetryWait:
-				e.trackRetry(j)
+				e.trackRetry(j.ID, mono+max(j.NextAttemptAt.Sub(wall), 0))
 			default:
-				return true, nil
+				return fmt.Errorf("job %d is indexed as unfinished but is %s", j.ID, j.Phase)
 			}
-			e.active[j.Team]++
-			return true, nil
+			return nil
 		})
 	})
 	if err != nil {
@@ -218,14 +264,16 @@ func (e *Engine) rebuild() error {
 	return nil
 }
 
-func (e *Engine) trackLease(j jobs.Job) {
-	e.leases[j.ID] = leaseEntry{token: j.Lease.Token, deadline: j.Lease.Deadline, team: j.Team, renderer: j.Lease.Renderer}
-	heap.Push(&e.leaseQ, timerItem{at: j.Lease.Deadline, job: j.ID, token: j.Lease.Token})
+// trackLease indexes j's lease with a deadline on the monotonic clock.
+func (e *Engine) trackLease(j jobs.Job, deadline time.Duration, heard bool) {
+	e.leases[j.ID] = &leaseEntry{token: j.Lease.Token, deadline: deadline, team: j.Team, renderer: j.Lease.Renderer, heard: heard}
+	heap.Push(&e.leaseQ, timerItem{at: deadline, job: j.ID, token: j.Lease.Token})
 }
 
-func (e *Engine) trackRetry(j jobs.Job) {
-	e.retryAt[j.ID] = j.NextAttemptAt
-	heap.Push(&e.retryQ, timerItem{at: j.NextAttemptAt, job: j.ID})
+// trackRetry indexes a RETRY_WAIT job's next attempt on the monotonic clock.
+func (e *Engine) trackRetry(id uint64, at time.Duration) {
+	e.retryAt[id] = at
+	heap.Push(&e.retryQ, timerItem{at: at, job: id})
 }
 
 // Start starts the writer goroutine. Calling it again does nothing.
@@ -253,12 +301,25 @@ func (e *Engine) Serving() bool { return e.serving.Load() }
 // Failed is closed when a commit fails and the writer stops.
 func (e *Engine) Failed() <-chan struct{} { return e.failedC }
 
+// FailErr returns why the writer fail-stopped (ErrStorageFailed, or
+// ErrStorageFull when the disk was full), or nil.
+func (e *Engine) FailErr() error {
+	if p := e.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// LeaseTTL is how long a lease lives without a heartbeat.
+func (e *Engine) LeaseTTL() time.Duration { return e.cfg.LeaseTTL }
+
 // HeartbeatInterval is how often renderers should heartbeat: a third of
 // the lease TTL.
 func (e *Engine) HeartbeatInterval() time.Duration { return e.cfg.LeaseTTL / 3 }
 
-// Artifacts returns the artifact store.
-func (e *Engine) Artifacts() *store.Artifacts { return e.cfg.Artifacts }
+// MaxGrantBytes is the most bytes one grant can take in a reply: the
+// largest inline document plus its metadata.
+func (e *Engine) MaxGrantBytes() int { return e.cfg.Limits.MaxInlineBytes + GrantOverheadBytes }
 
 // DispatchState returns the operator's dispatch switch.
 func (e *Engine) DispatchState() jobs.DispatchState {
@@ -267,40 +328,22 @@ func (e *Engine) DispatchState() jobs.DispatchState {
 	return e.dispatchSt
 }
 
-// WorkAvailable returns a channel closed when work may have become
-// dispatchable. Take it before calling Acquire, then wait on it, so that no
-// wake-up is lost in between.
-func (e *Engine) WorkAvailable() <-chan struct{} {
-	e.workMu.Lock()
-	defer e.workMu.Unlock()
-	return e.workC
-}
-
-func (e *Engine) notifyWork() {
-	e.workMu.Lock()
-	close(e.workC)
-	e.workC = make(chan struct{})
-	e.workMu.Unlock()
-}
-
-func (e *Engine) now() time.Time { return e.cfg.Now().Round(0).UTC() }
-
 // jitter draws a backoff jitter in [0, 1).
 func (e *Engine) jitter() float64 { return e.rng.Float64() }
 
-// timerHeap is a min-heap of deadlines. Entries are invalidated lazily:
-// the writer checks an entry against the leases or retryAt map when it
-// pops it.
+// timerHeap is a min-heap of monotonic deadlines. Entries are invalidated
+// lazily: the writer checks an entry against the leases or retryAt map when
+// it pops it.
 type timerHeap []timerItem
 
 type timerItem struct {
-	at    time.Time
+	at    time.Duration
 	job   uint64
 	token uint64
 }
 
 func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerItem)) }
 func (h *timerHeap) Pop() any {
@@ -331,12 +374,15 @@ func call[R any](ctx context.Context, e *Engine, c interface {
 }
 
 // do sends c to the writer and waits for its answer: the command's domain
-// outcome, or why it was not applied.
+// outcome, or why it was not applied. The command is stamped with the time
+// it was sent: the writer judges it at that time (never earlier than the
+// command before it), so a command that waited behind a long group is not
+// judged late for it.
 func (e *Engine) do(ctx context.Context, c command) error {
 	if !e.serving.Load() {
-		return ErrStorageFailed
+		return e.stoppedErr()
 	}
-	r := &request{cmd: c, done: make(chan error, 1)}
+	r := &request{cmd: c, done: make(chan error, 1), wall: e.cfg.Now(), mono: e.cfg.Mono()}
 	select {
 	case e.reqC <- r:
 	case <-ctx.Done():
@@ -344,7 +390,7 @@ func (e *Engine) do(ctx context.Context, c command) error {
 	case <-e.stopC:
 		return ErrStopped
 	case <-e.failedC:
-		return ErrStorageFailed
+		return e.stoppedErr()
 	}
 	select {
 	case err := <-r.done:
@@ -358,9 +404,14 @@ func (e *Engine) do(ctx context.Context, c command) error {
 			return err
 		default:
 		}
-		if !e.serving.Load() {
-			return ErrStorageFailed
-		}
-		return ErrStopped
+		return e.stoppedErr()
 	}
+}
+
+// stoppedErr says why the writer takes no command.
+func (e *Engine) stoppedErr() error {
+	if err := e.FailErr(); err != nil {
+		return err
+	}
+	return ErrStopped
 }

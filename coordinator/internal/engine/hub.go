@@ -1,41 +1,41 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"sync"
-	"sync/atomic"
 )
 
-// watchBuffer is how many events a watcher may fall behind before it is
-// ended as too slow.
-const watchBuffer = 4096
+// WatchLimit is how many committed events a watcher may fall behind before
+// it is ended as too slow.
+const WatchLimit = 4096
 
-// revocationBuffer is how many revocations a renderer's stream may have
-// pending; beyond it the renderer learns on its next heartbeat instead.
-const revocationBuffer = 1024
+// ErrSlowWatcher ends a watch that fell more than WatchLimit events behind.
+var ErrSlowWatcher = errors.New("watcher fell too far behind")
 
-// hub fans committed events out to batch watchers and revocations out to
-// renderers' heartbeat streams. The writer publishes only after commit.
+// hub fans committed events out to batch watchers. The writer publishes
+// only after commit.
 type hub struct {
 	mu      sync.Mutex
 	closed  bool
 	watches map[uint64]map[*Watch]struct{}
-	revs    map[string]map[chan LeaseStatus]struct{}
 }
 
 func (h *hub) init() {
 	h.watches = make(map[uint64]map[*Watch]struct{})
-	h.revs = make(map[string]map[chan LeaseStatus]struct{})
 }
 
-// Watch is a subscription to a batch's committed job events.
+// Watch is a subscription to a batch's committed job events. Its buffer
+// grows with what is pending and starts empty, so an idle watch costs a few
+// hundred bytes however many are open.
 type Watch struct {
-	// C delivers events in commit order. It is closed when the watch is
-	// closed, falls too far behind, or the engine stops.
-	C        <-chan JobEvent
-	c        chan JobEvent
-	h        *hub
-	batch    uint64
-	overflow atomic.Bool
+	h     *hub
+	batch uint64
+
+	mu      sync.Mutex
+	pending []JobEvent
+	err     error // set when the watch ended
+	ready   chan struct{}
 }
 
 // WatchBatch subscribes to a batch's events. Subscribe first, then read the
@@ -44,13 +44,12 @@ func (e *Engine) WatchBatch(batch uint64) (*Watch, error) {
 	if _, err := e.Batch(batch); err != nil {
 		return nil, err
 	}
-	c := make(chan JobEvent, watchBuffer)
-	w := &Watch{C: c, c: c, h: &e.hub, batch: batch}
+	w := &Watch{h: &e.hub, batch: batch, ready: make(chan struct{}, 1)}
 	h := &e.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		close(c)
+		w.end(ErrStopped)
 		return w, nil
 	}
 	if h.watches[batch] == nil {
@@ -60,14 +59,63 @@ func (e *Engine) WatchBatch(batch uint64) (*Watch, error) {
 	return w, nil
 }
 
-// Overflowed reports whether the watch ended because it fell behind.
-func (w *Watch) Overflowed() bool { return w.overflow.Load() }
+// Next waits for committed events and returns every one pending, in commit
+// order. It returns the watch's end (ErrSlowWatcher, ErrStopped) once the
+// pending events are taken, or ctx's error.
+func (w *Watch) Next(ctx context.Context) ([]JobEvent, error) {
+	for {
+		w.mu.Lock()
+		evs, err := w.pending, w.err
+		w.pending = nil
+		w.mu.Unlock()
+		if len(evs) > 0 {
+			return evs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-w.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
 
 // Close ends the watch. It is safe to call more than once.
 func (w *Watch) Close() {
 	w.h.mu.Lock()
 	defer w.h.mu.Unlock()
 	w.h.removeLocked(w)
+}
+
+func (w *Watch) end(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+// push queues ev, or ends the watch when it is too far behind.
+func (w *Watch) push(ev JobEvent) bool {
+	w.mu.Lock()
+	if len(w.pending) >= WatchLimit {
+		w.pending = nil
+		w.mu.Unlock()
+		return false
+	}
+	w.pending = append(w.pending, ev)
+	w.mu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 func (h *hub) removeLocked(w *Watch) {
@@ -82,61 +130,16 @@ func (h *hub) removeLocked(w *Watch) {
 	if len(set) == 0 {
 		delete(h.watches, w.batch)
 	}
-	close(w.c)
+	w.end(ErrStopped)
 }
 
 func (h *hub) publishJob(ev JobEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for w := range h.watches[ev.Job.BatchID] {
-		select {
-		case w.c <- ev:
-		default:
-			w.overflow.Store(true)
+	for w := range h.watches[ev.Batch] {
+		if !w.push(ev) {
+			w.end(ErrSlowWatcher)
 			h.removeLocked(w)
-		}
-	}
-}
-
-// SubscribeRevocations returns a channel of revocations (cancellations) of
-// leases held by renderer, and a function that ends the subscription.
-func (e *Engine) SubscribeRevocations(renderer string) (<-chan LeaseStatus, func()) {
-	h := &e.hub
-	c := make(chan LeaseStatus, revocationBuffer)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		close(c)
-		return c, func() {}
-	}
-	if h.revs[renderer] == nil {
-		h.revs[renderer] = make(map[chan LeaseStatus]struct{})
-	}
-	h.revs[renderer][c] = struct{}{}
-	return c, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if set, ok := h.revs[renderer]; ok {
-			if _, ok := set[c]; ok {
-				delete(set, c)
-				close(c)
-				if len(set) == 0 {
-					delete(h.revs, renderer)
-				}
-			}
-		}
-	}
-}
-
-func (h *hub) publishRevocations(renderer string, list []LeaseStatus) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for c := range h.revs[renderer] {
-		for _, s := range list {
-			select {
-			case c <- s:
-			default:
-			}
 		}
 	}
 }
@@ -151,13 +154,8 @@ func (h *hub) closeAll() {
 	h.closed = true
 	for _, set := range h.watches {
 		for w := range set {
-			close(w.c)
+			w.end(ErrStopped)
 		}
 	}
-	for _, set := range h.revs {
-		for c := range set {
-			close(c)
-		}
-	}
-	h.watches, h.revs = nil, nil
+	h.watches = nil
 }

@@ -3,7 +3,9 @@ package engine
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -13,36 +15,60 @@ import (
 // command is one state change applied by the writer. apply runs on the
 // writer goroutine with the group's transaction; it records its domain
 // outcome in the command itself and returns an error only when the group
-// must not commit (a storage failure).
+// must not commit (a storage failure). A domain refusal never stops the
+// writer.
 type command interface {
 	apply(g *group) error
 	// outcome is the domain result handed back to the caller.
 	outcome() error
+	// size is about how many bytes the command carries into the commit
+	// (documents, previews), to bound a group by bytes as well as count.
+	size() int
 }
 
 // base carries a command's domain outcome.
 type base struct{ err error }
 
 func (b *base) outcome() error { return b.err }
+func (b *base) size() int      { return 0 }
 
 type request struct {
 	cmd command
 	// done has capacity 1 so the writer never blocks on a departed caller.
 	done chan error
+	// wall and mono are when the command was sent: the writer judges it
+	// then (but never before the command ahead of it).
+	wall time.Time
+	mono time.Duration
 }
 
 // group is one commit: the commands drained together, the transaction
-// they share (opened on first use), the clock reading they are judged
-// against, and what to publish once the commit is durable.
+// they share (opened on first use), the clock reading the current command
+// is judged against, and what to publish once the commit is durable.
 type group struct {
-	e   *Engine
-	now time.Time
-	tx  *store.Tx
+	e    *Engine
+	now  time.Time
+	mono time.Duration
+	tx   *store.Tx
 
 	events      []JobEvent
 	revocations map[string][]LeaseStatus
-	work        bool
-	dispatch    bool
+	deliveries  map[*Conn][]Grant
+	batchDelta  map[uint64]*store.Counts
+	teamDelta   map[string]*store.Counts
+	// work: something may have become dispatchable; credit: a connection
+	// got credit; dispatch: the pause switch changed.
+	work, credit, dispatch bool
+}
+
+// setClock moves the group's clock to a command's send time; the
+// monotonic reading never goes backwards.
+func (g *group) setClock(wall time.Time, mono time.Duration) {
+	e := g.e
+	if mono > e.clockMono {
+		e.clockMono = mono
+	}
+	g.now, g.mono = wall, e.clockMono
 }
 
 // txn returns the group's read-write transaction, beginning it on first use.
@@ -57,16 +83,40 @@ func (g *group) txn() (*store.Tx, error) {
 	return g.tx, nil
 }
 
-// job reads a job in the group's transaction.
-func (g *group) job(id uint64) (jobs.Job, bool, error) {
+// load reads a job, without its history, in the group's transaction, with
+// its live lease deadline and retry time translated from the writer's
+// monotonic clock into the wall frame of g.now, so that the pure
+// transitions judge them as the monotonic clock does.
+func (g *group) load(id uint64) (jobs.Job, bool, error) {
 	tx, err := g.txn()
 	if err != nil {
 		return jobs.Job{}, false, err
 	}
-	return tx.Job(id)
+	j, found, err := tx.Job(id)
+	if err != nil || !found {
+		return j, found, err
+	}
+	e := g.e
+	switch j.Phase {
+	case jobs.PhaseLeased:
+		if le := e.leases[id]; le != nil && le.token == j.Lease.Token {
+			j.Lease.Deadline = g.now.Add(le.deadline - g.mono)
+		}
+	case jobs.PhaseRetryWait:
+		if at, ok := e.retryAt[id]; ok {
+			j.NextAttemptAt = g.now.Add(at - g.mono)
+		}
+	}
+	return j, true, nil
 }
 
-// save writes after and queues its new history events for watchers.
+// monoOf translates a wall time of the group's frame to the monotonic clock.
+func (g *group) monoOf(t time.Time) time.Duration { return g.mono + t.Sub(g.now) }
+
+// save writes after: the record, its new events, the indexes and counts
+// its phase change moves, and what its end makes unneeded (the document
+// once it succeeded or was cancelled, previews of leases that did not
+// win). before is the record as loaded (the zero Job for a new one).
 func (g *group) save(before, after jobs.Job) error {
 	tx, err := g.txn()
 	if err != nil {
@@ -75,15 +125,100 @@ func (g *group) save(before, after jobs.Job) error {
 	if err := tx.PutJob(after); err != nil {
 		return err
 	}
-	n := len(before.Events)
-	if before.ID == 0 {
-		n = 0
+	fresh := after.Events[min(len(before.Events), len(after.Events)):]
+	if err := tx.PutEvents(after.ID, fresh); err != nil {
+		return err
 	}
-	for _, ev := range after.Events[min(n, len(after.Events)):] {
-		g.events = append(g.events, JobEvent{Job: after, Event: ev})
+	for _, ev := range fresh {
+		g.events = append(g.events, JobEvent{Job: after.ID, Batch: after.BatchID, Event: ev})
 	}
-	if before.Phase != after.Phase && after.Phase.Terminal() {
-		g.e.m.finished(after.TerminalReason)
+	isNew := before.ID == 0
+	if !isNew && before.Phase == after.Phase {
+		return nil
+	}
+	g.count(after, before.Phase, after.Phase, isNew)
+	wasLive := !isNew && !before.Phase.Terminal()
+	switch live := !after.Phase.Terminal(); {
+	case live && !wasLive:
+		err = tx.SetUnfinished(after.ID, true)
+	case !live && wasLive:
+		err = g.finish(tx, after)
+	case !live && isNew:
+		g.e.m.finished(after.Team, after.TerminalReason)
+	}
+	return err
+}
+
+// finish drops what a job that just ended no longer needs.
+func (g *group) finish(tx *store.Tx, j jobs.Job) error {
+	g.e.m.finished(j.Team, j.TerminalReason)
+	if err := tx.SetUnfinished(j.ID, false); err != nil {
+		return err
+	}
+	keep := uint64(0)
+	if j.Phase == jobs.PhaseSucceeded {
+		keep = j.Artifact.Token
+	}
+	if err := tx.DeleteArtifacts(j.ID, keep); err != nil {
+		return err
+	}
+	// A FAILED job keeps its document: an operator replay renders it again.
+	if j.Phase == jobs.PhaseSucceeded || j.Phase == jobs.PhaseCancelled {
+		return tx.DeleteDocument(j.ID)
+	}
+	return nil
+}
+
+// count moves j between phases in its batch's and team's counts, in memory
+// at once (later commands of the group see them) and in the store at
+// commit.
+func (g *group) count(j jobs.Job, from, to jobs.Phase, isNew bool) {
+	if g.batchDelta == nil {
+		g.batchDelta = make(map[uint64]*store.Counts)
+		g.teamDelta = make(map[string]*store.Counts)
+	}
+	bd, td := g.batchDelta[j.BatchID], g.teamDelta[j.Team]
+	if bd == nil {
+		bd = &store.Counts{}
+		g.batchDelta[j.BatchID] = bd
+	}
+	if td == nil {
+		td = &store.Counts{}
+		g.teamDelta[j.Team] = td
+	}
+	tc := g.e.teamCounts[j.Team]
+	if tc == nil {
+		tc = &store.Counts{}
+		g.e.teamCounts[j.Team] = tc
+	}
+	if !isNew {
+		bd[from]--
+		td[from]--
+		tc[from]--
+	}
+	bd[to]++
+	td[to]++
+	tc[to]++
+}
+
+// flushCounts adds the group's count changes to the stored counts.
+func (g *group) flushCounts() error {
+	if len(g.batchDelta) == 0 {
+		return nil
+	}
+	tx, err := g.txn()
+	if err != nil {
+		return err
+	}
+	for b, d := range g.batchDelta {
+		if err := tx.AddBatchCounts(b, *d); err != nil {
+			return err
+		}
+	}
+	for t, d := range g.teamDelta {
+		if err := tx.AddTeamCounts(t, *d); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -93,6 +228,13 @@ func (g *group) revoke(renderer string, s LeaseStatus) {
 		g.revocations = make(map[string][]LeaseStatus)
 	}
 	g.revocations[renderer] = append(g.revocations[renderer], s)
+}
+
+func (g *group) deliver(c *Conn, gr Grant) {
+	if g.deliveries == nil {
+		g.deliveries = make(map[*Conn][]Grant)
+	}
+	g.deliveries[c] = append(g.deliveries[c], gr)
 }
 
 // run is the writer goroutine.
@@ -111,17 +253,26 @@ func (e *Engine) run() {
 			batch = append(batch, r)
 		case <-timer.C:
 		}
+		// Timers are judged up to this instant at the end of the group:
+		// every command drained below was sent before it or judges itself
+		// later, and none sent after it is held back by it.
+		wall, mono := e.cfg.Now(), e.cfg.Mono()
+		bytes := 0
+		if len(batch) > 0 {
+			bytes = batch[0].cmd.size()
+		}
 	more:
-		for len(batch) < e.cfg.MaxGroup {
+		for len(batch) < e.cfg.MaxGroup && bytes < e.cfg.MaxGroupBytes {
 			select {
 			case r := <-e.reqC:
 				batch = append(batch, r)
+				bytes += r.cmd.size()
 			default:
 				break more
 			}
 		}
-		if err := e.runGroup(batch); err != nil {
-			e.drain(ErrStorageFailed)
+		if err := e.runGroup(batch, wall, mono); err != nil {
+			e.drain(e.stoppedErr())
 			return
 		}
 	}
@@ -142,23 +293,39 @@ func (e *Engine) drain(err error) {
 // resetTimer arms timer for the earliest lease deadline or retry time.
 func (e *Engine) resetTimer(t *time.Timer) {
 	next := time.Hour
+	now := e.cfg.Mono()
 	for _, q := range []timerHeap{e.leaseQ, e.retryQ} {
 		if it, ok := q.peek(); ok {
-			next = min(next, it.at.Sub(e.now()))
+			next = min(next, it.at-now)
 		}
 	}
 	t.Reset(max(next, 0))
 }
 
-// runGroup applies a group of requests in one transaction, publishes their
-// effects and answers them, all after the commit. A failed commit fail-stops the engine: nothing of the
-// group is acknowledged, and no later command is taken.
-func (e *Engine) runGroup(batch []*request) error {
+// runGroup applies a group of requests in one transaction, each judged at
+// its send time after the timers due by then, grants queued work to the
+// connections with credit, commits, and then publishes the group's effects
+// and answers the requests. A failed commit fail-stops the engine: nothing
+// of the group is acknowledged, and no later command is taken.
+func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) error {
 	start := time.Now()
-	g := &group{e: e, now: e.now()}
-	err := e.advance(g)
+	g := &group{e: e}
+	var err error
 	for i := 0; err == nil && i < len(batch); i++ {
-		err = batch[i].cmd.apply(g)
+		g.setClock(batch[i].wall, batch[i].mono)
+		if err = e.advance(g); err == nil {
+			err = batch[i].cmd.apply(g)
+		}
+	}
+	if err == nil {
+		g.setClock(wall, mono)
+		err = e.advance(g)
+	}
+	if err == nil && (g.work || g.credit) {
+		err = e.dispatchWaiting(g)
+	}
+	if err == nil {
+		err = g.flushCounts()
 	}
 	if err == nil && g.tx != nil {
 		if g.tx.Dirty() {
@@ -168,19 +335,11 @@ func (e *Engine) runGroup(batch []*request) error {
 		}
 	}
 	if err != nil {
-		if g.tx != nil {
-			_ = g.tx.Rollback()
-		}
-		e.serving.Store(false)
-		close(e.failedC)
-		e.log.Error("commit failed; writer stopped, acknowledging nothing", "err", err, "commands", len(batch))
-		for _, r := range batch {
-			r.done <- ErrStorageFailed
-		}
+		e.failStop(g, batch, err)
 		return err
 	}
 	// Publish before answering, so that a caller who sees its answer can
-	// rely on watchers, revocation streams and health having been told.
+	// rely on watchers, renderers' streams and health having been told.
 	e.publish(g)
 	for _, r := range batch {
 		r.done <- r.cmd.outcome()
@@ -189,17 +348,39 @@ func (e *Engine) runGroup(batch []*request) error {
 	return nil
 }
 
-// publish hands the group's committed effects to watchers, renderers'
-// revocation streams and long-polling Acquire calls.
+// failStop stops the writer after a failed commit: nothing of the group is
+// acknowledged. A full disk is told apart so that callers and health can
+// say so.
+func (e *Engine) failStop(g *group, batch []*request, err error) {
+	if g.tx != nil {
+		_ = g.tx.Rollback()
+	}
+	why := ErrStorageFailed
+	if errors.Is(err, syscall.ENOSPC) {
+		why = fmt.Errorf("%w: %w", ErrStorageFull, ErrStorageFailed)
+	}
+	e.failErr.Store(&why)
+	e.serving.Store(false)
+	close(e.failedC)
+	e.log.Error("commit failed; writer stopped, acknowledging nothing", "err", err, "commands", len(batch))
+	for _, r := range batch {
+		r.done <- why
+	}
+}
+
+// publish hands the group's committed effects to watchers and to
+// renderers' connections.
 func (e *Engine) publish(g *group) {
 	for _, ev := range g.events {
 		e.hub.publishJob(ev)
 	}
 	for r, list := range g.revocations {
-		e.hub.publishRevocations(r, list)
+		if c := e.conns.sessions[r]; c != nil {
+			c.Outbox.pushRevoked(list)
+		}
 	}
-	if g.work {
-		e.notifyWork()
+	for c, gs := range g.deliveries {
+		c.Outbox.pushGrants(gs)
 	}
 	if g.dispatch && e.cfg.OnDispatch != nil {
 		e.cfg.OnDispatch(e.DispatchState())
@@ -208,49 +389,35 @@ func (e *Engine) publish(g *group) {
 }
 
 // advance expires every lease whose deadline has passed and re-queues
-// every job whose backoff has elapsed, before any command of the group is
-// judged, so that "expired" is decided in the writer's order.
+// every job whose backoff has elapsed by the group's clock, so that
+// "expired" is decided in the writer's order, before the command sent at
+// that time.
 func (e *Engine) advance(g *group) error {
 	for {
 		it, ok := e.leaseQ.peek()
-		if !ok || g.now.Before(it.at) {
+		if !ok || it.at > g.mono {
 			break
 		}
 		heap.Pop(&e.leaseQ)
-		le, held := e.leases[it.job]
-		if !held || le.token != it.token || !le.deadline.Equal(it.at) {
+		le := e.leases[it.job]
+		if le == nil || le.token != it.token || le.deadline != it.at {
 			continue
 		}
-		j, found, err := g.job(it.job)
-		if err != nil {
+		if err := e.expire(g, it.job, le); err != nil {
 			return err
 		}
-		if !found {
-			delete(e.leases, it.job)
-			continue
-		}
-		next, err := j.Expire(g.now, e.jitter())
-		if err != nil {
-			e.log.Error("lease index disagrees with the store", "job", it.job, "err", err)
-			delete(e.leases, it.job)
-			continue
-		}
-		if err := g.save(j, next); err != nil {
-			return err
-		}
-		e.endLease(g, j, next)
 	}
 	for {
 		it, ok := e.retryQ.peek()
-		if !ok || g.now.Before(it.at) {
+		if !ok || it.at > g.mono {
 			break
 		}
 		heap.Pop(&e.retryQ)
-		if at, waiting := e.retryAt[it.job]; !waiting || !at.Equal(it.at) {
+		if at, waiting := e.retryAt[it.job]; !waiting || at != it.at {
 			continue
 		}
 		delete(e.retryAt, it.job)
-		j, found, err := g.job(it.job)
+		j, found, err := g.load(it.job)
 		if err != nil {
 			return err
 		}
@@ -271,16 +438,40 @@ func (e *Engine) advance(g *group) error {
 	return nil
 }
 
+// expire ends a lease whose deadline passed: counted, or re-queued
+// uncounted when its holder was never heard from.
+func (e *Engine) expire(g *group, id uint64, le *leaseEntry) error {
+	j, found, err := g.load(id)
+	if err != nil {
+		return err
+	}
+	if !found {
+		delete(e.leases, id)
+		return nil
+	}
+	next, err := j.Expire(g.now, e.jitter(), le.heard)
+	if err != nil {
+		e.log.Error("lease index disagrees with the store", "job", id, "err", err)
+		delete(e.leases, id)
+		return nil
+	}
+	if err := g.save(j, next); err != nil {
+		return err
+	}
+	e.endLease(g, j, next)
+	return nil
+}
+
 // endLease updates the indexes after a LEASED job moved on to next.
 func (e *Engine) endLease(g *group, before, next jobs.Job) {
 	delete(e.leases, before.ID)
 	e.sched.Release(before.Team)
 	g.work = true
-	switch {
-	case next.Phase == jobs.PhaseRetryWait:
-		e.trackRetry(next)
-	case next.Phase.Terminal():
-		e.active[next.Team]--
+	switch next.Phase {
+	case jobs.PhaseRetryWait:
+		e.trackRetry(next.ID, g.monoOf(next.NextAttemptAt))
+	case jobs.PhaseQueued:
+		e.sched.Push(next.Team, next.ID)
 	}
 }
 

@@ -66,6 +66,9 @@ type AuditRecord struct {
 	OutOfScope       uint32
 	Batch            uint64
 	TerminalReason   TerminalReason
+	// Teams lists the teams whose jobs the action touched; an operator sees
+	// the record only when its scope covers all of them.
+	Teams []string
 	// Response is the serialized answer of a replay, returned again for a
 	// repeated request id.
 	Response []byte

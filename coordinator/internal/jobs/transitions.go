@@ -261,14 +261,14 @@ func (j Job) retryOrExhaust(token uint64, renderer string, now time.Time, jitter
 // attempt counts as failed, and the job waits to retry or is FAILED
 // (ATTEMPTS_EXHAUSTED).
 //
-// heard says whether the coordinator ever heard from the holder about this
-// lease (a receipt, heartbeat or completion). A lease never heard from was
-// most likely never delivered (the coordinator went down between commit and
-// reply, or the stream carrying it broke), so it goes back to the queue at
-// once without counting the attempt, recorded as REQUEUED
-// LEASE_NEVER_HEARD; at most MaxAttempts times per cycle, after which it
-// counts like any expiry, so that a renderer that dies on receipt cannot
-// loop a document forever.
+// heard says whether the lease is known to have reached its holder: the
+// coordinator handed it to a live reply or stream, or heard from the holder
+// about it since (a receipt, heartbeat or completion). A lease not known to
+// have arrived (the coordinator went down between its commit and its reply,
+// and the holder has not spoken since) goes back to the queue at once
+// without counting the attempt, recorded as REQUEUED LEASE_NEVER_HEARD; at
+// most MaxAttempts times per cycle, after which it counts like any expiry,
+// so that a renderer that dies on receipt cannot loop a document forever.
 func (j Job) Expire(now time.Time, jitter float64, heard bool) (Job, error) {
 	if j.Phase != PhaseLeased {
 		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "expire"}

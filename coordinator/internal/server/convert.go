@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/binary"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -51,16 +51,16 @@ const (
 	maxPageSize     = 1000
 )
 
-// pageSize returns the effective page size: 0 means the default, larger
-// than the maximum is cut to it, negative is refused.
+// pageSize returns the effective page size: 0 means the default; outside
+// 1 to maxPageSize is refused, as the API documents.
 func pageSize(n int32) (int, error) {
 	switch {
-	case n < 0:
-		return 0, invalidArg("page_size", reasonInvalidPageSize, "page_size must not be negative")
+	case n < 0 || n > maxPageSize:
+		return 0, invalidArg("page_size", reasonInvalidPageSize, "page_size must be 1 to %d (0 for %d)", maxPageSize, defaultPageSize)
 	case n == 0:
 		return defaultPageSize, nil
 	}
-	return min(int(n), maxPageSize), nil
+	return int(n), nil
 }
 
 // encodePageToken returns the opaque token for the page after id.
@@ -236,17 +236,12 @@ func policyFromProto(p *leaseholdv1.RetryPolicy) jobs.PolicyInput {
 }
 
 // countsToProto lists the non-zero counts in phase order.
-func countsToProto(counts map[jobs.Phase]int) []*leaseholdv1.PhaseCount {
-	phases := make([]jobs.Phase, 0, len(counts))
+func countsToProto(counts store.Counts) []*leaseholdv1.PhaseCount {
+	var out []*leaseholdv1.PhaseCount
 	for p, n := range counts {
 		if n > 0 {
-			phases = append(phases, p)
+			out = append(out, &leaseholdv1.PhaseCount{Phase: leaseholdv1.Phase(p), Count: uint32(n)})
 		}
-	}
-	slices.Sort(phases)
-	out := make([]*leaseholdv1.PhaseCount, len(phases))
-	for i, p := range phases {
-		out[i] = &leaseholdv1.PhaseCount{Phase: leaseholdv1.Phase(p), Count: uint32(counts[p])}
 	}
 	return out
 }
@@ -302,6 +297,7 @@ func auditToProto(a jobs.AuditRecord) *leaseholdv1.AuditRecord {
 		Skipped:          a.Skipped,
 		OutOfScope:       a.OutOfScope,
 		TerminalReason:   leaseholdv1.TerminalReason(a.TerminalReason),
+		Teams:            a.Teams,
 	}
 	if a.Batch != 0 {
 		pa.BatchId = BatchID(a.Batch)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -49,6 +50,18 @@ const (
 	reasonRequestIDReused    = "REQUEST_ID_REUSED"
 	reasonNotFound           = "NOT_FOUND"
 	reasonInternal           = "INTERNAL"
+	reasonStorageFull        = "STORAGE_FULL"
+	reasonRendererNotAllowed = "RENDERER_ID_NOT_ALLOWED"
+	reasonRendererInUse      = "RENDERER_ID_IN_USE"
+	reasonSessionReplaced    = "SESSION_REPLACED"
+	reasonMissingHello       = "MISSING_HELLO"
+	reasonMessageLimit       = "MESSAGE_LIMIT_TOO_SMALL"
+	reasonEmptyArtifact      = "EMPTY_ARTIFACT"
+	reasonUploadTimeout      = "UPLOAD_TIMEOUT"
+	reasonInvalidReason      = "INVALID_REASON"
+	reasonInvalidMessage     = "INVALID_MESSAGE"
+	reasonTooManyJobIDs      = "TOO_MANY_JOB_IDS"
+	reasonInvalidInstance    = "INVALID_INSTANCE_ID"
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -90,6 +103,34 @@ func notFound(err error, reason, format string, args ...any) error {
 	return err
 }
 
+// errHidden marks a NOT_FOUND given for a job or batch the caller may not
+// see, so that the refusal can be audited without telling the caller.
+var errHidden = errors.New("not visible to the caller")
+
+// hidden answers a job or batch the caller may not see exactly as one that
+// does not exist.
+func hidden(reason, format string, args ...any) error {
+	return &requestError{code: codes.NotFound, reason: reason, msg: fmt.Sprintf(format, args...), err: errHidden}
+}
+
+// Free-text bounds.
+const (
+	// maxReasonBytes bounds cancel, pause, resume and replay reasons.
+	maxReasonBytes = 1024
+)
+
+// checkReason refuses a reason over maxReasonBytes, and a blank one when
+// it is required.
+func checkReason(field, reason string, required bool) error {
+	switch {
+	case required && strings.TrimSpace(reason) == "":
+		return invalidArg(field, reasonMissingReason, "%s is required and must not be blank", field)
+	case len(reason) > maxReasonBytes:
+		return invalidArg(field, reasonInvalidReason, "%s is at most %d bytes", field, maxReasonBytes)
+	}
+	return nil
+}
+
 // failedPrecondition returns a FAILED_PRECONDITION refusal.
 func failedPrecondition(reason, format string, args ...any) error {
 	return &requestError{code: codes.FailedPrecondition, reason: reason, msg: fmt.Sprintf(format, args...)}
@@ -110,6 +151,11 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	jobs.ErrAlreadyTerminal           FAILED_PRECONDITION ALREADY_TERMINAL phase
 //	other *jobs.PhaseError            FAILED_PRECONDITION <ReasonCode> phase
 //	engine.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
+//	engine.ErrRendererInUse           ALREADY_EXISTS RENDERER_ID_IN_USE
+//	engine.ErrReplaced                ABORTED SESSION_REPLACED
+//	engine.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
+//	engine.ErrArtifactEmpty           INVALID_ARGUMENT EMPTY_ARTIFACT
+//	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
 func toStatus(log *slog.Logger, err error) error {
@@ -176,6 +222,17 @@ func toStatus(log *slog.Logger, err error) error {
 		return newStatus(codes.FailedPrecondition, reason, err.Error(), map[string]string{"phase": phaseName(pe.Phase)})
 	case errors.Is(err, engine.ErrNotFound):
 		return newStatus(codes.NotFound, reasonNotFound, err.Error(), nil)
+	case errors.Is(err, engine.ErrRendererInUse):
+		return newStatus(codes.AlreadyExists, reasonRendererInUse, "the renderer id has a live session of another process; "+
+			"give each renderer process its own id", nil)
+	case errors.Is(err, engine.ErrReplaced):
+		return newStatus(codes.Aborted, reasonSessionReplaced, "a newer session of this renderer process replaced this one", nil)
+	case errors.Is(err, engine.ErrSlowWatcher):
+		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
+	case errors.Is(err, engine.ErrArtifactEmpty):
+		return newStatus(codes.InvalidArgument, reasonEmptyArtifact, "a preview must not be empty", nil)
+	case errors.Is(err, engine.ErrStorageFull):
+		return newStatus(codes.Unavailable, reasonStorageFull, "the coordinator's disk is full; it stopped taking writes and acknowledged nothing unsaved", nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):
 		return newStatus(codes.Unavailable, reasonStorageUnavailable, "the coordinator is not taking writes: "+err.Error(), nil)
 	}

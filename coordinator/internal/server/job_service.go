@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -53,16 +52,14 @@ func (s *JobServer) SubmitBatch(ctx context.Context, req *leaseholdv1.SubmitBatc
 	if err != nil {
 		return nil, s.status(err)
 	}
-	bv, err := s.e.Batch(res.Batch.ID)
-	if err != nil {
-		return nil, s.status(err)
-	}
-	return &leaseholdv1.SubmitBatchResponse{Batch: batchToProto(bv, true), Replayed: res.Replayed}, nil
+	return &leaseholdv1.SubmitBatchResponse{Batch: batchToProto(res.Batch, true), Replayed: res.Replayed}, nil
 }
 
-// job returns the job named by a wire id if p may see it, and how. When p
-// may not, the error is PERMISSION_DENIED and the job is returned only so
-// that the refusal can be audited.
+// job returns the job named by a wire id if p may see it, and how. A job p
+// may not see is answered exactly as one that does not exist (NOT_FOUND
+// JOB_NOT_FOUND), so that a refusal names no team and does not tell which
+// ids exist; the job is returned with the refusal only so that it can be
+// audited.
 func (s *JobServer) job(p auth.Principal, wireID string) (jobs.Job, view, error) {
 	id, err := parseJobID(wireID, "job_id")
 	if err != nil {
@@ -74,14 +71,13 @@ func (s *JobServer) job(p auth.Principal, wireID string) (jobs.Job, view, error)
 	}
 	v, ok := access(p, j.Team)
 	if !ok {
-		// The job is returned with the refusal for the audit record only.
-		return j, 0, denied("%s may not act on jobs of team %q", p.Name, j.Team)
+		return j, 0, hidden(reasonJobNotFound, "job %s not found", wireID)
 	}
 	return j, v, nil
 }
 
 // batch returns the batch named by a wire id if p may see it, and how; a
-// refused batch is returned as job does.
+// batch p may not see is answered as job does.
 func (s *JobServer) batch(p auth.Principal, wireID string) (engine.BatchView, view, error) {
 	id, err := parseBatchID(wireID, "batch_id")
 	if err != nil {
@@ -93,8 +89,7 @@ func (s *JobServer) batch(p auth.Principal, wireID string) (engine.BatchView, vi
 	}
 	v, ok := access(p, bv.Batch.Team)
 	if !ok {
-		// The batch is returned with the refusal for the audit record only.
-		return bv, 0, denied("%s may not act on batches of team %q", p.Name, bv.Batch.Team)
+		return bv, 0, hidden(reasonBatchNotFound, "batch %s not found", wireID)
 	}
 	return bv, v, nil
 }
@@ -146,18 +141,16 @@ func (s *JobServer) ListJobs(ctx context.Context, req *leaseholdv1.ListJobsReque
 			return nil, s.status(err)
 		}
 	}
-	want := f.Limit
-	f.Limit++ // one more tells whether there is a next page
-	list, err := s.e.ListJobs(f)
+	f.History = !req.GetOmitEvents()
+	page, err := s.e.ListJobs(f)
 	if err != nil {
 		return nil, s.status(err)
 	}
 	resp := &leaseholdv1.ListJobsResponse{}
-	if len(list) > want {
-		list = list[:want]
-		resp.NextPageToken = encodePageToken(list[len(list)-1].ID)
+	if page.Next != 0 {
+		resp.NextPageToken = encodePageToken(page.Next)
 	}
-	for _, j := range list {
+	for _, j := range page.Jobs {
 		v, ok := access(p, j.Team)
 		if !ok {
 			// The engine filtered by team; never show what slipped through.
@@ -181,125 +174,18 @@ func (s *JobServer) GetBatch(ctx context.Context, req *leaseholdv1.GetBatchReque
 	return &leaseholdv1.GetBatchResponse{Batch: batchToProto(bv, false)}, nil
 }
 
-// WatchBatch implements JobService.WatchBatch: it subscribes first, then
-// sends a snapshot of every job, then each committed event not already
-// reflected in the snapshot, and ends with OK once every job is terminal.
-func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseholdv1.JobService_WatchBatchServer) error {
-	ctx := stream.Context()
-	p, err := principal(ctx)
-	if err != nil {
-		return s.status(err)
-	}
-	bv, _, err := s.batch(p, req.GetBatchId())
-	if err != nil {
-		return s.status(err)
-	}
-	w, err := s.e.WatchBatch(bv.Batch.ID)
-	if err != nil {
-		return s.status(notFound(err, reasonBatchNotFound, "batch %s not found", req.GetBatchId()))
-	}
-	defer w.Close()
-
-	// The snapshot is read after subscribing, so no event falls between;
-	// events it already reflects are skipped by their sequence number.
-	phases := make(map[uint64]jobs.Phase, bv.Batch.Count)
-	lastSeq := make(map[uint64]uint32, bv.Batch.Count)
-	var snapshot []jobs.Job
-	for after := uint64(0); ; {
-		page, err := s.e.ListJobs(engine.JobFilter{Batch: bv.Batch.ID, After: after, Limit: maxPageSize})
-		if err != nil {
-			return s.status(err)
-		}
-		snapshot = append(snapshot, page...)
-		if len(page) < maxPageSize {
-			break
-		}
-		after = page[len(page)-1].ID
-	}
-	for _, j := range snapshot {
-		phases[j.ID] = j.Phase
-		if n := len(j.Events); n > 0 {
-			lastSeq[j.ID] = j.Events[n-1].Seq
-		}
-	}
-	batchNow := func() *leaseholdv1.Batch {
-		view := engine.BatchView{Batch: bv.Batch, Counts: make(map[jobs.Phase]int), Done: true}
-		for _, ph := range phases {
-			view.Counts[ph]++
-			if !ph.Terminal() {
-				view.Done = false
-			}
-		}
-		return batchToProto(view, false)
-	}
-	done := func() bool {
-		for _, ph := range phases {
-			if !ph.Terminal() {
-				return false
-			}
-		}
-		return true
-	}
-	for _, j := range snapshot {
-		if err := stream.Send(&leaseholdv1.WatchBatchResponse{JobId: JobID(j.ID), Phase: leaseholdv1.Phase(j.Phase), Batch: batchNow()}); err != nil {
-			return err
-		}
-	}
-	if done() {
-		return nil
-	}
-	for {
-		select {
-		case <-s.closing:
-			return s.status(errShuttingDown)
-		case <-ctx.Done():
-			return s.status(ctx.Err())
-		case ev, ok := <-w.C:
-			if !ok {
-				switch {
-				case w.Overflowed():
-					return s.status(&requestError{code: codes.ResourceExhausted, reason: reasonSlowWatcher, msg: "the watcher fell too far behind; watch again"})
-				case done():
-					return nil
-				}
-				return s.status(engine.ErrStopped)
-			}
-			id := ev.Job.ID
-			if _, ours := phases[id]; !ours || ev.Event.Seq <= lastSeq[id] {
-				continue
-			}
-			// One group may commit several events of a job; each message
-			// shows the phase right after its own event.
-			phase := ev.Event.Phase
-			if phase == jobs.PhaseUnspecified {
-				phase = ev.Job.Phase
-			}
-			lastSeq[id] = ev.Event.Seq
-			phases[id] = phase
-			if err := stream.Send(&leaseholdv1.WatchBatchResponse{
-				JobId: JobID(id),
-				Phase: leaseholdv1.Phase(phase),
-				Event: eventToProto(ev.Event),
-				Batch: batchNow(),
-			}); err != nil {
-				return err
-			}
-			if done() {
-				return nil
-			}
-		}
-	}
-}
-
 // CancelJob implements JobService.CancelJob.
 func (s *JobServer) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRequest) (*leaseholdv1.CancelJobResponse, error) {
 	p, err := principal(ctx)
 	if err != nil {
 		return nil, s.status(err)
 	}
+	if err := checkReason("reason", req.GetReason(), false); err != nil {
+		return nil, s.status(err)
+	}
 	j, v, err := s.job(p, req.GetJobId())
 	if err != nil {
-		s.auditDenied(ctx, p, err, engine.CancelRequest{Reason: req.GetReason()}, j.ID, req.GetJobId())
+		s.auditDenied(ctx, p, err, engine.CancelRequest{Reason: req.GetReason()}, j, req.GetJobId())
 		return nil, s.status(err)
 	}
 	res, err := s.e.Cancel(ctx, engine.CancelRequest{Job: j.ID, Principal: p.Name, Reason: req.GetReason(), Operator: v == viewOperator})
@@ -323,9 +209,12 @@ func (s *JobServer) CancelBatch(ctx context.Context, req *leaseholdv1.CancelBatc
 	if err != nil {
 		return nil, s.status(err)
 	}
+	if err := checkReason("reason", req.GetReason(), false); err != nil {
+		return nil, s.status(err)
+	}
 	bv, v, err := s.batch(p, req.GetBatchId())
 	if err != nil {
-		s.auditDenied(ctx, p, err, engine.CancelRequest{Reason: req.GetReason(), Batch: bv.Batch.ID}, 0, req.GetBatchId())
+		s.auditDenied(ctx, p, err, engine.CancelRequest{Reason: req.GetReason(), Batch: bv.Batch.ID}, jobs.Job{Team: bv.Batch.Team}, req.GetBatchId())
 		return nil, s.status(err)
 	}
 	res, err := s.e.Cancel(ctx, engine.CancelRequest{Batch: bv.Batch.ID, Principal: p.Name, Reason: req.GetReason(), Operator: v == viewOperator})
@@ -356,16 +245,18 @@ func (s *JobServer) CancelBatch(ctx context.Context, req *leaseholdv1.CancelBatc
 }
 
 // auditDenied records a DENIED audit entry when an operator's cancel is
-// refused because the team is outside its scope. The refusal stands even
-// if the record cannot be written.
-func (s *JobServer) auditDenied(ctx context.Context, p auth.Principal, err error, req engine.CancelRequest, job uint64, wireID string) {
-	var re *requestError
-	if !p.Can(auth.RoleOperator) || !errors.As(err, &re) || re.code != codes.PermissionDenied {
+// refused because the team is outside its scope (the operator was told the
+// job does not exist). The record names the team, so only operators whose
+// scope covers it see it. The refusal stands even if the record cannot be
+// written.
+func (s *JobServer) auditDenied(ctx context.Context, p auth.Principal, err error, req engine.CancelRequest, target jobs.Job, wireID string) {
+	if !p.Can(auth.RoleOperator) || !errors.Is(err, errHidden) {
 		return
 	}
-	rec := jobs.AuditRecord{Principal: p.Name, Action: jobs.AuditDenied, Reason: "cancel " + wireID + ": out of scope; " + req.Reason, Batch: req.Batch}
-	if job != 0 {
-		rec.JobIDs = []uint64{job}
+	rec := jobs.AuditRecord{Principal: p.Name, Action: jobs.AuditDenied, Reason: "cancel " + wireID + ": out of scope; " + req.Reason,
+		Batch: req.Batch, Teams: []string{target.Team}}
+	if target.ID != 0 {
+		rec.JobIDs = []uint64{target.ID}
 	}
 	if aerr := s.e.RecordAudit(ctx, rec); aerr != nil {
 		s.log.Warn("recording a denied cancel", "principal", p.Name, "target", wireID, "err", aerr)
@@ -389,35 +280,25 @@ func (s *JobServer) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leas
 	if j.Phase != jobs.PhaseSucceeded {
 		return s.status(failedPrecondition(reasonNotSucceeded, "job %s is %s, not SUCCEEDED", req.GetJobId(), j.Phase))
 	}
-	rc, size, err := s.art.Open(j.Artifact.Digest)
-	if errors.Is(err, store.ErrArtifactNotFound) || errors.Is(err, store.ErrInvalidDigest) {
+	a, err := s.e.Artifact(j)
+	if errors.Is(err, store.ErrArtifactNotFound) {
 		return s.status(&requestError{code: codes.NotFound, reason: reasonArtifactNotFound, msg: "the artifact of job " + req.GetJobId() + " is missing", err: err})
 	}
 	if err != nil {
 		return s.status(err)
 	}
-	defer rc.Close()
 	meta := artifactToProto(j.Artifact)
-	meta.SizeBytes = size
-	buf := make([]byte, artifactChunkBytes)
-	first := true
-	for {
-		n, rerr := io.ReadFull(rc, buf)
-		if n > 0 || first {
-			msg := &leaseholdv1.GetArtifactResponse{Chunk: buf[:n]}
-			if first {
-				msg.Artifact = meta
-				first = false
-			}
-			if err := stream.Send(msg); err != nil {
-				return err
-			}
+	meta.SizeBytes = int64(len(a.Content))
+	for first, rest := true, a.Content; first || len(rest) > 0; first = false {
+		n := min(len(rest), artifactChunkBytes)
+		msg := &leaseholdv1.GetArtifactResponse{Chunk: rest[:n]}
+		if first {
+			msg.Artifact = meta
 		}
-		switch {
-		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
-			return nil
-		case rerr != nil:
-			return s.status(rerr)
+		if err := stream.Send(msg); err != nil {
+			return err
 		}
+		rest = rest[n:]
 	}
+	return nil
 }

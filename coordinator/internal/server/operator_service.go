@@ -45,18 +45,15 @@ func (s *OperatorServer) ListRejectedCompletions(ctx context.Context, req *lease
 	if f.Teams, err = readTeams(p); err != nil {
 		return nil, s.status(err)
 	}
-	want := f.Limit
-	f.Limit++
-	list, err := s.e.ListRejections(f)
+	page, err := s.e.ListRejections(f)
 	if err != nil {
 		return nil, s.status(err)
 	}
 	resp := &leaseholdv1.ListRejectedCompletionsResponse{}
-	if len(list) > want {
-		list = list[:want]
-		resp.NextPageToken = encodePageToken(list[len(list)-1].ID)
+	if page.Next != 0 {
+		resp.NextPageToken = encodePageToken(page.Next)
 	}
-	for _, r := range list {
+	for _, r := range page.Rejections {
 		if p.InScope(r.Team) {
 			resp.Rejections = append(resp.Rejections, rejectionToProto(r))
 		}
@@ -87,6 +84,12 @@ func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.Replay
 			return b
 		},
 	}
+	if n := len(req.GetJobIds()); n > maxReplayJobIDs {
+		return nil, s.status(invalidArg("job_ids", reasonTooManyJobIDs, "%d job_ids, at most %d per call", n, maxReplayJobIDs))
+	}
+	if err := checkReason("reason", req.GetReason(), !req.GetDryRun()); err != nil {
+		return nil, s.status(err)
+	}
 	for i, wid := range req.GetJobIds() {
 		id, err := parseJobID(wid, fmt.Sprintf("job_ids[%d]", i))
 		if err != nil {
@@ -105,8 +108,6 @@ func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.Replay
 	switch {
 	case len(rr.JobIDs) == 0 && rr.Batch == 0:
 		return nil, s.status(invalidArg("job_ids", reasonMissingSelection, "select jobs by job_ids or by batch_id"))
-	case !rr.DryRun && rr.Reason == "":
-		return nil, s.status(invalidArg("reason", reasonMissingReason, "a replay needs a reason (or dry_run)"))
 	case !rr.DryRun && rr.RequestID == "":
 		return nil, s.status(invalidArg("request_id", reasonMissingRequestID, "a replay needs a request_id (or dry_run)"))
 	}
@@ -145,6 +146,9 @@ func (s *OperatorServer) PauseDispatch(ctx context.Context, req *leaseholdv1.Pau
 	if err != nil {
 		return nil, s.status(err)
 	}
+	if err := checkReason("reason", req.GetReason(), true); err != nil {
+		return nil, s.status(err)
+	}
 	st, err := s.e.SetPaused(ctx, true, p.Name, req.GetReason())
 	if err != nil {
 		return nil, s.status(err)
@@ -159,6 +163,9 @@ func (s *OperatorServer) ResumeDispatch(ctx context.Context, req *leaseholdv1.Re
 	if err != nil {
 		return nil, s.status(err)
 	}
+	if err := checkReason("reason", req.GetReason(), true); err != nil {
+		return nil, s.status(err)
+	}
 	st, err := s.e.SetPaused(ctx, false, p.Name, req.GetReason())
 	if err != nil {
 		return nil, s.status(err)
@@ -166,29 +173,43 @@ func (s *OperatorServer) ResumeDispatch(ctx context.Context, req *leaseholdv1.Re
 	return &leaseholdv1.ResumeDispatchResponse{Paused: st.Paused}, nil
 }
 
-// GetAudit implements OperatorService.GetAudit.
+// maxReplayJobIDs bounds the job ids one replay call may name.
+const maxReplayJobIDs = 1000
+
+// GetAudit implements OperatorService.GetAudit. An operator sees a record
+// only when its scope covers every team the record touched; records that
+// touch no team (pause, resume) only with scope "*".
 func (s *OperatorServer) GetAudit(ctx context.Context, req *leaseholdv1.GetAuditRequest) (*leaseholdv1.GetAuditResponse, error) {
-	if _, err := require(ctx, auth.RoleOperator); err != nil {
-		return nil, s.status(err)
-	}
-	limit, err := pageSize(req.GetPageSize())
+	p, err := require(ctx, auth.RoleOperator)
 	if err != nil {
 		return nil, s.status(err)
 	}
-	before, err := decodePageToken(req.GetPageToken())
-	if err != nil {
+	f := engine.AuditFilter{Visible: func(teams []string) bool {
+		if len(teams) == 0 {
+			return p.AllScope()
+		}
+		for _, t := range teams {
+			if !p.InScope(t) {
+				return false
+			}
+		}
+		return true
+	}}
+	if f.Limit, err = pageSize(req.GetPageSize()); err != nil {
 		return nil, s.status(err)
 	}
-	list, err := s.e.ListAudit(before, limit+1)
+	if f.Before, err = decodePageToken(req.GetPageToken()); err != nil {
+		return nil, s.status(err)
+	}
+	page, err := s.e.ListAudit(f)
 	if err != nil {
 		return nil, s.status(err)
 	}
 	resp := &leaseholdv1.GetAuditResponse{}
-	if len(list) > limit {
-		list = list[:limit]
-		resp.NextPageToken = encodePageToken(list[len(list)-1].ID)
+	if page.Next != 0 {
+		resp.NextPageToken = encodePageToken(page.Next)
 	}
-	for _, a := range list {
+	for _, a := range page.Records {
 		resp.Records = append(resp.Records, auditToProto(a))
 	}
 	return resp, nil

@@ -2,7 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"time"
@@ -10,7 +11,6 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,13 +28,17 @@ var _ leaseholdv1.RendererServiceServer = (*RendererServer)(nil)
 // Renderer request bounds.
 const (
 	maxRendererIDBytes = 128
+	maxInstanceBytes   = 64
 	maxLeasesPerCall   = 64
 	maxCapacity        = 4096
+	maxMessageBytes    = 4096
+	// replyOverheadBytes is what a reply costs besides its grants.
+	replyOverheadBytes = 1 << 10
 )
 
-// validRendererID reports whether id is 1 to 128 bytes of [A-Za-z0-9._-].
-func validRendererID(id string) bool {
-	if id == "" || len(id) > maxRendererIDBytes {
+// validID reports whether id is 1 to n bytes of [A-Za-z0-9._-].
+func validID(id string, n int) bool {
+	if id == "" || len(id) > n {
 		return false
 	}
 	for i := 0; i < len(id); i++ {
@@ -47,20 +51,35 @@ func validRendererID(id string) bool {
 }
 
 func checkRendererID(id string) error {
-	if !validRendererID(id) {
+	if !validID(id, maxRendererIDBytes) {
 		return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id must be 1 to %d bytes of [A-Za-z0-9._-]", maxRendererIDBytes)
 	}
 	return nil
 }
 
-// Acquire implements RendererService.Acquire: a long poll that asks the
-// engine once, and again each time work may have become dispatchable,
-// until a lease is granted or the wait elapses.
+// replyBudget returns what a reply of at most limit bytes (0: gRPC's
+// default) may spend on grants, refusing a limit below one grant of the
+// largest inline document.
+func (c *core) replyBudget(limit uint32, field string) (int, error) {
+	n := int(limit)
+	if n == 0 {
+		n = defaultClientMessageBytes
+	}
+	if need := c.e.MaxGrantBytes() + replyOverheadBytes; n < need {
+		return 0, invalidArg(field, reasonMessageLimit, "%s is %d bytes; a grant of the largest inline document this coordinator accepts needs %d", field, n, need)
+	}
+	return n - replyOverheadBytes, nil
+}
+
+// Acquire implements RendererService.Acquire: grant at once, or register a
+// waiter the writer grants to as work arrives, until the wait elapses.
 func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRequest) (*leaseholdv1.AcquireResponse, error) {
-	if _, err := require(ctx, auth.RoleRenderer); err != nil {
+	p, err := require(ctx, auth.RoleRenderer)
+	if err != nil {
 		return nil, s.status(err)
 	}
-	if err := checkRendererID(req.GetRendererId()); err != nil {
+	r, err := rendererFor(p, req.GetRendererId())
+	if err != nil {
 		return nil, s.status(err)
 	}
 	capacity := req.GetCapacity()
@@ -73,71 +92,70 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 	if capacity < req.GetMaxLeases() || capacity > maxCapacity {
 		return nil, s.status(invalidArg("capacity", reasonInvalidCapacity, "capacity must be at least max_leases and at most %d", maxCapacity))
 	}
+	budget, err := s.replyBudget(req.GetMaxResponseBytes(), "max_response_bytes")
+	if err != nil {
+		return nil, s.status(err)
+	}
 	wait := min(max(req.GetWait().AsDuration(), 0), MaxAcquireWait)
 	if req.GetWait() == nil {
 		wait = 0
 	}
-	areq := engine.AcquireRequest{Renderer: req.GetRendererId(), Max: int(req.GetMaxLeases()), Capacity: int(capacity)}
-
-	var timer <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		timer = t.C
+	// The writer's answers are awaited even if the caller leaves, so that
+	// grants made for it are handed back rather than left to expire.
+	wctx := context.WithoutCancel(ctx)
+	res, err := s.e.Acquire(wctx, engine.AcquireRequest{Renderer: r, Max: int(req.GetMaxLeases()), Capacity: int(capacity), MaxBytes: budget, Wait: wait > 0})
+	if err != nil {
+		return nil, s.status(err)
 	}
-	for {
-		// Take the wake-up channel before asking, so that work arriving
-		// between the answer and the wait is not missed.
-		woken := s.e.WorkAvailable()
-		// The writer's answer is awaited even if the caller leaves, so that
-		// grants made for it are handed back rather than left to expire
-		// (which would count an attempt the renderer never started).
-		res, err := s.e.Acquire(context.WithoutCancel(ctx), areq)
+	grants := res.Grants
+	if w := res.Waiter; w != nil {
+		t := time.NewTimer(wait)
+		select {
+		case <-w.Outbox.Ready():
+		case <-t.C:
+		case <-s.closing:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		grants, err = s.e.CloseConn(wctx, w, nil, ctx.Err() != nil)
 		if err != nil {
 			return nil, s.status(err)
 		}
-		if ctx.Err() != nil {
-			s.release(res.Grants)
-			return nil, s.status(ctx.Err())
-		}
-		if len(res.Grants) > 0 || timer == nil {
-			return s.acquireResponse(res), nil
-		}
-		select {
-		case <-woken:
-		case <-timer:
-			return s.acquireResponse(res), nil
-		case <-s.closing:
-			return s.acquireResponse(res), nil
-		case <-ctx.Done():
-			return nil, s.status(ctx.Err())
-		}
 	}
+	if ctx.Err() != nil {
+		s.release(grants)
+		return nil, s.status(ctx.Err())
+	}
+	if err := s.e.ReadContent(grants); err != nil {
+		s.release(grants)
+		return nil, s.status(err)
+	}
+	resp := &leaseholdv1.AcquireResponse{
+		DispatchPaused:    s.e.DispatchState().Paused,
+		HeartbeatInterval: durationpb.New(s.e.HeartbeatInterval()),
+	}
+	for _, g := range grants {
+		resp.Leases = append(resp.Leases, grantToProto(g))
+	}
+	return resp, nil
 }
 
 // release hands undelivered grants back to their queues.
-func (s *RendererServer) release(grants []engine.Grant) {
+func (c *core) release(grants []engine.Grant) {
 	if len(grants) == 0 {
 		return
 	}
+	if err := c.e.Release(context.Background(), grantRefs(grants)); err != nil {
+		c.log.Warn("undelivered leases left to expire", "leases", len(grants), "err", err)
+	}
+}
+
+func grantRefs(grants []engine.Grant) []engine.LeaseRef {
 	refs := make([]engine.LeaseRef, len(grants))
 	for i, g := range grants {
 		refs[i] = engine.LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token}
 	}
-	if err := s.e.Release(context.Background(), refs); err != nil {
-		s.log.Warn("undelivered leases left to expire", "leases", len(refs), "err", err)
-	}
-}
-
-func (s *RendererServer) acquireResponse(res engine.AcquireResult) *leaseholdv1.AcquireResponse {
-	resp := &leaseholdv1.AcquireResponse{
-		DispatchPaused:    res.Paused,
-		HeartbeatInterval: durationpb.New(s.e.HeartbeatInterval()),
-	}
-	for _, g := range res.Grants {
-		resp.Leases = append(resp.Leases, grantToProto(g))
-	}
-	return resp
+	return refs
 }
 
 // leaseRefs converts lease references; a malformed job id is refused.
@@ -155,11 +173,12 @@ func leaseRefs(in []*leaseholdv1.LeaseRef, field string) ([]engine.LeaseRef, err
 
 // Heartbeat implements RendererService.Heartbeat. A goroutine receives;
 // this one answers each request in order and forwards revocations as soon
-// as the engine publishes them. When the stream ends the renderer's live
+// as the writer publishes them. When the stream ends the renderer's live
 // capacity is dropped.
 func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatServer) error {
 	ctx := stream.Context()
-	if _, err := require(ctx, auth.RoleRenderer); err != nil {
+	p, err := require(ctx, auth.RoleRenderer)
+	if err != nil {
 		return s.status(err)
 	}
 	first, err := stream.Recv()
@@ -169,57 +188,51 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 	if err != nil {
 		return err
 	}
-	renderer := first.GetRendererId()
-	if err := checkRendererID(renderer); err != nil {
+	r, err := rendererFor(p, first.GetRendererId())
+	if err != nil {
 		return s.status(err)
 	}
-	revoked, unsubscribe := s.e.SubscribeRevocations(renderer)
-	defer unsubscribe()
-	if err := s.e.RendererConnected(ctx, renderer, int(first.GetCapacity())); err != nil {
+	if first.GetCapacity() > maxCapacity {
+		return s.status(invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity))
+	}
+	conn, err := s.e.OpenStream(ctx, r, int(first.GetCapacity()))
+	if err != nil {
 		return s.streamEnd(err)
 	}
-	defer s.e.RendererGone(renderer)
-
-	reqC := make(chan *leaseholdv1.HeartbeatRequest)
-	errC := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				errC <- err
-				return
-			}
-			select {
-			case reqC <- m:
-			case <-ctx.Done():
-				return
-			}
+	defer func() {
+		if _, err := s.e.CloseConn(context.Background(), conn, nil, true); err != nil {
+			s.log.Debug("closing a heartbeat stream", "renderer", r.ID, "err", err)
 		}
 	}()
-
+	reqC, errC := receive(ctx, stream.Recv)
 	answer := func(m *leaseholdv1.HeartbeatRequest) error {
-		if id := m.GetRendererId(); id != "" && id != renderer {
-			return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id changed from %q to %q on one stream", renderer, id)
+		if id := m.GetRendererId(); id != "" && id != r.ID {
+			return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id changed from %q to %q on one stream", r.ID, id)
 		}
-		leases, err := leaseRefs(m.GetLeases(), "leases")
+		if m.GetCapacity() > maxCapacity {
+			return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
+		}
+		hr := engine.HeartbeatRequest{Renderer: r, Capacity: int(m.GetCapacity())}
+		var err error
+		if hr.Leases, err = leaseRefs(m.GetLeases(), "leases"); err != nil {
+			return err
+		}
+		if hr.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
+			return err
+		}
+		if hr.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
+			return err
+		}
+		res, err := s.e.Heartbeat(ctx, hr)
 		if err != nil {
 			return err
 		}
-		acks, err := leaseRefs(m.GetCancelAcks(), "cancel_acks")
-		if err != nil {
-			return err
-		}
-		sts, err := s.e.Heartbeat(ctx, engine.HeartbeatRequest{Renderer: renderer, Capacity: int(m.GetCapacity()), Leases: leases, Acks: acks})
-		if err != nil {
-			return err
-		}
-		resp := &leaseholdv1.HeartbeatResponse{Leases: make([]*leaseholdv1.LeaseStatus, len(sts))}
-		for i, st := range sts {
-			resp.Leases[i] = leaseStatusToProto(st)
+		resp := &leaseholdv1.HeartbeatResponse{}
+		for _, st := range append(res.Leases, res.HandBacks...) {
+			resp.Leases = append(resp.Leases, leaseStatusToProto(st))
 		}
 		return stream.Send(resp)
 	}
-
 	if err := answer(first); err != nil {
 		return s.streamEnd(err)
 	}
@@ -238,172 +251,127 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			if err := answer(m); err != nil {
 				return s.streamEnd(err)
 			}
-		case r, ok := <-revoked:
-			if !ok {
-				// The engine stopped publishing: it is shutting down.
-				return s.status(engine.ErrStopped)
-			}
-			resp := &leaseholdv1.HeartbeatResponse{Revoked: []*leaseholdv1.LeaseStatus{leaseStatusToProto(r)}}
-			for more := true; more; {
-				select {
-				case r, ok := <-revoked:
-					if ok {
-						resp.Revoked = append(resp.Revoked, leaseStatusToProto(r))
-					} else {
-						more = false
-					}
-				default:
-					more = false
+		case <-conn.Outbox.Ready():
+			_, revoked, ended := conn.Outbox.Take()
+			if len(revoked) > 0 {
+				resp := &leaseholdv1.HeartbeatResponse{}
+				for _, r := range revoked {
+					resp.Revoked = append(resp.Revoked, leaseStatusToProto(r))
+				}
+				if err := stream.Send(resp); err != nil {
+					return s.streamEnd(err)
 				}
 			}
-			if err := stream.Send(resp); err != nil {
-				return s.streamEnd(err)
+			if ended != nil {
+				return s.status(ended)
 			}
 		}
 	}
+}
+
+// receive runs a stream's receive loop on its own goroutine: messages on
+// the first channel, the final error (io.EOF for a clean end) on the
+// second. The goroutine ends with the stream.
+func receive[M any](ctx context.Context, recv func() (M, error)) (<-chan M, <-chan error) {
+	reqC := make(chan M)
+	errC := make(chan error, 1)
+	go func() {
+		for {
+			m, err := recv()
+			if err != nil {
+				errC <- err
+				return
+			}
+			select {
+			case reqC <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return reqC, errC
 }
 
 // streamEnd returns a stream's final error: status errors from the
 // transport unchanged (logged at Debug when the client went away), the rest
 // through the error table.
-func (s *RendererServer) streamEnd(err error) error {
+func (c *core) streamEnd(err error) error {
 	if st, ok := status.FromError(err); ok {
 		if st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded {
-			s.log.Debug("heartbeat stream ended by the client", "err", err)
+			c.log.Debug("stream ended by the client", "err", err)
 		}
 		return err
 	}
-	return s.status(err)
+	return c.status(err)
 }
 
-// chunkReader reads an upload's chunks as one byte stream.
-type chunkReader struct {
-	stream leaseholdv1.RendererService_UploadArtifactServer
-	buf    []byte
+// preview returns a preview's digest and media type, computed here, off the
+// writer goroutine; an empty type is sniffed from the bytes.
+func preview(content []byte, contentType string) *engine.Preview {
+	sum := sha256.Sum256(content)
+	if contentType == "" {
+		contentType = http.DetectContentType(content)
+	}
+	return &engine.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: contentType, Content: content}
 }
 
-// Read implements io.Reader; a second metadata message is an error.
-func (r *chunkReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		m, err := r.stream.Recv()
-		if err != nil {
-			return 0, err
-		}
-		if m.GetMetadata() != nil {
-			return 0, invalidArg("metadata", reasonMissingMetadata, "metadata may be sent only in the first message")
-		}
-		r.buf = m.GetChunk()
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
-}
-
-// UploadArtifact implements RendererService.UploadArtifact. An upload under
-// a lease that is already fenced off is refused before any byte is stored;
-// the decisive check is Complete's.
-func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_UploadArtifactServer) error {
-	if _, err := require(stream.Context(), auth.RoleRenderer); err != nil {
-		return s.status(err)
-	}
-	first, err := stream.Recv()
-	if err == io.EOF {
-		return s.status(invalidArg("metadata", reasonMissingMetadata, "the first message must carry the metadata"))
-	}
+// completion converts a completion's outcome, checking what the writer
+// cannot: the outcome is set, the failure class known, the message and the
+// inline preview within their bounds.
+func (c *core) completion(jobID string, token uint64, renderer string, success *leaseholdv1.CompleteSuccess, failure *leaseholdv1.CompleteFailure) (engine.CompleteRequest, error) {
+	id, err := parseJobID(jobID, "job_id")
 	if err != nil {
-		return err
+		return engine.CompleteRequest{}, err
 	}
-	md := first.GetMetadata()
-	if md == nil {
-		return s.status(invalidArg("metadata", reasonMissingMetadata, "the first message must carry the metadata"))
-	}
-	id, err := parseJobID(md.GetJobId(), "metadata.job_id")
-	if err != nil {
-		return s.status(err)
-	}
-	j, err := s.e.Job(id)
-	if err != nil {
-		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
-	}
-	if err := j.CheckLease(md.GetToken(), s.now()); err != nil {
-		return s.status(err)
-	}
-	digest, size, err := s.art.Put(&chunkReader{stream: stream}, s.maxBytes)
+	req := engine.CompleteRequest{Job: id, Completion: jobs.Completion{Token: token, Renderer: renderer}}
 	switch {
-	case errors.Is(err, store.ErrArtifactTooLarge):
-		return s.status(invalidArg("chunk", reasonArtifactTooLarge, "the artifact is larger than %d bytes", s.maxBytes))
-	case err != nil:
-		return s.status(err)
+	case success != nil:
+		req.Success = true
+		req.Digest = success.GetArtifactDigest()
+		content := success.GetContent()
+		switch {
+		case len(content) > c.maxInline:
+			return req, invalidArg("success.content", reasonArtifactTooLarge, "an inline preview is at most %d bytes; upload larger ones with UploadArtifact", c.maxInline)
+		case len(content) > 0:
+			req.Preview = preview(content, success.GetContentType())
+			if req.Digest != "" && req.Digest != req.Preview.Digest {
+				return req, invalidArg("success.artifact_digest", reasonDigestMismatch, "the inline preview hashes to %s, not %s", req.Preview.Digest, req.Digest)
+			}
+		case req.Digest == "":
+			return req, invalidArg("success.content", reasonEmptyArtifact, "a success needs the preview inline or the digest of its upload")
+		}
+	case failure != nil:
+		req.Class = jobs.FailureClass(failure.GetClass())
+		req.Message = failure.GetMessage()
+		if req.Class <= jobs.ClassUnspecified || req.Class > jobs.ClassTransient {
+			return req, invalidArg("failure.class", reasonMissingOutcome, "failure.class must name a failure class")
+		}
+		if len(req.Message) > maxMessageBytes {
+			return req, invalidArg("failure.message", reasonInvalidMessage, "failure.message is at most %d bytes", maxMessageBytes)
+		}
+	default:
+		return req, invalidArg("outcome", reasonMissingOutcome, "a completion needs success or failure")
 	}
-	if want := md.GetExpectedSha256(); want != "" && want != digest {
-		return s.status(invalidArg("metadata.expected_sha256", reasonDigestMismatch, "the uploaded bytes hash to %s, not %s", digest, want))
-	}
-	return stream.SendAndClose(&leaseholdv1.UploadArtifactResponse{Digest: digest, SizeBytes: size})
+	return req, nil
 }
 
 // Complete implements RendererService.Complete.
 func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.CompleteRequest) (*leaseholdv1.CompleteResponse, error) {
-	if _, err := require(ctx, auth.RoleRenderer); err != nil {
-		return nil, s.status(err)
-	}
-	id, err := parseJobID(req.GetJobId(), "job_id")
+	p, err := require(ctx, auth.RoleRenderer)
 	if err != nil {
 		return nil, s.status(err)
 	}
-	if err := checkRendererID(req.GetRendererId()); err != nil {
+	r, err := rendererFor(p, req.GetRendererId())
+	if err != nil {
 		return nil, s.status(err)
 	}
-	c := jobs.Completion{Token: req.GetToken(), Renderer: req.GetRendererId()}
-	missing := false
-	switch {
-	case req.GetSuccess() != nil:
-		c.Success = true
-		c.Digest = req.GetSuccess().GetArtifactDigest()
-		// A digest never uploaded is reported only after the fencing
-		// check, so that a stale completion is refused (and recorded) as
-		// stale whatever it names.
-		c.Size, c.ContentType, err = s.artifactInfo(c.Digest)
-		if errors.Is(err, errArtifactMissing) {
-			missing, err = true, nil
-		}
-		if err != nil {
-			return nil, s.status(err)
-		}
-	case req.GetFailure() != nil:
-		c.Class = jobs.FailureClass(req.GetFailure().GetClass())
-		c.Message = req.GetFailure().GetMessage()
-		if c.Class <= jobs.ClassUnspecified || c.Class > jobs.ClassTransient {
-			return nil, s.status(invalidArg("failure.class", reasonMissingOutcome, "failure.class must name a failure class"))
-		}
-	default:
-		return nil, s.status(invalidArg("outcome", reasonMissingOutcome, "a completion needs success or failure"))
+	cr, err := s.completion(req.GetJobId(), req.GetToken(), r.ID, req.GetSuccess(), req.GetFailure())
+	if err != nil {
+		return nil, s.status(err)
 	}
-	c.ArtifactMissing = missing
-	res, err := s.e.Complete(ctx, engine.CompleteRequest{Job: id, Completion: c})
+	res, err := s.e.Complete(ctx, cr)
 	if err != nil {
 		return nil, s.status(notFound(err, reasonJobNotFound, "job %s not found", req.GetJobId()))
 	}
-	return &leaseholdv1.CompleteResponse{Job: jobToProto(res.Job, viewFull, true), Replayed: res.Replayed}, nil
-}
-
-// errArtifactMissing reports a success digest that was never uploaded.
-var errArtifactMissing = errors.New("artifact never uploaded")
-
-// artifactInfo returns an uploaded artifact's size and sniffed content
-// type, or errArtifactMissing when it was never uploaded.
-func (s *RendererServer) artifactInfo(digest string) (int64, string, error) {
-	rc, size, err := s.art.Open(digest)
-	if errors.Is(err, store.ErrArtifactNotFound) || errors.Is(err, store.ErrInvalidDigest) {
-		return 0, "", errArtifactMissing
-	}
-	if err != nil {
-		return 0, "", err
-	}
-	defer rc.Close()
-	head := make([]byte, 512)
-	n, err := io.ReadFull(rc, head)
-	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
-		return 0, "", err
-	}
-	return size, http.DetectContentType(head[:n]), nil
+	return &leaseholdv1.CompleteResponse{Job: jobToProto(res.Job, viewFull, false), Replayed: res.Replayed}, nil
 }

@@ -1,9 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"io"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,71 +20,92 @@ import (
 
 // Engine is what the handlers need of the coordinator's single writer and
 // its read side; *engine.Engine implements it, and each method has the
-// contract of its namesake there. Commands (Submit, Acquire, Heartbeat,
-// Complete, Cancel, Replay, SetPaused, RecordAudit) go through the writer;
-// reads may run on any goroutine.
+// contract of its namesake there. Commands go through the writer; reads may
+// run on any goroutine.
 type Engine interface {
+	// Commands.
 	Submit(ctx context.Context, req engine.SubmitRequest) (engine.SubmitResult, error)
 	Acquire(ctx context.Context, req engine.AcquireRequest) (engine.AcquireResult, error)
 	Release(ctx context.Context, leases []engine.LeaseRef) error
-	WorkAvailable() <-chan struct{}
-	Heartbeat(ctx context.Context, req engine.HeartbeatRequest) ([]engine.LeaseStatus, error)
-	RendererConnected(ctx context.Context, renderer string, capacity int) error
-	RendererGone(renderer string)
-	SubscribeRevocations(renderer string) (<-chan engine.LeaseStatus, func())
+	OpenSession(ctx context.Context, req engine.SessionOpen) (*engine.Conn, []engine.LeaseStatus, error)
+	OpenStream(ctx context.Context, r engine.Renderer, capacity int) (*engine.Conn, error)
+	Send(ctx context.Context, conn *engine.Conn, in engine.SessionInput) (engine.SessionResult, error)
+	CloseConn(ctx context.Context, conn *engine.Conn, undelivered []engine.LeaseRef, releaseLeftovers bool) ([]engine.Grant, error)
+	Heartbeat(ctx context.Context, req engine.HeartbeatRequest) (engine.HeartbeatResult, error)
 	Complete(ctx context.Context, req engine.CompleteRequest) (engine.CompleteResult, error)
+	Stage(ctx context.Context, req engine.StageRequest) error
 	Cancel(ctx context.Context, req engine.CancelRequest) (engine.CancelResult, error)
 	Replay(ctx context.Context, req engine.ReplayRequest) (engine.ReplayResult, error)
 	SetPaused(ctx context.Context, paused bool, principal, reason string) (jobs.DispatchState, error)
 	RecordAudit(ctx context.Context, rec jobs.AuditRecord) error
+
+	// Reads.
 	Job(id uint64) (jobs.Job, error)
+	Events(id uint64, after uint32) ([]jobs.Event, error)
 	Batch(id uint64) (engine.BatchView, error)
-	ListJobs(f engine.JobFilter) ([]jobs.Job, error)
-	ListRejections(f engine.RejectionFilter) ([]jobs.Rejection, error)
-	ListAudit(before uint64, limit int) ([]jobs.AuditRecord, error)
+	ListJobs(f engine.JobFilter) (engine.JobPage, error)
+	ListRejections(f engine.RejectionFilter) (engine.RejectionPage, error)
+	ListAudit(f engine.AuditFilter) (engine.AuditPage, error)
+	Artifact(j jobs.Job) (store.Artifact, error)
+	ReadContent(grants []engine.Grant) error
 	WatchBatch(batch uint64) (*engine.Watch, error)
+	DispatchState() jobs.DispatchState
+
+	// Settings.
 	HeartbeatInterval() time.Duration
+	LeaseTTL() time.Duration
+	MaxGrantBytes() int
 }
 
 var _ Engine = (*engine.Engine)(nil)
 
-// ArtifactStore is the content-addressed preview store; *store.Artifacts
-// implements it.
-type ArtifactStore interface {
-	// Put stores at most maxBytes read from r and returns their SHA-256.
-	Put(r io.Reader, maxBytes int64) (digest string, size int64, err error)
-	// Open returns the artifact's content and size.
-	Open(digest string) (io.ReadCloser, int64, error)
-}
-
 // Defaults for Config.
 const (
-	// DefaultMaxArtifactBytes bounds one upload.
+	// DefaultMaxArtifactBytes bounds one preview.
 	DefaultMaxArtifactBytes = 8 << 20
+	// DefaultMaxInlineArtifactBytes bounds a preview sent inline in a
+	// completion; larger ones are uploaded first.
+	DefaultMaxInlineArtifactBytes = 1 << 20
+	// DefaultMaxSessionMessageBytes is the largest SessionRequest the
+	// coordinator accepts (its gRPC receive limit must be at least this).
+	DefaultMaxSessionMessageBytes = 16 << 20
 	// MaxAcquireWait caps an Acquire long poll.
 	MaxAcquireWait = 60 * time.Second
+	// UploadIdleTimeout ends an upload that sends nothing for this long;
+	// UploadTimeout ends one that takes longer than this in all.
+	UploadIdleTimeout = 10 * time.Second
+	UploadTimeout     = 2 * time.Minute
 	// artifactChunkBytes is the chunk size of GetArtifact.
 	artifactChunkBytes = 64 << 10
+	// defaultClientMessageBytes is gRPC's default receive limit, assumed
+	// for a caller that states none.
+	defaultClientMessageBytes = 4 << 20
 )
 
 // Config configures the three services.
 type Config struct {
-	Engine    Engine
-	Artifacts ArtifactStore
-	// Now is the clock of early lease checks; it should be the engine's.
-	Now func() time.Time
-	// MaxArtifactBytes bounds one upload (default 8 MiB).
+	Engine Engine
+	// MaxArtifactBytes bounds one preview (default 8 MiB).
 	MaxArtifactBytes int64
-	Logger           *slog.Logger
+	// MaxInlineArtifactBytes bounds a preview inline in a completion
+	// (default 1 MiB).
+	MaxInlineArtifactBytes int
+	// MaxSessionMessageBytes is told to renderers as the largest
+	// SessionRequest accepted (default 16 MiB).
+	MaxSessionMessageBytes int
+	Logger                 *slog.Logger
+	// Now is the clock of upload timeouts; nil means time.Now.
+	Now func() time.Time
 }
 
 // core is the state the three services share.
 type core struct {
-	e        Engine
-	art      ArtifactStore
-	now      func() time.Time
-	maxBytes int64
-	log      *slog.Logger
+	e         Engine
+	maxBytes  int64
+	maxInline int
+	maxMsg    int
+	now       func() time.Time
+	log       *slog.Logger
 	// closing is closed by Shutdown: long polls answer at once and
 	// long-lived streams end, so that a graceful stop does not wait on them.
 	closing   chan struct{}
@@ -98,19 +121,25 @@ type Services struct {
 
 // New returns the three services over cfg.Engine.
 func New(cfg Config) (*Services, error) {
-	if cfg.Engine == nil || cfg.Artifacts == nil {
-		return nil, errors.New("server: Config.Engine and Config.Artifacts are required")
+	if cfg.Engine == nil {
+		return nil, errors.New("server: Config.Engine is required")
 	}
-	c := &core{e: cfg.Engine, art: cfg.Artifacts, now: cfg.Now, maxBytes: cfg.MaxArtifactBytes, log: cfg.Logger, closing: make(chan struct{})}
+	c := &core{
+		e:         cfg.Engine,
+		maxBytes:  cmp.Or(cfg.MaxArtifactBytes, DefaultMaxArtifactBytes),
+		maxInline: cmp.Or(cfg.MaxInlineArtifactBytes, DefaultMaxInlineArtifactBytes),
+		maxMsg:    cmp.Or(cfg.MaxSessionMessageBytes, DefaultMaxSessionMessageBytes),
+		now:       cfg.Now,
+		log:       cfg.Logger,
+		closing:   make(chan struct{}),
+	}
 	if c.now == nil {
 		c.now = time.Now
-	}
-	if c.maxBytes <= 0 {
-		c.maxBytes = DefaultMaxArtifactBytes
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	return &Services{Jobs: &JobServer{core: c}, Renderers: &RendererServer{core: c}, Operators: &OperatorServer{core: c}}, nil
 }
 
@@ -167,7 +196,8 @@ func require(ctx context.Context, role auth.Role) (auth.Principal, error) {
 
 // access decides whether p may see and act on team's jobs, and how they are
 // shown: in full to a submitter of the team, without source locations to an
-// operator whose scope covers it.
+// operator whose scope covers it. A job p may not see is answered as one
+// that does not exist.
 func access(p auth.Principal, team string) (view, bool) {
 	switch {
 	case p.SubmitterOf(team):
@@ -194,4 +224,17 @@ func readTeams(p auth.Principal) ([]string, error) {
 		return nil, denied("%s may not read jobs", p.Name)
 	}
 	return teams, nil
+}
+
+// rendererFor returns the renderer a call acts as: id, which must be well
+// formed and allowed for the caller's credential.
+func rendererFor(p auth.Principal, id string) (engine.Renderer, error) {
+	if err := checkRendererID(id); err != nil {
+		return engine.Renderer{}, err
+	}
+	if !p.MayUseRendererID(id) {
+		return engine.Renderer{}, &requestError{code: codes.PermissionDenied, reason: reasonRendererNotAllowed,
+			msg: fmt.Sprintf("%s may not act as renderer %q; the principals file lists the ids it may use", p.Name, id)}
+	}
+	return engine.Renderer{ID: id, Principal: p.Name, MaxCapacity: p.MaxCapacity}, nil
 }

@@ -1,126 +1,84 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
+
+	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
+	"google.golang.org/protobuf/proto"
 )
 
-// Artifact store errors.
-var (
-	// ErrArtifactTooLarge is returned when an upload exceeds its limit.
-	ErrArtifactTooLarge = errors.New("artifact too large")
-	// ErrArtifactNotFound is returned when no artifact has the digest.
-	ErrArtifactNotFound = errors.New("artifact not found")
-	// ErrInvalidDigest is returned for a digest that is not 64 hex digits.
-	ErrInvalidDigest = errors.New("invalid digest")
-)
+// ErrArtifactNotFound is returned when no preview is stored under a lease.
+var ErrArtifactNotFound = errors.New("artifact not found")
 
-// Artifacts is a content-addressed file store: each preview lives at
-// <dir>/<first two hex digits>/<sha256 hex>. Files are written to a
-// temporary name, fsynced and renamed, so a digest that exists is complete.
-// Content never changes once written, so any goroutine may read and write.
-type Artifacts struct {
-	dir string
+// Artifact is a stored preview.
+type Artifact struct {
+	// Digest is the lowercase hex SHA-256 of Content.
+	Digest      string
+	ContentType string
+	Content     []byte
+	// Renderer is the renderer that made it.
+	Renderer string
 }
 
-// OpenArtifacts creates dir if needed and returns the store.
-func OpenArtifacts(dir string) (*Artifacts, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o750); err != nil {
-		return nil, fmt.Errorf("creating artifact directory: %w", err)
+// PutArtifact stores a preview under the lease (job, token) it was made
+// under; only that lease's completion can reference it.
+func (t *Tx) PutArtifact(job, token uint64, a Artifact) error {
+	v, err := proto.Marshal(&storagev1.ArtifactRecord{Digest: a.Digest, ContentType: a.ContentType, Content: a.Content, Renderer: a.Renderer})
+	if err != nil {
+		return fmt.Errorf("encoding the preview of job %d: %w", job, err)
 	}
-	return &Artifacts{dir: dir}, nil
+	return t.put(bucketArtifacts, key2(job, token), v)
 }
 
-// ValidDigest reports whether d is a lowercase hex SHA-256.
-func ValidDigest(d string) bool {
-	if len(d) != 64 {
-		return false
+// ArtifactDigest returns the digest of the preview stored under (job,
+// token), without copying its content.
+func (t *Tx) ArtifactDigest(job, token uint64) (digest, contentType string, size int64, err error) {
+	a, err := t.artifact(job, token)
+	if err != nil {
+		return "", "", 0, err
 	}
-	for _, c := range d {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
+	return a.GetDigest(), a.GetContentType(), int64(len(a.GetContent())), nil
+}
+
+// Artifact returns a copy of the preview stored under (job, token)
+// (decoding copies the bytes out of the transaction).
+func (t *Tx) Artifact(job, token uint64) (Artifact, error) {
+	a, err := t.artifact(job, token)
+	if err != nil {
+		return Artifact{}, err
+	}
+	return Artifact{Digest: a.GetDigest(), ContentType: a.GetContentType(), Content: a.GetContent(), Renderer: a.GetRenderer()}, nil
+}
+
+func (t *Tx) artifact(job, token uint64) (*storagev1.ArtifactRecord, error) {
+	v := t.tx.Bucket(bucketArtifacts).Get(key2(job, token))
+	if v == nil {
+		return nil, ErrArtifactNotFound
+	}
+	var r storagev1.ArtifactRecord
+	if err := proto.Unmarshal(v, &r); err != nil {
+		return nil, fmt.Errorf("decoding the preview of job %d: %w", job, err)
+	}
+	return &r, nil
+}
+
+// DeleteArtifacts drops every preview stored for job except the one under
+// keep (0 keeps none): uploads of leases that did not win.
+func (t *Tx) DeleteArtifacts(job, keep uint64) error {
+	prefix := itob(job)
+	c := t.tx.Bucket(bucketArtifacts).Cursor()
+	var doomed [][]byte
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if btoi(k[8:]) != keep {
+			doomed = append(doomed, bytes.Clone(k))
 		}
 	}
-	return true
-}
-
-func (a *Artifacts) path(digest string) string {
-	return filepath.Join(a.dir, digest[:2], digest)
-}
-
-// Put stores the bytes read from r, at most maxBytes, and returns their
-// digest and size. Storing the same bytes twice is harmless.
-func (a *Artifacts) Put(r io.Reader, maxBytes int64) (digest string, size int64, err error) {
-	f, err := os.CreateTemp(filepath.Join(a.dir, "tmp"), "upload-*")
-	if err != nil {
-		return "", 0, err
-	}
-	defer func() {
-		if f != nil {
-			f.Close()
-			os.Remove(f.Name())
+	for _, k := range doomed {
+		if err := t.del(bucketArtifacts, k); err != nil {
+			return err
 		}
-	}()
-	h := sha256.New()
-	size, err = io.Copy(io.MultiWriter(f, h), io.LimitReader(r, maxBytes+1))
-	if err != nil {
-		return "", 0, err
 	}
-	if size > maxBytes {
-		return "", 0, fmt.Errorf("%w: more than %d bytes", ErrArtifactTooLarge, maxBytes)
-	}
-	if err := f.Sync(); err != nil {
-		return "", 0, err
-	}
-	if err := f.Close(); err != nil {
-		return "", 0, err
-	}
-	digest = hex.EncodeToString(h.Sum(nil))
-	final := a.path(digest)
-	if err := os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
-		return "", 0, err
-	}
-	if err := os.Rename(f.Name(), final); err != nil {
-		return "", 0, err
-	}
-	f = nil
-	if d, err := os.Open(filepath.Dir(final)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return digest, size, nil
-}
-
-// Exists reports whether an artifact with digest is stored.
-func (a *Artifacts) Exists(digest string) bool {
-	if !ValidDigest(digest) {
-		return false
-	}
-	_, err := os.Stat(a.path(digest))
-	return err == nil
-}
-
-// Open returns the artifact's content and size.
-func (a *Artifacts) Open(digest string) (io.ReadCloser, int64, error) {
-	if !ValidDigest(digest) {
-		return nil, 0, ErrInvalidDigest
-	}
-	f, err := os.Open(a.path(digest))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, ErrArtifactNotFound
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	return f, st.Size(), nil
+	return nil
 }

@@ -12,13 +12,17 @@ func requestKey(team, requestID string) []byte {
 	return []byte(team + "\x00" + requestID)
 }
 
-// PutBatch writes a batch record and indexes its request id under its team.
+// PutBatch writes a batch record and indexes it under its team and its
+// request id.
 func (t *Tx) PutBatch(b jobs.Batch) error {
 	v, err := proto.Marshal(batchToRecord(b))
 	if err != nil {
 		return fmt.Errorf("encoding batch %d: %w", b.ID, err)
 	}
 	if err := t.put(bucketBatches, itob(b.ID), v); err != nil {
+		return err
+	}
+	if err := t.put(bucketTeamBatches, teamKey(b.Team, b.ID), nil); err != nil {
 		return err
 	}
 	return t.put(bucketRequests, requestKey(b.Team, b.RequestID), itob(b.ID))

@@ -50,8 +50,6 @@ func jobToRecord(j jobs.Job) *storagev1.JobRecord {
 		ArtifactContentType: j.Artifact.ContentType,
 		ArtifactToken:       j.Artifact.Token,
 		ArtifactRenderer:    j.Artifact.Renderer,
-		CompletedToken:      j.CompletedToken,
-		CompletedOutcome:    j.CompletedOutcome,
 		CancelPrincipal:     j.Cancellation.Principal,
 		CancelAt:            ns(j.Cancellation.At),
 		CancelReason:        j.Cancellation.Reason,
@@ -64,15 +62,38 @@ func jobToRecord(j jobs.Job) *storagev1.JobRecord {
 		EnqueuedAt:          ns(j.EnqueuedAt),
 		LastCause:           j.LastCause,
 		RejectedCompletions: j.RejectedCompletions,
-		Events:              make([]*storagev1.Event, len(j.Events)),
+		EventSeq:            j.EventSeq,
+		CancelRejected:      j.CancelRejected,
+		ContentBytes:        j.ContentBytes,
+		Undelivered:         j.Undelivered,
 	}
-	for i, e := range j.Events {
-		r.Events[i] = &storagev1.Event{
-			Seq: e.Seq, At: ns(e.At), Kind: int32(e.Kind), Phase: int32(e.Phase), Token: e.Token,
-			Renderer: e.Renderer, Attempt: e.Attempt, Reason: e.Reason, Message: e.Message, Principal: e.Principal,
+	if len(j.Leases) > 0 {
+		r.Leases = make([]*storagev1.LeaseEnd, len(j.Leases))
+		for i, l := range j.Leases {
+			r.Leases[i] = &storagev1.LeaseEnd{Token: l.Token, Renderer: l.Renderer, Kind: int32(l.Kind), Outcome: l.Outcome}
+		}
+	}
+	if len(j.Rejected) > 0 {
+		r.Rejected = make([]*storagev1.RejectionKey, len(j.Rejected))
+		for i, k := range j.Rejected {
+			r.Rejected[i] = &storagev1.RejectionKey{Token: k.Token, Reason: k.Reason}
 		}
 	}
 	return r
+}
+
+func eventToRecord(e jobs.Event) *storagev1.Event {
+	return &storagev1.Event{
+		Seq: e.Seq, At: ns(e.At), Kind: int32(e.Kind), Phase: int32(e.Phase), Token: e.Token,
+		Renderer: e.Renderer, Attempt: e.Attempt, Reason: e.Reason, Message: e.Message, Principal: e.Principal,
+	}
+}
+
+func eventFromRecord(e *storagev1.Event) jobs.Event {
+	return jobs.Event{
+		Seq: e.Seq, At: tm(e.At), Kind: jobs.EventKind(e.Kind), Phase: jobs.Phase(e.Phase), Token: e.Token,
+		Renderer: e.Renderer, Attempt: e.Attempt, Reason: e.Reason, Message: e.Message, Principal: e.Principal,
+	}
 }
 
 func jobFromRecord(r *storagev1.JobRecord) jobs.Job {
@@ -101,21 +122,26 @@ func jobFromRecord(r *storagev1.JobRecord) jobs.Job {
 			Principal: r.CancelPrincipal, At: tm(r.CancelAt), Reason: r.CancelReason, FromPhase: jobs.Phase(r.CancelFromPhase),
 			Renderer: r.CancelRenderer, Token: r.CancelToken, AckedAt: tm(r.CancelAckedAt),
 		},
-		CompletedToken:      r.CompletedToken,
-		CompletedOutcome:    r.CompletedOutcome,
 		LastCause:           r.LastCause,
 		CreatedAt:           tm(r.CreatedAt),
 		UpdatedAt:           tm(r.UpdatedAt),
 		EnqueuedAt:          tm(r.EnqueuedAt),
 		RejectedCompletions: r.RejectedCompletions,
+		EventSeq:            r.EventSeq,
+		CancelRejected:      r.CancelRejected,
+		ContentBytes:        r.ContentBytes,
+		Undelivered:         r.Undelivered,
 	}
-	if len(r.Events) > 0 {
-		j.Events = make([]jobs.Event, len(r.Events))
-		for i, e := range r.Events {
-			j.Events[i] = jobs.Event{
-				Seq: e.Seq, At: tm(e.At), Kind: jobs.EventKind(e.Kind), Phase: jobs.Phase(e.Phase), Token: e.Token,
-				Renderer: e.Renderer, Attempt: e.Attempt, Reason: e.Reason, Message: e.Message, Principal: e.Principal,
-			}
+	if len(r.Leases) > 0 {
+		j.Leases = make([]jobs.LeaseRecord, len(r.Leases))
+		for i, l := range r.Leases {
+			j.Leases[i] = jobs.LeaseRecord{Token: l.Token, Renderer: l.Renderer, Kind: jobs.LeaseEndKind(l.Kind), Outcome: l.Outcome}
+		}
+	}
+	if len(r.Rejected) > 0 {
+		j.Rejected = make([]jobs.RejectionKey, len(r.Rejected))
+		for i, k := range r.Rejected {
+			j.Rejected[i] = jobs.RejectionKey{Token: k.Token, Reason: k.Reason}
 		}
 	}
 	return j
@@ -154,7 +180,7 @@ func auditToRecord(a jobs.AuditRecord) *storagev1.AuditRecord {
 	return &storagev1.AuditRecord{
 		Id: a.ID, At: ns(a.At), Principal: a.Principal, Action: a.Action, Reason: a.Reason, RequestId: a.RequestID,
 		JobIds: a.JobIDs, IncludePermanent: a.IncludePermanent, Skipped: a.Skipped, OutOfScope: a.OutOfScope,
-		BatchId: a.Batch, TerminalReason: int32(a.TerminalReason), Response: a.Response,
+		BatchId: a.Batch, TerminalReason: int32(a.TerminalReason), Response: a.Response, Teams: a.Teams,
 	}
 }
 
@@ -162,6 +188,6 @@ func auditFromRecord(r *storagev1.AuditRecord) jobs.AuditRecord {
 	return jobs.AuditRecord{
 		ID: r.Id, At: tm(r.At), Principal: r.Principal, Action: r.Action, Reason: r.Reason, RequestID: r.RequestId,
 		JobIDs: r.JobIds, IncludePermanent: r.IncludePermanent, Skipped: r.Skipped, OutOfScope: r.OutOfScope,
-		Batch: r.BatchId, TerminalReason: jobs.TerminalReason(r.TerminalReason), Response: r.Response,
+		Batch: r.BatchId, TerminalReason: jobs.TerminalReason(r.TerminalReason), Response: r.Response, Teams: r.Teams,
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -8,7 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// PutJob writes a job record.
+// PutJob writes a job's record. The record never carries the history: the
+// caller appends new events with PutEvents.
 func (t *Tx) PutJob(j jobs.Job) error {
 	b, err := proto.Marshal(jobToRecord(j))
 	if err != nil {
@@ -17,29 +19,45 @@ func (t *Tx) PutJob(j jobs.Job) error {
 	return t.put(bucketJobs, itob(j.ID), b)
 }
 
-// Job reads a job record; ok is false when there is none.
+// Job reads a job's record without its history (Events is nil); ok is
+// false when there is none. This is what the writer reads.
 func (t *Tx) Job(id uint64) (j jobs.Job, ok bool, err error) {
 	v := t.tx.Bucket(bucketJobs).Get(itob(id))
 	if v == nil {
 		return jobs.Job{}, false, nil
 	}
-	var r storagev1.JobRecord
-	if err := proto.Unmarshal(v, &r); err != nil {
-		return jobs.Job{}, false, fmt.Errorf("decoding job %d: %w", id, err)
-	}
-	return jobFromRecord(&r), true, nil
+	j, err = decodeJob(id, v)
+	return j, err == nil, err
 }
 
-// ForEachJob calls fn for every job with id > after in id order until fn
-// returns false or an error.
+// JobWithHistory reads a job's record and its whole history.
+func (t *Tx) JobWithHistory(id uint64) (jobs.Job, bool, error) {
+	j, ok, err := t.Job(id)
+	if !ok || err != nil {
+		return j, ok, err
+	}
+	j.Events, err = t.Events(id, 0)
+	return j, true, err
+}
+
+func decodeJob(id uint64, v []byte) (jobs.Job, error) {
+	var r storagev1.JobRecord
+	if err := proto.Unmarshal(v, &r); err != nil {
+		return jobs.Job{}, fmt.Errorf("decoding job %d: %w", id, err)
+	}
+	return jobFromRecord(&r), nil
+}
+
+// ForEachJob calls fn for every job with id > after in id order, without
+// its history, until fn returns false or an error.
 func (t *Tx) ForEachJob(after uint64, fn func(jobs.Job) (bool, error)) error {
 	c := t.tx.Bucket(bucketJobs).Cursor()
 	for k, v := c.Seek(itob(after + 1)); k != nil; k, v = c.Next() {
-		var r storagev1.JobRecord
-		if err := proto.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("decoding job %d: %w", btoi(k), err)
+		j, err := decodeJob(btoi(k), v)
+		if err != nil {
+			return err
 		}
-		more, err := fn(jobFromRecord(&r))
+		more, err := fn(j)
 		if err != nil || !more {
 			return err
 		}
@@ -47,24 +65,171 @@ func (t *Tx) ForEachJob(after uint64, fn func(jobs.Job) (bool, error)) error {
 	return nil
 }
 
+// PutEvents appends a job's new events, each under (job, seq).
+func (t *Tx) PutEvents(job uint64, evs []jobs.Event) error {
+	for _, ev := range evs {
+		v, err := proto.Marshal(eventToRecord(ev))
+		if err != nil {
+			return fmt.Errorf("encoding event %d of job %d: %w", ev.Seq, job, err)
+		}
+		if err := t.put(bucketEvents, eventKey(job, ev.Seq), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func eventKey(job uint64, seq uint32) []byte {
+	k := make([]byte, 12)
+	copy(k, itob(job))
+	k[8], k[9], k[10], k[11] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+	return k
+}
+
+// Events returns a job's events with seq > after, oldest first.
+func (t *Tx) Events(job, after uint64) ([]jobs.Event, error) {
+	var out []jobs.Event
+	prefix := itob(job)
+	c := t.tx.Bucket(bucketEvents).Cursor()
+	for k, v := c.Seek(eventKey(job, uint32(min(after+1, 1<<32-1)))); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		var r storagev1.Event
+		if err := proto.Unmarshal(v, &r); err != nil {
+			return nil, fmt.Errorf("decoding an event of job %d: %w", job, err)
+		}
+		if uint64(r.Seq) <= after {
+			continue
+		}
+		out = append(out, eventFromRecord(&r))
+	}
+	return out, nil
+}
+
 // PutDocument writes a job's inline content, once, at submission.
 func (t *Tx) PutDocument(id uint64, content []byte) error {
-	b, err := proto.Marshal(&storagev1.DocumentRecord{Content: content})
-	if err != nil {
-		return err
+	return t.put(bucketDocuments, itob(id), content)
+}
+
+// DeleteDocument drops a job's inline content.
+func (t *Tx) DeleteDocument(id uint64) error {
+	if t.tx.Bucket(bucketDocuments).Get(itob(id)) == nil {
+		return nil
 	}
-	return t.put(bucketDocuments, itob(id), b)
+	return t.del(bucketDocuments, itob(id))
 }
 
 // Document returns a copy of a job's inline content (nil when none).
-func (t *Tx) Document(id uint64) ([]byte, error) {
+func (t *Tx) Document(id uint64) []byte {
 	v := t.tx.Bucket(bucketDocuments).Get(itob(id))
 	if v == nil {
-		return nil, nil
+		return nil
 	}
-	var r storagev1.DocumentRecord
-	if err := proto.Unmarshal(v, &r); err != nil {
-		return nil, fmt.Errorf("decoding document %d: %w", id, err)
+	return bytes.Clone(v)
+}
+
+// SetUnfinished adds a job to, or removes it from, the index of unfinished
+// jobs that start-up reads.
+func (t *Tx) SetUnfinished(id uint64, unfinished bool) error {
+	if unfinished {
+		return t.put(bucketUnfinished, itob(id), nil)
 	}
-	return r.Content, nil
+	return t.del(bucketUnfinished, itob(id))
+}
+
+// ForEachUnfinished calls fn for every unfinished job in id order.
+func (t *Tx) ForEachUnfinished(fn func(jobs.Job) error) error {
+	jb := t.tx.Bucket(bucketJobs)
+	c := t.tx.Bucket(bucketUnfinished).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		v := jb.Get(k)
+		if v == nil {
+			return fmt.Errorf("unfinished job %d has no record", btoi(k))
+		}
+		j, err := decodeJob(btoi(k), v)
+		if err != nil {
+			return err
+		}
+		if err := fn(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UnfinishedAfter returns up to limit ids of unfinished jobs above after,
+// in id order.
+func (t *Tx) UnfinishedAfter(after uint64, limit int) []uint64 {
+	var out []uint64
+	c := t.tx.Bucket(bucketUnfinished).Cursor()
+	for k, _ := c.Seek(itob(after + 1)); k != nil && len(out) < limit; k, _ = c.Next() {
+		out = append(out, btoi(k))
+	}
+	return out
+}
+
+func teamKey(team string, id uint64) []byte {
+	k := make([]byte, 0, len(team)+9)
+	k = append(k, team...)
+	k = append(k, 0)
+	return append(k, itob(id)...)
+}
+
+// IndexTeamJob records that job id belongs to team, for listings by team.
+func (t *Tx) IndexTeamJob(team string, id uint64) error {
+	return t.put(bucketTeamJobs, teamKey(team, id), nil)
+}
+
+// TeamJobsAfter returns up to limit job ids of team above after, in id order.
+func (t *Tx) TeamJobsAfter(team string, after uint64, limit int) []uint64 {
+	return t.teamIDs(bucketTeamJobs, team, after, limit)
+}
+
+// TeamBatchesBefore returns up to limit batch ids of team below before (0
+// for the newest), newest first.
+func (t *Tx) TeamBatchesBefore(team string, before uint64, limit int) []uint64 {
+	prefix := append([]byte(team), 0)
+	if before == 0 {
+		before = ^uint64(0)
+	}
+	c := t.tx.Bucket(bucketTeamBatches).Cursor()
+	k, _ := c.Seek(teamKey(team, before))
+	if k == nil {
+		k, _ = c.Last()
+	}
+	var out []uint64
+	for ; k != nil && len(out) < limit; k, _ = c.Prev() {
+		if !bytes.HasPrefix(k, prefix) {
+			if bytes.Compare(k, prefix) < 0 {
+				break
+			}
+			continue // the seek landed past the team's keys
+		}
+		if id := btoi(k[len(prefix):]); id < before {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (t *Tx) teamIDs(bucket []byte, team string, after uint64, limit int) []uint64 {
+	prefix := teamKey(team, 0)[:len(team)+1]
+	var out []uint64
+	c := t.tx.Bucket(bucket).Cursor()
+	for k, _ := c.Seek(teamKey(team, after+1)); k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, _ = c.Next() {
+		if len(k) == len(prefix)+8 {
+			out = append(out, btoi(k[len(prefix):]))
+		}
+	}
+	return out
+}
+
+// ForEachJobID calls fn with the id of every job above after, in id order,
+// until fn returns false; it decodes nothing.
+func (t *Tx) ForEachJobID(after uint64, fn func(uint64) bool) error {
+	c := t.tx.Bucket(bucketJobs).Cursor()
+	for k, _ := c.Seek(itob(after + 1)); k != nil; k, _ = c.Next() {
+		if !fn(btoi(k)) {
+			return nil
+		}
+	}
+	return nil
 }

@@ -1,12 +1,23 @@
-// Package store keeps the coordinator's records in bbolt: jobs, document
-// content, batches, rejected completions, the audit trail, the dispatch
+// Package store keeps the coordinator's records in bbolt: jobs and their
+// histories, document content, previews, batches, the indexes the writer and
+// the listings need, rejected completions, the audit trail, the dispatch
 // switch and the sequences (fencing tokens, job and batch ids).
 //
 // Records are protobuf messages of the storage schema
-// (leasehold.storage.v1), apart from the wire API. Keys are 8-byte
-// big-endian numbers, so bbolt's byte order is numeric order. Helpers that
-// need a transaction are methods on Tx; only the engine's writer goroutine
-// calls Update.
+// (leasehold.storage.v1), apart from the wire API. Keys are big-endian
+// numbers, so bbolt's byte order is numeric order. Helpers that need a
+// transaction are methods on Tx; only the engine's writer goroutine writes.
+//
+// # Schema 2
+//
+// The hot job record is small: it never carries its history, which is one
+// record per event under (job, seq); a preview lives under (job, token) of
+// the lease that made it, written in the transaction that records the
+// success; document content is dropped when a job succeeds or is cancelled.
+// Start-up reads only the index of unfinished jobs, and listings walk the
+// index of jobs by team, so both cost what the live work costs, not the
+// whole history. Counts per phase, per batch and per team, are kept as
+// jobs move. Open migrates a schema 1 file in place (see migrate.go).
 package store
 
 import (
@@ -16,35 +27,60 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // SchemaVersion is the on-disk schema this code reads and writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 var (
-	bucketMeta       = []byte("meta")
-	bucketJobs       = []byte("jobs")
-	bucketDocuments  = []byte("documents")
-	bucketBatches    = []byte("batches")
-	bucketRequests   = []byte("batch_requests")
-	bucketRejections = []byte("rejections")
-	bucketAudit      = []byte("audit")
-	bucketReplays    = []byte("replay_requests")
-	bucketTokens     = []byte("tokens")
+	bucketMeta         = []byte("meta")
+	bucketJobs         = []byte("jobs")
+	bucketEvents       = []byte("events")
+	bucketDocuments    = []byte("documents")
+	bucketArtifacts    = []byte("artifacts")
+	bucketBatches      = []byte("batches")
+	bucketRequests     = []byte("batch_requests")
+	bucketUnfinished   = []byte("unfinished")
+	bucketTeamJobs     = []byte("team_jobs")
+	bucketTeamBatches  = []byte("team_batches")
+	bucketBatchCounts  = []byte("batch_counts")
+	bucketTeamCounts   = []byte("team_counts")
+	bucketRejections   = []byte("rejections")
+	bucketAudit        = []byte("audit")
+	bucketReplays      = []byte("replay_requests")
+	bucketTokens       = []byte("tokens")
+	bucketsOfSchema2   = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts}
+	keySchema          = []byte("schema_version")
+	keyDispatch        = []byte("dispatch")
+	keyMigrationCursor = []byte("migration_cursor")
 
-	keySchema   = []byte("schema_version")
-	keyDispatch = []byte("dispatch")
-
-	allBuckets = [][]byte{bucketMeta, bucketJobs, bucketDocuments, bucketBatches, bucketRequests, bucketRejections, bucketAudit, bucketReplays, bucketTokens}
+	allBuckets = [][]byte{bucketMeta, bucketJobs, bucketEvents, bucketDocuments, bucketArtifacts, bucketBatches, bucketRequests,
+		bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts,
+		bucketRejections, bucketAudit, bucketReplays, bucketTokens}
 )
 
-// Errors returned by Open.
+// Errors returned by Open and by transactions.
 var (
-	// ErrSchemaVersion is returned when the file was written by an
-	// incompatible schema version.
+	// ErrSchemaVersion is returned when the file was written by a schema
+	// version this code cannot read.
 	ErrSchemaVersion = errors.New("unsupported schema version")
+	// ErrLocked is returned when another process holds the file open.
+	ErrLocked = errors.New("database file is in use by another process")
 	// ErrInjected is the error returned by an injected fault.
 	ErrInjected = errors.New("injected storage fault")
+)
+
+// Defaults for Open.
+const (
+	// lockTimeout bounds the wait for the file lock, so a second
+	// coordinator on the same data directory fails fast instead of hanging.
+	lockTimeout = time.Second
+	// initialMmapSize is the address space mapped at open. Growing the
+	// mapping blocks until every read transaction ends, so mapping a
+	// generous size up front keeps readers from stalling the writer; it
+	// costs address space, not memory.
+	initialMmapSize = 1 << 30
 )
 
 // Store is an open bbolt database.
@@ -53,6 +89,11 @@ type Store struct {
 	// fault, when set, is called before every record write; an error aborts
 	// the transaction. Tests use it to fail a commit mid-way.
 	fault func(op string) error
+	// legacyArtifacts is the schema 1 artifact directory, read by the
+	// migration.
+	legacyArtifacts string
+	migrateChunk    int
+	migration       Migration
 }
 
 // Option configures Open.
@@ -62,33 +103,35 @@ type Option func(*Store)
 // bucket name; returning an error fails the write and so the transaction.
 func WithFault(f func(op string) error) Option { return func(s *Store) { s.fault = f } }
 
-// Open opens (creating if needed) the database at path. It waits at most
-// one second for the file lock, so a second coordinator on the same data
-// directory fails fast instead of hanging.
+// WithLegacyArtifacts names the directory where schema 1 kept preview files
+// (<dir>/<2 hex>/<sha256>); migrating a schema 1 file copies the preview of
+// every succeeded job from it into the database.
+func WithLegacyArtifacts(dir string) Option { return func(s *Store) { s.legacyArtifacts = dir } }
+
+// Open opens (creating if needed) the database at path, migrating a schema 1
+// file to schema 2. It waits at most one second for the file lock and then
+// fails with ErrLocked.
 func Open(path string, opts ...Option) (*Store, error) {
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:         lockTimeout,
+		FreelistType:    bbolt.FreelistMapType,
+		NoFreelistSync:  true,
+		InitialMmapSize: initialMmapSize,
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("opening %s: %w (%w)", path, ErrLocked, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, migrateChunk: 10_000}
 	for _, o := range opts {
 		o(s)
 	}
-	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keySchema); v != nil {
-			if got := binary.BigEndian.Uint64(v); got != SchemaVersion {
-				return fmt.Errorf("%w: file has %d, code reads %d", ErrSchemaVersion, got, SchemaVersion)
-			}
-			return nil
-		}
-		return meta.Put(keySchema, itob(SchemaVersion))
-	})
+	version, err := s.prepare()
+	if err == nil && version == 1 {
+		err = s.migrateFrom1()
+	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("initialising %s: %w", path, err)
@@ -96,8 +139,45 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// prepare creates missing buckets and returns the file's schema version,
+// writing the current one into a new file.
+func (s *Store) prepare() (uint64, error) {
+	var version uint64
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if v := meta.Get(keySchema); v != nil {
+			version = binary.BigEndian.Uint64(v)
+		} else if tx.Bucket(bucketJobs) != nil {
+			// Buckets without a version: not a file this code wrote.
+			return fmt.Errorf("%w: the file has no schema version", ErrSchemaVersion)
+		} else {
+			version = SchemaVersion
+			if err := meta.Put(keySchema, itob(SchemaVersion)); err != nil {
+				return err
+			}
+		}
+		if version != 1 && version != SchemaVersion {
+			return fmt.Errorf("%w: the file has schema %d, this coordinator reads 1 (migrating it) and %d; "+
+				"run the coordinator release that wrote it, or restore a backup", ErrSchemaVersion, version, SchemaVersion)
+		}
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return version, err
+}
+
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.db.Path() }
 
 // Update runs fn in one read-write transaction and commits (with fsync)
 // when fn returns nil. Only the writer goroutine calls it.
@@ -106,7 +186,8 @@ func (s *Store) Update(fn func(*Tx) error) error {
 }
 
 // View runs fn in a read-only transaction. Any goroutine may call it;
-// values must not be kept past fn.
+// values must not be kept past fn. Keep it short: a long read transaction
+// holds pages the writer cannot reuse.
 func (s *Store) View(fn func(*Tx) error) error {
 	return s.db.View(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx}) })
 }
@@ -119,6 +200,29 @@ func (s *Store) Begin() (*Tx, error) {
 		return nil, err
 	}
 	return &Tx{tx: tx, fault: s.fault}, nil
+}
+
+// Stats reports the database file's size and its free pages.
+func (s *Store) Stats() (size int64, freePages int, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		size = tx.Size()
+		return nil
+	})
+	st := s.db.Stats()
+	return size, st.FreePageN + st.PendingPageN, err
+}
+
+// Check runs bbolt's consistency check and returns the problems it found,
+// joined, or nil.
+func (s *Store) Check() error {
+	var errs []error
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
 }
 
 // Tx is a transaction with the record helpers.
@@ -137,6 +241,9 @@ func (t *Tx) Commit() error { return t.tx.Commit() }
 // Rollback abandons a transaction from Begin.
 func (t *Tx) Rollback() error { return t.tx.Rollback() }
 
+// Size returns the size of the database file as seen by the transaction.
+func (t *Tx) Size() int64 { return t.tx.Size() }
+
 func itob(v uint64) []byte {
 	b := make([]byte, 8)
 	binary.BigEndian.PutUint64(b, v)
@@ -144,6 +251,14 @@ func itob(v uint64) []byte {
 }
 
 func btoi(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+// key2 is a 16-byte key of two big-endian numbers.
+func key2(a, b uint64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, a)
+	binary.BigEndian.PutUint64(k[8:], b)
+	return k
+}
 
 func (t *Tx) put(bucket, key, val []byte) error {
 	if t.fault != nil {
@@ -153,6 +268,16 @@ func (t *Tx) put(bucket, key, val []byte) error {
 	}
 	t.dirty = true
 	return t.tx.Bucket(bucket).Put(key, val)
+}
+
+func (t *Tx) del(bucket, key []byte) error {
+	if t.fault != nil {
+		if err := t.fault(string(bucket)); err != nil {
+			return err
+		}
+	}
+	t.dirty = true
+	return t.tx.Bucket(bucket).Delete(key)
 }
 
 // NextToken returns the next fencing token. The counter is persisted by the

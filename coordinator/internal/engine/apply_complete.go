@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+)
+
+// Complete applies one renderer's completion under the fencing check, as
+// the unary Complete call does; a session applies each of its completions
+// through the same function. A refused completion is recorded once
+// (history event, rejections listing, metric) and returned as a
+// *jobs.FenceError.
+func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
+	c := &completeCmd{req: req}
+	res, err := call(ctx, e, c)
+	if err != nil {
+		return res, err
+	}
+	return res, res.Err
+}
+
+type completeCmd struct {
+	base
+	req CompleteRequest
+	res CompleteResult
+}
+
+func (c *completeCmd) result() CompleteResult { return c.res }
+
+func (c *completeCmd) size() int {
+	if c.req.Preview != nil {
+		return len(c.req.Preview.Content)
+	}
+	return 0
+}
+
+func (c *completeCmd) apply(g *group) error {
+	var err error
+	c.res, err = g.e.completeOne(g, c.req)
+	return err
+}
+
+// completeOne applies one completion. The returned error is a storage
+// failure; the completion's own refusal is in the result's Err.
+//
+// A success either carries its preview, stored under (job, token) in this
+// transaction, or names the digest of a preview uploaded under this same
+// lease. Whether that upload exists is judged after the fencing check, so a
+// stale completion is refused (and recorded) as stale whatever it names.
+func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, error) {
+	j, found, err := g.load(req.Job)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	if !found {
+		return CompleteResult{Err: ErrNotFound}, nil
+	}
+	c := req.Completion
+	if c.Success {
+		if p := req.Preview; p != nil {
+			c.Digest, c.ContentType, c.Size = p.Digest, p.ContentType, int64(len(p.Content))
+		} else {
+			tx, err := g.txn()
+			if err != nil {
+				return CompleteResult{}, err
+			}
+			digest, ct, size, aerr := tx.ArtifactDigest(req.Job, c.Token)
+			switch {
+			case errors.Is(aerr, store.ErrArtifactNotFound) || (aerr == nil && digest != c.Digest):
+				c.ArtifactMissing = true
+			case aerr != nil:
+				return CompleteResult{}, aerr
+			default:
+				c.ContentType, c.Size = ct, size
+			}
+		}
+	}
+	next, replayed, ferr := j.Complete(c, g.now, e.jitter())
+	res := CompleteResult{Job: next, Replayed: replayed, Err: ferr}
+	if ferr != nil {
+		var fe *jobs.FenceError
+		if !errors.As(ferr, &fe) || !jobs.RejectionRecorded(j, next) {
+			return res, nil
+		}
+		return res, e.recordRejection(g, j, next, c, fe)
+	}
+	if replayed {
+		return res, nil
+	}
+	if p := req.Preview; c.Success && p != nil {
+		tx, err := g.txn()
+		if err != nil {
+			return res, err
+		}
+		if err := tx.PutArtifact(j.ID, c.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.Renderer}); err != nil {
+			return res, err
+		}
+	}
+	if err := g.save(j, next); err != nil {
+		return res, err
+	}
+	e.endLease(g, j, next)
+	return res, nil
+}
+
+// recordRejection persists a refused completion: the job's new history
+// event and the rejections listing, once per token and reason, and counts
+// it in the metric exactly when it is listed.
+func (e *Engine) recordRejection(g *group, before, after jobs.Job, c jobs.Completion, fe *jobs.FenceError) error {
+	if err := g.save(before, after); err != nil {
+		return err
+	}
+	tx, err := g.txn()
+	if err != nil {
+		return err
+	}
+	reason := jobs.ReasonCode(fe)
+	e.m.rejected(reason)
+	_, err = tx.PutRejection(jobs.Rejection{
+		Job: before.ID, Team: before.Team, Token: c.Token, Renderer: c.Renderer, Reason: reason, At: g.now,
+		CurrentToken: fe.CurrentToken, CurrentPhase: fe.CurrentPhase, Outcome: c.Outcome(), Digest: c.Digest,
+	})
+	return err
+}
+
+// Stage stores a preview uploaded under a lease, after the same fencing
+// check as a completion (the lease must be live and the caller's). It does
+// not record a rejection: the completion that follows is what decides.
+func (e *Engine) Stage(ctx context.Context, req StageRequest) error {
+	return e.do(ctx, &stageCmd{req: req})
+}
+
+type stageCmd struct {
+	base
+	req StageRequest
+}
+
+func (c *stageCmd) size() int { return len(c.req.Preview.Content) }
+
+func (c *stageCmd) apply(g *group) error {
+	j, found, err := g.load(c.req.Job)
+	if err != nil {
+		return err
+	}
+	if !found {
+		c.err = ErrNotFound
+		return nil
+	}
+	if c.err = j.CheckLease(c.req.Token, c.req.Renderer, g.now); c.err != nil {
+		return nil
+	}
+	if le := g.e.leases[j.ID]; le != nil {
+		le.heard = true
+	}
+	tx, err := g.txn()
+	if err != nil {
+		return err
+	}
+	p := c.req.Preview
+	return tx.PutArtifact(j.ID, c.req.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.req.Renderer})
+}

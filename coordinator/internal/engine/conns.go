@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"sync"
+	"time"
+)
+
+// ConnKind is what a registered renderer connection is.
+type ConnKind int
+
+// The kinds of renderer connections the writer knows.
+const (
+	// ConnSession is a Session stream: it takes grants by credit and gets
+	// revocations.
+	ConnSession ConnKind = iota + 1
+	// ConnHeartbeat is a Heartbeat stream of a unary client: it takes no
+	// grants and gets revocations.
+	ConnHeartbeat
+	// ConnWaiter is an Acquire long poll waiting for work: it takes grants
+	// once, up to its Max and byte budget.
+	ConnWaiter
+)
+
+// Conn is a renderer connection registered with the writer. The writer
+// owns its fields; handlers read what it delivers through Outbox.
+type Conn struct {
+	id       uint64
+	kind     ConnKind
+	renderer Renderer
+	instance string
+	// credit is how many more grants it may take.
+	credit int
+	// budget is what a waiter's reply may still carry in bytes, or, for a
+	// session, the bound of one delivery (every grant fits alone).
+	budget   int
+	draining bool
+	granted  int
+
+	// Outbox delivers what the writer publishes after each commit.
+	Outbox *Outbox
+}
+
+// ID returns the connection's id, for the commands that name it.
+func (c *Conn) ID() uint64 { return c.id }
+
+// Outbox is what the writer hands one connection after a commit: grants,
+// revocations, and the end of the connection. It is safe for concurrent
+// use; the writer fills it and the handler drains it.
+type Outbox struct {
+	mu      sync.Mutex
+	grants  []Grant
+	revoked []LeaseStatus
+	ended   error
+	closed  bool
+	// ready is signalled (without blocking) when something was added.
+	ready chan struct{}
+}
+
+func newOutbox() *Outbox { return &Outbox{ready: make(chan struct{}, 1)} }
+
+// Ready is signalled when the outbox has something to take.
+func (o *Outbox) Ready() <-chan struct{} { return o.ready }
+
+// Take returns and clears what the outbox holds: the grants, the
+// revocations, and, once the writer ended the connection, why.
+func (o *Outbox) Take() (grants []Grant, revoked []LeaseStatus, ended error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	grants, revoked = o.grants, o.revoked
+	o.grants, o.revoked = nil, nil
+	return grants, revoked, o.ended
+}
+
+func (o *Outbox) signal() {
+	select {
+	case o.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pushGrants adds grants unless the outbox is closed, and reports whether
+// it took them.
+func (o *Outbox) pushGrants(gs []Grant) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.grants = append(o.grants, gs...)
+	o.signal()
+	return true
+}
+
+func (o *Outbox) pushRevoked(s []LeaseStatus) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	o.revoked = append(o.revoked, s...)
+	o.signal()
+}
+
+// end closes the outbox with why and returns the grants never taken.
+func (o *Outbox) end(why error) []Grant {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	left := o.grants
+	o.grants = nil
+	if !o.closed {
+		o.closed = true
+		o.ended = why
+	}
+	o.signal()
+	return left
+}
+
+// connSet is the writer's registry of renderer connections.
+type connSet struct {
+	next uint64
+	byID map[uint64]*Conn
+	// sessions maps a renderer id to its one live session or heartbeat
+	// stream.
+	sessions map[string]*Conn
+	// hungry are the connections with credit, in rotation order.
+	hungry []*Conn
+}
+
+func newConnSet() connSet {
+	return connSet{byID: make(map[uint64]*Conn), sessions: make(map[string]*Conn)}
+}
+
+func (s *connSet) add(c *Conn) {
+	s.next++
+	c.id = s.next
+	c.Outbox = newOutbox()
+	s.byID[c.id] = c
+	if c.kind != ConnWaiter {
+		s.sessions[c.renderer.ID] = c
+	}
+}
+
+func (s *connSet) remove(c *Conn) {
+	delete(s.byID, c.id)
+	if s.sessions[c.renderer.ID] == c {
+		delete(s.sessions, c.renderer.ID)
+	}
+}
+
+// wanting returns the connections that may take grants now, rotated by
+// one each call so that no connection is always served first.
+func (s *connSet) wanting() []*Conn {
+	out := s.hungry[:0]
+	for _, c := range s.hungry {
+		if _, live := s.byID[c.id]; live && c.credit > 0 && !c.draining {
+			out = append(out, c)
+		}
+	}
+	s.hungry = out
+	if len(out) > 1 {
+		first := out[0]
+		copy(out, out[1:])
+		out[len(out)-1] = first
+	}
+	return out
+}
+
+// want marks c as able to take grants.
+func (s *connSet) want(c *Conn) {
+	for _, h := range s.hungry {
+		if h == c {
+			return
+		}
+	}
+	s.hungry = append(s.hungry, c)
+}
+
+// seen records that renderer is alive with the given capacity.
+func (e *Engine) seen(r Renderer, capacity int, now time.Duration) *rendererState {
+	rs := e.renderers[r.ID]
+	if rs == nil {
+		rs = &rendererState{}
+		e.renderers[r.ID] = rs
+	}
+	rs.principal, rs.maxCapacity = r.Principal, r.MaxCapacity
+	if capacity > 0 {
+		rs.capacity = capacity
+	}
+	rs.lastSeen = now
+	return rs
+}
+
+// liveCapacity sums the capacity of renderers that hold a session or
+// stream or acquired recently, forgetting the rest. Each credential's
+// renderers count together for at most its MaxCapacity, so one credential
+// cannot inflate live capacity (and so the share cap) by declaring much.
+func (e *Engine) liveCapacity(now time.Duration) int {
+	perPrincipal := make(map[string]int, 4)
+	limits := make(map[string]int, 4)
+	for id, r := range e.renderers {
+		if r.conns == 0 && now-r.lastSeen > e.cfg.RendererTimeout {
+			delete(e.renderers, id)
+			continue
+		}
+		if r.draining {
+			continue
+		}
+		perPrincipal[r.principal] += max(r.capacity, 1)
+		if r.maxCapacity > 0 {
+			limits[r.principal] = r.maxCapacity
+		}
+	}
+	total := 0
+	for p, n := range perPrincipal {
+		if l := limits[p]; l > 0 {
+			n = min(n, l)
+		}
+		total += n
+	}
+	return total
+}

@@ -1,0 +1,384 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// sessionQueue bounds the renderer messages received and not yet applied;
+// past it the receiver stops reading, and gRPC's flow control holds the
+// renderer back.
+const sessionQueue = 256
+
+// Session implements RendererService.Session.
+//
+// Three goroutines serve one session. The receiver reads requests and
+// converts them. The applier takes everything received so far, merges it
+// into one SessionInput (in order) and applies it as one writer command,
+// so that however fast the renderer sends, it costs one command per
+// commit. The handler's own goroutine sends: the answers in request order,
+// the grants the writer published (document content read after the commit,
+// packed under the renderer's message limit) and revocations. When the
+// session ends, grants taken but not sent, and grants never taken, are
+// handed back without counting the attempt.
+func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServer) error {
+	ctx := stream.Context()
+	p, err := require(ctx, auth.RoleRenderer)
+	if err != nil {
+		return s.status(err)
+	}
+	first, err := stream.Recv()
+	if err == io.EOF {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	open, budget, err := s.hello(p, first)
+	if err != nil {
+		return s.status(err)
+	}
+	conn, holding, err := s.e.OpenSession(ctx, open)
+	if err != nil {
+		return s.streamEnd(err)
+	}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID}
+	defer sess.close()
+	welcome := &leaseholdv1.SessionWelcome{
+		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
+		LeaseTtl:               durationpb.New(s.e.LeaseTTL()),
+		MaxInlineArtifactBytes: uint32(s.maxInline),
+		MaxMessageBytes:        uint32(s.maxMsg),
+	}
+	for _, st := range holding {
+		welcome.Holding = append(welcome.Holding, leaseStatusToProto(st))
+	}
+	if err := stream.Send(&leaseholdv1.SessionResponse{Welcome: welcome, DispatchPaused: s.e.DispatchState().Paused}); err != nil {
+		return s.streamEnd(err)
+	}
+	// The first message may carry work besides the hello.
+	first.Hello = nil
+	return sess.run(ctx, first)
+}
+
+// hello checks a session's opening message.
+func (s *RendererServer) hello(p auth.Principal, m *leaseholdv1.SessionRequest) (engine.SessionOpen, int, error) {
+	h := m.GetHello()
+	if h == nil {
+		return engine.SessionOpen{}, 0, invalidArg("hello", reasonMissingHello, "the first message of a session must carry hello")
+	}
+	r, err := rendererFor(p, h.GetRendererId())
+	if err != nil {
+		return engine.SessionOpen{}, 0, err
+	}
+	if !validID(h.GetInstanceId(), maxInstanceBytes) {
+		return engine.SessionOpen{}, 0, invalidArg("hello.instance_id", reasonInvalidInstance, "instance_id must be 1 to %d bytes of [A-Za-z0-9._-]", maxInstanceBytes)
+	}
+	if h.GetCapacity() < 1 || h.GetCapacity() > maxCapacity {
+		return engine.SessionOpen{}, 0, invalidArg("hello.capacity", reasonInvalidCapacity, "capacity must be 1 to %d", maxCapacity)
+	}
+	budget, err := s.replyBudget(h.GetMaxMessageBytes(), "hello.max_message_bytes")
+	if err != nil {
+		return engine.SessionOpen{}, 0, err
+	}
+	holding, err := leaseRefs(h.GetHolding(), "hello.holding")
+	if err != nil {
+		return engine.SessionOpen{}, 0, err
+	}
+	return engine.SessionOpen{Renderer: r, Instance: h.GetInstanceId(), Capacity: int(h.GetCapacity()), MaxBytes: budget, Holding: holding}, budget, nil
+}
+
+// session is one open Session stream.
+type session struct {
+	s        *RendererServer
+	stream   leaseholdv1.RendererService_SessionServer
+	conn     *engine.Conn
+	renderer string
+	budget   int
+	// pending are grants taken from the outbox and not yet sent; they are
+	// handed back if the session ends first.
+	pending []engine.Grant
+}
+
+// applied is the answer to one merged writer command.
+type applied struct {
+	resp *leaseholdv1.SessionResponse
+	err  error
+}
+
+// slot is one completion of a request: applied by the writer (index into
+// the input's Completions) or answered before it (invalid).
+type slot struct {
+	index   int
+	invalid *leaseholdv1.CompletionResult
+}
+
+// item is one received request, converted.
+type item struct {
+	in    engine.SessionInput
+	order []slot
+}
+
+func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := make(chan item, sessionQueue)
+	recvErr := make(chan error, 1)
+	results := make(chan applied, 1)
+	firstItem, err := ss.convert(first)
+	if err != nil {
+		return ss.s.status(err)
+	}
+	items <- firstItem
+	go ss.receive(ctx, items, recvErr)
+	go ss.apply(ctx, items, results)
+	for {
+		select {
+		case <-ss.s.closing:
+			return ss.s.status(errShuttingDown)
+		case <-ctx.Done():
+			return ss.s.streamEnd(ctx.Err())
+		case err := <-recvErr:
+			if err == io.EOF {
+				return nil
+			}
+			return ss.s.streamEnd(err)
+		case a := <-results:
+			if a.err != nil {
+				return ss.s.streamEnd(a.err)
+			}
+			if err := ss.send(a.resp); err != nil {
+				return err
+			}
+		case <-ss.conn.Outbox.Ready():
+			grants, revoked, ended := ss.conn.Outbox.Take()
+			ss.pending = append(ss.pending, grants...)
+			if err := ss.flush(revoked); err != nil {
+				return err
+			}
+			if ended != nil {
+				return ss.s.status(ended)
+			}
+		}
+	}
+}
+
+// receive reads requests until the stream ends, converting each.
+func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- error) {
+	for {
+		m, err := ss.stream.Recv()
+		if err == nil && m.GetHello() != nil {
+			err = invalidArg("hello", reasonMissingHello, "hello may be sent only in the first message")
+		}
+		var it item
+		if err == nil {
+			it, err = ss.convert(m)
+		}
+		if err != nil {
+			errC <- err
+			return
+		}
+		select {
+		case items <- it:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// apply merges every received request into one writer command at a time
+// and hands the answers, in request order, to the sender.
+func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- applied) {
+	for {
+		var batch []item
+		select {
+		case it := <-items:
+			batch = append(batch, it)
+		case <-ctx.Done():
+			return
+		}
+	more:
+		for len(batch) < sessionQueue {
+			select {
+			case it := <-items:
+				batch = append(batch, it)
+			default:
+				break more
+			}
+		}
+		in, order := merge(batch)
+		res, err := ss.s.e.Send(ctx, ss.conn, in)
+		a := applied{err: err}
+		if err == nil {
+			a.resp = ss.answers(in, order, res)
+		}
+		select {
+		case results <- a:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// merge joins requests into one input, keeping every list in order.
+func merge(batch []item) (engine.SessionInput, []slot) {
+	var in engine.SessionInput
+	var order []slot
+	for _, it := range batch {
+		in.Received = append(in.Received, it.in.Received...)
+		in.Heartbeats = append(in.Heartbeats, it.in.Heartbeats...)
+		in.HandBacks = append(in.HandBacks, it.in.HandBacks...)
+		in.Acks = append(in.Acks, it.in.Acks...)
+		in.Credits += it.in.Credits
+		in.Draining = in.Draining || it.in.Draining
+		for _, sl := range it.order {
+			if sl.invalid == nil {
+				c := it.in.Completions[sl.index]
+				sl.index = len(in.Completions)
+				in.Completions = append(in.Completions, c)
+			}
+			order = append(order, sl)
+		}
+	}
+	return in, order
+}
+
+// answers builds the response to one applied command: every completion's
+// result in request order, then the heartbeat and hand-back statuses.
+func (ss *session) answers(in engine.SessionInput, order []slot, res engine.SessionResult) *leaseholdv1.SessionResponse {
+	resp := &leaseholdv1.SessionResponse{}
+	for _, sl := range order {
+		if sl.invalid != nil {
+			resp.Results = append(resp.Results, sl.invalid)
+			continue
+		}
+		req, r := in.Completions[sl.index], res.Completions[sl.index]
+		out := &leaseholdv1.CompletionResult{
+			JobId:        JobID(req.Job),
+			Token:        req.Token,
+			Phase:        leaseholdv1.Phase(r.Job.Phase),
+			CurrentToken: r.Job.LastToken(),
+			Replayed:     r.Replayed,
+		}
+		if r.Err != nil {
+			st := status.Convert(ss.s.status(notFound(r.Err, reasonJobNotFound, "job %s not found", JobID(req.Job))))
+			out.Code, out.Reason, out.Message = int32(st.Code()), reasonOf(st), st.Message()
+		}
+		resp.Results = append(resp.Results, out)
+	}
+	for _, st := range append(res.Heartbeats, res.HandBacks...) {
+		resp.Leases = append(resp.Leases, leaseStatusToProto(st))
+	}
+	return resp
+}
+
+// convert turns a request into an engine input. A malformed lease reference
+// ends the stream; a completion the writer need not see (a bad id, a
+// missing outcome, a preview over the limit) is answered on its own.
+func (ss *session) convert(m *leaseholdv1.SessionRequest) (item, error) {
+	var it item
+	var err error
+	if it.in.Received, err = leaseRefs(m.GetReceived(), "received"); err != nil {
+		return it, err
+	}
+	if it.in.Heartbeats, err = leaseRefs(m.GetHeartbeats(), "heartbeats"); err != nil {
+		return it, err
+	}
+	if it.in.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
+		return it, err
+	}
+	if it.in.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
+		return it, err
+	}
+	it.in.Credits = int(min(m.GetCredits(), maxCapacity))
+	it.in.Draining = m.GetDraining()
+	for _, c := range m.GetCompletions() {
+		req, err := ss.s.completion(c.GetJobId(), c.GetToken(), ss.renderer, c.GetSuccess(), c.GetFailure())
+		if err != nil {
+			st := status.Convert(ss.s.status(err))
+			it.order = append(it.order, slot{invalid: &leaseholdv1.CompletionResult{JobId: c.GetJobId(), Token: c.GetToken(),
+				Code: int32(st.Code()), Reason: reasonOf(st), Message: st.Message()}})
+			continue
+		}
+		it.order = append(it.order, slot{index: len(it.in.Completions)})
+		it.in.Completions = append(it.in.Completions, req)
+	}
+	return it, nil
+}
+
+// send sends one response, stamped with the dispatch switch.
+func (ss *session) send(resp *leaseholdv1.SessionResponse) error {
+	resp.DispatchPaused = ss.s.e.DispatchState().Paused
+	if err := ss.stream.Send(resp); err != nil {
+		return ss.s.streamEnd(err)
+	}
+	return nil
+}
+
+// flush sends the pending grants, with their document content, in messages
+// under the renderer's limit, and the revocations.
+func (ss *session) flush(revoked []engine.LeaseStatus) error {
+	if len(ss.pending) > 0 {
+		if err := ss.s.e.ReadContent(ss.pending); err != nil {
+			return ss.s.status(err)
+		}
+	}
+	for len(ss.pending) > 0 || len(revoked) > 0 {
+		resp := &leaseholdv1.SessionResponse{}
+		for _, r := range revoked {
+			resp.Revoked = append(resp.Revoked, leaseStatusToProto(r))
+		}
+		revoked = nil
+		size := proto.Size(resp)
+		n := 0
+		for n < len(ss.pending) {
+			g := grantToProto(ss.pending[n])
+			gs := proto.Size(g) + 8
+			if n > 0 && size+gs > ss.budget {
+				break
+			}
+			resp.Grants = append(resp.Grants, g)
+			size += gs
+			n++
+		}
+		if err := ss.send(resp); err != nil {
+			return err
+		}
+		ss.pending = ss.pending[n:]
+	}
+	return nil
+}
+
+// close ends the session with the writer, handing back the grants it took
+// and could not send and those it never took.
+func (ss *session) close() {
+	undelivered := grantRefs(ss.pending)
+	if _, err := ss.s.e.CloseConn(context.Background(), ss.conn, undelivered, true); err != nil && !errors.Is(err, engine.ErrStopped) {
+		ss.s.log.Warn("closing a renderer session", "renderer", ss.renderer, "undelivered", len(undelivered), "err", err)
+	}
+}
+
+// reasonOf returns the ErrorInfo reason of a status.
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(interface{ GetReason() string }); ok {
+			return info.GetReason()
+		}
+	}
+	if st.Code() == codes.OK {
+		return ""
+	}
+	return st.Code().String()
+}

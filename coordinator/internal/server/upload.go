@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"google.golang.org/grpc/codes"
+)
+
+// UploadArtifact implements RendererService.UploadArtifact. The lease is
+// checked before a byte is read and again by the writer when the preview is
+// stored, under (job, token), where only that lease's completion can
+// reference it. The upload is bounded in bytes, in idle time between
+// messages and in total time, and ends when the coordinator shuts down.
+func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_UploadArtifactServer) error {
+	ctx, cancel := context.WithTimeout(stream.Context(), UploadTimeout)
+	defer cancel()
+	p, err := require(ctx, auth.RoleRenderer)
+	if err != nil {
+		return s.status(err)
+	}
+	msgs, errC := receive(ctx, stream.Recv)
+	first, err := s.nextUpload(ctx, msgs, errC)
+	if err == io.EOF {
+		return s.status(invalidArg("metadata", reasonMissingMetadata, "the first message must carry the metadata"))
+	}
+	if err != nil {
+		return s.streamEnd(err)
+	}
+	md := first.GetMetadata()
+	if md == nil {
+		return s.status(invalidArg("metadata", reasonMissingMetadata, "the first message must carry the metadata"))
+	}
+	id, err := parseJobID(md.GetJobId(), "metadata.job_id")
+	if err != nil {
+		return s.status(err)
+	}
+	r, err := rendererFor(p, md.GetRendererId())
+	if err != nil {
+		return s.status(err)
+	}
+	j, err := s.e.Job(id)
+	if err != nil {
+		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
+	}
+	// An early answer only; the check that decides runs in the writer.
+	if err := j.CheckLease(md.GetToken(), r.ID, s.now()); err != nil {
+		return s.status(err)
+	}
+	h := sha256.New()
+	var content []byte
+	for {
+		m, err := s.nextUpload(ctx, msgs, errC)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return s.streamEnd(err)
+		}
+		if m.GetMetadata() != nil {
+			return s.status(invalidArg("metadata", reasonMissingMetadata, "metadata may be sent only in the first message"))
+		}
+		chunk := m.GetChunk()
+		if int64(len(content)+len(chunk)) > s.maxBytes {
+			return s.status(invalidArg("chunk", reasonArtifactTooLarge, "the artifact is larger than %d bytes", s.maxBytes))
+		}
+		h.Write(chunk)
+		content = append(content, chunk...)
+	}
+	if len(content) == 0 {
+		return s.status(invalidArg("chunk", reasonEmptyArtifact, "the upload carried no bytes"))
+	}
+	digest := hex.EncodeToString(h.Sum(nil))
+	if want := md.GetExpectedSha256(); want != "" && want != digest {
+		return s.status(invalidArg("metadata.expected_sha256", reasonDigestMismatch, "the uploaded bytes hash to %s, not %s", digest, want))
+	}
+	ct := md.GetContentType()
+	if ct == "" {
+		ct = http.DetectContentType(content)
+	}
+	err = s.e.Stage(ctx, engine.StageRequest{Job: id, Token: md.GetToken(), Renderer: r.ID,
+		Preview: engine.Preview{Digest: digest, ContentType: ct, Content: content}})
+	if err != nil {
+		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
+	}
+	return stream.SendAndClose(&leaseholdv1.UploadArtifactResponse{Digest: digest, SizeBytes: int64(len(content))})
+}
+
+// nextUpload returns the upload's next message, io.EOF at its end, or the
+// error that ends it: UPLOAD_TIMEOUT when nothing came for
+// UploadIdleTimeout or the whole upload ran out of time, SHUTTING_DOWN when
+// the coordinator stops.
+func (s *RendererServer) nextUpload(ctx context.Context, msgs <-chan *leaseholdv1.UploadArtifactRequest, errC <-chan error) (*leaseholdv1.UploadArtifactRequest, error) {
+	idle := time.NewTimer(UploadIdleTimeout)
+	defer idle.Stop()
+	select {
+	case m := <-msgs:
+		return m, nil
+	case err := <-errC:
+		return nil, err
+	case <-idle.C:
+		return nil, &requestError{code: codes.DeadlineExceeded, reason: reasonUploadTimeout,
+			msg: "the upload sent nothing for " + UploadIdleTimeout.String()}
+	case <-ctx.Done():
+		if ctx.Err() == context.DeadlineExceeded {
+			return nil, &requestError{code: codes.DeadlineExceeded, reason: reasonUploadTimeout,
+				msg: "the upload took longer than " + UploadTimeout.String()}
+		}
+		return nil, ctx.Err()
+	case <-s.closing:
+		return nil, errShuttingDown
+	}
+}

@@ -1,0 +1,188 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+// maxUpdatesPerMessage bounds a batched WatchBatchResponse.
+const maxUpdatesPerMessage = 500
+
+// WatchBatch implements JobService.WatchBatch: it subscribes first, then
+// reads every job of the batch (sending a snapshot, or for a resumed job its
+// stored events after the cursor), then each committed event not already
+// sent, and ends with OK once every job is terminal.
+func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseholdv1.JobService_WatchBatchServer) error {
+	ctx := stream.Context()
+	p, err := principal(ctx)
+	if err != nil {
+		return s.status(err)
+	}
+	bv, _, err := s.batch(p, req.GetBatchId())
+	if err != nil {
+		return s.status(err)
+	}
+	b := bv.Batch
+	resume := make(map[uint64]uint32, len(req.GetResume()))
+	for i, c := range req.GetResume() {
+		id, err := parseJobID(c.GetJobId(), "resume.job_id")
+		if err != nil {
+			return s.status(err)
+		}
+		if id < b.FirstJob || id >= b.FirstJob+uint64(b.Count) {
+			return s.status(invalidArg("resume", reasonInvalidID, "resume[%d] names job %s, which is not in batch %s", i, c.GetJobId(), req.GetBatchId()))
+		}
+		resume[id] = c.GetSeq()
+	}
+	w, err := s.e.WatchBatch(b.ID)
+	if err != nil {
+		return s.status(notFound(err, reasonBatchNotFound, "batch %s not found", req.GetBatchId()))
+	}
+	defer w.Close()
+	out := &watchOut{stream: stream, batch: b, batched: req.GetBatched(), terminalOnly: req.GetTerminalOnly(),
+		phases: make(map[uint64]jobs.Phase, b.Count), lastSeq: make(map[uint64]uint32, b.Count)}
+	if err := s.watchSnapshot(out, resume); err != nil {
+		return err
+	}
+	if out.done() {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		evs, err := w.Next(ctx)
+		switch {
+		case errors.Is(err, engine.ErrSlowWatcher):
+			return s.status(err)
+		case err != nil && stream.Context().Err() == nil && ctx.Err() != nil:
+			return s.status(errShuttingDown)
+		case err != nil:
+			return s.streamEnd(err)
+		}
+		for _, ev := range evs {
+			out.event(ev.Job, ev.Event)
+		}
+		if err := out.flush(); err != nil {
+			return err
+		}
+		if out.done() {
+			return nil
+		}
+	}
+}
+
+// watchSnapshot sends the opening state of every job of the batch.
+func (s *JobServer) watchSnapshot(out *watchOut, resume map[uint64]uint32) error {
+	for after := uint64(0); ; {
+		page, err := s.e.ListJobs(engine.JobFilter{Batch: out.batch.ID, After: after, Limit: maxPageSize})
+		if err != nil {
+			return s.status(err)
+		}
+		for _, j := range page.Jobs {
+			out.phases[j.ID] = j.Phase
+			out.counts[j.Phase]++
+		}
+		for _, j := range page.Jobs {
+			cursor, resumed := resume[j.ID]
+			if !resumed {
+				out.lastSeq[j.ID] = j.EventSeq
+				out.add(&leaseholdv1.JobUpdate{JobId: JobID(j.ID), Phase: leaseholdv1.Phase(j.Phase)})
+				continue
+			}
+			evs, err := s.e.Events(j.ID, cursor)
+			if err != nil {
+				return s.status(err)
+			}
+			out.lastSeq[j.ID] = cursor
+			for _, ev := range evs {
+				out.event(j.ID, ev)
+			}
+		}
+		if err := out.flush(); err != nil {
+			return err
+		}
+		if page.Next == 0 {
+			return nil
+		}
+		after = page.Next
+	}
+}
+
+// watchOut is what a watch has sent: each job's phase and last event, the
+// batch's counts, and the updates waiting to go out.
+type watchOut struct {
+	stream       leaseholdv1.JobService_WatchBatchServer
+	batch        jobs.Batch
+	batched      bool
+	terminalOnly bool
+	phases       map[uint64]jobs.Phase
+	lastSeq      map[uint64]uint32
+	counts       store.Counts
+	queue        []*leaseholdv1.JobUpdate
+}
+
+// event applies one committed event of job id, once, and queues it unless
+// the watcher asked for terminal events only.
+func (o *watchOut) event(id uint64, ev jobs.Event) {
+	if _, ours := o.phases[id]; !ours || ev.Seq <= o.lastSeq[id] {
+		return
+	}
+	o.lastSeq[id] = ev.Seq
+	if ev.Phase != jobs.PhaseUnspecified {
+		o.counts[o.phases[id]]--
+		o.counts[ev.Phase]++
+		o.phases[id] = ev.Phase
+	}
+	if o.terminalOnly && ev.Kind != jobs.EventSucceeded && ev.Kind != jobs.EventFailed && ev.Kind != jobs.EventCancelled {
+		return
+	}
+	o.add(&leaseholdv1.JobUpdate{JobId: JobID(id), Phase: leaseholdv1.Phase(o.phases[id]), Event: eventToProto(ev)})
+}
+
+func (o *watchOut) add(u *leaseholdv1.JobUpdate) {
+	o.queue = append(o.queue, u)
+}
+
+func (o *watchOut) done() bool { return o.counts.Unfinished() == 0 }
+
+func (o *watchOut) batchNow() *leaseholdv1.Batch {
+	return batchToProto(engine.BatchView{Batch: o.batch, Counts: o.counts, Done: o.done()}, false)
+}
+
+// flush sends the queued updates: one message each, or up to
+// maxUpdatesPerMessage per message when the watcher asked for batches.
+func (o *watchOut) flush() error {
+	q := o.queue
+	o.queue = nil
+	for len(q) > 0 {
+		var msg *leaseholdv1.WatchBatchResponse
+		if o.batched {
+			n := min(len(q), maxUpdatesPerMessage)
+			msg = &leaseholdv1.WatchBatchResponse{Updates: q[:n]}
+			q = q[n:]
+		} else {
+			u := q[0]
+			msg = &leaseholdv1.WatchBatchResponse{JobId: u.JobId, Phase: u.Phase, Event: u.Event}
+			q = q[1:]
+		}
+		if len(q) == 0 || !o.batched {
+			msg.Batch = o.batchNow()
+		}
+		if err := o.stream.Send(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
