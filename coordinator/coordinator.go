@@ -173,33 +173,37 @@ func (cfg Config) MaxRecvMsgSize() int {
 }
 
 // validate refuses what would make New fail later or misbehave: negative
-// durations, sizes and limits (zero means the default), a backoff base
-// above its cap, a team share that is negative or not a number, and team
-// weights below 1.
+// durations, sizes, limits and team share (zero means the default), a team
+// share that is not a number, a backoff base above its cap, and team
+// weights below 1. The command checks its flags more strictly first.
 func (cfg Config) validate() error {
+	checks := []struct {
+		field string
+		value any
+		ok    bool
+	}{
+		{"LeaseTTL", cfg.LeaseTTL, cfg.LeaseTTL >= 0},
+		{"BackoffBase", cfg.BackoffBase, cfg.BackoffBase >= 0},
+		{"BackoffCap", cfg.BackoffCap, cfg.BackoffCap >= 0},
+		{"MaxDocuments", cfg.MaxDocuments, cfg.MaxDocuments >= 0},
+		{"MaxDocumentBytes", cfg.MaxDocumentBytes, cfg.MaxDocumentBytes >= 0},
+		{"MaxBatchBytes", cfg.MaxBatchBytes, cfg.MaxBatchBytes >= 0},
+		{"MaxInlineBytes", cfg.MaxInlineBytes, cfg.MaxInlineBytes >= 0},
+		{"MaxBatchInlineBytes", cfg.MaxBatchInlineBytes, cfg.MaxBatchInlineBytes >= 0},
+		{"MaxTeamQueue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 0},
+		{"ReplayLimit", cfg.ReplayLimit, cfg.ReplayLimit >= 0},
+		{"MaxArtifactBytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 0},
+		{"ShutdownTimeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout >= 0},
+		{"TeamShare", cfg.TeamShare, cfg.TeamShare >= 0}, // false for NaN too
+	}
 	var errs []error
-	negative := func(field string, v int64) {
-		if v < 0 {
-			errs = append(errs, fmt.Errorf("Config.%s must not be negative, got %d", field, v))
+	for _, c := range checks {
+		if !c.ok {
+			errs = append(errs, fmt.Errorf("Config.%s must not be negative, got %v", c.field, c.value))
 		}
 	}
-	negative("LeaseTTL", int64(cfg.LeaseTTL))
-	negative("BackoffBase", int64(cfg.BackoffBase))
-	negative("BackoffCap", int64(cfg.BackoffCap))
-	negative("MaxDocuments", int64(cfg.MaxDocuments))
-	negative("MaxDocumentBytes", cfg.MaxDocumentBytes)
-	negative("MaxBatchBytes", cfg.MaxBatchBytes)
-	negative("MaxInlineBytes", int64(cfg.MaxInlineBytes))
-	negative("MaxBatchInlineBytes", cfg.MaxBatchInlineBytes)
-	negative("MaxTeamQueue", int64(cfg.MaxTeamQueue))
-	negative("ReplayLimit", int64(cfg.ReplayLimit))
-	negative("MaxArtifactBytes", cfg.MaxArtifactBytes)
-	negative("ShutdownTimeout", int64(cfg.ShutdownTimeout))
 	if cfg.BackoffBase > 0 && cfg.BackoffCap > 0 && cfg.BackoffBase > cfg.BackoffCap {
 		errs = append(errs, fmt.Errorf("Config.BackoffBase %v is above Config.BackoffCap %v", cfg.BackoffBase, cfg.BackoffCap))
-	}
-	if cfg.TeamShare < 0 || math.IsNaN(cfg.TeamShare) {
-		errs = append(errs, fmt.Errorf("Config.TeamShare must be a share from 0 to 1, got %v", cfg.TeamShare))
 	}
 	for team, w := range cfg.TeamWeights {
 		if w < 1 {
