@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -19,6 +21,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
+	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
@@ -26,10 +29,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	berrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
@@ -42,7 +47,42 @@ const (
 	// schema 1 kept previews as files, read once by the migration.
 	DBFile       = "leasehold.db"
 	ArtifactsDir = "artifacts"
+	// DefaultMaxBatchInlineBytes bounds the inline content of one batch.
+	DefaultMaxBatchInlineBytes = 16 << 20
 )
+
+// Limits of the gRPC transport.
+const (
+	// PerDocumentRecvAllowance and RecvOverheadBytes size the largest
+	// message the server receives; see Config.MaxRecvMsgSize.
+	PerDocumentRecvAllowance = 4 << 10
+	RecvOverheadBytes        = 64 << 10
+	// MaxSendMsgSize bounds one message the server sends. Grant batches and
+	// watch events are bounded well below it by their own limits; it only
+	// stops a runaway reply.
+	MaxSendMsgSize = 64 << 20
+	// MaxConcurrentStreams bounds the concurrent calls on one connection
+	// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); one renderer or client
+	// needs a handful. Streams per principal are capped by package edge.
+	MaxConcurrentStreams = 1000
+)
+
+// keepaliveParams make the server ping a connection idle for 10 s and drop
+// it when the ping is not answered within 5 s, so that a renderer that died
+// without closing its connection (power loss, a partitioned node) is
+// noticed in about 15 s rather than when the kernel gives up on TCP, which
+// takes hours; its streams end and its capacity leaves the live total.
+var keepaliveParams = keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}
+
+// keepalivePolicy lets clients ping every 5 s, with or without calls in
+// flight (a renderer between leases has none), and closes the connection
+// of a client that pings more often.
+var keepalivePolicy = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
+
+// ErrDataDirInUse is returned by New when another coordinator, in this
+// process or another, has the data directory's database open: bbolt holds
+// an exclusive lock on the file while it is open.
+var ErrDataDirInUse = errors.New("in use by another coordinator")
 
 // Config configures a Coordinator. Zero fields take the defaults of the
 // engine and the jobs package (lease TTL 15 s, 5 attempts, backoff 1 s to
@@ -75,6 +115,10 @@ type Config struct {
 	MaxBatchBytes    int64
 	MaxInlineBytes   int
 	MaxTeamQueue     int
+	// MaxBatchInlineBytes bounds the inline content of all the documents
+	// of one batch together (default 16 MiB); with MaxDocuments it sizes
+	// the largest request the gRPC server receives (MaxRecvMsgSize).
+	MaxBatchInlineBytes int64
 
 	// TeamWeights are the teams' weights in the dispatch rotation (others 1).
 	TeamWeights map[string]int
@@ -104,6 +148,70 @@ type Config struct {
 
 	// storeOptions are passed to store.Open; tests inject faults with them.
 	storeOptions []store.Option
+	// keepalive, when set, replaces keepaliveParams; tests shorten it.
+	keepalive *keepalive.ServerParameters
+}
+
+// MaxRecvMsgSize is the largest message the gRPC server receives:
+//
+//	MaxBatchInlineBytes + MaxDocuments × PerDocumentRecvAllowance + RecvOverheadBytes
+//
+// that is, the inline content a batch may carry, 4 KiB per document for
+// its metadata (name, content type, source URI, size) and 64 KiB for the
+// rest of the request, with the defaults for zero fields (16 MiB + 500 ×
+// 4 KiB + 64 KiB, about 18 MiB). A larger message is refused by grpc-go
+// with RESOURCE_EXHAUSTED before it is decoded; a batch within the limits
+// always fits, and one over them is refused whole by the batch validation
+// (BATCH_TOO_LARGE) with the reason.
+func (cfg Config) MaxRecvMsgSize() int {
+	inline := cmp.Or(cfg.MaxBatchInlineBytes, DefaultMaxBatchInlineBytes)
+	docs := int64(cmp.Or(cfg.MaxDocuments, jobs.DefaultMaxDocuments))
+	n := inline + docs*PerDocumentRecvAllowance + RecvOverheadBytes
+	if n <= 0 || n > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int(n)
+}
+
+// validate refuses what would make New fail later or misbehave: negative
+// durations, sizes, limits and team share (zero means the default), a team
+// share that is not a number, a backoff base above its cap, and team
+// weights below 1. The command checks its flags more strictly first.
+func (cfg Config) validate() error {
+	checks := []struct {
+		field string
+		value any
+		ok    bool
+	}{
+		{"LeaseTTL", cfg.LeaseTTL, cfg.LeaseTTL >= 0},
+		{"BackoffBase", cfg.BackoffBase, cfg.BackoffBase >= 0},
+		{"BackoffCap", cfg.BackoffCap, cfg.BackoffCap >= 0},
+		{"MaxDocuments", cfg.MaxDocuments, cfg.MaxDocuments >= 0},
+		{"MaxDocumentBytes", cfg.MaxDocumentBytes, cfg.MaxDocumentBytes >= 0},
+		{"MaxBatchBytes", cfg.MaxBatchBytes, cfg.MaxBatchBytes >= 0},
+		{"MaxInlineBytes", cfg.MaxInlineBytes, cfg.MaxInlineBytes >= 0},
+		{"MaxBatchInlineBytes", cfg.MaxBatchInlineBytes, cfg.MaxBatchInlineBytes >= 0},
+		{"MaxTeamQueue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 0},
+		{"ReplayLimit", cfg.ReplayLimit, cfg.ReplayLimit >= 0},
+		{"MaxArtifactBytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 0},
+		{"ShutdownTimeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout >= 0},
+		{"TeamShare", cfg.TeamShare, cfg.TeamShare >= 0}, // false for NaN too
+	}
+	var errs []error
+	for _, c := range checks {
+		if !c.ok {
+			errs = append(errs, fmt.Errorf("Config.%s must not be negative, got %v", c.field, c.value))
+		}
+	}
+	if cfg.BackoffBase > 0 && cfg.BackoffCap > 0 && cfg.BackoffBase > cfg.BackoffCap {
+		errs = append(errs, fmt.Errorf("Config.BackoffBase %v is above Config.BackoffCap %v", cfg.BackoffBase, cfg.BackoffCap))
+	}
+	for team, w := range cfg.TeamWeights {
+		if w < 1 {
+			errs = append(errs, fmt.Errorf("Config.TeamWeights[%q] must be at least 1, got %d", team, w))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Coordinator is a running coordinator: store, engine and gRPC server.
@@ -116,6 +224,10 @@ type Coordinator struct {
 	grpc      *grpc.Server
 	health    *health.Server
 	devTokens bool
+
+	refusals *edge.Refusals
+	// failed is set when the writer fail-stops; health stays NOT_SERVING.
+	failed atomic.Bool
 
 	metricsLis  net.Listener
 	metricsSrv  *http.Server
@@ -130,103 +242,191 @@ type Coordinator struct {
 // New opens the store in cfg.DataDir, rebuilds the engine's state from it,
 // starts the writer and prepares the gRPC server. It binds the metrics
 // address, if any, so that a port clash fails here.
-func New(cfg Config) (c *Coordinator, err error) {
+//
+// When New fails it has released everything it opened (the database and
+// its file lock, the metrics listener), so that it may be called again.
+// A data directory whose database another coordinator holds fails within
+// a second with an error wrapping ErrDataDirInUse.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("Config.DataDir is required")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.DataDir == "" {
-		return nil, errors.New("Config.DataDir is required")
-	}
-	c = &Coordinator{cfg: cfg, log: log, done: make(chan struct{})}
-
+	c := &Coordinator{cfg: cfg, log: log, done: make(chan struct{})}
 	principals, err := c.principals()
 	if err != nil {
 		return nil, err
 	}
 
-	var cleanup []func()
-	defer func() {
-		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
-		}
-	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("creating data directory: %w", err)
-	}
-	opts := append([]store.Option{store.WithLegacyArtifacts(filepath.Join(cfg.DataDir, ArtifactsDir))}, cfg.storeOptions...)
-	c.st, err = store.Open(filepath.Join(cfg.DataDir, DBFile), opts...)
-	if err != nil {
+	var undo undoStack
+	defer func() { undo.run() }()
+	if err := c.openStorage(&undo); err != nil {
 		return nil, err
 	}
-	cleanup = append(cleanup, func() { c.st.Close() })
-	if m := c.st.Migration(); m.From != 0 {
-		log.Info("migrated the store to the current schema", "from", m.From, "to", store.SchemaVersion, "jobs", m.Jobs,
-			"artifacts", m.Artifacts, "missing_artifacts", m.MissingArtifacts, "legacy_artifact_dir", filepath.Join(cfg.DataDir, ArtifactsDir))
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	unsupported := cfg.Unsupported
-	if unsupported == nil {
-		unsupported = jobs.DefaultUnsupported
-	}
-	c.eng, err = engine.New(engine.Config{
-		Store:    c.st,
-		Now:      cfg.Now,
-		LeaseTTL: cfg.LeaseTTL,
-		Retry:    jobs.RetryPolicy{MaxAttempts: cfg.MaxAttempts, BackoffBase: cfg.BackoffBase, BackoffCap: cfg.BackoffCap},
-		Limits: jobs.Limits{
-			MaxDocuments:     cfg.MaxDocuments,
-			MaxDocumentBytes: cfg.MaxDocumentBytes,
-			MaxBatchBytes:    cfg.MaxBatchBytes,
-			MaxInlineBytes:   cfg.MaxInlineBytes,
-			MaxTeamQueue:     cfg.MaxTeamQueue,
-			MaxAttempts:      max(cfg.MaxAttempts, jobs.DefaultMaxAttemptsBound),
-		},
-		Unsupported:   jobs.NewFormats(unsupported),
-		Dispatch:      dispatch.Config{Weights: cfg.TeamWeights, MaxShare: cfg.TeamShare, FIFO: cfg.FIFO},
-		RunningCancel: !cfg.DisableRunningCancel,
-		ReplayLimit:   cfg.ReplayLimit,
-		Registerer:    reg,
-		Logger:        log.With("component", "engine"),
-		OnDispatch:    func(st jobs.DispatchState) { c.setDispatchHealth(st.Paused) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("starting the engine: %w", err)
+	if err := c.startEngine(reg, &undo); err != nil {
+		return nil, err
 	}
 	c.services, err = server.New(server.Config{
 		Engine:           c.eng,
+		Now:              cfg.Now,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
 		Logger:           log.With("component", "server"),
 	})
 	if err != nil {
 		return nil, err
 	}
+	c.newGRPCServer(principals, reg)
+	undo.push(c.grpc.Stop)
+	if err := c.listenMetrics(reg, &undo); err != nil {
+		return nil, err
+	}
 
+	undo = nil
+	c.eng.Start()
+	c.watcher.Add(2)
+	go c.watchFailure()
+	go c.flushRefusals()
+	return c, nil
+}
+
+// undoStack holds what New has opened, to close it, newest first, when a
+// later step fails. New empties it once it has succeeded.
+type undoStack []func()
+
+// push adds f to run on failure.
+func (u *undoStack) push(f func()) { *u = append(*u, f) }
+
+// run runs the pushed functions, newest first.
+func (u undoStack) run() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
+}
+
+// openStorage creates the data directory and opens the bbolt store in it,
+// migrating a file of an earlier schema (previews kept as files under
+// ArtifactsDir are copied into it). A database locked by another
+// coordinator is reported as ErrDataDirInUse rather than as bbolt's bare
+// "timeout".
+func (c *Coordinator) openStorage(undo *undoStack) error {
+	dir := c.cfg.DataDir
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("creating data directory: %w", err)
+	}
+	dbPath := filepath.Join(dir, DBFile)
+	legacy := filepath.Join(dir, ArtifactsDir)
+	opts := append([]store.Option{store.WithLegacyArtifacts(legacy)}, c.cfg.storeOptions...)
+	st, err := store.Open(dbPath, opts...)
+	if errors.Is(err, berrors.ErrTimeout) {
+		return fmt.Errorf("data directory %s: %w (its database %s stayed locked); "+
+			"stop the other coordinator or pass another --data-dir", dir, ErrDataDirInUse, dbPath)
+	}
+	if err != nil {
+		return err
+	}
+	c.st = st
+	undo.push(func() { st.Close() })
+	if m := st.Migration(); m.From != 0 {
+		c.log.Info("migrated the store to the current schema", "from", m.From, "to", store.SchemaVersion, "jobs", m.Jobs,
+			"artifacts", m.Artifacts, "missing_artifacts", m.MissingArtifacts, "legacy_artifact_dir", legacy)
+	}
+	return nil
+}
+
+// startEngine builds the engine over the store (it rebuilds the indexes
+// here); the writer starts at the end of New.
+func (c *Coordinator) startEngine(reg prometheus.Registerer, undo *undoStack) error {
+	cfg := c.cfg
+	unsupported := cfg.Unsupported
+	if unsupported == nil {
+		unsupported = jobs.DefaultUnsupported
+	}
+	eng, err := engine.New(engine.Config{
+		Store:    c.st,
+		Now:      cfg.Now,
+		LeaseTTL: cfg.LeaseTTL,
+		Retry:    jobs.RetryPolicy{MaxAttempts: cfg.MaxAttempts, BackoffBase: cfg.BackoffBase, BackoffCap: cfg.BackoffCap},
+		Limits: jobs.Limits{
+			MaxDocuments:        cfg.MaxDocuments,
+			MaxDocumentBytes:    cfg.MaxDocumentBytes,
+			MaxBatchBytes:       cfg.MaxBatchBytes,
+			MaxInlineBytes:      cfg.MaxInlineBytes,
+			MaxBatchInlineBytes: cfg.MaxBatchInlineBytes,
+			MaxTeamQueue:        cfg.MaxTeamQueue,
+			MaxAttempts:         max(cfg.MaxAttempts, jobs.DefaultMaxAttemptsBound),
+		},
+		Unsupported:   jobs.NewFormats(unsupported),
+		Dispatch:      dispatch.Config{Weights: cfg.TeamWeights, MaxShare: cfg.TeamShare, FIFO: cfg.FIFO},
+		RunningCancel: !cfg.DisableRunningCancel,
+		ReplayLimit:   cfg.ReplayLimit,
+		Registerer:    reg,
+		Logger:        c.log.With("component", "engine"),
+		OnDispatch:    func(st jobs.DispatchState) { c.setDispatchHealth(st.Paused) },
+	})
+	if err != nil {
+		return fmt.Errorf("starting the engine: %w", err)
+	}
+	c.eng = eng
+	undo.push(eng.Stop)
+	return nil
+}
+
+// newGRPCServer builds the gRPC server: transport limits and keepalive,
+// the edge codec, the interceptor chains, the services, health and
+// reflection.
+//
+// The interceptors run in this order: Prometheus, refusal counting,
+// logging (refusals rate-limited), authentication, stream caps (streams
+// only), the malformed-request check, recovery. Counting and logging come
+// before authentication so that they see its refusals; the stream caps
+// need the principal that authentication puts in the context.
+func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Registry) {
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(srvMetrics)
-	rpcLog := interceptorLogger(log.With("component", "grpc"))
+	rpcLog := interceptorLogger(c.log.With("component", "grpc"))
+	c.refusals = edge.NewRefusals(edge.RefusalsConfig{Logger: rpcLog, Registerer: reg})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-		log.ErrorContext(ctx, "panic in a handler", "panic", p, "stack", string(debug.Stack()))
+		c.log.ErrorContext(ctx, "panic in a handler", "panic", p, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
+	streamCaps := edge.NewStreamCaps(edge.DefaultStreamCaps()...)
+	kp := keepaliveParams
+	if c.cfg.keepalive != nil {
+		kp = *c.cfg.keepalive
+	}
 	c.grpc = grpc.NewServer(
 		// Stop waits for handlers, so none outlives the engine it calls.
 		grpc.WaitForHandlers(true),
+		grpc.MaxRecvMsgSize(c.cfg.MaxRecvMsgSize()),
+		grpc.MaxSendMsgSize(MaxSendMsgSize),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.KeepaliveParams(kp),
+		grpc.KeepaliveEnforcementPolicy(keepalivePolicy),
+		grpc.ForceServerCodecV2(edge.ServerCodec()),
 		grpc.ChainUnaryInterceptor(
 			srvMetrics.UnaryServerInterceptor(),
-			logging.UnaryServerInterceptor(rpcLog, logOpts...),
+			c.refusals.UnaryServerInterceptor(),
+			logging.UnaryServerInterceptor(c.refusals.Logger(), logOpts...),
 			principals.UnaryServerInterceptor(),
+			edge.MalformedUnaryInterceptor(),
 			recovery.UnaryServerInterceptor(recoverOpt),
 		),
 		grpc.ChainStreamInterceptor(
 			srvMetrics.StreamServerInterceptor(),
-			logging.StreamServerInterceptor(rpcLog, logOpts...),
+			c.refusals.StreamServerInterceptor(),
+			logging.StreamServerInterceptor(c.refusals.Logger(), logOpts...),
 			principals.StreamServerInterceptor(),
+			streamCaps.StreamServerInterceptor(),
+			edge.MalformedStreamInterceptor(),
 			recovery.StreamServerInterceptor(recoverOpt),
 		),
 	)
@@ -239,21 +439,23 @@ func New(cfg Config) (c *Coordinator, err error) {
 		c.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 	c.setDispatchHealth(c.eng.DispatchState().Paused)
+}
 
-	if cfg.MetricsListen != "" {
-		c.metricsLis, err = net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			return nil, fmt.Errorf("listening for metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		c.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+// listenMetrics binds the metrics address, if any; Serve serves it.
+func (c *Coordinator) listenMetrics(reg *prometheus.Registry, undo *undoStack) error {
+	if c.cfg.MetricsListen == "" {
+		return nil
 	}
-
-	c.eng.Start()
-	c.watcher.Add(1)
-	go c.watchFailure()
-	return c, nil
+	lis, err := net.Listen("tcp", c.cfg.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("listening for metrics on %s: %w", c.cfg.MetricsListen, err)
+	}
+	undo.push(func() { lis.Close() })
+	c.metricsLis = lis
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	c.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return nil
 }
 
 // serviceNames are the names the health service reports on.
@@ -261,13 +463,16 @@ var serviceNames = []string{"", server.JobServiceName, server.RendererServiceNam
 
 // DispatchHealthName is the health entry that reports dispatch: SERVING
 // while leases are granted, NOT_SERVING while an operator has paused
-// dispatch. The services themselves stay SERVING during a pause.
+// dispatch or after the writer fail-stopped. The services themselves stay
+// SERVING during a pause.
 const DispatchHealthName = "leasehold.v1.Dispatch"
 
-// setDispatchHealth reports the dispatch switch on DispatchHealthName.
+// setDispatchHealth reports the dispatch switch on DispatchHealthName. It
+// runs on the writer goroutine (OnDispatch) and in New; once the writer
+// has fail-stopped the entry stays NOT_SERVING.
 func (c *Coordinator) setDispatchHealth(paused bool) {
 	st := healthpb.HealthCheckResponse_SERVING
-	if paused {
+	if paused || c.failed.Load() {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	c.health.SetServingStatus(DispatchHealthName, st)
@@ -315,16 +520,39 @@ func localAddr(a net.Addr) bool {
 	return true
 }
 
-// watchFailure turns health NOT_SERVING when the writer fail-stops.
+// watchFailure turns every health entry NOT_SERVING, the dispatch entry
+// included, when the writer fail-stops: nothing is granted any more.
 func (c *Coordinator) watchFailure() {
 	defer c.watcher.Done()
 	select {
 	case <-c.eng.Failed():
 		c.log.Error("storage commit failed: the writer stopped; reporting NOT_SERVING")
-		for _, name := range serviceNames {
+		c.failed.Store(true)
+		for _, name := range append(serviceNames, DispatchHealthName) {
 			c.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 		}
 	case <-c.done:
+	}
+}
+
+// refusalFlushInterval is how often the summaries of suppressed refusal
+// log lines are written.
+const refusalFlushInterval = time.Second
+
+// flushRefusals writes the summaries of suppressed refusal log lines once
+// per interval until Close, and once more then.
+func (c *Coordinator) flushRefusals() {
+	defer c.watcher.Done()
+	t := time.NewTicker(refusalFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.refusals.Flush()
+		case <-c.done:
+			c.refusals.Flush()
+			return
+		}
 	}
 }
 

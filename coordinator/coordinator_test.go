@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -138,19 +139,10 @@ func TestServeAndClose(t *testing.T) {
 			t.Errorf("dispatch health after resume = %v, want SERVING", got)
 		}
 	})
-	t.Run("Metrics are served with gRPC and engine series", func(t *testing.T) {
-		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := client.Get("http://" + c.MetricsAddr() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"grpc_server_handled_total", "leasehold_dispatch_paused 0"} {
-			if !strings.Contains(string(body), want) {
+	t.Run("Metrics are served with gRPC, engine and refusal series", func(t *testing.T) {
+		body := scrapeMetrics(t, c.MetricsAddr())
+		for _, want := range []string{"grpc_server_handled_total", "leasehold_dispatch_paused 0", `leasehold_refused_calls_total{code="Unauthenticated"} 1`} {
+			if !strings.Contains(body, want) {
 				t.Errorf("metrics lack %q", want)
 			}
 		}
@@ -170,6 +162,22 @@ func TestServeAndClose(t *testing.T) {
 			t.Errorf("logs lack %q:\n%s", want, logs.String())
 		}
 	}
+}
+
+// scrapeMetrics returns the text of the /metrics endpoint at addr.
+func scrapeMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 // TestDevelopmentTokensOnlyOnLoopback checks that the public development
@@ -205,7 +213,7 @@ func TestDevelopmentTokensOnlyOnLoopback(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		tokens := filepath.Join(dir, "principals.json")
-		if err := os.WriteFile(tokens, []byte(`{"principals":[{"name":"pool","token":"pool-secret-1","roles":["renderer"]}]}`), 0o600); err != nil {
+		if err := os.WriteFile(tokens, []byte(`{"principals":[{"name":"pool","token":"pool-secret-1","roles":["renderer"],"renderer_id_prefix":"pool-"}]}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		c, err := New(Config{Listen: "0.0.0.0:7070", DataDir: filepath.Join(dir, "data"), TokensFile: tokens, Logger: quiet})
@@ -216,7 +224,7 @@ func TestDevelopmentTokensOnlyOnLoopback(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	t.Run("A second coordinator on the same data directory fails fast", func(t *testing.T) {
+	t.Run("A second coordinator on the same data directory fails fast, saying it is in use", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		c, err := New(Config{DataDir: dir, Logger: quiet})
@@ -224,8 +232,12 @@ func TestDevelopmentTokensOnlyOnLoopback(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, err := New(Config{DataDir: dir, Logger: quiet}); err == nil {
-			t.Errorf("a second New on the same data directory succeeded")
+		_, err = New(Config{DataDir: dir, Logger: quiet})
+		if !errors.Is(err, ErrDataDirInUse) {
+			t.Fatalf("a second New on the same data directory = %v, want ErrDataDirInUse", err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, "in use by another coordinator") || strings.Contains(msg, "timeout") {
+			t.Errorf("error = %q, want it to name %s as in use by another coordinator, without \"timeout\"", msg, dir)
 		}
 	})
 }
@@ -256,7 +268,7 @@ func TestLocalAddr(t *testing.T) {
 }
 
 // TestFailStopTurnsHealthNotServing checks that a failed commit turns every
-// health status NOT_SERVING.
+// health status NOT_SERVING, the dispatch entry's included.
 func TestFailStopTurnsHealthNotServing(t *testing.T) {
 	t.Parallel()
 	var broken atomic.Bool
@@ -293,12 +305,17 @@ func TestFailStopTurnsHealthNotServing(t *testing.T) {
 	defer cancel()
 
 	hc := healthpb.NewHealthClient(conn)
-	watch, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: server.RendererServiceName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first, err := watch.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("first health status = %v, %v; want SERVING", first.GetStatus(), err)
+	names := []string{server.RendererServiceName, DispatchHealthName}
+	watches := make([]healthpb.Health_WatchClient, len(names))
+	for i, name := range names {
+		watch, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err := watch.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("first %s health status = %v, %v; want SERVING", name, first.GetStatus(), err)
+		}
+		watches[i] = watch
 	}
 
 	broken.Store(true)
@@ -308,11 +325,13 @@ func TestFailStopTurnsHealthNotServing(t *testing.T) {
 	if got := status.Code(err); got != codes.Unavailable {
 		t.Fatalf("SubmitBatch with a failing store: %v, want Unavailable", err)
 	}
-	next, err := watch.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("health after fail-stop = %v, want NOT_SERVING", next.GetStatus())
+	for i, watch := range watches {
+		next, err := watch.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("%s health after fail-stop = %v, want NOT_SERVING", names[i], next.GetStatus())
+		}
 	}
 }

@@ -3,11 +3,12 @@
 // services behind authentication, logging, recovery and Prometheus
 // interceptors, gRPC reflection, grpc.health.v1, and a /metrics endpoint.
 //
-// It holds no logic of its own. New opens everything, Serve serves gRPC on
-// a listener until Close, and Close stops gracefully: in-flight unary calls
-// finish, long polls answer at once, heartbeat and watch streams end with
-// UNAVAILABLE so that clients reconnect, then the writer and the store
-// close.
+// It holds no logic of its own. New opens everything (and, when it fails,
+// closes what it opened, the database's file lock included), Serve serves
+// gRPC on a listener until Close, and Close stops gracefully: in-flight
+// unary calls finish, long polls answer at once, heartbeat and watch
+// streams end with UNAVAILABLE so that clients reconnect, then the writer
+// and the store close.
 //
 // # Health
 //
@@ -20,7 +21,21 @@
 // it unhealthy would make load balancers drop traffic it should take.
 // Instead the pause has a health entry of its own, "leasehold.v1.Dispatch",
 // NOT_SERVING while paused, and shows as the leasehold_dispatch_paused
-// gauge and in every AcquireResponse (dispatch_paused).
+// gauge and in every AcquireResponse (dispatch_paused). A failed commit
+// turns the dispatch entry NOT_SERVING too, for good: nothing is granted
+// after it.
+//
+// # The gRPC edge
+//
+// In front of the services (see package edge): requests that do not decode
+// are INVALID_ARGUMENT MALFORMED_REQUEST, not INTERNAL; each principal may
+// hold at most 64 WatchBatch and 256 renderer streams (RESOURCE_EXHAUSTED
+// TOO_MANY_STREAMS); refused calls are counted in
+// leasehold_refused_calls_total{code} and logged at most 10 lines per
+// second per code, with a summary of the rest. The transport accepts
+// messages up to Config.MaxRecvMsgSize (derived from the batch limits),
+// 1000 concurrent streams per connection, and pings an idle connection
+// after 10 s, dropping it 5 s later if unanswered.
 //
 // # Development tokens
 //

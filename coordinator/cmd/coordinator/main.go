@@ -4,6 +4,12 @@
 // Every flag can also be set in the environment as LEASEHOLD_<NAME>, with
 // the flag name upper-cased and dashes turned into underscores
 // (--lease-ttl is LEASEHOLD_LEASE_TTL); a flag on the command line wins.
+//
+// Every flag is checked before anything is opened: an invalid value, from
+// the command line or the environment, prints one line naming the flag (or
+// the variable) and what is wrong with it, and exits with status 2 without
+// creating the data directory or binding a port. Other failures to start
+// exit with status 1.
 package main
 
 import (
@@ -13,30 +19,57 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/server"
+)
+
+// Exit statuses.
+const (
+	exitFailure = 1
+	exitUsage   = 2
 )
 
 func main() {
 	err := run(os.Args[1:], os.Stderr)
+	var uerr *usageError
 	switch {
+	case err == nil:
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
-	case err != nil:
+	case errors.As(err, &uerr):
 		fmt.Fprintln(os.Stderr, "coordinator:", err)
-		os.Exit(1)
+		os.Exit(exitUsage)
+	default:
+		fmt.Fprintln(os.Stderr, "coordinator:", err)
+		os.Exit(exitFailure)
 	}
 }
 
-// run parses flags, starts the coordinator and serves until SIGINT or
-// SIGTERM.
+// usageError is an invalid command line or environment: main prints it on
+// one line and exits with status 2.
+type usageError struct {
+	msg string
+}
+
+func (e *usageError) Error() string { return e.msg + " (see --help)" }
+
+// usagef returns a usageError.
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// run parses and checks flags, starts the coordinator and serves until
+// SIGINT or SIGTERM.
 func run(args []string, stderr io.Writer) error {
 	cfg, level, err := parseFlags(args, stderr)
 	if err != nil {
@@ -71,47 +104,71 @@ func run(args []string, stderr io.Writer) error {
 	}
 }
 
-// parseFlags turns flags (with LEASEHOLD_* defaults) into a Config.
+// Bounds the flags are checked against.
+const (
+	// minLeaseTTL is the shortest lease TTL: renderers heartbeat every
+	// third of it.
+	minLeaseTTL = 100 * time.Millisecond
+	// defaultMetricsListen is the default metrics address. It is not 9090,
+	// the port of Prometheus itself, which often runs on the same host.
+	defaultMetricsListen = "127.0.0.1:7071"
+)
+
+// flagValues are the flags that do not map one to one onto a Config field.
+type flagValues struct {
+	teamWeights    string
+	unsupported    string
+	runningCancel  bool
+	maxAttempts    uint
+	maxInlineBytes int
+}
+
+// parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
+// checks every value. All its errors but flag.ErrHelp are usageErrors.
 func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level, error) {
 	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var (
-		cfg            coordinator.Config
-		teamWeights    string
-		unsupported    string
-		runningCancel  bool
-		level          slog.Level
-		maxAttempts    uint
-		maxInlineBytes int
+		cfg   coordinator.Config
+		fv    flagValues
+		level slog.Level
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC listen address")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "directory of the bbolt file and the artifacts")
-	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP address of /metrics (empty: none)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of /metrics (empty: none); not 9090, which is Prometheus's own")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON); without it the development tokens are used, on loopback only")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15e9, "lease time to live without a heartbeat")
-	fs.UintVar(&maxAttempts, "max-attempts", 5, "attempts per job cycle, including the first")
-	fs.DurationVar(&cfg.BackoffBase, "backoff-base", 1e9, "retry backoff before the second attempt (doubles, with full jitter)")
-	fs.DurationVar(&cfg.BackoffCap, "backoff-cap", 300e9, "longest retry backoff")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
+	fs.UintVar(&fv.maxAttempts, "max-attempts", 5, "attempts per job cycle, including the first (at least 1)")
+	fs.DurationVar(&cfg.BackoffBase, "backoff-base", time.Second, "retry backoff before the second attempt (doubles, with full jitter; at most --backoff-cap)")
+	fs.DurationVar(&cfg.BackoffCap, "backoff-cap", 5*time.Minute, "longest retry backoff")
 	fs.IntVar(&cfg.MaxDocuments, "max-documents", jobs.DefaultMaxDocuments, "most documents in one batch")
 	fs.Int64Var(&cfg.MaxDocumentBytes, "max-document-bytes", jobs.DefaultMaxDocumentBytes, "largest declared document size")
 	fs.Int64Var(&cfg.MaxBatchBytes, "max-batch-bytes", jobs.DefaultMaxBatchBytes, "largest declared size of one batch")
-	fs.IntVar(&maxInlineBytes, "max-inline-bytes", jobs.DefaultMaxInlineBytes, "most inline content per document")
+	fs.IntVar(&fv.maxInlineBytes, "max-inline-bytes", jobs.DefaultMaxInlineBytes, "most inline content per document")
+	fs.Int64Var(&cfg.MaxBatchInlineBytes, "max-batch-inline-bytes", coordinator.DefaultMaxBatchInlineBytes,
+		"most inline content of one batch, all documents together; the largest gRPC message received is "+
+			"this + --max-documents × 4 KiB (metadata per document) + 64 KiB (at most 2 GiB)")
 	fs.IntVar(&cfg.MaxTeamQueue, "max-team-queue", jobs.DefaultMaxTeamQueue, "most non-terminal jobs per team")
-	fs.StringVar(&teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
-	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits (1 disables the cap)")
+	fs.Int64Var(&cfg.MaxArtifactBytes, "max-artifact-bytes", server.DefaultMaxArtifactBytes, "largest preview a renderer may upload")
+	fs.StringVar(&fv.teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
+	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
-	fs.BoolVar(&runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
+	fs.BoolVar(&fv.runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", 1000, "most jobs one operator replay may touch")
-	fs.StringVar(&unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
+	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", coordinator.DefaultShutdownTimeout, "how long a shutdown waits for calls in flight before cutting them")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 
+	// source names where each flag's value came from, for the messages.
+	source := make(map[string]string)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "LEASEHOLD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		source[f.Name] = "--" + f.Name
+		name := envName(f.Name)
 		f.Usage += " (env " + name + ")"
 		if v, ok := os.LookupEnv(name); ok {
+			source[f.Name] = name
 			if err := f.Value.Set(v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+				envErr = usagef("%s=%q: %v", name, v, err)
 			}
 			f.DefValue = v
 		}
@@ -119,27 +176,106 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	if envErr != nil {
 		return cfg, level, envErr
 	}
+	// The flag package would print its error and the whole usage; print
+	// the usage for --help only, and the error on one line.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return cfg, level, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "Usage of coordinator:")
+			fs.PrintDefaults()
+			return cfg, level, err
+		}
+		return cfg, level, &usageError{msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return cfg, level, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return cfg, level, usagef("unexpected arguments: %v", fs.Args())
 	}
-	weights, err := parseWeights(teamWeights)
-	if err != nil {
+	fs.Visit(func(f *flag.Flag) { source[f.Name] = "--" + f.Name })
+
+	if err := fillConfig(&cfg, fv); err != nil {
+		return cfg, level, usagef("%s=%q: %v", source["team-weights"], fv.teamWeights, err)
+	}
+	if err := checkFlags(cfg, fv, source); err != nil {
 		return cfg, level, err
 	}
+	return cfg, level, nil
+}
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return "LEASEHOLD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// fillConfig sets the Config fields that need converting from the flags;
+// its one error is malformed team weights.
+func fillConfig(cfg *coordinator.Config, fv flagValues) error {
+	weights, err := parseWeights(fv.teamWeights)
+	if err != nil {
+		return err
+	}
 	cfg.TeamWeights = weights
-	cfg.MaxAttempts = uint32(maxAttempts)
-	cfg.MaxInlineBytes = maxInlineBytes
-	cfg.DisableRunningCancel = !runningCancel
+	cfg.MaxAttempts = uint32(min(fv.maxAttempts, math.MaxUint32))
+	cfg.MaxInlineBytes = fv.maxInlineBytes
+	cfg.DisableRunningCancel = !fv.runningCancel
 	cfg.Unsupported = []string{}
-	for _, f := range strings.Split(unsupported, ",") {
+	for _, f := range strings.Split(fv.unsupported, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			cfg.Unsupported = append(cfg.Unsupported, f)
 		}
 	}
-	return cfg, level, nil
+	return nil
+}
+
+// checkFlags checks every value and returns a usageError for the first
+// that is wrong, naming it as it was given (flag or variable): source maps
+// a flag name to where its value came from.
+func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string) error {
+	// recvBytes is the receive limit the batch limits give (see
+	// coordinator.Config.MaxRecvMsgSize); it must fit gRPC's 32-bit
+	// message length.
+	recvBytes := float64(cfg.MaxBatchInlineBytes) + float64(cfg.MaxDocuments)*coordinator.PerDocumentRecvAllowance + coordinator.RecvOverheadBytes
+	checks := []struct {
+		flag  string
+		value any
+		ok    bool
+		want  string
+	}{
+		{"listen", strconv.Quote(cfg.Listen), hostPort(cfg.Listen), "a host:port address"},
+		{"metrics-listen", strconv.Quote(cfg.MetricsListen), cfg.MetricsListen == "" || hostPort(cfg.MetricsListen), "a host:port address, or empty for no metrics"},
+		{"metrics-listen", strconv.Quote(cfg.MetricsListen), cfg.MetricsListen == "" || cfg.MetricsListen != cfg.Listen, "an address other than --listen"},
+		{"data-dir", strconv.Quote(cfg.DataDir), strings.TrimSpace(cfg.DataDir) != "", "a directory"},
+		{"lease-ttl", cfg.LeaseTTL, cfg.LeaseTTL >= minLeaseTTL, "at least " + minLeaseTTL.String()},
+		{"max-attempts", fv.maxAttempts, fv.maxAttempts >= 1 && fv.maxAttempts <= math.MaxUint32, "from 1 to 4294967295"},
+		{"backoff-base", cfg.BackoffBase, cfg.BackoffBase > 0, "a positive duration"},
+		{"backoff-cap", cfg.BackoffCap, cfg.BackoffCap > 0, "a positive duration"},
+		{"backoff-base", cfg.BackoffBase, cfg.BackoffBase <= cfg.BackoffCap, "at most --backoff-cap (" + cfg.BackoffCap.String() + ")"},
+		{"max-documents", cfg.MaxDocuments, cfg.MaxDocuments >= 1, "at least 1"},
+		{"max-document-bytes", cfg.MaxDocumentBytes, cfg.MaxDocumentBytes >= 1, "at least 1"},
+		{"max-batch-bytes", cfg.MaxBatchBytes, cfg.MaxBatchBytes >= 1, "at least 1"},
+		{"max-inline-bytes", fv.maxInlineBytes, fv.maxInlineBytes >= 1, "at least 1"},
+		{"max-batch-inline-bytes", cfg.MaxBatchInlineBytes, cfg.MaxBatchInlineBytes >= 1, "at least 1"},
+		{"max-batch-inline-bytes", cfg.MaxBatchInlineBytes, recvBytes <= math.MaxInt32,
+			"a size that with --max-documents keeps the largest gRPC message (this + documents × 4 KiB + 64 KiB) within 2 GiB"},
+		{"max-team-queue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 1, "at least 1"},
+		{"max-artifact-bytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 1, "at least 1"},
+		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
+		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
+		{"shutdown-timeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout > 0, "a positive duration"},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			return usagef("%s=%v: want %s", source[c.flag], c.value, c.want)
+		}
+	}
+	return nil
+}
+
+// hostPort reports whether s is a host:port address.
+func hostPort(s string) bool {
+	_, _, err := net.SplitHostPort(s)
+	return err == nil
 }
 
 // parseWeights parses "alpha=3,beta=1".
@@ -151,8 +287,8 @@ func parseWeights(s string) (map[string]int, error) {
 	for _, pair := range strings.Split(s, ",") {
 		team, w, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		n, err := strconv.Atoi(strings.TrimSpace(w))
-		if !ok || team == "" || err != nil || n < 1 {
-			return nil, fmt.Errorf("--team-weights: %q is not team=<positive weight>", pair)
+		if !ok || strings.TrimSpace(team) == "" || err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not team=<positive weight>", pair)
 		}
 		out[strings.TrimSpace(team)] = n
 	}

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +17,15 @@ import (
 	"go.uber.org/goleak"
 )
 
+// runMainEnv, set in a child process of the test binary, makes it run main
+// with its arguments instead of the tests.
+const runMainEnv = "COORDINATOR_TEST_RUN_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -25,6 +40,12 @@ func TestParseFlags(t *testing.T) {
 		if cfg.Listen != "127.0.0.1:7070" || cfg.LeaseTTL != 15*time.Second || cfg.MaxAttempts != 5 || cfg.DisableRunningCancel || level != slog.LevelInfo {
 			t.Errorf("defaults = %+v level %v", cfg, level)
 		}
+		if cfg.MetricsListen != "127.0.0.1:7071" {
+			t.Errorf("metrics address = %q, want 127.0.0.1:7071 (not Prometheus's own 9090)", cfg.MetricsListen)
+		}
+		if cfg.MaxBatchInlineBytes != 16<<20 {
+			t.Errorf("max batch inline bytes = %d, want 16 MiB", cfg.MaxBatchInlineBytes)
+		}
 		if len(cfg.Unsupported) == 0 {
 			t.Errorf("no default unsupported formats")
 		}
@@ -33,12 +54,17 @@ func TestParseFlags(t *testing.T) {
 		t.Setenv("LEASEHOLD_LEASE_TTL", "30s")
 		t.Setenv("LEASEHOLD_LISTEN", "127.0.0.1:1")
 		t.Setenv("LEASEHOLD_RUNNING_CANCEL", "false")
+		t.Setenv("LEASEHOLD_MAX_BATCH_INLINE_BYTES", "1048576")
+		t.Setenv("LEASEHOLD_TEAM_SHARE", "1")
 		cfg, _, err := parseFlags([]string{"--listen", "127.0.0.1:2", "--team-weights", "alpha=3, beta=1", "--unsupported", ".exe, ,.js", "--log-level", "debug"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if cfg.LeaseTTL != 30*time.Second || cfg.Listen != "127.0.0.1:2" || !cfg.DisableRunningCancel {
 			t.Errorf("lease ttl %v listen %s disable running cancel %v; want 30s, 127.0.0.1:2, true", cfg.LeaseTTL, cfg.Listen, cfg.DisableRunningCancel)
+		}
+		if cfg.MaxBatchInlineBytes != 1<<20 || cfg.TeamShare != 1 {
+			t.Errorf("max batch inline bytes %d team share %v; want 1 MiB, 1", cfg.MaxBatchInlineBytes, cfg.TeamShare)
 		}
 		if diff := cmp.Diff(map[string]int{"alpha": 3, "beta": 1}, cfg.TeamWeights); diff != "" {
 			t.Errorf("weights (-want +got):\n%s", diff)
@@ -47,10 +73,12 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("unsupported (-want +got):\n%s", diff)
 		}
 	})
-	t.Run("A malformed environment value is an error", func(t *testing.T) {
+	t.Run("A malformed environment value is a usage error", func(t *testing.T) {
 		t.Setenv("LEASEHOLD_MAX_ATTEMPTS", "many")
-		if _, _, err := parseFlags(nil, io.Discard); err == nil {
-			t.Errorf("parseFlags accepted LEASEHOLD_MAX_ATTEMPTS=many")
+		_, _, err := parseFlags(nil, io.Discard)
+		var uerr *usageError
+		if !errors.As(err, &uerr) {
+			t.Errorf("parseFlags with LEASEHOLD_MAX_ATTEMPTS=many = %v, want a usage error", err)
 		}
 	})
 	t.Run("Malformed team weights are an error", func(t *testing.T) {
@@ -60,4 +88,121 @@ func TestParseFlags(t *testing.T) {
 			}
 		}
 	})
+	t.Run("Help prints the usage, with the metrics default and the receive limit formula", func(t *testing.T) {
+		var out strings.Builder
+		if _, _, err := parseFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("parseFlags(--help) = %v, want flag.ErrHelp", err)
+		}
+		for _, want := range []string{"127.0.0.1:7071", "--max-documents × 4 KiB", "LEASEHOLD_MAX_BATCH_INLINE_BYTES"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("usage lacks %q", want)
+			}
+		}
+		if strings.Contains(out.String(), "9090\"") || strings.Contains(out.String(), ":9090") {
+			t.Errorf("usage still offers port 9090")
+		}
+	})
+}
+
+// TestInvalidConfigurationExitsTwo runs the command with one invalid value
+// at a time, from a flag or the environment, and checks that it prints one
+// line naming it, exits with status 2 and creates no data directory.
+func TestInvalidConfigurationExitsTwo(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"zero lease TTL", []string{"--lease-ttl", "0s"}, nil, "--lease-ttl=0s"},
+		{"negative lease TTL", []string{"--lease-ttl", "-1s"}, nil, "--lease-ttl=-1s"},
+		{"lease TTL below the floor", []string{"--lease-ttl", "1ms"}, nil, "--lease-ttl=1ms: want at least 100ms"},
+		{"negative replay limit", []string{"--replay-limit", "-1"}, nil, "--replay-limit=-1"},
+		{"zero replay limit", []string{"--replay-limit", "0"}, nil, "--replay-limit=0"},
+		{"negative team share", []string{"--team-share", "-0.5"}, nil, "--team-share=-0.5"},
+		{"zero team share", []string{"--team-share", "0"}, nil, "--team-share=0"},
+		{"team share above 1", []string{"--team-share", "1.5"}, nil, "--team-share=1.5"},
+		{"team share not a number", []string{"--team-share", "NaN"}, nil, "--team-share=NaN"},
+		{"team weights that do not parse", []string{"--team-weights", "alpha=x"}, nil, "--team-weights="},
+		{"a zero team weight", []string{"--team-weights", "alpha=0"}, nil, "--team-weights="},
+		{"zero max attempts", []string{"--max-attempts", "0"}, nil, "--max-attempts=0"},
+		{"negative max attempts", []string{"--max-attempts", "-1"}, nil, "-max-attempts"},
+		{"max attempts over 32 bits", []string{"--max-attempts", "4294967296"}, nil, "--max-attempts=4294967296"},
+		{"negative max documents", []string{"--max-documents", "-5"}, nil, "--max-documents=-5"},
+		{"zero max document bytes", []string{"--max-document-bytes", "0"}, nil, "--max-document-bytes=0"},
+		{"negative max batch bytes", []string{"--max-batch-bytes", "-1"}, nil, "--max-batch-bytes=-1"},
+		{"negative max inline bytes", []string{"--max-inline-bytes", "-1"}, nil, "--max-inline-bytes=-1"},
+		{"negative max batch inline bytes", []string{"--max-batch-inline-bytes", "-1"}, nil, "--max-batch-inline-bytes=-1"},
+		{"a receive limit over 2 GiB", []string{"--max-batch-inline-bytes", "2147483647"}, nil, "--max-batch-inline-bytes=2147483647"},
+		{"zero max team queue", []string{"--max-team-queue", "0"}, nil, "--max-team-queue=0"},
+		{"negative max artifact bytes", []string{"--max-artifact-bytes", "-1"}, nil, "--max-artifact-bytes=-1"},
+		{"backoff base above its cap", []string{"--backoff-base", "10m", "--backoff-cap", "1m"}, nil, "--backoff-base=10m0s: want at most --backoff-cap"},
+		{"zero backoff cap", []string{"--backoff-cap", "0s"}, nil, "--backoff-cap=0s"},
+		{"negative backoff base", []string{"--backoff-base", "-1s"}, nil, "--backoff-base=-1s"},
+		{"zero shutdown timeout", []string{"--shutdown-timeout", "0s"}, nil, "--shutdown-timeout=0s"},
+		{"a listen address without a port", []string{"--listen", "localhost"}, nil, `--listen="localhost"`},
+		{"a metrics address without a port", []string{"--metrics-listen", "127.0.0.1"}, nil, `--metrics-listen="127.0.0.1"`},
+		{"metrics on the gRPC address", []string{"--listen", "127.0.0.1:7070", "--metrics-listen", "127.0.0.1:7070"}, nil, "--metrics-listen="},
+		{"an empty data directory", []string{"--data-dir", ""}, nil, `--data-dir=""`},
+		{"an unknown log level", []string{"--log-level", "loud"}, nil, "-log-level"},
+		{"an unknown flag", []string{"--no-such-flag"}, nil, "no-such-flag"},
+		{"a stray argument", []string{"serve"}, nil, "unexpected arguments"},
+		{"a negative team share from the environment", nil, []string{"LEASEHOLD_TEAM_SHARE=-0.5"}, "LEASEHOLD_TEAM_SHARE=-0.5"},
+		{"a malformed number from the environment", nil, []string{"LEASEHOLD_MAX_ATTEMPTS=many"}, "LEASEHOLD_MAX_ATTEMPTS"},
+		{"a zero lease TTL from the environment", nil, []string{"LEASEHOLD_LEASE_TTL=0s"}, "LEASEHOLD_LEASE_TTL=0s"},
+		{"team weights from the environment", nil, []string{"LEASEHOLD_TEAM_WEIGHTS=alpha"}, "LEASEHOLD_TEAM_WEIGHTS="},
+		{"a flag over a valid environment value is named as the flag", []string{"--replay-limit", "-3"}, []string{"LEASEHOLD_REPLAY_LIMIT=5"}, "--replay-limit=-3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			dataDir := filepath.Join(dir, "data")
+			args := append([]string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.args...)
+			code, stderr := runCommand(t, dir, args, tc.env)
+			if code != 2 {
+				t.Errorf("exit status = %d, want 2; stderr:\n%s", code, stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("stderr = %q, want one line containing %q", stderr, tc.want)
+			}
+			for _, d := range []string{dataDir, filepath.Join(dir, "data")} {
+				if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s exists after a refused configuration", d)
+				}
+			}
+		})
+	}
+}
+
+// runCommand runs the test binary as the command in dir with args and the
+// environment (LEASEHOLD_* variables of the test's own environment
+// removed, env added), and returns its exit status and standard error.
+func runCommand(t *testing.T, dir string, args, env []string) (int, string) {
+	t.Helper()
+	// Failsafe only: a refused configuration exits at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, runMainEnv+"=1"), env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stderr.String()
+	}
+	t.Fatalf("running the command: %v", err)
+	return 0, ""
 }

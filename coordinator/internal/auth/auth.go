@@ -38,6 +38,14 @@ const (
 // AllTeams in an operator's scope means every team.
 const AllTeams = "*"
 
+// AnyRendererID in a renderer principal's renderer_ids lets it use every
+// renderer id.
+const AnyRendererID = "*"
+
+// DefaultMaxCapacity is the most live capacity one renderer credential may
+// declare when the principals file does not say (max_capacity).
+const DefaultMaxCapacity = 1024
+
 // minTokenBytes is the shortest accepted token.
 const minTokenBytes = 8
 
@@ -54,22 +62,19 @@ type Principal struct {
 	Scope []string
 	// Roles lists what the principal may do.
 	Roles []Role
-	// RendererIDs and RendererIDPrefix say which renderer ids a renderer
-	// principal may use; AnyRendererID allows every id.
-	RendererIDs      []string
+	// RendererIDs lists the renderer ids a renderer may name itself with;
+	// AnyRendererID ("*") allows every id. See MayUseRendererID.
+	RendererIDs []string
+	// RendererIDPrefix, when not empty, allows every renderer id that
+	// starts with it, in addition to RendererIDs.
 	RendererIDPrefix string
-	AnyRendererID    bool
-	// MaxCapacity bounds the live capacity all renderers of this principal
-	// may declare together (0: no bound).
+	// MaxCapacity is the most live capacity (slots) that all the streams of
+	// this credential may declare together. Every renderer principal of a
+	// Set has one of at least 1 (DefaultMaxCapacity unless the file says);
+	// it is 0 for the other roles. It stops one credential from opening
+	// many streams that each declare a large capacity and so defeating the
+	// team share cap.
 	MaxCapacity int
-}
-
-// MayUseRendererID reports whether p may act as the renderer with this id.
-func (p Principal) MayUseRendererID(id string) bool {
-	if !p.Can(RoleRenderer) {
-		return false
-	}
-	return p.AnyRendererID || slices.Contains(p.RendererIDs, id) || (p.RendererIDPrefix != "" && strings.HasPrefix(id, p.RendererIDPrefix))
 }
 
 // Can reports whether p holds role.
@@ -90,6 +95,22 @@ func (p Principal) InScope(team string) bool {
 // AllScope reports whether p is an operator whose scope is every team.
 func (p Principal) AllScope() bool {
 	return p.Can(RoleOperator) && slices.Contains(p.Scope, AllTeams)
+}
+
+// MayUseRendererID reports whether p may name itself id as a renderer: p
+// holds the renderer role and id is listed in RendererIDs, RendererIDs
+// holds AnyRendererID, or id starts with a non-empty RendererIDPrefix. An
+// empty id is never allowed. The handlers call it on every call that
+// carries a renderer id, and refuse any other id with PERMISSION_DENIED
+// RENDERER_ID_NOT_ALLOWED.
+func (p Principal) MayUseRendererID(id string) bool {
+	if id == "" || !p.Can(RoleRenderer) {
+		return false
+	}
+	if slices.Contains(p.RendererIDs, AnyRendererID) || slices.Contains(p.RendererIDs, id) {
+		return true
+	}
+	return p.RendererIDPrefix != "" && strings.HasPrefix(id, p.RendererIDPrefix)
 }
 
 // Set is an immutable set of principals indexed by token. It is safe for
@@ -137,13 +158,17 @@ type fileFormat struct {
 	Principals []filePrincipal `json:"principals"`
 }
 
-// filePrincipal is one principal as written in the file.
+// filePrincipal is one principal as written in the file. The pointers tell
+// a key that is absent from one given with its zero value.
 type filePrincipal struct {
-	Name  string   `json:"name"`
-	Token string   `json:"token"`
-	Team  string   `json:"team"`
-	Scope []string `json:"scope"`
-	Roles []Role   `json:"roles"`
+	Name             string   `json:"name"`
+	Token            string   `json:"token"`
+	Team             string   `json:"team"`
+	Scope            []string `json:"scope"`
+	Roles            []Role   `json:"roles"`
+	RendererIDs      []string `json:"renderer_ids"`
+	RendererIDPrefix *string  `json:"renderer_id_prefix"`
+	MaxCapacity      *int     `json:"max_capacity"`
 }
 
 // LoadFile reads a principals file (see the package documentation).
@@ -223,12 +248,61 @@ func Parse(data []byte) (*Set, error) {
 		if p.Can(RoleOperator) && len(fp.Scope) == 0 {
 			return nil, fmt.Errorf("%s: an operator needs a scope (\"*\" for all teams)", where)
 		}
+		if err := parseRenderer(fp, &p); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
 		s.add(fp.Token, p)
 	}
 	return s, nil
 }
 
+// parseRenderer validates the renderer keys of fp (renderer_ids,
+// renderer_id_prefix, max_capacity) and sets them on p. A renderer must say
+// which ids it may use, so that a file cannot allow every id by leaving the
+// keys out; the other roles must not carry the keys at all.
+func parseRenderer(fp filePrincipal, p *Principal) error {
+	if !p.Can(RoleRenderer) {
+		if fp.RendererIDs != nil || fp.RendererIDPrefix != nil || fp.MaxCapacity != nil {
+			return errors.New("renderer_ids, renderer_id_prefix and max_capacity serve only the renderer role")
+		}
+		return nil
+	}
+	for _, id := range fp.RendererIDs {
+		if id == "" || strings.TrimSpace(id) != id {
+			return fmt.Errorf("renderer_ids has %q: an id must be non-empty without surrounding spaces", id)
+		}
+		if id == AnyRendererID && len(fp.RendererIDs) > 1 {
+			return fmt.Errorf("renderer_ids: %q allows every id and must be listed alone", AnyRendererID)
+		}
+		if !slices.Contains(p.RendererIDs, id) {
+			p.RendererIDs = append(p.RendererIDs, id)
+		}
+	}
+	if fp.RendererIDPrefix != nil {
+		prefix := *fp.RendererIDPrefix
+		if prefix == "" || strings.TrimSpace(prefix) != prefix {
+			return fmt.Errorf("renderer_id_prefix %q must be non-empty without surrounding spaces "+
+				"(to allow every id, write \"renderer_ids\": [%q])", prefix, AnyRendererID)
+		}
+		p.RendererIDPrefix = prefix
+	}
+	if len(p.RendererIDs) == 0 && p.RendererIDPrefix == "" {
+		return fmt.Errorf("a renderer needs renderer_ids or renderer_id_prefix to say which renderer ids it may use "+
+			"(\"renderer_ids\": [%q] allows every id)", AnyRendererID)
+	}
+	p.MaxCapacity = DefaultMaxCapacity
+	if fp.MaxCapacity != nil {
+		if *fp.MaxCapacity < 1 {
+			return fmt.Errorf("max_capacity must be at least 1, got %d", *fp.MaxCapacity)
+		}
+		p.MaxCapacity = *fp.MaxCapacity
+	}
+	return nil
+}
+
 // NewSet returns a set from tokens to principals, for tests and embedding.
+// A renderer principal without a MaxCapacity gets DefaultMaxCapacity; its
+// renderer ids are taken as given (none means it may use no id).
 func NewSet(byToken map[string]Principal) *Set {
 	s := &Set{}
 	keys := make([]string, 0, len(byToken))
@@ -237,7 +311,11 @@ func NewSet(byToken map[string]Principal) *Set {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		s.add(k, byToken[k])
+		p := byToken[k]
+		if p.Can(RoleRenderer) && p.MaxCapacity <= 0 {
+			p.MaxCapacity = DefaultMaxCapacity
+		}
+		s.add(k, p)
 	}
 	return s
 }
@@ -257,14 +335,15 @@ const (
 
 // DevPrincipals returns the well-known principals of a local development
 // stack: dev-alpha and dev-beta submit for teams alpha and beta,
-// dev-renderer renders, dev-operator operates on every team and
+// dev-renderer renders under any renderer id with DefaultMaxCapacity,
+// dev-operator operates on every team and
 // dev-operator-alpha on team alpha only. The tokens are public; the
 // coordinator uses them only on a loopback address.
 func DevPrincipals() *Set {
 	return NewSet(map[string]Principal{
 		DevAlphaToken:         {Name: "dev-alpha", Team: "alpha", Roles: []Role{RoleSubmitter}},
 		DevBetaToken:          {Name: "dev-beta", Team: "beta", Roles: []Role{RoleSubmitter}},
-		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}, AnyRendererID: true, MaxCapacity: 4096},
+		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}, RendererIDs: []string{AnyRendererID}, MaxCapacity: DefaultMaxCapacity},
 		DevOperatorToken:      {Name: "dev-operator", Scope: []string{AllTeams}, Roles: []Role{RoleOperator}},
 		DevOperatorAlphaToken: {Name: "dev-operator-alpha", Scope: []string{"alpha"}, Roles: []Role{RoleOperator}},
 	})

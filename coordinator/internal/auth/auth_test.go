@@ -29,7 +29,7 @@ func TestParse(t *testing.T) {
 		s, err := Parse([]byte(`{"principals":[
 			{"name":"alpha-svc","token":"alpha-secret","team":"alpha","roles":["submitter"]},
 			{"name":"ops","token":"ops-secret","roles":["operator"],"scope":["alpha","beta"]},
-			{"name":"pool","token":"pool-secret","roles":["renderer"]}]}`))
+			{"name":"pool","token":"pool-secret","roles":["renderer"],"renderer_id_prefix":"pool-a-"}]}`))
 		if err != nil {
 			t.Fatalf("Parse: %v", err)
 		}
@@ -52,11 +52,20 @@ func TestParse(t *testing.T) {
 	bad := []struct {
 		name, json, wantErr string
 	}{
+		{"A renderer without renderer ids or a prefix is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"]}]}`, "needs renderer_ids or renderer_id_prefix"},
+		{"A renderer with an empty id list and no prefix is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":[]}]}`, "needs renderer_ids or renderer_id_prefix"},
+		{"An explicitly empty renderer id prefix is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_id_prefix":""}]}`, `renderer_id_prefix "" must be non-empty`},
+		{"A renderer id prefix with spaces is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_id_prefix":" pool"}]}`, "without surrounding spaces"},
+		{"An empty renderer id is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["r-1",""]}]}`, "an id must be non-empty"},
+		{"The wildcard id mixed with others is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*","r-1"]}]}`, "listed alone"},
+		{"A zero max_capacity is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["r-1"],"max_capacity":0}]}`, "max_capacity must be at least 1"},
+		{"Renderer keys on a submitter are refused", `{"principals":[{"name":"a","token":"12345678","team":"alpha","roles":["submitter"],"renderer_ids":["r-1"]}]}`, "serve only the renderer role"},
+		{"max_capacity on an operator is refused", `{"principals":[{"name":"a","token":"12345678","scope":["*"],"roles":["operator"],"max_capacity":8}]}`, "serve only the renderer role"},
 		{"An empty list is refused", `{"principals":[]}`, "no principals"},
-		{"An unknown field is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"teams":["x"]}]}`, "unknown field"},
-		{"A short token is refused", `{"principals":[{"name":"a","token":"short","roles":["renderer"]}]}`, "at least 8 bytes"},
-		{"A repeated token is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"]},{"name":"b","token":"12345678","roles":["renderer"]}]}`, "token repeats"},
-		{"A repeated name is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"]},{"name":"a","token":"87654321","roles":["renderer"]}]}`, "name repeats"},
+		{"An unknown field is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*"],"teams":["x"]}]}`, "unknown field"},
+		{"A short token is refused", `{"principals":[{"name":"a","token":"short","roles":["renderer"],"renderer_ids":["*"]}]}`, "at least 8 bytes"},
+		{"A repeated token is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*"]},{"name":"b","token":"12345678","roles":["renderer"],"renderer_ids":["*"]}]}`, "token repeats"},
+		{"A repeated name is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*"]},{"name":"a","token":"87654321","roles":["renderer"],"renderer_ids":["*"]}]}`, "name repeats"},
 		{"An unknown role is refused", `{"principals":[{"name":"a","token":"12345678","roles":["admin"]}]}`, "unknown role"},
 		{"A submitter without a team is refused", `{"principals":[{"name":"a","token":"12345678","roles":["submitter"]}]}`, "needs a team"},
 		{"An operator without a scope is refused", `{"principals":[{"name":"a","token":"12345678","roles":["operator"]}]}`, "needs a scope"},
@@ -77,7 +86,7 @@ func TestParse(t *testing.T) {
 func TestLoadFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "principals.json")
-	if err := os.WriteFile(path, []byte(`{"principals":[{"name":"pool","token":"pool-secret","roles":["renderer"]}]}`), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(`{"principals":[{"name":"pool","token":"pool-secret","roles":["renderer"],"renderer_ids":["*"]}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err := LoadFile(path)
@@ -91,6 +100,88 @@ func TestLoadFile(t *testing.T) {
 	if _, err := LoadFile(filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Errorf("LoadFile of a missing file succeeded")
 	}
+}
+
+// TestRendererIdentity checks the renderer keys of the principals file and
+// MayUseRendererID.
+func TestRendererIdentity(t *testing.T) {
+	t.Parallel()
+	s, err := Parse([]byte(`{"principals":[
+		{"name":"listed","token":"listed-secret","roles":["renderer"],"renderer_ids":["r-1","r-2","r-1"]},
+		{"name":"pool","token":"pool-secret","roles":["renderer"],"renderer_id_prefix":"pool-a-","max_capacity":64},
+		{"name":"both","token":"both-secret","roles":["renderer"],"renderer_ids":["solo"],"renderer_id_prefix":"pool-b-"},
+		{"name":"any","token":"any-secret","roles":["renderer"],"renderer_ids":["*"]},
+		{"name":"alpha-svc","token":"alpha-secret","team":"alpha","roles":["submitter"]}]}`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	lookup := func(token string) Principal {
+		t.Helper()
+		p, ok := s.Lookup(token)
+		if !ok {
+			t.Fatalf("Lookup(%s) found nothing", token)
+		}
+		return p
+	}
+
+	t.Run("The file's keys land on the principal, ids deduplicated", func(t *testing.T) {
+		want := Principal{Name: "listed", Roles: []Role{RoleRenderer}, RendererIDs: []string{"r-1", "r-2"}, MaxCapacity: DefaultMaxCapacity}
+		if diff := cmp.Diff(want, lookup("listed-secret")); diff != "" {
+			t.Errorf("principal (-want +got):\n%s", diff)
+		}
+		want = Principal{Name: "pool", Roles: []Role{RoleRenderer}, RendererIDPrefix: "pool-a-", MaxCapacity: 64}
+		if diff := cmp.Diff(want, lookup("pool-secret")); diff != "" {
+			t.Errorf("principal (-want +got):\n%s", diff)
+		}
+		if got := lookup("alpha-secret").MaxCapacity; got != 0 {
+			t.Errorf("a submitter's MaxCapacity = %d, want 0", got)
+		}
+	})
+
+	dev, _ := DevPrincipals().Lookup(DevRendererToken)
+	devAlpha, _ := DevPrincipals().Lookup(DevAlphaToken)
+	tests := []struct {
+		who  string
+		p    Principal
+		id   string
+		want bool
+	}{
+		{"listed", lookup("listed-secret"), "r-1", true},
+		{"listed", lookup("listed-secret"), "r-2", true},
+		{"listed", lookup("listed-secret"), "r-3", false},
+		{"listed", lookup("listed-secret"), "r-", false},
+		{"listed", lookup("listed-secret"), "", false},
+		{"pool", lookup("pool-secret"), "pool-a-7", true},
+		{"pool", lookup("pool-secret"), "pool-b-7", false},
+		{"pool", lookup("pool-secret"), "pool-a", false},
+		{"pool", lookup("pool-secret"), "xpool-a-7", false},
+		{"both", lookup("both-secret"), "solo", true},
+		{"both", lookup("both-secret"), "pool-b-1", true},
+		{"both", lookup("both-secret"), "solo-2", false},
+		{"any", lookup("any-secret"), "anything", true},
+		{"any", lookup("any-secret"), "", false},
+		{"a submitter", lookup("alpha-secret"), "r-1", false},
+		{"dev-renderer", dev, "whatever-1", true},
+		{"dev-alpha", devAlpha, "whatever-1", false},
+		{"a renderer built without ids", Principal{Name: "bare", Roles: []Role{RoleRenderer}}, "r-1", false},
+		{"a non-renderer listing the wildcard", Principal{Name: "odd", Roles: []Role{RoleOperator}, RendererIDs: []string{AnyRendererID}}, "r-1", false},
+	}
+	for _, tc := range tests {
+		if got := tc.p.MayUseRendererID(tc.id); got != tc.want {
+			t.Errorf("%s MayUseRendererID(%q) = %v, want %v", tc.who, tc.id, got, tc.want)
+		}
+	}
+
+	t.Run("The development renderer and renderers built by hand get the default capacity bound", func(t *testing.T) {
+		if dev.MaxCapacity != DefaultMaxCapacity {
+			t.Errorf("dev-renderer MaxCapacity = %d, want %d", dev.MaxCapacity, DefaultMaxCapacity)
+		}
+		set := NewSet(map[string]Principal{"hand-made": {Name: "hand", Roles: []Role{RoleRenderer}}})
+		p, _ := set.Lookup("hand-made")
+		if p.MaxCapacity != DefaultMaxCapacity {
+			t.Errorf("NewSet renderer MaxCapacity = %d, want %d", p.MaxCapacity, DefaultMaxCapacity)
+		}
+	})
 }
 
 // TestPrincipalScope checks Can, SubmitterOf and InScope for the
