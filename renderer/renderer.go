@@ -130,7 +130,7 @@ type Config struct {
 	MaxReceiveBytes int
 	// MaxRequestBytes bounds one SessionRequest (default 4 MiB, at least
 	// MinMessageBytes). The coordinator's welcome.max_message_bytes lowers it
-	// when smaller. Previews that would not fit inline beside inlineHeadroom
+	// when smaller. Previews that would not fit inline with 16 KiB to spare
 	// are uploaded.
 	MaxRequestBytes int
 	// DrainTimeout is how long a drain lets in-flight renders finish before
@@ -345,9 +345,8 @@ func (w *Worker) drain(loopErr <-chan error) error {
 	if err, ended := w.waitUntil(w.idle, timeout.C, w.cut, loopErr); ended {
 		return err
 	}
-	if n := w.handBackAll(); n > 0 {
-		w.log.Info("drain timed out", "handed_back", n)
-	}
+	n := w.handBackAll()
+	w.log.Info("drain wait over", "handed_back", n)
 	answers := time.NewTimer(answerWait)
 	defer answers.Stop()
 	if err, ended := w.waitUntil(w.answered, answers.C, nil, loopErr); ended {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,10 +412,8 @@ func TestWorkerCompletionRejected(t *testing.T) {
 		t.Parallel()
 		p := newGated(t)
 		p.size = 2 << 20 // above the 1 MiB inline limit
-		var abortedUpload error
 		b := setup(t, renderer.Config{Provider: p, Capacity: 1}, func(f *fakeCoordinator) {
-			abortedUpload = statusErr(t, codes.Aborted, "LEASE_EXPIRED")
-			f.uploadErrs = []error{abortedUpload}
+			f.uploadErrs = []error{statusErr(t, codes.Aborted, "LEASE_EXPIRED")}
 			f.answer = func(c *leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult {
 				return &leaseholdv1.CompletionResult{JobId: c.GetJobId(), Token: c.GetToken(), Code: int32(codes.FailedPrecondition), Reason: "ARTIFACT_NOT_FOUND"}
 			}
@@ -441,12 +440,13 @@ func TestWorkerReconnects(t *testing.T) {
 	t.Parallel()
 	p := newGated(t)
 	p.hold("job-hold", "job-gone")
-	var firstSession = true
+	var firstSession atomic.Bool
+	firstSession.Store(true)
 	b := setup(t, renderer.Config{Provider: p, Capacity: 3}, func(f *fakeCoordinator) {
 		f.lost["job-gone"] = "LEASE_EXPIRED"
 		// The first session never answers completions.
 		f.answer = func(c *leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult {
-			if firstSession {
+			if firstSession.Load() {
 				return nil
 			}
 			return answerOK(c)
@@ -459,9 +459,7 @@ func TestWorkerReconnects(t *testing.T) {
 		t.Fatalf("completed %s, want job-done", got)
 	}
 
-	b.srv.mu.Lock()
-	firstSession = false
-	b.srv.mu.Unlock()
+	firstSession.Store(false)
 	s.end <- status.Error(codes.Unavailable, "coordinator restarting")
 	s2 := b.session(t)
 	want := &leaseholdv1.SessionHello{
@@ -504,10 +502,8 @@ func TestWorkerSessionEnds(t *testing.T) {
 
 	t.Run("a permission refusal ends Run with the error", func(t *testing.T) {
 		t.Parallel()
-		var refusal error
 		b := setup(t, renderer.Config{Provider: newGated(t)}, func(f *fakeCoordinator) {
-			refusal = statusErr(t, codes.PermissionDenied, "RENDERER_ID_NOT_ALLOWED")
-			f.refusals = []error{refusal}
+			f.refusals = []error{statusErr(t, codes.PermissionDenied, "RENDERER_ID_NOT_ALLOWED")}
 		})
 		err := b.wait(t)
 		if status.Code(err) != codes.PermissionDenied {

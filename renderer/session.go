@@ -430,14 +430,18 @@ func (w *Worker) grant(g *leaseholdv1.Grant) {
 		w.log.Warn("duplicate grant ignored", "job", key.jobID, "token", key.token)
 		return
 	}
-	if w.draining || len(w.leases) >= w.cfg.Capacity {
-		why := "over capacity"
-		if w.draining {
-			why = "draining"
-		}
+	if w.draining {
 		w.handBackLocked(key)
 		w.mu.Unlock()
-		w.log.Info("lease handed back", "job", key.jobID, "token", key.token, "why", why)
+		w.log.Info("lease handed back", "job", key.jobID, "token", key.token, "why", "draining")
+		return
+	}
+	if len(w.leases) >= w.cfg.Capacity {
+		// The coordinator grants at most the credits it was given, so this
+		// is its bug or ours; either way the slot is not there.
+		w.handBackLocked(key)
+		w.mu.Unlock()
+		w.log.Warn("lease handed back", "job", key.jobID, "token", key.token, "why", "over capacity")
 		return
 	}
 	ctx, cancel := context.WithCancelCause(w.workCtx)

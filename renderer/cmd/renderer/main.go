@@ -61,47 +61,8 @@ var errHelp = errors.New("help requested")
 func parseOptions(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("renderer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var envErr error
-	env := func(name, def string) string {
-		if v, ok := lookupEnv(name); ok {
-			return v
-		}
-		return def
-	}
-	envDur := func(name string, def time.Duration) time.Duration {
-		v, ok := lookupEnv(name)
-		if !ok {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil && envErr == nil {
-			envErr = fmt.Errorf("%s: %w", name, err)
-		}
-		return d
-	}
-	envUint := func(name string, def uint64) uint64 {
-		v, ok := lookupEnv(name)
-		if !ok {
-			return def
-		}
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil && envErr == nil {
-			envErr = fmt.Errorf("%s: %w", name, err)
-		}
-		return n
-	}
-	envNum := func(name string, def float64) float64 {
-		v, ok := lookupEnv(name)
-		if !ok {
-			return def
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil && envErr == nil {
-			envErr = fmt.Errorf("%s: %w", name, err)
-		}
-		return f
-	}
-
+	e := &envReader{lookup: lookupEnv}
+	env, envDur, envUint, envNum := e.str, e.dur, e.uint, e.num
 	coordinator := fs.String("coordinator", env("LEASEHOLD_COORDINATOR", "127.0.0.1:7070"), "coordinator gRPC address (LEASEHOLD_COORDINATOR)")
 	id := fs.String("id", env("LEASEHOLD_RENDERER_ID", defaultID()), "renderer id, allowed for the token and used by one process at a time (LEASEHOLD_RENDERER_ID)")
 	token := fs.String("token", env("LEASEHOLD_RENDERER_TOKEN", defaultToken), "bearer token of a principal with the renderer role (LEASEHOLD_RENDERER_TOKEN; LEASEHOLD_TOKEN is not read)")
@@ -126,8 +87,8 @@ func parseOptions(args []string, lookupEnv func(string) (string, bool), stderr i
 		}
 		return nil, err
 	}
-	if envErr != nil {
-		return nil, envErr
+	if e.err != nil {
+		return nil, e.err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -231,6 +192,45 @@ func cutDrainOnSecondSignal(ctx context.Context, stop func(), w *renderer.Worker
 		w.EndDrain()
 	case <-done:
 	}
+}
+
+// envReader reads flag defaults from the environment and keeps the first
+// malformed value's error.
+type envReader struct {
+	lookup func(string) (string, bool)
+	err    error
+}
+
+func (e *envReader) str(name, def string) string {
+	if v, ok := e.lookup(name); ok {
+		return v
+	}
+	return def
+}
+
+// parsed returns parse(v) for a set variable, def otherwise.
+func parsed[T any](e *envReader, name string, def T, parse func(string) (T, error)) T {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	x, err := parse(v)
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("%s: %w", name, err)
+	}
+	return x
+}
+
+func (e *envReader) dur(name string, def time.Duration) time.Duration {
+	return parsed(e, name, def, time.ParseDuration)
+}
+
+func (e *envReader) uint(name string, def uint64) uint64 {
+	return parsed(e, name, def, func(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) })
+}
+
+func (e *envReader) num(name string, def float64) float64 {
+	return parsed(e, name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
 }
 
 // defaultID is "<hostname>-<pid>", reduced to the characters renderer ids
