@@ -1,38 +1,92 @@
 // Package renderer is the renderer pod: a gRPC client of the coordinator's
-// RendererService that leases jobs, renders them with a [Provider], uploads
-// the previews and completes the jobs with its fencing tokens.
+// RendererService that keeps one Session stream open, renders the leases it
+// is granted with a [Provider] and completes them with their fencing tokens.
 //
-// A [Worker] runs three kinds of goroutines:
+// # Goroutines
 //
-//   - the acquire loop long-polls Acquire for as many leases as it has free
-//     capacity, and never holds more than Config.Capacity leases;
-//   - one goroutine per lease renders under a per-lease context, uploads the
-//     artifact and calls Complete;
-//   - the heartbeat loop keeps one bidirectional Heartbeat stream open for all
-//     held leases. A lease answered LOST, or pushed as revoked, has its context
-//     cancelled at once and its work dropped; revocations are acknowledged as
-//     soon as the work has stopped, without waiting for the next tick.
+// A [Worker] runs:
 //
-// A provider may simulate a stop-the-world stall (mock.Input.OnPause): while
-// it lasts the lease is left out of heartbeats, so it can expire behind the
-// stalled render exactly as it would behind a frozen process, and the late
-// completion meets the coordinator's fencing check.
+//   - the session loop, which opens one Session at a time and reopens it
+//     when it breaks. Each session has a sender (this goroutine), which
+//     batches everything pending into one SessionRequest at a time, kept
+//     under a byte budget, and a receiver, which applies each
+//     SessionResponse without waiting for a render;
+//   - one goroutine per lease, which renders under the lease's own context,
+//     uploads a preview too large to travel inline, and queues the
+//     completion for the sender.
 //
-// An upload refused with ABORTED is still followed by Complete, because the
-// check that decides is the one in Complete: that is where a stale completion
-// is refused and recorded. A completion answered ABORTED is final: the lease is no longer ours, so the
-// work is dropped and logged as "completion rejected". When the coordinator is
-// unavailable, the worker reconnects with exponential backoff and jitter,
-// keeps heartbeating the leases it holds, and lets in-flight work complete
-// once the coordinator is back.
+// All shared state is guarded by one mutex; the goroutines wake each other
+// with channels of capacity one, so no one blocks on a slow peer.
+//
+// # The session
+//
+// The first request carries the hello (renderer id, a random instance id
+// that stays the same on every reconnect of the process, capacity, the
+// largest response the worker receives, and the leases still in progress
+// from an earlier session) and, as credits, the free slots. After that every
+// slot that frees (its lease's goroutine ended, whatever the outcome) is one
+// more credit, sent with the completion that freed it, so the coordinator
+// can complete and refill in one command. The worker never holds more leases
+// than its capacity: a grant beyond it is handed back at once.
+//
+// Grants are acknowledged in received on the next request. Leases being
+// worked on are heartbeated at the welcome's interval (or
+// Config.HeartbeatInterval), except during a provider's simulated stall
+// (mock.Input.OnPause): it stands for a frozen process, so the lease can
+// expire behind it and the late completion meets the coordinator's fencing
+// check. A lease answered LOST, or revoked, has its context cancelled at
+// once and its result dropped; a revocation is acknowledged in cancel_acks
+// once the work has stopped.
+//
+// A preview up to the welcome's max_inline_artifact_bytes (and within the
+// request budget) travels inline; a larger one is uploaded with
+// UploadArtifact and the completion names its digest. A welcome without an
+// inline limit means every preview is uploaded. An upload refused with
+// ABORTED is still followed by the completion, because the check that
+// decides is the completion's: that is where a stale completion is refused
+// and recorded. Every completion is answered, in order, by a
+// CompletionResult; one refused with ABORTED is final and logged as
+// "completion rejected". Completions not answered when a session breaks are
+// sent again on the next one: completion is idempotent for the same token
+// and outcome.
+//
+// # Reconnecting and refusals
+//
+// The connection redials from 100 ms up to 1 s apart and a Session waits
+// for it to be ready, so the worker is back within about a second of the
+// coordinator's return. A session that breaks is reopened with backoff
+// (Config.BackoffMin to BackoffMax); ABORTED SESSION_REPLACED is reopened at
+// once. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
+// UNIMPLEMENTED end Run with an error. ALREADY_EXISTS RENDERER_ID_IN_USE is
+// logged as an error and retried from 1 s up to 30 s apart, without end: the
+// usual cause is this pod's previous process, whose session the coordinator
+// has not yet seen die; a genuine duplicate shows as that error and as
+// /readyz staying 503.
+//
+// # Draining
+//
+// When Run's context is done the worker sends draining=true at once and
+// takes no new work (a grant that still arrives is handed back), lets the
+// renders in flight finish and complete for up to Config.DrainTimeout (or
+// until [Worker.EndDrain]), then hands back every lease still unfinished,
+// which the coordinator re-queues without counting the attempt, waits
+// briefly for the answers, closes the stream and returns nil.
+//
+// # Logs
 //
 // Log messages and their keys are stable; scripts match on them:
 //
+//	renderer started     id= instance= coordinator= capacity=
+//	session started      instance= heartbeat_interval= lease_ttl= ...
+//	session ended        err= retry_in=
 //	lease acquired       job= token= attempt= team=
-//	render done          job= token= digest=
-//	completed            job= token= outcome=
+//	render done          job= token= digest= bytes=
+//	completed            job= token= outcome= phase= replayed= [class=]
 //	completion rejected  job= token= reason=
 //	lease lost           job= token= reason=
 //	cancel acknowledged  job= token=
+//	lease handed back    job= token= why=
 //	render paused        job= token=
+//	draining             leases= timeout=
+//	renderer id in use   id= err= retry_in=
 package renderer

@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"math/rand/v2"
-	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -19,6 +17,9 @@ import (
 
 // chunkSize is the size of one UploadArtifact chunk.
 const chunkSize = 64 << 10
+
+// maxFailureMessage bounds the message of a reported failure.
+const maxFailureMessage = 1 << 10
 
 // leaseKey names a lease: a job and the fencing token it was granted under.
 type leaseKey struct {
@@ -30,43 +31,60 @@ func (k leaseKey) ref() *leaseholdv1.LeaseRef {
 	return &leaseholdv1.LeaseRef{JobId: k.jobID, Token: k.token}
 }
 
-// lease is one held lease and the state of its work. key, grant, parent, ctx
-// and cancel never change; the flags are guarded by Worker.mu.
+// keyOf returns the key of anything that names a lease.
+func keyOf(r interface {
+	GetJobId() string
+	GetToken() uint64
+}) leaseKey {
+	return leaseKey{jobID: r.GetJobId(), token: r.GetToken()}
+}
+
+// lease is one lease in progress. key, grant, ctx and cancel never change;
+// the flags are guarded by Worker.mu.
 type lease struct {
 	key   leaseKey
 	grant *leaseholdv1.Grant
-	// parent is the worker's run context; completions use it so that a late
-	// LOST does not cut off a completion whose answer decides.
-	parent context.Context
 	// ctx is the lease's work context, cancelled when the lease is lost,
-	// revoked or the worker stops.
+	// revoked or handed back, or when Run returns.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	lost       bool // a heartbeat answered LOST or the lease was revoked
-	paused     bool // the provider simulates a stall; not heartbeated meanwhile
-	revoked    bool // the coordinator revoked it; ack once the work stops
-	completing bool // Complete is in flight; its answer decides the outcome
+	lost       bool // answered LOST or revoked: the result is dropped
+	revoked    bool // revoked: acknowledged once the work stops
+	paused     bool // in a simulated stall: not heartbeated meanwhile
+	handedBack bool // handed back by a drain: the result is dropped
+}
 
-	// uploadRefused is the reason an upload was refused with ABORTED; only
-	// the lease goroutine touches it.
+// completion is an outcome waiting to be sent, or sent and waiting for its
+// CompletionResult.
+type completion struct {
+	key leaseKey
+	msg *leaseholdv1.SessionCompletion
+	// outcome is "success" or "failure", for the log.
+	outcome string
+	// uploadRefused is the reason an upload under this lease was refused
+	// with ABORTED, if it was.
 	uploadRefused string
 }
 
-// errLeaseLost is the cancellation cause of a lost lease's context.
-var errLeaseLost = errors.New("lease lost")
+// Cancellation causes of a lease's context.
+var (
+	errLeaseLost  = errors.New("lease lost")
+	errHandedBack = errors.New("lease handed back")
+)
 
 // errDropped reports that the work of a lease was dropped (the lease is gone
 // or the worker stops); it has been logged.
 var errDropped = errors.New("work dropped")
 
-// errUploadRefused reports an upload refused early with ABORTED because the
-// lease looked stale.
+// errUploadRefused reports an upload refused with ABORTED because the lease
+// looked stale.
 var errUploadRefused = errors.New("upload refused")
 
-// work renders, uploads and completes one lease. It runs on the lease's own
-// goroutine and drops the work as soon as the lease context is done.
-func (w *Worker) work(client leaseholdv1.RendererServiceClient, l *lease) {
+// work renders one lease and queues its completion. It runs on the lease's
+// own goroutine and drops the work as soon as the lease's context is done.
+func (w *Worker) work(l *lease) {
+	defer w.wg.Done()
 	doc := l.grant.GetDocument()
 	out, err := w.cfg.Provider.Render(l.ctx, mock.Input{
 		JobID:      l.key.jobID,
@@ -89,49 +107,131 @@ func (w *Worker) work(client leaseholdv1.RendererServiceClient, l *lease) {
 	l.paused = false
 	w.mu.Unlock()
 	if l.ctx.Err() != nil {
+		w.metrics.renders.WithLabelValues("stopped").Inc()
 		w.log.Debug("render stopped", "job", l.key.jobID, "token", l.key.token, "cause", context.Cause(l.ctx))
+		w.finish(l, nil)
 		return
 	}
-	req := &leaseholdv1.CompleteRequest{JobId: l.key.jobID, Token: l.key.token, RendererId: w.cfg.ID}
-	if err != nil {
-		class, msg := leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT, err.Error()
-		if f, ok := errors.AsType[*mock.Failure](err); ok {
-			class, msg = f.Class, f.Message
-		}
-		w.log.Info("render failed", "job", l.key.jobID, "token", l.key.token, "class", class, "err", err)
-		req.Outcome = &leaseholdv1.CompleteRequest_Failure{Failure: &leaseholdv1.CompleteFailure{Class: class, Message: msg}}
-	} else {
-		sum := sha256.Sum256(out.Content)
-		digest := hex.EncodeToString(sum[:])
-		w.log.Info("render done", "job", l.key.jobID, "token", l.key.token, "digest", digest)
-		stored, err := w.upload(client, l, out, digest)
-		switch {
-		case errors.Is(err, errDropped):
-			return
-		case errors.Is(err, errUploadRefused):
-			// The check that decides is the one in Complete: report the
-			// result, so that a stale completion is refused and recorded.
-			req.Outcome = &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: digest}}
-		case err != nil:
-			req.Outcome = &leaseholdv1.CompleteRequest_Failure{Failure: &leaseholdv1.CompleteFailure{
-				Class:   leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT,
-				Message: "uploading the preview failed: " + err.Error(),
-			}}
-		default:
-			req.Outcome = &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: stored}}
-		}
+	if err == nil && len(out.Content) == 0 {
+		err = errors.New("the provider rendered an empty preview")
 	}
-	w.complete(client, l, req)
+	if err != nil {
+		w.finish(l, w.failure(l, err))
+		return
+	}
+	w.metrics.renders.WithLabelValues("success").Inc()
+	c, err := w.success(l, out)
+	if errors.Is(err, errDropped) {
+		w.finish(l, nil)
+		return
+	}
+	w.finish(l, c)
+}
+
+// failure builds the completion of a failed render: a *mock.Failure keeps
+// its class, anything else is TRANSIENT.
+func (w *Worker) failure(l *lease, err error) *completion {
+	class, msg := leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT, err.Error()
+	if f, ok := errors.AsType[*mock.Failure](err); ok {
+		class, msg = f.Class, f.Message
+	}
+	if len(msg) > maxFailureMessage {
+		msg = msg[:maxFailureMessage]
+	}
+	w.metrics.renders.WithLabelValues("failure").Inc()
+	w.metrics.failures.WithLabelValues(class.String()).Inc()
+	w.log.Info("render failed", "job", l.key.jobID, "token", l.key.token, "class", class, "err", err)
+	return failureCompletion(l.key, class, msg)
+}
+
+func failureCompletion(key leaseKey, class leaseholdv1.FailureClass, msg string) *completion {
+	return &completion{key: key, outcome: "failure", msg: &leaseholdv1.SessionCompletion{
+		JobId: key.jobID, Token: key.token,
+		Outcome: &leaseholdv1.SessionCompletion_Failure{Failure: &leaseholdv1.CompleteFailure{Class: class, Message: msg}},
+	}}
+}
+
+// success builds the completion of a rendered preview: inline when it fits
+// the session's inline limit, else naming the digest of an upload made
+// first. An upload refused with ABORTED still completes, naming the digest,
+// because the check that decides is the completion's: that is where a stale
+// completion is refused and recorded. An upload that fails otherwise
+// completes as a TRANSIENT failure. It returns errDropped when the lease is
+// gone.
+func (w *Worker) success(l *lease, out mock.Output) (*completion, error) {
+	sum := sha256.Sum256(out.Content)
+	digest := hex.EncodeToString(sum[:])
+	w.log.Info("render done", "job", l.key.jobID, "token", l.key.token, "digest", digest, "bytes", len(out.Content))
+	c := &completion{key: l.key, outcome: "success", msg: &leaseholdv1.SessionCompletion{JobId: l.key.jobID, Token: l.key.token}}
+	w.mu.Lock()
+	inline := len(out.Content) <= w.inlineLimit
+	w.mu.Unlock()
+	if inline {
+		c.msg.Outcome = &leaseholdv1.SessionCompletion_Success{Success: &leaseholdv1.CompleteSuccess{
+			Content: out.Content, ContentType: out.ContentType,
+		}}
+		return c, nil
+	}
+	stored, err := w.upload(l, out, digest)
+	switch {
+	case errors.Is(err, errDropped):
+		return nil, err
+	case errors.Is(err, errUploadRefused):
+		c.uploadRefused = reasonOf(errors.Unwrap(err))
+		stored = digest
+	case err != nil:
+		return failureCompletion(l.key, leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT,
+			"uploading the preview failed: "+err.Error()), nil
+	}
+	c.msg.Outcome = &leaseholdv1.SessionCompletion_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: stored}}
+	return c, nil
+}
+
+// finish ends a lease's goroutine: it frees the slot (one more credit,
+// unless draining), queues the completion unless the lease was lost or
+// handed back meanwhile, and queues the cancel ack of a revoked lease now
+// that its work has stopped.
+func (w *Worker) finish(l *lease, c *completion) {
+	w.mu.Lock()
+	delete(w.leases, l.key)
+	queued := c != nil && !l.lost && !l.handedBack
+	if queued {
+		w.outbox = append(w.outbox, c)
+	}
+	if l.revoked {
+		w.cancelAcks = append(w.cancelAcks, l.key.ref())
+	}
+	if !w.draining {
+		w.credits++
+	}
+	w.metrics.leasesHeld.Set(float64(len(w.leases)))
+	w.mu.Unlock()
+	l.cancel(nil)
+	if c != nil && !queued {
+		w.log.Debug("result dropped", "job", l.key.jobID, "token", l.key.token, "cause", context.Cause(l.ctx))
+	}
+	signal(w.wake)
+	signal(w.changed)
+}
+
+// uploadError wraps the ABORTED status of a refused upload.
+type uploadError struct{ err error }
+
+func (e *uploadError) Error() string { return "upload refused: " + e.err.Error() }
+func (e *uploadError) Unwrap() error { return e.err }
+func (e *uploadError) Is(target error) bool {
+	return target == errUploadRefused
 }
 
 // upload stores the preview and returns its digest. It retries UNAVAILABLE
 // while the lease is held and other errors up to RetryAttempts times, except
-// those retrying cannot fix. It returns errDropped when the lease is gone and
-// errUploadRefused when the upload is ABORTED.
-func (w *Worker) upload(client leaseholdv1.RendererServiceClient, l *lease, out mock.Output, digest string) (string, error) {
+// those retrying cannot fix. It returns errDropped when the lease is gone,
+// and an error matching errUploadRefused, wrapping the status, when the
+// upload is ABORTED.
+func (w *Worker) upload(l *lease, out mock.Output, digest string) (string, error) {
 	bo := w.newBackoff()
 	for attempt := 1; ; attempt++ {
-		stored, err := w.uploadOnce(client, l, out, digest)
+		stored, err := w.uploadOnce(l, out, digest)
 		if err == nil {
 			return stored, nil
 		}
@@ -141,9 +241,8 @@ func (w *Worker) upload(client leaseholdv1.RendererServiceClient, l *lease, out 
 		}
 		code := status.Code(err)
 		if code == codes.Aborted {
-			l.uploadRefused = reasonOf(err)
-			w.log.Info("upload refused", "job", l.key.jobID, "token", l.key.token, "reason", l.uploadRefused)
-			return "", errUploadRefused
+			w.log.Info("upload refused", "job", l.key.jobID, "token", l.key.token, "reason", reasonOf(err))
+			return "", &uploadError{err: err}
 		}
 		if !retryable(code) || (code != codes.Unavailable && attempt >= w.cfg.RetryAttempts) {
 			w.log.Error("upload failed", "job", l.key.jobID, "token", l.key.token, "err", err, "attempts", attempt)
@@ -158,10 +257,10 @@ func (w *Worker) upload(client leaseholdv1.RendererServiceClient, l *lease, out 
 }
 
 // uploadOnce makes one UploadArtifact call: the metadata, then the chunks.
-func (w *Worker) uploadOnce(client leaseholdv1.RendererServiceClient, l *lease, out mock.Output, digest string) (string, error) {
+func (w *Worker) uploadOnce(l *lease, out mock.Output, digest string) (string, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, rpcTimeout)
 	defer cancel()
-	stream, err := client.UploadArtifact(ctx)
+	stream, err := w.client.UploadArtifact(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return "", err
 	}
@@ -196,133 +295,4 @@ func (w *Worker) uploadOnce(client leaseholdv1.RendererServiceClient, l *lease, 
 		return "", err
 	}
 	return resp.GetDigest(), nil
-}
-
-// complete reports the outcome. ABORTED is final and logged as "completion
-// rejected"; UNAVAILABLE is retried until the worker stops; errors that a
-// retry cannot fix (see retryable) end at once; others are retried up to
-// RetryAttempts times. Complete is idempotent for the same token
-// and outcome, so a retry after a lost answer is safe.
-func (w *Worker) complete(client leaseholdv1.RendererServiceClient, l *lease, req *leaseholdv1.CompleteRequest) {
-	w.mu.Lock()
-	if l.lost {
-		w.mu.Unlock()
-		return
-	}
-	l.completing = true
-	w.mu.Unlock()
-
-	outcome := "success"
-	if req.GetFailure() != nil {
-		outcome = "failure"
-	}
-	bo := w.newBackoff()
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(l.parent, rpcTimeout)
-		resp, err := client.Complete(ctx, req)
-		cancel()
-		if err == nil {
-			attrs := []any{"job", l.key.jobID, "token", l.key.token, "outcome", outcome,
-				"phase", resp.GetJob().GetPhase(), "replayed", resp.GetReplayed()}
-			if f := req.GetFailure(); f != nil {
-				attrs = append(attrs, "class", f.GetClass())
-			}
-			w.log.Info("completed", attrs...)
-			return
-		}
-		if l.parent.Err() != nil {
-			return
-		}
-		code := status.Code(err)
-		if code == codes.Aborted {
-			w.log.Warn("completion rejected", "job", l.key.jobID, "token", l.key.token, "reason", reasonOf(err))
-			return
-		}
-		if l.uploadRefused != "" {
-			// Without an artifact the completion cannot succeed; the
-			// upload's refusal is the fencing answer.
-			w.log.Warn("completion rejected", "job", l.key.jobID, "token", l.key.token, "reason", l.uploadRefused, "stage", "upload", "err", err)
-			return
-		}
-		w.mu.Lock()
-		revoked := l.revoked
-		w.mu.Unlock()
-		if revoked {
-			// Cancellation won; a retry could only be rejected.
-			return
-		}
-		if !retryable(code) || (code != codes.Unavailable && attempt >= w.cfg.RetryAttempts) {
-			w.log.Error("completion failed", "job", l.key.jobID, "token", l.key.token, "err", err, "attempts", attempt)
-			return
-		}
-		d := bo.next()
-		w.log.Warn("completion failed, retrying", "job", l.key.jobID, "token", l.key.token, "err", err, "retry_in", d)
-		if !sleepCtx(l.parent, d) {
-			return
-		}
-	}
-}
-
-// retryable reports whether a call failing with code may succeed when
-// repeated unchanged.
-func retryable(code codes.Code) bool {
-	switch code {
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied,
-		codes.Unauthenticated, codes.Unimplemented, codes.OutOfRange, codes.AlreadyExists:
-		return false
-	}
-	return true
-}
-
-// reasonOf returns the ErrorInfo reason of a gRPC error, or its code name when
-// it carries none.
-func reasonOf(err error) string {
-	st := status.Convert(err)
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() != "" {
-			return info.GetReason()
-		}
-	}
-	return st.Code().String()
-}
-
-// backoff is exponential backoff with jitter between min and max. It is not
-// safe for concurrent use.
-type backoff struct {
-	min, max time.Duration
-	n        uint
-}
-
-func (w *Worker) newBackoff() *backoff {
-	return &backoff{min: w.cfg.BackoffMin, max: w.cfg.BackoffMax}
-}
-
-// next returns the next delay: min·2ⁿ capped at max, with ±20% jitter, kept
-// within [min, max].
-func (b *backoff) next() time.Duration {
-	d := b.max
-	if b.n < 32 {
-		if e := b.min << b.n; e > 0 && e < b.max {
-			d = e
-			b.n++
-		}
-	}
-	j := d / 5
-	return min(max(d-j+rand.N(2*j+1), b.min), b.max)
-}
-
-// reset starts the sequence again after a success.
-func (b *backoff) reset() { b.n = 0 }
-
-// sleepCtx waits for d and reports whether it did; it returns false as soon as
-// ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

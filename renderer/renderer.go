@@ -3,9 +3,12 @@ package renderer
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"sync"
@@ -13,10 +16,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/renderer/mock"
@@ -26,33 +27,61 @@ import (
 const (
 	// DefaultCapacity is the default Config.Capacity.
 	DefaultCapacity = 2
-	// DefaultAcquireWait is the default Config.AcquireWait.
-	DefaultAcquireWait = 30 * time.Second
 	// DefaultHeartbeatInterval is used when neither Config.HeartbeatInterval
-	// nor the coordinator sets an interval.
+	// nor the coordinator's welcome sets an interval.
 	DefaultHeartbeatInterval = 5 * time.Second
 	// DefaultBackoffMin is the default Config.BackoffMin.
 	DefaultBackoffMin = 100 * time.Millisecond
 	// DefaultBackoffMax is the default Config.BackoffMax.
-	DefaultBackoffMax = 5 * time.Second
+	DefaultBackoffMax = time.Second
 	// DefaultRetryAttempts is the default Config.RetryAttempts.
 	DefaultRetryAttempts = 5
-	// MaxCapacity is the largest capacity the coordinator accepts
-	// (AcquireRequest.max_leases is 1 to 64).
-	MaxCapacity = 64
-	// MaxAcquireWait is the longest long poll the coordinator honours.
-	MaxAcquireWait = 60 * time.Second
+	// DefaultMaxReceiveBytes is the default Config.MaxReceiveBytes.
+	DefaultMaxReceiveBytes = 16 << 20
+	// DefaultMaxRequestBytes is the default Config.MaxRequestBytes.
+	DefaultMaxRequestBytes = 4 << 20
+	// DefaultDrainTimeout is the default Config.DrainTimeout.
+	DefaultDrainTimeout = 30 * time.Second
+	// MaxCapacity is the largest capacity a session may declare
+	// (SessionHello.capacity is 1 to 4096).
+	MaxCapacity = 4096
+	// MinMessageBytes is the smallest Config.MaxReceiveBytes and
+	// Config.MaxRequestBytes accepted.
+	MinMessageBytes = 64 << 10
 )
 
-// Timeouts for single calls. Acquire gets its wait plus acquireSlack, so a
-// coordinator that never answers does not hang the acquire loop.
+// Connection tuning. The channel reconnects from 100 ms doubling to at most
+// 1 s, and a Session opened with WaitForReady waits for it, so the worker is
+// back within about a second of the coordinator's return.
 const (
-	rpcTimeout   = 30 * time.Second
-	acquireSlack = 10 * time.Second
-	closeGrace   = time.Second
+	connectBaseDelay  = 100 * time.Millisecond
+	connectMaxDelay   = time.Second
+	minConnectTimeout = time.Second
 )
 
-var rendererIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+// Timeouts and delays of the session's own steps.
+const (
+	// rpcTimeout bounds one UploadArtifact call.
+	rpcTimeout = 30 * time.Second
+	// closeGrace is how long a half-closed session may take to end before it
+	// is cut.
+	closeGrace = time.Second
+	// answerWait is how long a drain waits for the answers to its hand-backs
+	// and last completions.
+	answerWait = 2 * time.Second
+	// idInUseBackoffMin and idInUseBackoffMax bound the retries of a session
+	// refused with ALREADY_EXISTS RENDERER_ID_IN_USE.
+	idInUseBackoffMin = time.Second
+	idInUseBackoffMax = 30 * time.Second
+	// inlineHeadroom is kept free in a request next to an inline preview,
+	// for the completion's other fields and the other items.
+	inlineHeadroom = 16 << 10
+)
+
+var (
+	rendererIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+)
 
 // Provider renders one document under one lease. It must return promptly with
 // ctx.Err() once ctx is done. A *mock.Failure error is reported to the
@@ -66,9 +95,13 @@ type Provider interface {
 type Config struct {
 	// Coordinator is the coordinator's gRPC target, such as "127.0.0.1:7070".
 	Coordinator string
-	// ID names this renderer: 1 to 128 bytes of [A-Za-z0-9._-], unique among
-	// live renderers.
+	// ID names this renderer: 1 to 128 bytes of [A-Za-z0-9._-], allowed for
+	// Token's principal and used by one live process at a time.
 	ID string
+	// InstanceID names this process to the coordinator across reconnects: 1
+	// to 64 bytes of [A-Za-z0-9._-]. Default: 16 random hex digits drawn by
+	// New.
+	InstanceID string
 	// Token is the bearer token sent on every call; empty sends none.
 	Token string
 	// Capacity is how many leases the worker holds at most (default 2, at
@@ -78,94 +111,164 @@ type Config struct {
 	Provider Provider
 	// Logger receives the worker's log lines (default slog.Default()).
 	Logger *slog.Logger
-	// AcquireWait is how long one Acquire long poll waits for work (default
-	// 30 s, at most 60 s).
-	AcquireWait time.Duration
-	// HeartbeatInterval overrides the interval the coordinator returns in
-	// AcquireResponse.heartbeat_interval; when both are zero it is 5 s.
+	// HeartbeatInterval overrides the interval the coordinator announces in
+	// its welcome; when both are zero it is 5 s.
 	HeartbeatInterval time.Duration
 	// RecordFile, when set, is a file to which every lease handed to this
 	// renderer is appended as a line "job_id token", written as it arrives.
 	RecordFile string
 	// BackoffMin and BackoffMax bound the exponential backoff (with jitter)
-	// between reconnects and retries (defaults 100 ms and 5 s).
+	// between sessions and between upload retries (defaults 100 ms and 1 s).
 	BackoffMin, BackoffMax time.Duration
-	// RetryAttempts bounds the attempts of an upload or completion that fails
-	// with an error other than ABORTED or UNAVAILABLE (default 5). UNAVAILABLE
-	// is retried until the worker stops; ABORTED is never retried.
+	// RetryAttempts bounds the attempts of an upload that fails with an error
+	// other than ABORTED or UNAVAILABLE (default 5). UNAVAILABLE is retried
+	// while the lease is held; ABORTED is never retried.
 	RetryAttempts int
+	// MaxReceiveBytes is the largest message the worker receives (default 16
+	// MiB, at least MinMessageBytes); it is declared to the coordinator as
+	// hello.max_message_bytes, which bounds every batch of grants.
+	MaxReceiveBytes int
+	// MaxRequestBytes bounds one SessionRequest (default 4 MiB, at least
+	// MinMessageBytes). The coordinator's welcome.max_message_bytes lowers it
+	// when smaller. Previews that would not fit inline with 16 KiB to spare
+	// are uploaded.
+	MaxRequestBytes int
+	// DrainTimeout is how long a drain lets in-flight renders finish before
+	// it hands back the rest (default 30 s).
+	DrainTimeout time.Duration
 	// DialOptions are appended to the worker's own dial options; tests use
 	// them to dial an in-process server.
 	DialOptions []grpc.DialOption
 }
 
 // Worker is one renderer pod's connection to the coordinator. Create it with
-// New and start it with Run; a Worker runs once.
+// New and start it with Run; a Worker runs once. Handler, Ready and EndDrain
+// may be called from any goroutine at any time.
 type Worker struct {
-	cfg    Config
-	log    *slog.Logger
-	record *os.File
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
 
-	// interval is the heartbeat interval in nanoseconds.
-	interval atomic.Int64
-	// slotFreed is signalled (without blocking) whenever a lease ends.
-	slotFreed chan struct{}
-	// wakeHeartbeat asks the heartbeat sender to send at once (cancel acks).
-	wakeHeartbeat chan struct{}
+	// record, client and workCtx are set by Run before the session loop
+	// starts, and never change afterwards.
+	record *os.File
+	client leaseholdv1.RendererServiceClient
+	// workCtx is the parent of every lease's context. It outlives Run's
+	// context, so that a drain lets renders finish, and is cancelled when
+	// Run returns.
+	workCtx context.Context
+
+	// wake asks the session's sender to send what is pending.
+	wake chan struct{}
+	// changed tells a drain that leases ended or answers arrived.
+	changed chan struct{}
+	// cut is closed by EndDrain.
+	cut     chan struct{}
+	cutOnce sync.Once
+	// closing is cancelled at the end of a drain (or when the session loop
+	// must stop): the session is half-closed and not reopened.
+	closing     context.Context
+	closeStream context.CancelFunc
 	// wg counts the lease goroutines.
-	wg sync.WaitGroup
+	wg      sync.WaitGroup
+	started atomic.Bool
 
 	mu sync.Mutex
 	// leases holds every lease whose goroutine is still running, including
-	// lost ones that are winding down; they count against capacity.
+	// lost ones that are winding down: each occupies a slot.
 	leases map[leaseKey]*lease
-	// acks are revocations acted on and not yet sent.
-	acks []*leaseholdv1.LeaseRef
+	// outbox holds completions not yet sent on the current session, in the
+	// order they are to be sent.
+	outbox []*completion
+	// sess is the current session, nil while disconnected.
+	sess *session
+	// credits counts the slots freed since the last request of the session.
+	credits uint32
+	// received, cancelAcks and handBacks wait for the next request.
+	received, cancelAcks, handBacks []*leaseholdv1.LeaseRef
+	// awaiting holds the hand-backs not yet answered.
+	awaiting map[leaseKey]bool
+	// draining is set once Run's context is done; it is never cleared.
+	draining bool
+	// dispatchPaused is the last dispatch_paused the coordinator sent.
+	dispatchPaused bool
+	// inlineLimit is the largest preview sent inline, and budget the largest
+	// request, both from the latest welcome.
+	inlineLimit, budget int
 }
 
 // New validates cfg, applies the defaults and returns a Worker.
 func New(cfg Config) (*Worker, error) {
 	cfg.Capacity = cmp.Or(cfg.Capacity, DefaultCapacity)
-	cfg.AcquireWait = cmp.Or(cfg.AcquireWait, DefaultAcquireWait)
 	cfg.BackoffMin = cmp.Or(cfg.BackoffMin, DefaultBackoffMin)
 	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, DefaultBackoffMax)
 	cfg.RetryAttempts = cmp.Or(cfg.RetryAttempts, DefaultRetryAttempts)
+	cfg.MaxReceiveBytes = cmp.Or(cfg.MaxReceiveBytes, DefaultMaxReceiveBytes)
+	cfg.MaxRequestBytes = cmp.Or(cfg.MaxRequestBytes, DefaultMaxRequestBytes)
+	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, DefaultDrainTimeout)
+	if cfg.InstanceID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		cfg.InstanceID = hex.EncodeToString(b[:])
+	}
 	switch {
 	case cfg.Coordinator == "":
 		return nil, errors.New("renderer: coordinator address is required")
 	case !rendererIDPattern.MatchString(cfg.ID):
 		return nil, fmt.Errorf("renderer: id %q must be 1 to 128 bytes of [A-Za-z0-9._-]", cfg.ID)
+	case !instanceIDPattern.MatchString(cfg.InstanceID):
+		return nil, fmt.Errorf("renderer: instance id %q must be 1 to 64 bytes of [A-Za-z0-9._-]", cfg.InstanceID)
 	case cfg.Capacity < 1 || cfg.Capacity > MaxCapacity:
 		return nil, fmt.Errorf("renderer: capacity %d is not between 1 and %d", cfg.Capacity, MaxCapacity)
 	case cfg.Provider == nil:
 		return nil, errors.New("renderer: a provider is required")
-	case cfg.AcquireWait < 0 || cfg.AcquireWait > MaxAcquireWait:
-		return nil, fmt.Errorf("renderer: acquire wait %v is not between 0 and %v", cfg.AcquireWait, MaxAcquireWait)
 	case cfg.HeartbeatInterval < 0:
 		return nil, fmt.Errorf("renderer: heartbeat interval %v is negative", cfg.HeartbeatInterval)
 	case cfg.BackoffMin <= 0 || cfg.BackoffMax < cfg.BackoffMin:
 		return nil, fmt.Errorf("renderer: backoff bounds %v..%v are invalid", cfg.BackoffMin, cfg.BackoffMax)
 	case cfg.RetryAttempts < 1:
 		return nil, fmt.Errorf("renderer: retry attempts %d must be positive", cfg.RetryAttempts)
+	case cfg.MaxReceiveBytes < MinMessageBytes || cfg.MaxReceiveBytes > math.MaxUint32:
+		return nil, fmt.Errorf("renderer: max receive bytes %d is not between %d and %d", cfg.MaxReceiveBytes, MinMessageBytes, uint32(math.MaxUint32))
+	case cfg.MaxRequestBytes < MinMessageBytes:
+		return nil, fmt.Errorf("renderer: max request bytes %d is below %d", cfg.MaxRequestBytes, MinMessageBytes)
+	case cfg.DrainTimeout < 0:
+		return nil, fmt.Errorf("renderer: drain timeout %v is negative", cfg.DrainTimeout)
 	}
+	closing, closeStream := context.WithCancel(context.Background())
 	w := &Worker{
-		cfg:           cfg,
-		log:           cmp.Or(cfg.Logger, slog.Default()),
-		slotFreed:     make(chan struct{}, 1),
-		wakeHeartbeat: make(chan struct{}, 1),
-		leases:        make(map[leaseKey]*lease),
+		cfg:         cfg,
+		log:         cmp.Or(cfg.Logger, slog.Default()),
+		metrics:     newMetrics(cfg.Capacity),
+		wake:        make(chan struct{}, 1),
+		changed:     make(chan struct{}, 1),
+		cut:         make(chan struct{}),
+		closing:     closing,
+		closeStream: closeStream,
+		leases:      make(map[leaseKey]*lease),
+		awaiting:    make(map[leaseKey]bool),
+		budget:      cfg.MaxRequestBytes,
 	}
-	w.interval.Store(int64(cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)))
 	return w, nil
 }
 
-// Run connects to the coordinator and works until ctx is done, then stops
-// acquiring, cancels the in-flight renders, closes its streams and returns
-// nil. It returns an error when it cannot start (the record file cannot be
-// opened) or when the coordinator refuses this renderer for good
-// (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or UNIMPLEMENTED from
-// Acquire). Run must be called at most once.
+// Run connects to the coordinator and works until ctx is done, then drains:
+// it tells the coordinator at once that it takes no more work, lets the
+// renders in flight finish and complete for up to Config.DrainTimeout (or
+// until EndDrain), hands back the leases still unfinished, waits briefly for
+// the answers, closes the session and returns nil.
+//
+// While ctx is live, a broken session is reopened with backoff, keeping the
+// leases in progress. Run returns an error when it cannot start (the record
+// file cannot be opened) or when the coordinator refuses this renderer for
+// good (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or UNIMPLEMENTED
+// on Session); the renders in flight are then cancelled. Run must be called
+// at most once.
 func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("renderer: Run called twice")
+	}
+	defer w.closeStream()
 	if w.cfg.RecordFile != "" {
 		f, err := os.OpenFile(w.cfg.RecordFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
@@ -174,128 +277,127 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.record = f
 		defer f.Close()
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if w.cfg.Token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(w.cfg.Token)))
-	}
-	opts = append(opts, w.cfg.DialOptions...)
-	conn, err := grpc.NewClient(w.cfg.Coordinator, opts...)
+	conn, err := grpc.NewClient(w.cfg.Coordinator, w.dialOptions()...)
 	if err != nil {
 		return fmt.Errorf("renderer: connecting to %s: %w", w.cfg.Coordinator, err)
 	}
 	defer conn.Close()
-	client := leaseholdv1.NewRendererServiceClient(conn)
+	w.client = leaseholdv1.NewRendererServiceClient(conn)
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	w.workCtx = workCtx
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.heartbeatLoop(ctx, client)
-	}()
-	w.log.Info("renderer started", "id", w.cfg.ID, "coordinator", w.cfg.Coordinator, "capacity", w.cfg.Capacity)
-	err = w.acquireLoop(ctx, client)
-	cancel()
+	loopErr := make(chan error, 1)
+	go func() { loopErr <- w.sessionLoop() }()
+	w.log.Info("renderer started", "id", w.cfg.ID, "instance", w.cfg.InstanceID,
+		"coordinator", w.cfg.Coordinator, "capacity", w.cfg.Capacity)
+	select {
+	case <-ctx.Done():
+		err = w.drain(loopErr)
+	case err = <-loopErr:
+		w.closeStream()
+	}
+	cancelWork()
 	w.wg.Wait()
-	<-hbDone
 	w.log.Info("renderer stopped", "id", w.cfg.ID)
 	return err
 }
 
-// acquireLoop long-polls Acquire for free capacity until ctx is done. It
-// returns nil on ctx cancellation and an error when the coordinator refuses
-// this renderer for good.
-func (w *Worker) acquireLoop(ctx context.Context, client leaseholdv1.RendererServiceClient) error {
-	bo := w.newBackoff()
-	for {
-		free := w.freeSlots()
-		if free == 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-w.slotFreed:
-			}
-			continue
-		}
-		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, w.cfg.AcquireWait+acquireSlack)
-		resp, err := client.Acquire(actx, &leaseholdv1.AcquireRequest{
-			RendererId: w.cfg.ID,
-			MaxLeases:  uint32(free),
-			Capacity:   uint32(w.cfg.Capacity),
-			Wait:       durationpb.New(w.cfg.AcquireWait),
-		})
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			switch status.Code(err) {
-			case codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument, codes.Unimplemented:
-				w.log.Error("acquire refused", "err", err, "reason", reasonOf(err))
-				return fmt.Errorf("renderer: acquire refused: %w", err)
-			}
-			d := bo.next()
-			w.log.Warn("acquire failed", "err", err, "retry_in", d)
-			if !sleepCtx(ctx, d) {
-				return nil
-			}
-			continue
-		}
-		bo.reset()
-		if hi := resp.GetHeartbeatInterval(); w.cfg.HeartbeatInterval == 0 && hi != nil && hi.AsDuration() > 0 {
-			w.interval.Store(int64(hi.AsDuration()))
-		}
-		for _, g := range resp.GetLeases() {
-			w.start(ctx, client, g)
-		}
-		if len(resp.GetLeases()) == 0 {
-			if resp.GetDispatchPaused() {
-				w.log.Debug("dispatch paused")
-			}
-			// A coordinator that answers an empty poll at once must not make
-			// this loop spin.
-			if time.Since(start) < w.cfg.BackoffMin && !sleepCtx(ctx, w.cfg.BackoffMin) {
-				return nil
-			}
-		}
+// dialOptions returns the options of the worker's one connection: reconnect
+// tuned to find a returning coordinator within about a second, the receive
+// limit declared in hello, the bearer token, then Config.DialOptions.
+func (w *Worker) dialOptions() []grpc.DialOption {
+	bo := grpcbackoff.DefaultConfig
+	bo.BaseDelay, bo.MaxDelay = connectBaseDelay, connectMaxDelay
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: minConnectTimeout}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(w.cfg.MaxReceiveBytes)),
 	}
+	if w.cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(w.cfg.Token)))
+	}
+	return append(opts, w.cfg.DialOptions...)
 }
 
-// freeSlots returns how many more leases the worker may hold.
-func (w *Worker) freeSlots() int {
+// EndDrain cuts a drain short: the leases still in progress are handed back
+// at once instead of after Config.DrainTimeout. Called before the drain
+// starts, it makes the drain skip its wait. It is safe to call from any
+// goroutine, any number of times.
+func (w *Worker) EndDrain() {
+	w.cutOnce.Do(func() { close(w.cut) })
+}
+
+// drain runs on Run's goroutine once Run's context is done; see Run. It
+// returns the session loop's result.
+func (w *Worker) drain(loopErr <-chan error) error {
+	w.mu.Lock()
+	w.draining = true
+	w.credits = 0
+	held := len(w.leases)
+	w.mu.Unlock()
+	w.metrics.draining.Set(1)
+	w.log.Info("draining", "leases", held, "timeout", w.cfg.DrainTimeout)
+	signal(w.wake)
+
+	timeout := time.NewTimer(w.cfg.DrainTimeout)
+	defer timeout.Stop()
+	if err, ended := w.waitUntil(w.idle, timeout.C, w.cut, loopErr); ended {
+		return err
+	}
+	n := w.handBackAll()
+	w.log.Info("drain wait over", "handed_back", n)
+	answers := time.NewTimer(answerWait)
+	defer answers.Stop()
+	if err, ended := w.waitUntil(w.answered, answers.C, nil, loopErr); ended {
+		return err
+	}
+	w.closeStream()
+	return <-loopErr
+}
+
+// waitUntil waits until cond holds, stop fires or cut is closed. It reports
+// ended when the session loop returned meanwhile, with the loop's result.
+func (w *Worker) waitUntil(cond func() bool, stop <-chan time.Time, cut <-chan struct{}, loopErr <-chan error) (err error, ended bool) {
+	for !cond() {
+		select {
+		case <-w.changed:
+		case <-stop:
+			return nil, false
+		case <-cut:
+			return nil, false
+		case err := <-loopErr:
+			return err, true
+		}
+	}
+	return nil, false
+}
+
+// idle reports whether no lease is in progress and every completion has
+// been answered.
+func (w *Worker) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return max(0, w.cfg.Capacity-len(w.leases))
+	return len(w.leases) == 0 && w.answeredLocked()
 }
 
-// start records a grant and starts its lease goroutine. It runs on the
-// acquire loop's goroutine.
-func (w *Worker) start(ctx context.Context, client leaseholdv1.RendererServiceClient, g *leaseholdv1.Grant) {
-	key := leaseKey{jobID: g.GetJobId(), token: g.GetLease().GetToken()}
-	w.recordGrant(key)
+// answered reports whether every hand-back and completion has been answered.
+func (w *Worker) answered() bool {
 	w.mu.Lock()
-	if _, dup := w.leases[key]; dup {
-		w.mu.Unlock()
-		w.log.Warn("duplicate grant ignored", "job", key.jobID, "token", key.token)
-		return
-	}
-	if len(w.leases) >= w.cfg.Capacity {
-		w.mu.Unlock()
-		w.log.Warn("grant over capacity ignored", "job", key.jobID, "token", key.token)
-		return
-	}
-	lctx, cancel := context.WithCancelCause(ctx)
-	l := &lease{key: key, grant: g, parent: ctx, ctx: lctx, cancel: cancel}
-	w.leases[key] = l
-	w.mu.Unlock()
-	w.log.Info("lease acquired", "job", key.jobID, "token", key.token, "attempt", g.GetLease().GetAttempt(), "team", g.GetTeam())
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		defer w.finish(l)
-		w.work(client, l)
-	}()
+	defer w.mu.Unlock()
+	return w.answeredLocked()
+}
+
+func (w *Worker) answeredLocked() bool {
+	return len(w.awaiting) == 0 && len(w.outbox) == 0 && (w.sess == nil || len(w.sess.inflight) == 0)
+}
+
+// Ready reports whether the worker has a session the coordinator welcomed
+// and is not draining: whether it can take work.
+func (w *Worker) Ready() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sess != nil && !w.draining
 }
 
 // recordGrant appends the grant to the record file, if any. A failed write
@@ -309,30 +411,10 @@ func (w *Worker) recordGrant(key leaseKey) {
 	}
 }
 
-// finish forgets a lease whose goroutine is ending, frees its slot and, if
-// the lease was revoked, queues its cancel ack now that the work has stopped.
-func (w *Worker) finish(l *lease) {
-	w.mu.Lock()
-	delete(w.leases, l.key)
-	if l.revoked {
-		w.acks = append(w.acks, l.key.ref())
-	}
-	revoked := l.revoked
-	w.mu.Unlock()
-	l.cancel(nil)
+// signal wakes the reader of a channel of capacity one without blocking.
+func signal(ch chan<- struct{}) {
 	select {
-	case w.slotFreed <- struct{}{}:
-	default:
-	}
-	if revoked {
-		w.wake()
-	}
-}
-
-// wake asks the heartbeat sender to send at once.
-func (w *Worker) wake() {
-	select {
-	case w.wakeHeartbeat <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }

@@ -1,28 +1,25 @@
 package renderer_test
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"io"
+	"image/png"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
-	"sync"
+	"net/http"
+	"regexp"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/renderer"
@@ -31,407 +28,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// failsafe bounds every wait so that a broken worker fails the test instead
-// of hanging it.
-const failsafe = 20 * time.Second
-
-const (
-	testToken      = "secret-renderer-token"
-	testRendererID = "renderer-test-1"
-)
-
-// fakeCoordinator is an in-process RendererService. Every call it receives is
-// forwarded on a channel for the test to inspect; grants and heartbeat
-// responses are pushed by the test.
-type fakeCoordinator struct {
-	leaseholdv1.UnimplementedRendererServiceServer
-
-	acquires  chan *leaseholdv1.AcquireRequest
-	grants    chan []*leaseholdv1.Grant
-	hbReqs    chan *leaseholdv1.HeartbeatRequest
-	hbPush    chan *leaseholdv1.HeartbeatResponse
-	hbEnd     chan error
-	uploads   chan upload
-	completes chan *leaseholdv1.CompleteRequest
-
-	mu sync.Mutex
-	// completeErrs are returned by the next Complete calls, in order; when it
-	// is empty Complete succeeds.
-	completeErrs []error
-	// uploadErrs are returned by the next UploadArtifact calls, in order,
-	// after the whole upload has been read.
-	uploadErrs []error
-}
-
-// upload is one UploadArtifact call as the server saw it.
-type upload struct {
-	meta    *leaseholdv1.ArtifactMetadata
-	content []byte
-	digest  string
-}
-
-var _ leaseholdv1.RendererServiceServer = (*fakeCoordinator)(nil)
-
-func newFakeCoordinator() *fakeCoordinator {
-	return &fakeCoordinator{
-		acquires:  make(chan *leaseholdv1.AcquireRequest, 64),
-		grants:    make(chan []*leaseholdv1.Grant, 8),
-		hbReqs:    make(chan *leaseholdv1.HeartbeatRequest, 1024),
-		hbPush:    make(chan *leaseholdv1.HeartbeatResponse, 8),
-		hbEnd:     make(chan error, 1),
-		uploads:   make(chan upload, 8),
-		completes: make(chan *leaseholdv1.CompleteRequest, 64),
-	}
-}
-
-// Acquire implements `service RendererService`: it hands out the next pushed
-// grants, or waits until the caller gives up.
-func (f *fakeCoordinator) Acquire(ctx context.Context, req *leaseholdv1.AcquireRequest) (*leaseholdv1.AcquireResponse, error) {
-	f.acquires <- req
-	select {
-	case g := <-f.grants:
-		return &leaseholdv1.AcquireResponse{Leases: g}, nil
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-}
-
-// Heartbeat implements `service RendererService`: it forwards requests,
-// sends pushed responses, and ends the stream with an error pushed on hbEnd.
-func (f *fakeCoordinator) Heartbeat(stream leaseholdv1.RendererService_HeartbeatServer) error {
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case f.hbReqs <- req:
-			default: // the test stopped reading; drop
-			}
-		}
-	}()
-	for {
-		select {
-		case resp := <-f.hbPush:
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-		case err := <-f.hbEnd:
-			return err
-		case err := <-errc:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-	}
-}
-
-// UploadArtifact implements `service RendererService`.
-func (f *fakeCoordinator) UploadArtifact(stream leaseholdv1.RendererService_UploadArtifactServer) error {
-	var u upload
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if m := req.GetMetadata(); m != nil {
-			u.meta = m
-			continue
-		}
-		u.content = append(u.content, req.GetChunk()...)
-	}
-	sum := sha256.Sum256(u.content)
-	u.digest = hex.EncodeToString(sum[:])
-	f.uploads <- u
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.uploadErrs) > 0 {
-		err := f.uploadErrs[0]
-		f.uploadErrs = f.uploadErrs[1:]
-		return err
-	}
-	return stream.SendAndClose(&leaseholdv1.UploadArtifactResponse{Digest: u.digest, SizeBytes: int64(len(u.content))})
-}
-
-// Complete implements `service RendererService`.
-func (f *fakeCoordinator) Complete(_ context.Context, req *leaseholdv1.CompleteRequest) (*leaseholdv1.CompleteResponse, error) {
-	f.completes <- req
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.completeErrs) > 0 {
-		err := f.completeErrs[0]
-		f.completeErrs = f.completeErrs[1:]
-		return nil, err
-	}
-	phase := leaseholdv1.Phase_PHASE_SUCCEEDED
-	if req.GetFailure() != nil {
-		phase = leaseholdv1.Phase_PHASE_FAILED
-	}
-	return &leaseholdv1.CompleteResponse{Job: &leaseholdv1.Job{Phase: phase}}, nil
-}
-
-// checkAuth refuses calls without the test renderer's bearer token.
-func checkAuth(ctx context.Context) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+testToken {
-		return status.Errorf(codes.Unauthenticated, "authorization = %q", got)
-	}
-	return nil
-}
-
-// abortedErr is a fencing refusal as the coordinator sends it.
-func abortedErr(t *testing.T, reason string) error {
-	t.Helper()
-	st, err := status.New(codes.Aborted, "lease is stale").WithDetails(&errdetails.ErrorInfo{
-		Reason:   reason,
-		Domain:   "leasehold.v1",
-		Metadata: map[string]string{"current_token": "99", "current_phase": "PHASE_LEASED"},
-	})
-	if err != nil {
-		t.Fatalf("WithDetails: %v", err)
-	}
-	return st.Err()
-}
-
-// logEvent is one captured log record.
-type logEvent struct {
-	level slog.Level
-	msg   string
-	attrs map[string]string
-}
-
-// captureHandler is a slog.Handler that forwards every record on a channel.
-type captureHandler struct{ events chan logEvent }
-
-func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h captureHandler) Handle(_ context.Context, r slog.Record) error {
-	ev := logEvent{level: r.Level, msg: r.Message, attrs: map[string]string{}}
-	r.Attrs(func(a slog.Attr) bool {
-		ev.attrs[a.Key] = a.Value.String()
-		return true
-	})
-	select {
-	case h.events <- ev:
-	default:
-	}
-	return nil
-}
-
-func (h captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h captureHandler) WithGroup(string) slog.Handler      { return h }
-
-// testBundle is a running worker connected to a fake coordinator.
-type testBundle struct {
-	srv    *fakeCoordinator
-	logs   chan logEvent
-	record string
-}
-
-// setup starts a fake coordinator and a worker; both are stopped when the
-// test ends, and the worker must then return nil from Run.
-func setup(t *testing.T, cfg renderer.Config) *testBundle {
-	t.Helper()
-	srv := newFakeCoordinator()
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := checkAuth(ctx); err != nil {
-				return nil, err
-			}
-			return h(ctx, req)
-		}),
-		grpc.StreamInterceptor(func(s any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if err := checkAuth(ss.Context()); err != nil {
-				return err
-			}
-			return h(s, ss)
-		}),
-	)
-	leaseholdv1.RegisterRendererServiceServer(gs, srv)
-	serveDone := make(chan struct{})
-	go func() {
-		defer close(serveDone)
-		_ = gs.Serve(lis)
-	}()
-
-	b := &testBundle{srv: srv, logs: make(chan logEvent, 4096), record: filepath.Join(t.TempDir(), "record.txt")}
-	cfg.Coordinator = "passthrough:///bufnet"
-	cfg.ID = testRendererID
-	cfg.Token = testToken
-	cfg.Logger = slog.New(captureHandler{events: b.logs})
-	cfg.RecordFile = b.record
-	cfg.AcquireWait = time.Minute
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = time.Hour // only the first message and acks
-	}
-	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
-	cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-		return lis.DialContext(ctx)
-	})}
-	w, err := renderer.New(cfg)
-	if err != nil {
-		t.Fatalf("renderer.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-runDone:
-			if err != nil {
-				t.Errorf("Run returned %v, want nil after cancellation", err)
-			}
-		case <-time.After(failsafe):
-			t.Errorf("Run did not return after cancellation")
-		}
-		gs.Stop()
-		<-serveDone
-	})
-	return b
-}
-
-// recv waits for a value on ch or fails the test.
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(failsafe):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
-// waitLog waits for a log record with message msg and returns it.
-func (b *testBundle) waitLog(t *testing.T, msg string) logEvent {
-	t.Helper()
-	deadline := time.After(failsafe)
-	for {
-		select {
-		case ev := <-b.logs:
-			if ev.msg == msg {
-				return ev
-			}
-		case <-deadline:
-			t.Fatalf("timed out waiting for log %q", msg)
-		}
-	}
-}
-
-// waitHeartbeat waits for a heartbeat request that satisfies ok.
-func (b *testBundle) waitHeartbeat(t *testing.T, what string, ok func(*leaseholdv1.HeartbeatRequest) bool) *leaseholdv1.HeartbeatRequest {
-	t.Helper()
-	deadline := time.After(failsafe)
-	for {
-		select {
-		case req := <-b.srv.hbReqs:
-			if ok(req) {
-				return req
-			}
-		case <-deadline:
-			t.Fatalf("timed out waiting for a heartbeat with %s", what)
-		}
-	}
-}
-
-func grant(jobID string, token uint64, doc *leaseholdv1.Document) *leaseholdv1.Grant {
-	return &leaseholdv1.Grant{
-		JobId:    jobID,
-		Team:     "team-a",
-		Lease:    &leaseholdv1.Lease{Token: token, RendererId: testRendererID, Attempt: 1},
-		Document: doc,
-	}
-}
-
-func pdf(content string) *leaseholdv1.Document {
-	return &leaseholdv1.Document{Name: "report.pdf", ContentType: "application/pdf", Content: []byte(content)}
-}
-
-func newMock(t *testing.T, cfg mock.Config) *mock.Provider {
-	t.Helper()
-	p, err := mock.New(cfg)
-	if err != nil {
-		t.Fatalf("mock.New: %v", err)
-	}
-	return p
-}
-
-// blockingProvider renders nothing: it reports each start and blocks until
-// its context ends, then reports the context error.
-type blockingProvider struct {
-	started chan string
-	stopped chan error
-}
-
-func (p *blockingProvider) Render(ctx context.Context, in mock.Input) (mock.Output, error) {
-	p.started <- in.JobID
-	<-ctx.Done()
-	p.stopped <- ctx.Err()
-	return mock.Output{}, ctx.Err()
-}
-
-// TestWorkerCompletesLease ensures a granted lease is rendered, uploaded and
-// completed under its own token, and recorded.
-func TestWorkerCompletesLease(t *testing.T) {
-	t.Parallel()
-	b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 2})
-
-	first := recv(t, b.srv.acquires, "the first Acquire")
-	want := &leaseholdv1.AcquireRequest{RendererId: testRendererID, MaxLeases: 2, Capacity: 2}
-	if diff := cmp.Diff(want, first, protocmp.Transform(), protocmp.IgnoreFields(&leaseholdv1.AcquireRequest{}, "wait")); diff != "" {
-		t.Fatalf("first Acquire (-want +got):\n%s", diff)
-	}
-	b.srv.grants <- []*leaseholdv1.Grant{grant("job-1", 42, pdf("%PDF-1.7 hello"))}
-
-	if got := recv(t, b.srv.acquires, "the second Acquire").GetMaxLeases(); got != 1 {
-		t.Errorf("second Acquire max_leases = %d, want 1 while one lease is held", got)
-	}
-
-	up := recv(t, b.srv.uploads, "the upload")
-	wantMeta := &leaseholdv1.ArtifactMetadata{JobId: "job-1", Token: 42, RendererId: testRendererID, ContentType: "image/png", ExpectedSha256: up.digest}
-	if diff := cmp.Diff(wantMeta, up.meta, protocmp.Transform()); diff != "" {
-		t.Errorf("upload metadata (-want +got):\n%s", diff)
-	}
-	chunks, err := mock.TextChunks(up.content)
-	if err != nil {
-		t.Fatalf("uploaded preview: %v", err)
-	}
-	if got := chunks[mock.KeyToken]; got != "42" {
-		t.Errorf("preview token chunk = %q, want 42", got)
-	}
-
-	c := recv(t, b.srv.completes, "the completion")
-	wantComplete := &leaseholdv1.CompleteRequest{
-		JobId: "job-1", Token: 42, RendererId: testRendererID,
-		Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: up.digest}},
-	}
-	if diff := cmp.Diff(wantComplete, c, protocmp.Transform()); diff != "" {
-		t.Errorf("completion (-want +got):\n%s", diff)
-	}
-
-	done := b.waitLog(t, "completed")
-	if diff := cmp.Diff(map[string]string{"job": "job-1", "token": "42", "outcome": "success"}, done.attrs,
-		onlyKeys("job", "token", "outcome")); diff != "" {
-		t.Errorf("completed log (-want +got):\n%s", diff)
-	}
-	rec, err := os.ReadFile(b.record)
-	if err != nil {
-		t.Fatalf("reading record file: %v", err)
-	}
-	if got, want := string(rec), "job-1 42\n"; got != want {
-		t.Errorf("record file = %q, want %q", got, want)
-	}
 }
 
 // onlyKeys compares maps on the given keys only.
@@ -448,168 +44,227 @@ func onlyKeys(keys ...string) cmp.Option {
 	}, cmp.Ignore())
 }
 
-// TestWorkerReportsFailures ensures render failures are completed with their
-// class, and that transient errors on Complete are retried.
-func TestWorkerReportsFailures(t *testing.T) {
+// TestWorkerCompletesInline ensures the session opens with the renderer's
+// hello, and a granted lease is acknowledged, rendered and completed with
+// the preview inline, together with the credit that refills its slot.
+func TestWorkerCompletesInline(t *testing.T) {
 	t.Parallel()
+	b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 2}, nil)
 
-	t.Run("an unsupported format completes as a permanent failure", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1})
-		recv(t, b.srv.acquires, "the first Acquire")
-		b.srv.grants <- []*leaseholdv1.Grant{grant("job-m", 5, &leaseholdv1.Document{Name: "macro.docm"})}
-		c := recv(t, b.srv.completes, "the completion")
-		if got, want := c.GetFailure().GetClass(), leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT; got != want {
-			t.Errorf("failure class = %v, want %v", got, want)
-		}
-		if got := c.GetToken(); got != 5 {
-			t.Errorf("completion token = %d, want 5", got)
-		}
-	})
-
-	t.Run("an unavailable coordinator is retried until it answers", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1})
-		unavailable := status.Error(codes.Unavailable, "restarting")
-		b.srv.mu.Lock()
-		b.srv.completeErrs = []error{unavailable, unavailable, unavailable}
-		b.srv.mu.Unlock()
-		recv(t, b.srv.acquires, "the first Acquire")
-		b.srv.grants <- []*leaseholdv1.Grant{grant("job-u", 6, pdf("x"))}
-		var tokens []uint64
-		for range 4 {
-			tokens = append(tokens, recv(t, b.srv.completes, "a completion").GetToken())
-		}
-		if diff := cmp.Diff([]uint64{6, 6, 6, 6}, tokens); diff != "" {
-			t.Errorf("completion tokens (-want +got):\n%s", diff)
-		}
-		if got := b.waitLog(t, "completed").attrs["job"]; got != "job-u" {
-			t.Errorf("completed job = %q, want job-u", got)
-		}
-	})
-}
-
-// TestWorkerRevocation ensures a lease revoked on the heartbeat stream stops
-// its render, is never completed, and is acknowledged.
-func TestWorkerRevocation(t *testing.T) {
-	t.Parallel()
-	p := &blockingProvider{started: make(chan string, 1), stopped: make(chan error, 1)}
-	b := setup(t, renderer.Config{Provider: p, Capacity: 2})
-
-	hello := b.waitHeartbeat(t, "the renderer id", func(*leaseholdv1.HeartbeatRequest) bool { return true })
-	if hello.GetRendererId() != testRendererID || hello.GetCapacity() != 2 {
-		t.Errorf("first heartbeat names %q with capacity %d, want %q with 2", hello.GetRendererId(), hello.GetCapacity(), testRendererID)
+	s := b.session(t)
+	wantHello := &leaseholdv1.SessionRequest{
+		Hello: &leaseholdv1.SessionHello{
+			RendererId:      testRendererID,
+			Capacity:        2,
+			MaxMessageBytes: renderer.DefaultMaxReceiveBytes,
+		},
+		Credits: 2,
 	}
-	recv(t, b.srv.acquires, "the first Acquire")
-	b.srv.grants <- []*leaseholdv1.Grant{grant("job-2", 7, pdf("x"))}
-	if got := recv(t, p.started, "the render to start"); got != "job-2" {
-		t.Fatalf("render started for %q, want job-2", got)
+	if diff := cmp.Diff(wantHello, s.hello, protocmp.Transform(),
+		protocmp.IgnoreFields(&leaseholdv1.SessionHello{}, "instance_id")); diff != "" {
+		t.Errorf("hello (-want +got):\n%s", diff)
+	}
+	if id := s.hello.GetHello().GetInstanceId(); !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(id) {
+		t.Errorf("instance id = %q, want 16 hex digits", id)
 	}
 
-	b.srv.hbPush <- &leaseholdv1.HeartbeatResponse{Revoked: []*leaseholdv1.LeaseStatus{{
-		JobId: "job-2", Token: 7, State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: "JOB_CANCELLED",
-	}}}
-	if err := recv(t, p.stopped, "the render context to end"); !errors.Is(err, context.Canceled) {
-		t.Errorf("render context error = %v, want context.Canceled", err)
+	s.grantNow(grant("job-1", 42, pdf("%PDF-1.7 hello")))
+	got := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+	c := got.GetCompletions()[0]
+	if c.GetJobId() != "job-1" || c.GetToken() != 42 {
+		t.Errorf("completion names %s/%d, want job-1/42", c.GetJobId(), c.GetToken())
 	}
-	ack := b.waitHeartbeat(t, "a cancel ack", func(r *leaseholdv1.HeartbeatRequest) bool { return len(r.GetCancelAcks()) > 0 })
-	wantAcks := []*leaseholdv1.LeaseRef{{JobId: "job-2", Token: 7}}
-	if diff := cmp.Diff(wantAcks, ack.GetCancelAcks(), protocmp.Transform()); diff != "" {
-		t.Errorf("cancel acks (-want +got):\n%s", diff)
+	if got.GetCredits() != 1 {
+		t.Errorf("the completion's request carries %d credits, want 1 (the slot it freed)", got.GetCredits())
 	}
-	if n := len(ack.GetLeases()); n != 0 {
-		t.Errorf("the ack heartbeat still lists %d leases, want 0", n)
+	succ := c.GetSuccess()
+	if succ.GetContentType() != mock.ContentType || succ.GetArtifactDigest() != "" {
+		t.Errorf("success = content type %q, digest %q; want %q inline without a digest", succ.GetContentType(), succ.GetArtifactDigest(), mock.ContentType)
 	}
-	// The ack is sent only after the lease's goroutine ended, so any
-	// completion it made has reached the server by now.
-	select {
-	case c := <-b.srv.completes:
-		t.Errorf("a revoked lease was completed: %v", c)
-	default:
+	if _, err := png.Decode(bytes.NewReader(succ.GetContent())); err != nil {
+		t.Errorf("inline preview does not decode: %v", err)
+	}
+	chunks, err := mock.TextChunks(succ.GetContent())
+	if err != nil {
+		t.Fatalf("inline preview: %v", err)
+	}
+	if diff := cmp.Diff(map[string]string{mock.KeyJobID: "job-1", mock.KeyToken: "42", mock.KeyRendererID: testRendererID}, chunks,
+		onlyKeys(mock.KeyJobID, mock.KeyToken, mock.KeyRendererID)); diff != "" {
+		t.Errorf("preview text chunks (-want +got):\n%s", diff)
+	}
+
+	done := b.waitLog(t, "completed")
+	if diff := cmp.Diff(map[string]string{"job": "job-1", "token": "42", "outcome": "success", "phase": "PHASE_SUCCEEDED", "replayed": "false"}, done.attrs); diff != "" {
+		t.Errorf("completed log (-want +got):\n%s", diff)
+	}
+	if got, want := b.readRecord(t), "job-1 42\n"; got != want {
+		t.Errorf("record file = %q, want %q", got, want)
 	}
 	select {
 	case u := <-b.srv.uploads:
-		t.Errorf("a revoked lease was uploaded: %v", u.meta)
+		t.Errorf("an inline preview was uploaded too: %v", u.meta)
 	default:
-	}
-	lost := b.waitLog(t, "lease lost")
-	if diff := cmp.Diff(map[string]string{"job": "job-2", "token": "7", "reason": "JOB_CANCELLED"}, lost.attrs); diff != "" {
-		t.Errorf("lease lost log (-want +got):\n%s", diff)
-	}
-	b.waitLog(t, "cancel acknowledged")
-}
-
-// TestWorkerLeaseLost ensures a lease answered LOST in a heartbeat stops its
-// render.
-func TestWorkerLeaseLost(t *testing.T) {
-	t.Parallel()
-	p := &blockingProvider{started: make(chan string, 1), stopped: make(chan error, 1)}
-	b := setup(t, renderer.Config{Provider: p, Capacity: 1})
-	recv(t, b.srv.acquires, "the first Acquire")
-	b.srv.grants <- []*leaseholdv1.Grant{grant("job-l", 11, pdf("x"))}
-	recv(t, p.started, "the render to start")
-	b.srv.hbPush <- &leaseholdv1.HeartbeatResponse{Leases: []*leaseholdv1.LeaseStatus{{
-		JobId: "job-l", Token: 11, State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: "LEASE_EXPIRED",
-	}}}
-	if err := recv(t, p.stopped, "the render context to end"); !errors.Is(err, context.Canceled) {
-		t.Errorf("render context error = %v, want context.Canceled", err)
-	}
-	// With capacity 1 the next Acquire starts only once the lease's
-	// goroutine has ended.
-	if got := recv(t, b.srv.acquires, "the next Acquire").GetMaxLeases(); got != 1 {
-		t.Errorf("next Acquire max_leases = %d, want 1", got)
-	}
-	select {
-	case c := <-b.srv.completes:
-		t.Errorf("a lost lease was completed: %v", c)
-	default:
-	}
-	if got := b.waitLog(t, "lease lost").attrs["reason"]; got != "LEASE_EXPIRED" {
-		t.Errorf("lease lost reason = %q, want LEASE_EXPIRED", got)
 	}
 }
 
-// TestWorkerHeartbeatReconnect ensures a broken heartbeat stream is reopened
-// and keeps listing the leases still held.
-func TestWorkerHeartbeatReconnect(t *testing.T) {
+// TestWorkerAcknowledgesReceipt ensures a grant is acknowledged in received
+// while its render is still running.
+func TestWorkerAcknowledgesReceipt(t *testing.T) {
 	t.Parallel()
-	p := &blockingProvider{started: make(chan string, 1), stopped: make(chan error, 1)}
-	b := setup(t, renderer.Config{Provider: p, Capacity: 2})
-	b.waitHeartbeat(t, "the first message", func(*leaseholdv1.HeartbeatRequest) bool { return true })
-	recv(t, b.srv.acquires, "the first Acquire")
-	b.srv.grants <- []*leaseholdv1.Grant{grant("job-r", 21, pdf("x"))}
+	p := newGated(t)
+	p.hold("job-r")
+	b := setup(t, renderer.Config{Provider: p, Capacity: 1}, nil)
+	s := b.session(t)
+	s.grantNow(grant("job-r", 3, pdf("x")))
 	recv(t, p.started, "the render to start")
-
-	b.srv.hbEnd <- status.Error(codes.Unavailable, "coordinator restarting")
-	// The interval is an hour, so a heartbeat listing the lease can only be
-	// the first message of a reopened stream.
-	req := b.waitHeartbeat(t, "the held lease", func(r *leaseholdv1.HeartbeatRequest) bool { return len(r.GetLeases()) > 0 })
-	want := &leaseholdv1.HeartbeatRequest{
-		RendererId: testRendererID,
-		Capacity:   2,
-		Leases:     []*leaseholdv1.LeaseRef{{JobId: "job-r", Token: 21}},
+	req := s.waitReq(t, "a receipt", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetReceived()) > 0 })
+	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-r", 3)}, req.GetReceived(), protocmp.Transform()); diff != "" {
+		t.Errorf("received (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want, req, protocmp.Transform()); diff != "" {
-		t.Errorf("heartbeat after reconnect (-want +got):\n%s", diff)
+	if n := len(req.GetCompletions()); n != 0 {
+		t.Errorf("the receipt came with %d completions of a held render", n)
+	}
+}
+
+// TestWorkerUploadsLargePreview ensures a preview above the welcome's inline
+// limit is uploaded first and completed by digest.
+func TestWorkerUploadsLargePreview(t *testing.T) {
+	t.Parallel()
+	p := newGated(t)
+	p.size = 70 << 10
+	b := setup(t, renderer.Config{Provider: p, Capacity: 1}, func(f *fakeCoordinator) {
+		f.welcome.MaxInlineArtifactBytes = 64 << 10
+	})
+	s := b.session(t)
+	s.grantNow(grant("job-big", 8, pdf("x")))
+
+	up := recv(t, b.srv.uploads, "the upload")
+	wantMeta := &leaseholdv1.ArtifactMetadata{JobId: "job-big", Token: 8, RendererId: testRendererID, ContentType: "application/octet-stream", ExpectedSha256: up.digest}
+	if diff := cmp.Diff(wantMeta, up.meta, protocmp.Transform()); diff != "" {
+		t.Errorf("upload metadata (-want +got):\n%s", diff)
+	}
+	if got := len(up.content); got != 70<<10 {
+		t.Errorf("uploaded %d bytes, want %d", got, 70<<10)
+	}
+	req := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+	want := &leaseholdv1.SessionCompletion{
+		JobId: "job-big", Token: 8,
+		Outcome: &leaseholdv1.SessionCompletion_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: up.digest}},
+	}
+	if diff := cmp.Diff(want, req.GetCompletions()[0], protocmp.Transform()); diff != "" {
+		t.Errorf("completion (-want +got):\n%s", diff)
+	}
+	b.waitLog(t, "completed")
+}
+
+// TestWorkerReportsFailures ensures render failures complete with their
+// class.
+func TestWorkerReportsFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1}, nil)
+	s := b.session(t)
+	s.grantNow(grant("job-m", 5, &leaseholdv1.Document{Name: "macro.docm"}))
+	req := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+	c := req.GetCompletions()[0]
+	if got, want := c.GetFailure().GetClass(), leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT; got != want {
+		t.Errorf("failure class = %v, want %v", got, want)
+	}
+	done := b.waitLog(t, "completed")
+	if diff := cmp.Diff(map[string]string{"job": "job-m", "outcome": "failure", "class": "FAILURE_CLASS_UNSUPPORTED_FORMAT"}, done.attrs,
+		onlyKeys("job", "outcome", "class")); diff != "" {
+		t.Errorf("completed log (-want +got):\n%s", diff)
+	}
+	if got, want := b.metric(t, `leasehold_renderer_render_failures_total{class="FAILURE_CLASS_UNSUPPORTED_FORMAT"}`),
+		`leasehold_renderer_render_failures_total{class="FAILURE_CLASS_UNSUPPORTED_FORMAT"} 1`; got != want {
+		t.Errorf("metric = %q, want %q", got, want)
+	}
+}
+
+// TestWorkerCredits ensures the worker never holds more leases than its
+// capacity: a grant beyond it is handed back, and a slot's credit comes back
+// only once its lease has ended.
+func TestWorkerCredits(t *testing.T) {
+	t.Parallel()
+	p := newGated(t)
+	p.hold("job-1", "job-2", "job-3")
+	b := setup(t, renderer.Config{Provider: p, Capacity: 2}, nil)
+	s := b.session(t)
+	if got := s.hello.GetCredits(); got != 2 {
+		t.Fatalf("hello credits = %d, want 2", got)
+	}
+	s.grantNow(grant("job-1", 1, pdf("a")), grant("job-2", 2, pdf("b")), grant("job-3", 3, pdf("c")))
+	req := s.waitReq(t, "a hand-back", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHandBacks()) > 0 })
+	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-3", 3)}, req.GetHandBacks(), protocmp.Transform()); diff != "" {
+		t.Errorf("hand-backs (-want +got):\n%s", diff)
+	}
+	started := []string{recv(t, p.started, "a render"), recv(t, p.started, "a render")}
+	slices.Sort(started)
+	if diff := cmp.Diff([]string{"job-1", "job-2"}, started); diff != "" {
+		t.Errorf("renders started (-want +got):\n%s", diff)
+	}
+	if req.GetCredits() != 0 {
+		t.Errorf("credits = %d while every slot is busy, want 0", req.GetCredits())
+	}
+
+	p.release("job-1")
+	req = s.waitReq(t, "a credit", func(r *leaseholdv1.SessionRequest) bool { return r.GetCredits() > 0 })
+	if req.GetCredits() != 1 {
+		t.Errorf("credits = %d after one lease ended, want 1", req.GetCredits())
+	}
+	if n := len(req.GetCompletions()); n != 1 {
+		t.Errorf("the credit came with %d completions, want the freed lease's 1", n)
 	}
 	select {
-	case err := <-p.stopped:
-		t.Errorf("the render stopped (%v) when the stream broke", err)
+	case job := <-p.started:
+		t.Errorf("the handed-back %s was rendered", job)
 	default:
 	}
+	if got := b.readRecord(t); got != "job-1 1\njob-2 2\njob-3 3\n" {
+		t.Errorf("record file = %q, want every grant, the handed-back one too", got)
+	}
+}
+
+// TestWorkerHeartbeats ensures leases in progress are heartbeated at the
+// interval the coordinator announces, not before.
+func TestWorkerHeartbeats(t *testing.T) {
+	t.Parallel()
+	const interval = 50 * time.Millisecond
+	p := newGated(t)
+	p.hold("job-h")
+	b := setup(t, renderer.Config{Provider: p, Capacity: 2}, func(f *fakeCoordinator) {
+		f.welcome.HeartbeatInterval = durationpb.New(interval)
+	})
+	s := b.session(t)
+	start := time.Now()
+	s.grantNow(grant("job-h", 4, pdf("x")))
+	req := s.waitReq(t, "a heartbeat", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHeartbeats()) > 0 })
+	if elapsed := time.Since(start); elapsed < interval {
+		t.Errorf("first heartbeat after %v, want no sooner than the interval %v", elapsed, interval)
+	}
+	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-h", 4)}, req.GetHeartbeats(), protocmp.Transform()); diff != "" {
+		t.Errorf("heartbeats (-want +got):\n%s", diff)
+	}
+	// Heartbeats keep coming while the render runs.
+	s.waitReq(t, "another heartbeat", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHeartbeats()) > 0 })
 }
 
 // pausingProvider renders a fixed preview after a simulated stall that the
-// test starts and ends.
+// test starts and ends. Jobs other than the pausing one are held until their
+// context ends.
 type pausingProvider struct {
-	started chan struct{}
+	job     string
+	started chan string
 	pause   chan struct{}
 	paused  chan struct{}
 	resume  chan struct{}
 }
 
 func (p *pausingProvider) Render(ctx context.Context, in mock.Input) (mock.Output, error) {
-	p.started <- struct{}{}
+	p.started <- in.JobID
+	if in.JobID != p.job {
+		<-ctx.Done()
+		return mock.Output{}, ctx.Err()
+	}
 	<-p.pause
 	in.OnPause()
 	p.paused <- struct{}{}
@@ -626,107 +281,432 @@ func (p *pausingProvider) Render(ctx context.Context, in mock.Input) (mock.Outpu
 func TestWorkerPausedRender(t *testing.T) {
 	t.Parallel()
 	p := &pausingProvider{
-		started: make(chan struct{}, 1), pause: make(chan struct{}),
+		job: "job-p", started: make(chan string, 2), pause: make(chan struct{}),
 		paused: make(chan struct{}, 1), resume: make(chan struct{}),
 	}
-	b := setup(t, renderer.Config{Provider: p, Capacity: 1, HeartbeatInterval: 5 * time.Millisecond})
-	recv(t, b.srv.acquires, "the first Acquire")
-	b.srv.grants <- []*leaseholdv1.Grant{grant("job-p", 31, pdf("x"))}
-	recv(t, p.started, "the render to start")
-	b.waitHeartbeat(t, "the lease before the pause", func(r *leaseholdv1.HeartbeatRequest) bool { return len(r.GetLeases()) == 1 })
+	b := setup(t, renderer.Config{Provider: p, Capacity: 2, HeartbeatInterval: 5 * time.Millisecond}, nil)
+	s := b.session(t)
+	s.grantNow(grant("job-p", 31, pdf("x")), grant("job-other", 32, pdf("y")))
+	recv(t, p.started, "a render to start")
+	recv(t, p.started, "a render to start")
+	both := []*leaseholdv1.LeaseRef{ref("job-other", 32), ref("job-p", 31)}
+	s.waitReq(t, "both leases before the pause", func(r *leaseholdv1.SessionRequest) bool {
+		return cmp.Equal(both, r.GetHeartbeats(), protocmp.Transform())
+	})
 
 	close(p.pause)
 	recv(t, p.paused, "the pause to start")
-	// The lease is held throughout, so a heartbeat without it can only come
-	// from the pause.
-	b.waitHeartbeat(t, "no lease during the pause", func(r *leaseholdv1.HeartbeatRequest) bool { return len(r.GetLeases()) == 0 })
 	if got := b.waitLog(t, "render paused").attrs["job"]; got != "job-p" {
 		t.Errorf("render paused job = %q, want job-p", got)
 	}
+	// Both leases are held throughout, so a heartbeat without job-p can only
+	// come from its pause.
+	s.waitReq(t, "only the other lease during the pause", func(r *leaseholdv1.SessionRequest) bool {
+		return cmp.Equal([]*leaseholdv1.LeaseRef{ref("job-other", 32)}, r.GetHeartbeats(), protocmp.Transform())
+	})
 
 	close(p.resume)
-	if got := recv(t, b.srv.completes, "the completion").GetToken(); got != 31 {
+	req := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+	if got := req.GetCompletions()[0].GetToken(); got != 31 {
 		t.Errorf("completion token = %d, want 31", got)
 	}
 }
 
-// TestWorkerCompletionRejected ensures an ABORTED completion is logged and
-// dropped without a retry.
-func TestWorkerCompletionRejected(t *testing.T) {
-	t.Parallel()
-	b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1})
-	b.srv.mu.Lock()
-	b.srv.completeErrs = []error{abortedErr(t, "STALE_LEASE")}
-	b.srv.mu.Unlock()
-
-	recv(t, b.srv.acquires, "the first Acquire")
-	b.srv.grants <- []*leaseholdv1.Grant{grant("job-3", 9, pdf("x"))}
-	if got := recv(t, b.srv.completes, "the completion").GetToken(); got != 9 {
-		t.Errorf("completion token = %d, want 9", got)
-	}
-	rejected := b.waitLog(t, "completion rejected")
-	if rejected.level != slog.LevelWarn {
-		t.Errorf("completion rejected logged at %v, want WARN", rejected.level)
-	}
-	if diff := cmp.Diff(map[string]string{"job": "job-3", "token": "9", "reason": "STALE_LEASE"}, rejected.attrs); diff != "" {
-		t.Errorf("completion rejected log (-want +got):\n%s", diff)
-	}
-	// With capacity 1 the next Acquire starts only once the lease's goroutine
-	// has ended; a retry would have reached the server before it.
-	recv(t, b.srv.acquires, "the next Acquire")
-	select {
-	case c := <-b.srv.completes:
-		t.Errorf("a rejected completion was retried: %v", c)
-	default:
-	}
-}
-
-// TestWorkerUploadRefused ensures an upload refused as stale is still
-// followed by Complete, whose check decides, and that the refusal is logged.
-func TestWorkerUploadRefused(t *testing.T) {
+// TestWorkerStopsLostLeases ensures a lease answered LOST, or revoked, stops
+// its render and is never completed, and that a revocation is acknowledged
+// once the render has stopped.
+func TestWorkerStopsLostLeases(t *testing.T) {
 	t.Parallel()
 
-	t.Run("a refused completion logs the completion's reason", func(t *testing.T) {
+	t.Run("a lease answered LOST stops and frees its slot", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1})
-		b.srv.mu.Lock()
-		b.srv.uploadErrs = []error{abortedErr(t, "LEASE_EXPIRED")}
-		b.srv.completeErrs = []error{abortedErr(t, "STALE_LEASE")}
-		b.srv.mu.Unlock()
-		recv(t, b.srv.acquires, "the first Acquire")
-		b.srv.grants <- []*leaseholdv1.Grant{grant("job-s", 12, pdf("x"))}
-		up := recv(t, b.srv.uploads, "the upload")
-		c := recv(t, b.srv.completes, "the completion")
-		if got, want := c.GetSuccess().GetArtifactDigest(), up.digest; got != want {
-			t.Errorf("completion digest = %q, want the refused upload's %q", got, want)
+		p := newGated(t)
+		p.hold("job-l")
+		b := setup(t, renderer.Config{Provider: p, Capacity: 1}, nil)
+		s := b.session(t)
+		s.grantNow(grant("job-l", 11, pdf("x")))
+		recv(t, p.started, "the render to start")
+		s.push <- &leaseholdv1.SessionResponse{Leases: []*leaseholdv1.LeaseStatus{{
+			JobId: "job-l", Token: 11, State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: "LEASE_EXPIRED",
+		}}}
+		if got := recv(t, p.stopped, "the render to stop"); got != "job-l" {
+			t.Errorf("stopped %q, want job-l", got)
 		}
-		if got := b.waitLog(t, "completion rejected").attrs["reason"]; got != "STALE_LEASE" {
-			t.Errorf("completion rejected reason = %q, want STALE_LEASE", got)
+		req := s.waitReq(t, "the freed slot's credit", func(r *leaseholdv1.SessionRequest) bool { return r.GetCredits() > 0 })
+		if n := len(req.GetCompletions()); n != 0 {
+			t.Errorf("a lost lease was completed: %v", req.GetCompletions())
+		}
+		if diff := cmp.Diff(map[string]string{"job": "job-l", "token": "11", "reason": "LEASE_EXPIRED"}, b.waitLog(t, "lease lost").attrs); diff != "" {
+			t.Errorf("lease lost log (-want +got):\n%s", diff)
 		}
 	})
 
-	t.Run("a completion failing for want of the artifact logs the upload's reason", func(t *testing.T) {
+	t.Run("a revoked lease stops and is acknowledged", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1})
-		b.srv.mu.Lock()
-		b.srv.uploadErrs = []error{abortedErr(t, "LEASE_EXPIRED")}
-		b.srv.completeErrs = []error{status.Error(codes.FailedPrecondition, "no artifact")}
-		b.srv.mu.Unlock()
-		recv(t, b.srv.acquires, "the first Acquire")
-		b.srv.grants <- []*leaseholdv1.Grant{grant("job-e", 13, pdf("x"))}
-		recv(t, b.srv.completes, "the completion")
+		p := newGated(t)
+		p.hold("job-c")
+		b := setup(t, renderer.Config{Provider: p, Capacity: 2}, nil)
+		s := b.session(t)
+		s.grantNow(grant("job-c", 7, pdf("x")))
+		recv(t, p.started, "the render to start")
+		s.push <- &leaseholdv1.SessionResponse{Revoked: []*leaseholdv1.LeaseStatus{{
+			JobId: "job-c", Token: 7, State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: "JOB_CANCELLED",
+		}}}
+		recv(t, p.stopped, "the render to stop")
+		req := s.waitReq(t, "a cancel ack", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCancelAcks()) > 0 })
+		if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-c", 7)}, req.GetCancelAcks(), protocmp.Transform()); diff != "" {
+			t.Errorf("cancel acks (-want +got):\n%s", diff)
+		}
+		// The ack is queued together with the end of the render, so a
+		// completion would have come with it or before it.
+		if n := len(req.GetCompletions()); n != 0 {
+			t.Errorf("a revoked lease was completed: %v", req.GetCompletions())
+		}
+		if diff := cmp.Diff(map[string]string{"job": "job-c", "token": "7", "reason": "JOB_CANCELLED"}, b.waitLog(t, "lease lost").attrs); diff != "" {
+			t.Errorf("lease lost log (-want +got):\n%s", diff)
+		}
+		b.waitLog(t, "cancel acknowledged")
+	})
+
+	t.Run("a revocation of a lease not running is acknowledged at once", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, renderer.Config{Provider: newGated(t), Capacity: 1}, nil)
+		s := b.session(t)
+		s.push <- &leaseholdv1.SessionResponse{Revoked: []*leaseholdv1.LeaseStatus{{JobId: "job-x", Token: 70, Reason: "JOB_CANCELLED"}}}
+		req := s.waitReq(t, "a cancel ack", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCancelAcks()) > 0 })
+		if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-x", 70)}, req.GetCancelAcks(), protocmp.Transform()); diff != "" {
+			t.Errorf("cancel acks (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestWorkerCompletionRejected ensures a completion answered ABORTED is
+// logged as "completion rejected" with the reason, and counted.
+func TestWorkerCompletionRejected(t *testing.T) {
+	t.Parallel()
+
+	t.Run("an aborted completion is rejected with its reason", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, renderer.Config{Provider: newMock(t, mock.Config{}), Capacity: 1}, func(f *fakeCoordinator) {
+			f.answer = func(c *leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult {
+				return &leaseholdv1.CompletionResult{JobId: c.GetJobId(), Token: c.GetToken(), Code: int32(codes.Aborted),
+					Reason: "LEASE_EXPIRED", Phase: leaseholdv1.Phase_PHASE_SUCCEEDED, CurrentToken: 2}
+			}
+		})
+		s := b.session(t)
+		s.grantNow(grant("j-1", 1, pdf("x")))
+		rejected := b.waitLog(t, "completion rejected")
+		if rejected.level != slog.LevelWarn {
+			t.Errorf("completion rejected logged at %v, want WARN", rejected.level)
+		}
+		if diff := cmp.Diff(map[string]string{"job": "j-1", "token": "1", "reason": "LEASE_EXPIRED"}, rejected.attrs); diff != "" {
+			t.Errorf("completion rejected log (-want +got):\n%s", diff)
+		}
+		if got, want := b.metric(t, `leasehold_renderer_completions_rejected_total{reason="LEASE_EXPIRED"}`),
+			`leasehold_renderer_completions_rejected_total{reason="LEASE_EXPIRED"} 1`; got != want {
+			t.Errorf("metric = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("a completion missing its refused upload is rejected with the upload's reason", func(t *testing.T) {
+		t.Parallel()
+		p := newGated(t)
+		p.size = 2 << 20 // above the 1 MiB inline limit
+		b := setup(t, renderer.Config{Provider: p, Capacity: 1}, func(f *fakeCoordinator) {
+			f.uploadErrs = []error{statusErr(t, codes.Aborted, "LEASE_EXPIRED")}
+			f.answer = func(c *leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult {
+				return &leaseholdv1.CompletionResult{JobId: c.GetJobId(), Token: c.GetToken(), Code: int32(codes.FailedPrecondition), Reason: "ARTIFACT_NOT_FOUND"}
+			}
+		})
+		s := b.session(t)
+		s.grantNow(grant("job-e", 13, pdf("x")))
+		up := recv(t, b.srv.uploads, "the upload")
+		req := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+		if got := req.GetCompletions()[0].GetSuccess().GetArtifactDigest(); got != up.digest {
+			t.Errorf("completion digest = %q, want the refused upload's %q", got, up.digest)
+		}
 		rejected := b.waitLog(t, "completion rejected")
 		if diff := cmp.Diff(map[string]string{"job": "job-e", "token": "13", "reason": "LEASE_EXPIRED", "stage": "upload"}, rejected.attrs,
 			onlyKeys("job", "token", "reason", "stage")); diff != "" {
 			t.Errorf("completion rejected log (-want +got):\n%s", diff)
 		}
-		recv(t, b.srv.acquires, "the next Acquire")
-		select {
-		case c := <-b.srv.completes:
-			t.Errorf("the completion was retried: %v", c)
-		default:
+	})
+}
+
+// TestWorkerReconnects ensures a broken session is reopened with the leases
+// in progress in hello.holding, that unanswered completions are sent again,
+// and that a lease the welcome says is lost stops.
+func TestWorkerReconnects(t *testing.T) {
+	t.Parallel()
+	p := newGated(t)
+	p.hold("job-hold", "job-gone")
+	var firstSession atomic.Bool
+	firstSession.Store(true)
+	b := setup(t, renderer.Config{Provider: p, Capacity: 3}, func(f *fakeCoordinator) {
+		f.lost["job-gone"] = "LEASE_EXPIRED"
+		// The first session never answers completions.
+		f.answer = func(c *leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult {
+			if firstSession.Load() {
+				return nil
+			}
+			return answerOK(c)
 		}
 	})
+	s := b.session(t)
+	s.grantNow(grant("job-hold", 1, pdf("a")), grant("job-gone", 2, pdf("b")), grant("job-done", 3, pdf("c")))
+	first := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+	if got := first.GetCompletions()[0].GetJobId(); got != "job-done" {
+		t.Fatalf("completed %s, want job-done", got)
+	}
+
+	firstSession.Store(false)
+	s.end <- status.Error(codes.Unavailable, "coordinator restarting")
+	s2 := b.session(t)
+	want := &leaseholdv1.SessionHello{
+		RendererId:      testRendererID,
+		InstanceId:      s.hello.GetHello().GetInstanceId(),
+		Capacity:        3,
+		MaxMessageBytes: renderer.DefaultMaxReceiveBytes,
+		Holding:         []*leaseholdv1.LeaseRef{ref("job-gone", 2), ref("job-hold", 1)},
+	}
+	if diff := cmp.Diff(want, s2.hello.GetHello(), protocmp.Transform()); diff != "" {
+		t.Errorf("hello after reconnect (-want +got):\n%s", diff)
+	}
+	if got := s2.hello.GetCredits(); got != 1 {
+		t.Errorf("hello credits = %d with two of three slots busy, want 1", got)
+	}
+	again := s2.waitReq(t, "the completion again", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+	if diff := cmp.Diff(first.GetCompletions(), again.GetCompletions(), protocmp.Transform()); diff != "" {
+		t.Errorf("resent completions (-first +again):\n%s", diff)
+	}
+	if got := b.waitLog(t, "completed").attrs["job"]; got != "job-done" {
+		t.Errorf("completed %q, want job-done", got)
+	}
+	if got := recv(t, p.stopped, "the lost lease's render to stop"); got != "job-gone" {
+		t.Errorf("stopped %q, want job-gone (lost in the welcome)", got)
+	}
+	select {
+	case job := <-p.stopped:
+		t.Errorf("%s stopped, want job-hold still rendering", job)
+	default:
+	}
+	if got := b.metric(t, "leasehold_renderer_stream_reconnects_total"); got != "leasehold_renderer_stream_reconnects_total 1" {
+		t.Errorf("metric = %q, want 1 reconnect", got)
+	}
+}
+
+// TestWorkerSessionEnds ensures permanent refusals end Run, while a renderer
+// id in use and a replaced session are retried.
+func TestWorkerSessionEnds(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a permission refusal ends Run with the error", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, renderer.Config{Provider: newGated(t)}, func(f *fakeCoordinator) {
+			f.refusals = []error{statusErr(t, codes.PermissionDenied, "RENDERER_ID_NOT_ALLOWED")}
+		})
+		err := b.wait(t)
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Run returned %v, want PERMISSION_DENIED", err)
+		}
+	})
+
+	t.Run("a renderer id in use is retried and logged as an error", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, renderer.Config{Provider: newGated(t)}, func(f *fakeCoordinator) {
+			f.refusals = []error{statusErr(t, codes.AlreadyExists, "RENDERER_ID_IN_USE")}
+		})
+		inUse := b.waitLog(t, "renderer id in use")
+		if inUse.level != slog.LevelError {
+			t.Errorf("renderer id in use logged at %v, want ERROR", inUse.level)
+		}
+		first := recv(t, b.srv.hellos, "the refused hello")
+		s := b.session(t)
+		if got, want := s.hello.GetHello().GetInstanceId(), first.GetHello().GetInstanceId(); got != want {
+			t.Errorf("instance id changed from %q to %q on retry", want, got)
+		}
+	})
+
+	t.Run("a replaced session is reopened", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, renderer.Config{Provider: newGated(t)}, nil)
+		s := b.session(t)
+		s.end <- statusErr(t, codes.Aborted, "SESSION_REPLACED")
+		b.waitLog(t, "session replaced")
+		b.session(t)
+	})
+}
+
+// TestWorkerRequestBudget ensures completions queued during an outage are
+// sent in requests that each stay under the byte budget, in order.
+func TestWorkerRequestBudget(t *testing.T) {
+	t.Parallel()
+	const budget = renderer.MinMessageBytes
+	p := newGated(t)
+	p.size = 40 << 10 // inline (under budget less headroom), but two do not fit one request
+	jobs := []string{"job-a", "job-b", "job-c"}
+	p.hold(jobs...)
+	b := setup(t, renderer.Config{Provider: p, Capacity: 3, MaxRequestBytes: budget}, nil)
+	s := b.session(t)
+	for i, j := range jobs {
+		s.grantNow(grant(j, uint64(i+1), pdf(j)))
+		recv(t, p.started, "a render")
+	}
+
+	gate := make(chan struct{})
+	b.srv.mu.Lock()
+	b.srv.gate = gate
+	b.srv.mu.Unlock()
+	s.end <- status.Error(codes.Unavailable, "outage")
+	b.waitLog(t, "session ended")
+	for _, j := range jobs {
+		p.release(j)
+		b.waitLog(t, "render done")
+	}
+	close(gate)
+	s2 := b.session(t)
+	var got []string
+	for len(got) < len(jobs) {
+		req := recv(t, s2.reqs, "a request")
+		if n := proto.Size(req); n > budget {
+			t.Errorf("a request of %d bytes, over the %d budget", n, budget)
+		}
+		for _, c := range req.GetCompletions() {
+			if len(c.GetSuccess().GetContent()) != 40<<10 {
+				t.Errorf("completion of %s carries %d inline bytes, want %d", c.GetJobId(), len(c.GetSuccess().GetContent()), 40<<10)
+			}
+			got = append(got, c.GetJobId())
+		}
+	}
+	slices.Sort(got)
+	if diff := cmp.Diff(jobs, got); diff != "" {
+		t.Errorf("completions (-want +got):\n%s", diff)
+	}
+}
+
+// TestWorkerDrains ensures a cancelled Run drains: it says so at once,
+// hands back grants, lets a render in flight complete, hands back a stalled
+// one after the drain timeout, and returns nil.
+func TestWorkerDrains(t *testing.T) {
+	t.Parallel()
+	const drainTimeout = time.Second
+	p := newGated(t)
+	p.hold("job-fast", "job-stall")
+	b := setup(t, renderer.Config{Provider: p, Capacity: 2, DrainTimeout: drainTimeout}, nil)
+	s := b.session(t)
+	s.grantNow(grant("job-fast", 1, pdf("a")), grant("job-stall", 2, pdf("b")))
+	recv(t, p.started, "a render")
+	recv(t, p.started, "a render")
+	if code, _ := b.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d while connected, want 200", code)
+	}
+
+	start := time.Now()
+	b.cancel()
+	req := s.waitReq(t, "draining", func(r *leaseholdv1.SessionRequest) bool { return r.GetDraining() })
+	if code, body := b.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d %q while draining, want 503", code, body)
+	}
+	if code, _ := b.get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d while draining, want 200", code)
+	}
+	if req.GetCredits() != 0 {
+		t.Errorf("draining request grants %d credits, want 0", req.GetCredits())
+	}
+
+	s.grantNow(grant("job-late", 3, pdf("c")))
+	late := s.waitReq(t, "the late grant handed back", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHandBacks()) > 0 })
+	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-late", 3)}, late.GetHandBacks(), protocmp.Transform()); diff != "" {
+		t.Errorf("hand-backs while draining (-want +got):\n%s", diff)
+	}
+
+	p.release("job-fast")
+	done := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+	if got := done.GetCompletions()[0].GetJobId(); got != "job-fast" {
+		t.Errorf("completed %s during the drain, want job-fast", got)
+	}
+	if done.GetCredits() != 0 {
+		t.Errorf("a completion while draining grants %d credits, want 0", done.GetCredits())
+	}
+
+	back := s.waitReq(t, "the stalled lease handed back", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHandBacks()) > 0 })
+	if elapsed := time.Since(start); elapsed < drainTimeout {
+		t.Errorf("handed back after %v, want no sooner than the drain timeout %v", elapsed, drainTimeout)
+	}
+	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-stall", 2)}, back.GetHandBacks(), protocmp.Transform()); diff != "" {
+		t.Errorf("hand-backs after the timeout (-want +got):\n%s", diff)
+	}
+	if got := recv(t, p.stopped, "the stalled render to stop"); got != "job-stall" {
+		t.Errorf("stopped %q, want job-stall", got)
+	}
+	if err := b.wait(t); err != nil {
+		t.Errorf("Run returned %v after the drain, want nil", err)
+	}
+	recv(t, s.done, "the session to close")
+	if got := b.metric(t, "leasehold_renderer_hand_backs_total"); got != "leasehold_renderer_hand_backs_total 2" {
+		t.Errorf("metric = %q, want 2 hand-backs", got)
+	}
+	if got := b.waitLog(t, "completed").attrs["job"]; got != "job-fast" {
+		t.Errorf("completed %q, want job-fast", got)
+	}
+}
+
+// TestWorkerEndDrain ensures EndDrain hands back the leases in progress at
+// once, without waiting for the drain timeout.
+func TestWorkerEndDrain(t *testing.T) {
+	t.Parallel()
+	p := newGated(t)
+	p.hold("job-s")
+	b := setup(t, renderer.Config{Provider: p, Capacity: 1, DrainTimeout: time.Hour}, nil)
+	s := b.session(t)
+	s.grantNow(grant("job-s", 9, pdf("x")))
+	recv(t, p.started, "the render to start")
+	b.cancel()
+	s.waitReq(t, "draining", func(r *leaseholdv1.SessionRequest) bool { return r.GetDraining() })
+	b.w.EndDrain()
+	back := s.waitReq(t, "the hand-back", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHandBacks()) > 0 })
+	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-s", 9)}, back.GetHandBacks(), protocmp.Transform()); diff != "" {
+		t.Errorf("hand-backs (-want +got):\n%s", diff)
+	}
+	if err := b.wait(t); err != nil {
+		t.Errorf("Run returned %v, want nil", err)
+	}
+}
+
+// TestWorkerReadiness ensures /readyz answers 200 only while a welcomed
+// session is open, and /healthz always.
+func TestWorkerReadiness(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	b := setup(t, renderer.Config{Provider: newGated(t)}, func(f *fakeCoordinator) { f.gate = gate })
+	recv(t, b.srv.hellos, "the hello")
+	if code, body := b.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d %q before the welcome, want 503", code, body)
+	}
+	if code, _ := b.get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d, want 200", code)
+	}
+	close(gate)
+	s := b.session(t)
+	b.waitLog(t, "session started")
+	if code, body := b.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q once welcomed, want 200", code, body)
+	}
+	if got := b.metric(t, "leasehold_renderer_connected"); got != "leasehold_renderer_connected 1" {
+		t.Errorf("metric = %q, want connected 1", got)
+	}
+
+	b.srv.mu.Lock()
+	b.srv.gate = make(chan struct{}) // never opened: the worker stays disconnected
+	b.srv.mu.Unlock()
+	s.end <- status.Error(codes.Unavailable, "gone")
+	b.waitLog(t, "session ended")
+	if code, body := b.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d %q while disconnected, want 503", code, body)
+	}
+	if got := b.metric(t, "leasehold_renderer_connected"); got != "leasehold_renderer_connected 0" {
+		t.Errorf("metric = %q, want connected 0", got)
+	}
 }
 
 // TestNew ensures invalid configurations are refused.
@@ -744,19 +724,33 @@ func TestNew(t *testing.T) {
 		{"a missing coordinator is refused", func(c *renderer.Config) { c.Coordinator = "" }},
 		{"an id with spaces is refused", func(c *renderer.Config) { c.ID = "my renderer" }},
 		{"a missing id is refused", func(c *renderer.Config) { c.ID = "" }},
-		{"a capacity above 64 is refused", func(c *renderer.Config) { c.Capacity = 65 }},
+		{"an instance id with a slash is refused", func(c *renderer.Config) { c.InstanceID = "a/b" }},
+		{"a capacity above 4096 is refused", func(c *renderer.Config) { c.Capacity = 4097 }},
 		{"a negative capacity is refused", func(c *renderer.Config) { c.Capacity = -1 }},
 		{"a missing provider is refused", func(c *renderer.Config) { c.Provider = nil }},
-		{"an acquire wait above a minute is refused", func(c *renderer.Config) { c.AcquireWait = 2 * time.Minute }},
 		{"inverted backoff bounds are refused", func(c *renderer.Config) { c.BackoffMin, c.BackoffMax = time.Second, time.Millisecond }},
+		{"a tiny receive limit is refused", func(c *renderer.Config) { c.MaxReceiveBytes = 1024 }},
+		{"a tiny request budget is refused", func(c *renderer.Config) { c.MaxRequestBytes = 1024 }},
+		{"a negative drain timeout is refused", func(c *renderer.Config) { c.DrainTimeout = -time.Second }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			cfg := valid
 			tt.modify(&cfg)
 			if _, err := renderer.New(cfg); err == nil {
 				t.Errorf("New succeeded, want an error")
 			}
 		})
+	}
+}
+
+// TestRunTwice ensures a second Run is refused.
+func TestRunTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t, renderer.Config{Provider: newGated(t)}, nil)
+	b.session(t)
+	if err := b.w.Run(context.Background()); err == nil || errors.Is(err, context.Canceled) {
+		t.Errorf("second Run returned %v, want an error", err)
 	}
 }

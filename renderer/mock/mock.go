@@ -1,10 +1,12 @@
 // Package mock is the deterministic preview provider renderer pods use.
 //
 // The provider never opens, parses or executes a document: it derives a small
-// PNG from the document's bytes (or, when the document has no inline content,
-// from its name and source URI) and stamps the job id, lease token and
-// renderer id into PNG text chunks, so the same document rendered under two
-// leases yields two different digests. Formats that could carry code (macro
+// paletted PNG whose colours come from the document's bytes (or, when the
+// document has no inline content, from its name and source URI) and stamps
+// the job id, lease token and renderer id into PNG text chunks, so the same
+// document rendered under two leases yields two different digests. The pixel
+// indices are the same in every preview and compressed once per process, so a
+// render without injected latency costs a few microseconds. Formats that could carry code (macro
 // documents, executables, scripts) are refused as UNSUPPORTED_FORMAT, and a
 // document whose content starts with [InvalidMarker] is refused as
 // INVALID_DOCUMENT.
@@ -185,7 +187,12 @@ func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
 		p.exit(CrashExitCode)
 		return Output{}, fmt.Errorf("mock: crashed on %q", in.Document.Name)
 	}
-	rng := p.rng(in)
+	// The generator is built only when a random decision is configured; its
+	// draws come in a fixed order (jitter, then failure).
+	var rng *rand.Rand
+	if p.cfg.LatencyJitter > 0 || p.cfg.FailRate > 0 {
+		rng = p.rng(in)
+	}
 	delay := p.cfg.Latency
 	if p.cfg.LatencyJitter > 0 {
 		delay += time.Duration(rng.Int64N(int64(p.cfg.LatencyJitter)))
@@ -199,10 +206,7 @@ func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
 	if p.cfg.FailRate > 0 && rng.Float64() < p.cfg.FailRate {
 		return Output{}, &Failure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT, Message: "injected transient fault"}
 	}
-	img, err := renderPNG(in)
-	if err != nil {
-		return Output{}, err
-	}
+	img := renderPNG(in)
 	if p.cfg.PauseBeforeComplete > 0 {
 		if in.OnPause != nil {
 			in.OnPause()
@@ -245,8 +249,9 @@ func (p *Provider) rng(in Input) *rand.Rand {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], in.Token)
 	h.Write(b[:])
-	sum := h.Sum(nil)
-	return rand.New(rand.NewPCG(p.cfg.Seed, binary.BigEndian.Uint64(sum)))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return rand.New(rand.NewPCG(p.cfg.Seed, binary.BigEndian.Uint64(sum[:])))
 }
 
 // normalizeFormat lowercases an extension or MIME type and drops MIME

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"image/png"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -337,6 +338,79 @@ func TestNewValidates(t *testing.T) {
 	for _, cfg := range []mock.Config{{FailRate: 1.5}, {FailRate: -0.1}, {Latency: -time.Second}} {
 		if _, err := mock.New(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded, want an error", cfg)
+		}
+	}
+}
+
+// TestRenderIsValidPNG ensures every preview decodes with image/png as a
+// Size x Size image, whatever the lengths of the stamped ids.
+func TestRenderIsValidPNG(t *testing.T) {
+	t.Parallel()
+	p := newProvider(t, mock.Config{})
+	for _, in := range []mock.Input{
+		input("j", 0, "x"),
+		input(strings.Repeat("j", 300), ^uint64(0), strings.Repeat("long content ", 1000)),
+		{JobID: "j", Token: 1, Document: mock.Document{Name: "empty.pdf"}},
+	} {
+		out := render(t, p, in)
+		cfg, err := png.DecodeConfig(bytes.NewReader(out.Content))
+		if err != nil {
+			t.Fatalf("png.DecodeConfig(job %.10s…): %v", in.JobID, err)
+		}
+		if cfg.Width != mock.Size || cfg.Height != mock.Size {
+			t.Errorf("preview is %dx%d, want %dx%d", cfg.Width, cfg.Height, mock.Size, mock.Size)
+		}
+		pixels(t, out.Content) // decodes every pixel
+		chunks, err := mock.TextChunks(out.Content)
+		if err != nil {
+			t.Fatalf("TextChunks: %v", err)
+		}
+		if got, want := chunks[mock.KeyToken], strconv.FormatUint(in.Token, 10); got != want {
+			t.Errorf("token chunk = %q, want %q", got, want)
+		}
+	}
+}
+
+// TestRenderCells ensures the preview shows one colour per cell of the grid,
+// so that its pixels are a picture of the document and not noise.
+func TestRenderCells(t *testing.T) {
+	t.Parallel()
+	px := pixels(t, render(t, newProvider(t, mock.Config{}), input("j", 1, "cells")).Content)
+	const cell = mock.Size / 8
+	colours := map[[4]byte]bool{}
+	for y := range mock.Size {
+		for x := range mock.Size {
+			o := (y*mock.Size + x) * 4
+			got := [4]byte(px[o : o+4])
+			corner := ((y/cell*cell)*mock.Size + x/cell*cell) * 4
+			if want := [4]byte(px[corner : corner+4]); got != want {
+				t.Fatalf("pixel (%d,%d) = %v, want its cell's colour %v", x, y, got, want)
+			}
+			if got[3] != 0xff {
+				t.Fatalf("pixel (%d,%d) alpha = %d, want opaque", x, y, got[3])
+			}
+			colours[got] = true
+		}
+	}
+	if len(colours) < 32 {
+		t.Errorf("the preview has %d distinct colours, want most of its 64 cells distinct", len(colours))
+	}
+}
+
+// BenchmarkRender measures one render without injected latency: the cost the
+// mock adds to every document in an end-to-end benchmark.
+func BenchmarkRender(b *testing.B) {
+	p, err := mock.New(mock.Config{})
+	if err != nil {
+		b.Fatalf("mock.New: %v", err)
+	}
+	in := input("job-0123456789", 123456, "%PDF-1.7\nquarterly report\n")
+	in.RendererID = "bench-renderer-1"
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Render(ctx, in); err != nil {
+			b.Fatalf("Render: %v", err)
 		}
 	}
 }

@@ -1,11 +1,16 @@
-// Binary renderer runs a renderer pod: it leases preview jobs from the
-// coordinator, renders them with the deterministic mock provider and
-// completes them with its fencing tokens.
+// Binary renderer runs a renderer pod: it keeps one session open with the
+// coordinator, renders the leases it is granted with the deterministic mock
+// provider and completes them with their fencing tokens.
 //
-// Every flag has an environment equivalent (LEASEHOLD_ and the flag name in
-// upper case with dashes as underscores; the id is LEASEHOLD_RENDERER_ID).
-// A set variable replaces the flag's default; a flag given on the command
-// line wins.
+// Every flag has an environment equivalent: LEASEHOLD_ and the flag name in
+// upper case with dashes as underscores, except --id (LEASEHOLD_RENDERER_ID)
+// and --token (LEASEHOLD_RENDERER_TOKEN; LEASEHOLD_TOKEN, which CLI users
+// export, is deliberately not read). A set variable replaces the flag's
+// default; a flag given on the command line wins.
+//
+// SIGTERM or SIGINT drains: the renderer takes no new work, lets the renders
+// in flight finish for up to --drain-timeout, hands back the rest and exits
+// 0. A second signal hands back at once; a third kills the process.
 package main
 
 import (
@@ -13,7 +18,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"regexp"
@@ -26,6 +34,10 @@ import (
 	"github.com/leasehold/leasehold/renderer/mock"
 )
 
+// defaultToken is the development renderer credential, used when neither
+// --token nor LEASEHOLD_RENDERER_TOKEN is set.
+const defaultToken = "dev-renderer"
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "renderer:", err)
@@ -33,55 +45,33 @@ func main() {
 	}
 }
 
-func run(args []string) error {
-	fs := flag.NewFlagSet("renderer", flag.ContinueOnError)
-	var envErr error
-	env := func(name, def string) string {
-		if v, ok := os.LookupEnv(name); ok {
-			return v
-		}
-		return def
-	}
-	envDur := func(name string, def time.Duration) time.Duration {
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil && envErr == nil {
-			envErr = fmt.Errorf("%s: %w", name, err)
-		}
-		return d
-	}
-	envUint := func(name string, def uint64) uint64 {
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			return def
-		}
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil && envErr == nil {
-			envErr = fmt.Errorf("%s: %w", name, err)
-		}
-		return n
-	}
-	envNum := func(name string, def float64) float64 {
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			return def
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil && envErr == nil {
-			envErr = fmt.Errorf("%s: %w", name, err)
-		}
-		return f
-	}
+// options is the parsed command line.
+type options struct {
+	worker     renderer.Config
+	mock       mock.Config
+	httpListen string
+	logLevel   slog.Level
+}
 
+// errHelp reports that --help was asked for and printed.
+var errHelp = errors.New("help requested")
+
+// parseOptions parses args with lookupEnv as the environment; usage and
+// parse errors are written to stderr.
+func parseOptions(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("renderer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	e := &envReader{lookup: lookupEnv}
+	env, envDur, envUint, envNum := e.str, e.dur, e.uint, e.num
 	coordinator := fs.String("coordinator", env("LEASEHOLD_COORDINATOR", "127.0.0.1:7070"), "coordinator gRPC address (LEASEHOLD_COORDINATOR)")
-	id := fs.String("id", env("LEASEHOLD_RENDERER_ID", defaultID()), "renderer id, unique among live renderers (LEASEHOLD_RENDERER_ID)")
-	token := fs.String("token", env("LEASEHOLD_TOKEN", "dev-renderer"), "bearer token of a principal with the renderer role (LEASEHOLD_TOKEN)")
-	capacity := fs.Int("capacity", int(envUint("LEASEHOLD_CAPACITY", renderer.DefaultCapacity)), "leases held at most at once (LEASEHOLD_CAPACITY)")
-	acquireWait := fs.Duration("acquire-wait", envDur("LEASEHOLD_ACQUIRE_WAIT", renderer.DefaultAcquireWait), "long-poll wait of one Acquire, at most 60s (LEASEHOLD_ACQUIRE_WAIT)")
+	id := fs.String("id", env("LEASEHOLD_RENDERER_ID", defaultID()), "renderer id, allowed for the token and used by one process at a time (LEASEHOLD_RENDERER_ID)")
+	token := fs.String("token", env("LEASEHOLD_RENDERER_TOKEN", defaultToken), "bearer token of a principal with the renderer role (LEASEHOLD_RENDERER_TOKEN; LEASEHOLD_TOKEN is not read)")
+	capacity := fs.Int("capacity", int(envUint("LEASEHOLD_CAPACITY", renderer.DefaultCapacity)), fmt.Sprintf("leases held at most at once, 1 to %d (LEASEHOLD_CAPACITY)", renderer.MaxCapacity))
 	hbInterval := fs.Duration("heartbeat-interval", envDur("LEASEHOLD_HEARTBEAT_INTERVAL", 0), "heartbeat interval; 0 uses the coordinator's (LEASEHOLD_HEARTBEAT_INTERVAL)")
+	drainTimeout := fs.Duration("drain-timeout", envDur("LEASEHOLD_DRAIN_TIMEOUT", renderer.DefaultDrainTimeout), "on SIGTERM or SIGINT, how long renders in flight may finish before the rest is handed back (LEASEHOLD_DRAIN_TIMEOUT)")
+	maxMessage := fs.Int("max-message-bytes", int(envUint("LEASEHOLD_MAX_MESSAGE_BYTES", renderer.DefaultMaxReceiveBytes)), "largest message received from the coordinator; bounds each batch of grants (LEASEHOLD_MAX_MESSAGE_BYTES)")
+	httpListen := fs.String("http-listen", env("LEASEHOLD_HTTP_LISTEN", ""), "address serving /healthz, /readyz and /metrics, such as :9091; empty serves none (LEASEHOLD_HTTP_LISTEN)")
+	_ = fs.Duration("acquire-wait", envDur("LEASEHOLD_ACQUIRE_WAIT", 0), "ignored: the renderer no longer long-polls; accepted so that existing command lines still start (LEASEHOLD_ACQUIRE_WAIT)")
 	latency := fs.Duration("latency", envDur("LEASEHOLD_LATENCY", 0), "time every render takes (LEASEHOLD_LATENCY)")
 	jitter := fs.Duration("latency-jitter", envDur("LEASEHOLD_LATENCY_JITTER", 0), "random extra render time below this bound (LEASEHOLD_LATENCY_JITTER)")
 	failRate := fs.Float64("fail-rate", envNum("LEASEHOLD_FAIL_RATE", 0), "probability 0..1 that a render fails transiently (LEASEHOLD_FAIL_RATE)")
@@ -93,30 +83,27 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", env("LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (LEASEHOLD_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return nil, errHelp
 		}
-		return err
+		return nil, err
 	}
-	if envErr != nil {
-		return envErr
+	if e.err != nil {
+		return nil, e.err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	o := &options{httpListen: *httpListen}
+	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
 	formats := []string{}
 	for f := range strings.SplitSeq(*unsupported, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			formats = append(formats, f)
 		}
 	}
-	provider, err := mock.New(mock.Config{
+	o.mock = mock.Config{
 		Latency:             *latency,
 		LatencyJitter:       *jitter,
 		FailRate:            *failRate,
@@ -124,27 +111,126 @@ func run(args []string) error {
 		CrashOn:             *crashOn,
 		Unsupported:         formats,
 		Seed:                *seed,
-	})
-	if err != nil {
-		return err
 	}
-	w, err := renderer.New(renderer.Config{
+	o.worker = renderer.Config{
 		Coordinator:       *coordinator,
 		ID:                *id,
 		Token:             *token,
 		Capacity:          *capacity,
-		Provider:          provider,
-		Logger:            logger,
-		AcquireWait:       *acquireWait,
 		HeartbeatInterval: *hbInterval,
 		RecordFile:        *record,
-	})
+		MaxReceiveBytes:   *maxMessage,
+		DrainTimeout:      *drainTimeout,
+	}
+	return o, nil
+}
+
+func run(args []string) error {
+	o, err := parseOptions(args, os.LookupEnv, os.Stderr)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	provider, err := mock.New(o.mock)
+	if err != nil {
+		return err
+	}
+	o.worker.Provider = provider
+	o.worker.Logger = logger
+	w, err := renderer.New(o.worker)
+	if err != nil {
+		return err
+	}
+
+	if o.httpListen != "" {
+		lis, err := net.Listen("tcp", o.httpListen)
+		if err != nil {
+			return fmt.Errorf("--http-listen: %w", err)
+		}
+		srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("http server", "err", err)
+			}
+		}()
+		logger.Info("http listening", "addr", lis.Addr().String())
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		}()
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go cutDrainOnSecondSignal(ctx, stop, w, logger, done)
 	return w.Run(ctx)
+}
+
+// cutDrainOnSecondSignal waits for the first signal (ctx done), then for a
+// second one, which ends the drain at once; after that the default handling
+// comes back, so a third signal kills the process. It returns when done is
+// closed.
+func cutDrainOnSecondSignal(ctx context.Context, stop func(), w *renderer.Worker, logger *slog.Logger, done <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+	case <-done:
+		return
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	stop() // sigs is registered first, so no signal falls through to the default
+	defer signal.Stop(sigs)
+	select {
+	case s := <-sigs:
+		logger.Warn("second signal: handing back unfinished leases now", "signal", s.String())
+		w.EndDrain()
+	case <-done:
+	}
+}
+
+// envReader reads flag defaults from the environment and keeps the first
+// malformed value's error.
+type envReader struct {
+	lookup func(string) (string, bool)
+	err    error
+}
+
+func (e *envReader) str(name, def string) string {
+	if v, ok := e.lookup(name); ok {
+		return v
+	}
+	return def
+}
+
+// parsed returns parse(v) for a set variable, def otherwise.
+func parsed[T any](e *envReader, name string, def T, parse func(string) (T, error)) T {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	x, err := parse(v)
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("%s: %w", name, err)
+	}
+	return x
+}
+
+func (e *envReader) dur(name string, def time.Duration) time.Duration {
+	return parsed(e, name, def, time.ParseDuration)
+}
+
+func (e *envReader) uint(name string, def uint64) uint64 {
+	return parsed(e, name, def, func(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) })
+}
+
+func (e *envReader) num(name string, def float64) float64 {
+	return parsed(e, name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
 }
 
 // defaultID is "<hostname>-<pid>", reduced to the characters renderer ids
