@@ -9,8 +9,10 @@ import (
 	"io"
 	"iter"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
@@ -83,8 +85,10 @@ func (bearerToken) RequireTransportSecurity() bool { return false }
 //
 // The connection receives messages of up to DefaultMaxMessageBytes and
 // sends up to the larger of that and the largest batch the batch limits
-// allow; options from WithDialOptions come after these defaults and can
-// override them.
+// allow. After losing the coordinator it reconnects with a backoff from
+// 100 ms to 2 s (gRPC's default grows to 2 minutes), so that FollowBatch
+// resumes soon after a restart. Options from WithDialOptions come after
+// these defaults and can override them.
 func Dial(addr string, opts ...Option) (*Client, error) {
 	var cfg dialConfig
 	for _, o := range opts {
@@ -99,6 +103,15 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 			grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes),
 			grpc.MaxCallSendMsgSize(int(max(DefaultMaxMessageBytes, cfg.limits.requestBytes()))),
 		),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  DefaultFollowMinBackoff,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   DefaultFollowMaxBackoff,
+			},
+			MinConnectTimeout: 20 * time.Second,
+		}),
 	}
 	if cfg.token != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearerToken(cfg.token)))
@@ -174,51 +187,6 @@ func (c *Client) GetBatch(ctx context.Context, batchID string) (*leaseholdv1.Bat
 		return nil, wrapError(err)
 	}
 	return resp.GetBatch(), nil
-}
-
-// WatchBatch calls fn with each message of the batch's watch stream: one
-// snapshot per job first, then every event. It returns nil when the stream
-// ends because the batch is done, fn's error if fn fails (which ends the
-// stream), or the stream's error. A watcher that fell behind gets an error
-// matching ErrSlowWatcher and may watch again.
-func (c *Client) WatchBatch(ctx context.Context, batchID string, fn func(*leaseholdv1.WatchBatchResponse) error) error {
-	for msg, err := range c.BatchEvents(ctx, batchID) {
-		if err != nil {
-			return err
-		}
-		if err := fn(msg); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// BatchEvents iterates over the batch's watch stream as WatchBatch does.
-// Breaking out of the loop closes the stream. The stream's error, if any, is
-// yielded last with a nil message.
-func (c *Client) BatchEvents(ctx context.Context, batchID string) iter.Seq2[*leaseholdv1.WatchBatchResponse, error] {
-	return func(yield func(*leaseholdv1.WatchBatchResponse, error) bool) {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stream, err := c.Jobs.WatchBatch(ctx, &leaseholdv1.WatchBatchRequest{BatchId: batchID})
-		if err != nil {
-			yield(nil, wrapError(err))
-			return
-		}
-		for {
-			msg, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				yield(nil, wrapError(err))
-				return
-			}
-			if !yield(msg, nil) {
-				return
-			}
-		}
-	}
 }
 
 // CancelJob cancels one job. Cancelling a cancelled job succeeds again with
