@@ -252,6 +252,44 @@ func (e *exitError) Error() string { return e.msg }
 // may come before the command as well as after it
 // (leasehold --addr X -o json list); a command's own flags follow it.
 func Run(ctx context.Context, env Env, args []string) int {
+	inv, code, ok := parseCommandLine(env, args)
+	if !ok {
+		return code
+	}
+	a := &app{env: env, g: inv.g, out: env.Stdout}
+	if !inv.c.offline {
+		cl, err := dialFor(env, inv)
+		if err != nil {
+			return report(env.Stderr, err)
+		}
+		defer cl.Close()
+		a.c = cl
+	}
+	if inv.g.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, inv.g.Timeout)
+		defer cancel()
+	}
+	err := inv.sub.run(ctx, a)
+	var ee *exitError
+	if err != nil && interrupted(ctx) && !errors.As(err, &ee) {
+		err = &exitError{code: ExitInterrupted, msg: "interrupted"}
+	}
+	return report(env.Stderr, err)
+}
+
+// invocation is a parsed and validated command line.
+type invocation struct {
+	c   command
+	sub subcommand
+	g   globalOpts
+}
+
+// parseCommandLine parses the global flags before the command, the command,
+// and its flags and arguments, and validates them. When there is nothing to
+// run (help, or a usage error, reported on env's streams) it returns ok
+// false and the exit status.
+func parseCommandLine(env Env, args []string) (inv invocation, code int, ok bool) {
 	g := newGlobalOpts(env)
 	pre := flag.NewFlagSet("leasehold", flag.ContinueOnError)
 	pre.SetOutput(io.Discard)
@@ -260,42 +298,30 @@ func Run(ctx context.Context, env Env, args []string) int {
 	if err := pre.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(env.Stdout)
-			return ExitOK
+			return inv, ExitOK, false
 		}
 		fmt.Fprintf(env.Stderr, "leasehold: %v\nOnly the global flags (--addr, --token, -o, --timeout) may come before the command.\nRun 'leasehold help' for usage.\n", err)
-		return ExitUsage
+		return inv, ExitUsage, false
 	}
 	args = pre.Args()
-	if len(args) == 0 {
+	switch {
+	case len(args) == 0:
 		printUsage(env.Stderr)
-		return ExitUsage
+		return inv, ExitUsage, false
+	case args[0] == "help":
+		return inv, runHelp(env, args[1:]), false
 	}
-	name := args[0]
-	if name == "help" {
-		if len(args) > 1 {
-			c, ok := findCommand(args[1])
-			if !ok {
-				fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\n", args[1])
-				return ExitUsage
-			}
-			fresh := newGlobalOpts(env)
-			printCommandUsage(env.Stdout, c, newFlagSet(c, env, c.new(), &fresh))
-			return ExitOK
-		}
-		printUsage(env.Stdout)
-		return ExitOK
-	}
-	c, ok := findCommand(name)
-	if !ok {
-		fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\nRun 'leasehold help' for usage.\n", name)
-		return ExitUsage
+	c, found := findCommand(args[0])
+	if !found {
+		fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\nRun 'leasehold help' for usage.\n", args[0])
+		return inv, ExitUsage, false
 	}
 	sub := c.new()
 	fs := newFlagSet(c, env, sub, &g)
 	pos, err := parseInterspersed(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		printCommandUsage(env.Stdout, c, fs)
-		return ExitOK
+		return inv, ExitOK, false
 	}
 	if err == nil {
 		sub.setArgs(pos)
@@ -306,36 +332,39 @@ func Run(ctx context.Context, env Env, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "leasehold %s: %v\nusage: leasehold %s %s\nRun 'leasehold help %s' for details.\n", c.name, err, c.name, c.args, c.name)
+		return inv, ExitUsage, false
+	}
+	return invocation{c: c, sub: sub, g: g}, ExitOK, true
+}
+
+// runHelp prints the usage, or with a command name that command's, and
+// returns the exit status.
+func runHelp(env Env, args []string) int {
+	if len(args) == 0 {
+		printUsage(env.Stdout)
+		return ExitOK
+	}
+	c, ok := findCommand(args[0])
+	if !ok {
+		fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\n", args[0])
 		return ExitUsage
 	}
+	g := newGlobalOpts(env)
+	printCommandUsage(env.Stdout, c, newFlagSet(c, env, c.new(), &g))
+	return ExitOK
+}
 
-	a := &app{env: env, g: g, out: env.Stdout}
-	if !c.offline {
-		var opts []client.Option
-		if g.Token != "" {
-			opts = append(opts, client.WithToken(g.Token))
-		}
-		if co, ok := sub.(clientOptioner); ok {
-			opts = append(opts, co.clientOptions()...)
-		}
-		cl, err := env.Dial(g.Addr, opts...)
-		if err != nil {
-			return report(env.Stderr, err)
-		}
-		defer cl.Close()
-		a.c = cl
+// dialFor connects to the coordinator with the invocation's token and the
+// client options its subcommand asks for.
+func dialFor(env Env, inv invocation) (*client.Client, error) {
+	var opts []client.Option
+	if inv.g.Token != "" {
+		opts = append(opts, client.WithToken(inv.g.Token))
 	}
-	if g.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, g.Timeout)
-		defer cancel()
+	if co, ok := inv.sub.(clientOptioner); ok {
+		opts = append(opts, co.clientOptions()...)
 	}
-	err = sub.run(ctx, a)
-	var ee *exitError
-	if err != nil && interrupted(ctx) && !errors.As(err, &ee) {
-		err = &exitError{code: ExitInterrupted, msg: "interrupted"}
-	}
-	return report(env.Stderr, err)
+	return env.Dial(inv.g.Addr, opts...)
 }
 
 // report prints err as "leasehold: <message> (CODE REASON)", with any field
