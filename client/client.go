@@ -8,22 +8,16 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
-
-// InlineLimit is the largest document, in bytes, that SubmitFiles and
-// ReadDocuments send inline. Larger files are sent by reference
-// (source_uri "file://<absolute path>") for the renderer to read.
-const InlineLimit = 256 << 10
 
 // Client is a connection to a coordinator. It is safe for concurrent use.
 type Client struct {
@@ -32,14 +26,22 @@ type Client struct {
 	// Operator is the OperatorService stub.
 	Operator leaseholdv1.OperatorServiceClient
 
-	conn *grpc.ClientConn
+	conn   *grpc.ClientConn
+	limits BatchLimits
 }
+
+// DefaultMaxMessageBytes is the largest response the client accepts (gRPC's
+// own default is 4 MiB): enough for a ListJobs page of 1,000 jobs with
+// their histories. It is also the least the client allows itself to send;
+// see WithBatchLimits.
+const DefaultMaxMessageBytes = 64 << 20
 
 // Option configures Dial.
 type Option func(*dialConfig)
 
 type dialConfig struct {
 	token    string
+	limits   BatchLimits
 	dialOpts []grpc.DialOption
 }
 
@@ -56,6 +58,15 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *dialConfig) { c.dialOpts = append(c.dialOpts, opts...) }
 }
 
+// WithBatchLimits sets the limits SubmitDocuments and SubmitFiles split
+// submissions by; zero fields keep the defaults (500 documents, 16 MiB of
+// inline content, 200 MiB declared, the coordinator's defaults). Dial sets
+// the largest message the client sends to cover the largest batch these
+// limits allow, and at least DefaultMaxMessageBytes.
+func WithBatchLimits(l BatchLimits) Option {
+	return func(c *dialConfig) { c.limits = l }
+}
+
 // bearerToken is per-RPC credentials carrying a bearer token.
 type bearerToken string
 
@@ -70,12 +81,38 @@ func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Dial creates a client for the coordinator at addr ("host:port" or any
 // gRPC target). It does not wait for the connection: the first call does.
+// It fails only on a bad target or invalid options (negative batch limits).
+//
+// The connection receives messages of up to DefaultMaxMessageBytes and
+// sends up to the larger of that and the largest batch the batch limits
+// allow. After losing the coordinator it reconnects with a backoff from
+// 100 ms to 2 s (gRPC's default grows to 2 minutes), so that FollowBatch
+// resumes soon after a restart. Options from WithDialOptions come after
+// these defaults and can override them.
 func Dial(addr string, opts ...Option) (*Client, error) {
 	var cfg dialConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if err := cfg.limits.Validate(); err != nil {
+		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes),
+			grpc.MaxCallSendMsgSize(int(max(DefaultMaxMessageBytes, cfg.limits.requestBytes()))),
+		),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  DefaultFollowMinBackoff,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   DefaultFollowMaxBackoff,
+			},
+			MinConnectTimeout: 20 * time.Second,
+		}),
+	}
 	if cfg.token != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearerToken(cfg.token)))
 	}
@@ -88,6 +125,7 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		Jobs:     leaseholdv1.NewJobServiceClient(conn),
 		Operator: leaseholdv1.NewOperatorServiceClient(conn),
 		conn:     conn,
+		limits:   cfg.limits,
 	}, nil
 }
 
@@ -97,118 +135,6 @@ func (c *Client) Close() error {
 		return nil
 	}
 	return c.conn.Close()
-}
-
-// SubmitBatch submits documents as one batch for team. requestID is the
-// idempotency key: submitting again with the same id returns the original
-// batch with Replayed set. policy may be nil for the coordinator's defaults.
-func (c *Client) SubmitBatch(ctx context.Context, team, requestID string, docs []*leaseholdv1.Document, policy *leaseholdv1.RetryPolicy) (*leaseholdv1.SubmitBatchResponse, error) {
-	resp, err := c.Jobs.SubmitBatch(ctx, &leaseholdv1.SubmitBatchRequest{
-		Team:        team,
-		RequestId:   requestID,
-		Documents:   docs,
-		RetryPolicy: policy,
-	})
-	return resp, wrapError(err)
-}
-
-// SubmitFiles reads the files at paths (see ReadDocuments) and submits them
-// as one batch with the coordinator's default retry policy.
-func (c *Client) SubmitFiles(ctx context.Context, team, requestID string, paths []string) (*leaseholdv1.SubmitBatchResponse, error) {
-	docs, err := ReadDocuments(paths)
-	if err != nil {
-		return nil, err
-	}
-	return c.SubmitBatch(ctx, team, requestID, docs, nil)
-}
-
-// ReadDocuments builds one Document per path: the name is the file's base
-// name, the content type comes from the extension (ContentType), the size is
-// the file's size. A file of at most InlineLimit bytes is read and sent
-// inline; a larger one is sent by reference with source_uri
-// "file://<absolute path>" and no content.
-func ReadDocuments(paths []string) ([]*leaseholdv1.Document, error) {
-	docs := make([]*leaseholdv1.Document, 0, len(paths))
-	for _, p := range paths {
-		d, err := readDocument(p)
-		if err != nil {
-			return nil, err
-		}
-		docs = append(docs, d)
-	}
-	return docs, nil
-}
-
-func readDocument(path string) (*leaseholdv1.Document, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading document: %w", err)
-	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("reading document %s: not a regular file", path)
-	}
-	d := &leaseholdv1.Document{
-		Name:        filepath.Base(path),
-		ContentType: ContentType(path),
-		SizeBytes:   info.Size(),
-	}
-	if info.Size() > InlineLimit {
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return nil, fmt.Errorf("reading document %s: %w", path, err)
-		}
-		d.SourceUri = (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
-		return d, nil
-	}
-	content, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading document: %w", err)
-	}
-	d.Content = content
-	d.SizeBytes = int64(len(content))
-	return d, nil
-}
-
-// contentTypes maps common document extensions to MIME types.
-var contentTypes = map[string]string{
-	".pdf":  "application/pdf",
-	".doc":  "application/msword",
-	".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-	".xls":  "application/vnd.ms-excel",
-	".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-	".ppt":  "application/vnd.ms-powerpoint",
-	".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-	".odt":  "application/vnd.oasis.opendocument.text",
-	".ods":  "application/vnd.oasis.opendocument.spreadsheet",
-	".odp":  "application/vnd.oasis.opendocument.presentation",
-	".rtf":  "application/rtf",
-	".txt":  "text/plain",
-	".md":   "text/markdown",
-	".csv":  "text/csv",
-	".html": "text/html",
-	".htm":  "text/html",
-	".png":  "image/png",
-	".jpg":  "image/jpeg",
-	".jpeg": "image/jpeg",
-	".gif":  "image/gif",
-	".svg":  "image/svg+xml",
-	".tif":  "image/tiff",
-	".tiff": "image/tiff",
-}
-
-// ContentType returns the MIME type for path's extension. An extension not
-// in the table is returned itself, lower-cased (".xyz"), which the
-// coordinator accepts as a content type; a path without an extension gets
-// "application/octet-stream".
-func ContentType(path string) string {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext == "" {
-		return "application/octet-stream"
-	}
-	if t, ok := contentTypes[ext]; ok {
-		return t
-	}
-	return ext
 }
 
 // GetJob returns a job with its history.
@@ -261,51 +187,6 @@ func (c *Client) GetBatch(ctx context.Context, batchID string) (*leaseholdv1.Bat
 		return nil, wrapError(err)
 	}
 	return resp.GetBatch(), nil
-}
-
-// WatchBatch calls fn with each message of the batch's watch stream: one
-// snapshot per job first, then every event. It returns nil when the stream
-// ends because the batch is done, fn's error if fn fails (which ends the
-// stream), or the stream's error. A watcher that fell behind gets an error
-// matching ErrSlowWatcher and may watch again.
-func (c *Client) WatchBatch(ctx context.Context, batchID string, fn func(*leaseholdv1.WatchBatchResponse) error) error {
-	for msg, err := range c.BatchEvents(ctx, batchID) {
-		if err != nil {
-			return err
-		}
-		if err := fn(msg); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// BatchEvents iterates over the batch's watch stream as WatchBatch does.
-// Breaking out of the loop closes the stream. The stream's error, if any, is
-// yielded last with a nil message.
-func (c *Client) BatchEvents(ctx context.Context, batchID string) iter.Seq2[*leaseholdv1.WatchBatchResponse, error] {
-	return func(yield func(*leaseholdv1.WatchBatchResponse, error) bool) {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stream, err := c.Jobs.WatchBatch(ctx, &leaseholdv1.WatchBatchRequest{BatchId: batchID})
-		if err != nil {
-			yield(nil, wrapError(err))
-			return
-		}
-		for {
-			msg, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				yield(nil, wrapError(err))
-				return
-			}
-			if !yield(msg, nil) {
-				return
-			}
-		}
-	}
 }
 
 // CancelJob cancels one job. Cancelling a cancelled job succeeds again with

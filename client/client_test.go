@@ -64,16 +64,19 @@ func TestSubmitFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resp, err := b.client.SubmitFiles(t.Context(), "team-a", "req-1", []string{small, big})
+	resps, err := b.client.SubmitFiles(t.Context(), "team-a", "req-1", []string{small, big}, client.SubmitOptions{})
 	if err != nil {
 		t.Fatalf("SubmitFiles: %v", err)
 	}
-	if got, want := resp.GetBatch().GetJobCount(), uint32(2); got != want {
+	if len(resps) != 1 {
+		t.Fatalf("got %d responses, want 1", len(resps))
+	}
+	if got, want := resps[0].GetBatch().GetJobCount(), uint32(2); got != want {
 		t.Errorf("job count = %d, want %d", got, want)
 	}
 	want := []*leaseholdv1.SubmitBatchRequest{{
 		Team:      "team-a",
-		RequestId: "req-1",
+		RequestId: "req-1-0",
 		Documents: []*leaseholdv1.Document{
 			{Name: "a.pdf", ContentType: "application/pdf", SizeBytes: 8, Content: []byte("%PDF-1.7")},
 			{Name: "big.docx", ContentType: "application/vnd.openxmlformats-officedocument.wordprocessingml.document", SizeBytes: client.InlineLimit + 1, SourceUri: "file://" + filepath.ToSlash(big)},

@@ -10,6 +10,18 @@
 //	job, err := c.GetJob(ctx, "j-12")
 //	if errors.Is(err, client.ErrNotFound) { ... }
 //
+// SubmitDocuments and SubmitFiles split a submission into batches within
+// the coordinator's limits (500 documents, 16 MiB inline, 200 MiB declared
+// by default; see WithBatchLimits) and send batch i as "<request id>-i", so
+// a retry after a partial failure stores nothing twice. FollowBatch follows
+// a batch to its end across coordinator restarts, resuming from the last
+// event seen of each job:
+//
+//	for u, err := range c.FollowBatch(ctx, batchID, client.FollowOptions{}) {
+//		if err != nil { ... }
+//		fmt.Println(u.JobID, u.Phase)
+//	}
+//
 // The package depends only on the generated API (leaseholdv1), gRPC and
 // protobuf, never on the coordinator's internals.
 package client

@@ -27,8 +27,10 @@ var (
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrFailedPrecondition is returned when the job's phase forbids the operation (FAILED_PRECONDITION).
 	ErrFailedPrecondition = errors.New("failed precondition")
-	// ErrFenced is returned when a lease token is no longer the job's current lease (ABORTED).
+	// ErrFenced is returned when the caller's lease or session is no longer the current one: drop the work (ABORTED).
 	ErrFenced = errors.New("fenced: lease no longer current")
+	// ErrAlreadyExists is returned when something the call would create is already held by another caller (ALREADY_EXISTS).
+	ErrAlreadyExists = errors.New("already exists")
 	// ErrResourceExhausted is returned when a quota or buffer is exhausted (RESOURCE_EXHAUSTED).
 	ErrResourceExhausted = errors.New("resource exhausted")
 	// ErrUnavailable is returned when the coordinator cannot be reached or stopped writing (UNAVAILABLE).
@@ -51,18 +53,40 @@ var (
 	ErrLeaseExpired = errors.New("lease expired")
 	// ErrJobCancelled is returned when the leased job was cancelled (ABORTED JOB_CANCELLED).
 	ErrJobCancelled = errors.New("job cancelled")
+	// ErrNotLeaseHolder is returned when the token is current but was granted to another renderer (ABORTED NOT_LEASE_HOLDER).
+	ErrNotLeaseHolder = errors.New("not the lease holder")
+	// ErrSessionReplaced is returned when a newer session of the same renderer instance took over this one (ABORTED SESSION_REPLACED).
+	ErrSessionReplaced = errors.New("renderer session replaced")
 	// ErrOutcomeMismatch is returned when a repeated completion claims a different outcome (ABORTED OUTCOME_MISMATCH).
 	ErrOutcomeMismatch = errors.New("completion outcome mismatch")
+	// ErrRendererIDNotAllowed is returned when the credential may not use the renderer id (PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED).
+	ErrRendererIDNotAllowed = errors.New("renderer id not allowed for this credential")
+	// ErrRendererIDInUse is returned when another renderer instance holds a live session under the id (ALREADY_EXISTS RENDERER_ID_IN_USE).
+	ErrRendererIDInUse = errors.New("renderer id in use")
 	// ErrQueueFull is returned when the team's queue is at its quota (RESOURCE_EXHAUSTED TEAM_QUEUE_FULL).
 	ErrQueueFull = errors.New("team queue full")
 	// ErrSlowWatcher is returned when a watch stream fell too far behind; watching again is safe (RESOURCE_EXHAUSTED SLOW_WATCHER).
 	ErrSlowWatcher = errors.New("watcher fell behind")
-	// ErrBatchTooLarge is returned when a batch has too many documents or bytes (INVALID_ARGUMENT BATCH_TOO_LARGE).
+	// ErrTooManyStreams is returned when the caller holds as many streams as it may (RESOURCE_EXHAUSTED TOO_MANY_STREAMS).
+	ErrTooManyStreams = errors.New("too many streams")
+	// ErrStorageFull is returned when the coordinator's disk has no room for the write (RESOURCE_EXHAUSTED STORAGE_FULL).
+	ErrStorageFull = errors.New("coordinator storage full")
+	// ErrBatchTooLarge is returned when a batch has too many documents, declared bytes or inline bytes (INVALID_ARGUMENT BATCH_TOO_LARGE).
 	ErrBatchTooLarge = errors.New("batch too large")
+	// ErrMalformedRequest is returned when the request could not be decoded (INVALID_ARGUMENT MALFORMED_REQUEST).
+	ErrMalformedRequest = errors.New("malformed request")
+	// ErrEmptyArtifact is returned when an upload or inline preview has no bytes (INVALID_ARGUMENT EMPTY_ARTIFACT).
+	ErrEmptyArtifact = errors.New("empty artifact")
+	// ErrInvalidReason is returned when a free-text reason is over its limit (INVALID_ARGUMENT INVALID_REASON).
+	ErrInvalidReason = errors.New("invalid reason")
+	// ErrTooManyJobIDs is returned when a request names more jobs than one call may (INVALID_ARGUMENT TOO_MANY_JOB_IDS).
+	ErrTooManyJobIDs = errors.New("too many job ids")
 	// ErrRequestIDReused is returned when a request id was used before with different documents (INVALID_ARGUMENT REQUEST_ID_REUSED).
 	ErrRequestIDReused = errors.New("request id reused")
 	// ErrStorageUnavailable is returned when the coordinator stopped taking writes (UNAVAILABLE STORAGE_UNAVAILABLE).
 	ErrStorageUnavailable = errors.New("coordinator storage unavailable")
+	// ErrUploadTimeout is returned when an artifact upload stalled or ran too long (DEADLINE_EXCEEDED UPLOAD_TIMEOUT).
+	ErrUploadTimeout = errors.New("artifact upload timed out")
 )
 
 // ErrDigestMismatch is returned by DownloadArtifact when the SHA-256 of the
@@ -84,7 +108,14 @@ var errorTable = []errorClass{
 	{codes.InvalidArgument, "", ErrInvalidArgument},
 	{codes.InvalidArgument, "BATCH_TOO_LARGE", ErrBatchTooLarge},
 	{codes.InvalidArgument, "REQUEST_ID_REUSED", ErrRequestIDReused},
+	{codes.InvalidArgument, "MALFORMED_REQUEST", ErrMalformedRequest},
+	{codes.InvalidArgument, "EMPTY_ARTIFACT", ErrEmptyArtifact},
+	{codes.InvalidArgument, "INVALID_REASON", ErrInvalidReason},
+	{codes.InvalidArgument, "TOO_MANY_JOB_IDS", ErrTooManyJobIDs},
 	{codes.PermissionDenied, "", ErrPermissionDenied},
+	{codes.PermissionDenied, "RENDERER_ID_NOT_ALLOWED", ErrRendererIDNotAllowed},
+	{codes.AlreadyExists, "", ErrAlreadyExists},
+	{codes.AlreadyExists, "RENDERER_ID_IN_USE", ErrRendererIDInUse},
 	{codes.Unauthenticated, "", ErrUnauthenticated},
 	{codes.FailedPrecondition, "", ErrFailedPrecondition},
 	{codes.FailedPrecondition, "ALREADY_TERMINAL", ErrAlreadyTerminal},
@@ -94,14 +125,19 @@ var errorTable = []errorClass{
 	{codes.Aborted, "STALE_LEASE", ErrStaleLease},
 	{codes.Aborted, "LEASE_EXPIRED", ErrLeaseExpired},
 	{codes.Aborted, "JOB_CANCELLED", ErrJobCancelled},
+	{codes.Aborted, "NOT_LEASE_HOLDER", ErrNotLeaseHolder},
+	{codes.Aborted, "SESSION_REPLACED", ErrSessionReplaced},
 	{codes.Aborted, "OUTCOME_MISMATCH", ErrOutcomeMismatch},
 	{codes.ResourceExhausted, "", ErrResourceExhausted},
 	{codes.ResourceExhausted, "TEAM_QUEUE_FULL", ErrQueueFull},
 	{codes.ResourceExhausted, "SLOW_WATCHER", ErrSlowWatcher},
+	{codes.ResourceExhausted, "TOO_MANY_STREAMS", ErrTooManyStreams},
+	{codes.ResourceExhausted, "STORAGE_FULL", ErrStorageFull},
 	{codes.Unavailable, "", ErrUnavailable},
 	{codes.Unavailable, "STORAGE_UNAVAILABLE", ErrStorageUnavailable},
 	{codes.Canceled, "", context.Canceled},
 	{codes.DeadlineExceeded, "", context.DeadlineExceeded},
+	{codes.DeadlineExceeded, "UPLOAD_TIMEOUT", ErrUploadTimeout},
 }
 
 // FieldViolation names one offending field of a request, from

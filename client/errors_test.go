@@ -38,6 +38,9 @@ func TestErrorMapping(t *testing.T) {
 		ErrFenced, ErrResourceExhausted, ErrUnavailable, ErrAlreadyTerminal, ErrRunningCancelDisabled,
 		ErrNotSucceeded, ErrStaleLease, ErrLeaseExpired, ErrJobCancelled, ErrOutcomeMismatch, ErrQueueFull,
 		ErrSlowWatcher, ErrBatchTooLarge, ErrRequestIDReused, ErrStorageUnavailable,
+		ErrAlreadyExists, ErrNotLeaseHolder, ErrSessionReplaced, ErrRendererIDNotAllowed, ErrRendererIDInUse,
+		ErrTooManyStreams, ErrStorageFull, ErrMalformedRequest, ErrEmptyArtifact, ErrInvalidReason,
+		ErrTooManyJobIDs, ErrUploadTimeout,
 		context.Canceled, context.DeadlineExceeded, ErrDigestMismatch,
 	}
 	tests := []struct {
@@ -68,6 +71,18 @@ func TestErrorMapping(t *testing.T) {
 		{"a reason under the wrong code is only that code", codes.FailedPrecondition, "STALE_LEASE", []error{ErrFailedPrecondition}},
 		{"cancelled is context.Canceled", codes.Canceled, "", []error{context.Canceled}},
 		{"deadline exceeded is context.DeadlineExceeded", codes.DeadlineExceeded, "", []error{context.DeadlineExceeded}},
+		{"not lease holder is fenced", codes.Aborted, "NOT_LEASE_HOLDER", []error{ErrFenced, ErrNotLeaseHolder}},
+		{"session replaced is fenced", codes.Aborted, "SESSION_REPLACED", []error{ErrFenced, ErrSessionReplaced}},
+		{"renderer id not allowed is permission denied", codes.PermissionDenied, "RENDERER_ID_NOT_ALLOWED", []error{ErrPermissionDenied, ErrRendererIDNotAllowed}},
+		{"renderer id in use is already exists", codes.AlreadyExists, "RENDERER_ID_IN_USE", []error{ErrAlreadyExists, ErrRendererIDInUse}},
+		{"already exists without a reason is only ErrAlreadyExists", codes.AlreadyExists, "", []error{ErrAlreadyExists}},
+		{"malformed request is invalid argument", codes.InvalidArgument, "MALFORMED_REQUEST", []error{ErrInvalidArgument, ErrMalformedRequest}},
+		{"empty artifact is invalid argument", codes.InvalidArgument, "EMPTY_ARTIFACT", []error{ErrInvalidArgument, ErrEmptyArtifact}},
+		{"invalid reason is invalid argument", codes.InvalidArgument, "INVALID_REASON", []error{ErrInvalidArgument, ErrInvalidReason}},
+		{"too many job ids is invalid argument", codes.InvalidArgument, "TOO_MANY_JOB_IDS", []error{ErrInvalidArgument, ErrTooManyJobIDs}},
+		{"too many streams is resource exhausted", codes.ResourceExhausted, "TOO_MANY_STREAMS", []error{ErrResourceExhausted, ErrTooManyStreams}},
+		{"storage full is resource exhausted", codes.ResourceExhausted, "STORAGE_FULL", []error{ErrResourceExhausted, ErrStorageFull}},
+		{"upload timeout is a deadline", codes.DeadlineExceeded, "UPLOAD_TIMEOUT", []error{context.DeadlineExceeded, ErrUploadTimeout}},
 		{"internal matches nothing", codes.Internal, "", nil},
 	}
 	for _, tt := range tests {

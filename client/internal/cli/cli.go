@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -34,6 +35,10 @@ const (
 	ExitUsage = 2
 	// ExitJobsFailed means submit --wait saw jobs end FAILED or CANCELLED.
 	ExitJobsFailed = 3
+	// ExitInterrupted means the command was stopped with Ctrl-C (SIGINT),
+	// 128 + SIGINT as shells report it. Work already accepted by the
+	// coordinator goes on.
+	ExitInterrupted = 130
 )
 
 // DefaultAddr is the coordinator address used when neither --addr nor
@@ -55,25 +60,56 @@ type Env struct {
 	IsTerminal func(w io.Writer) bool
 	// NewRequestID returns a fresh idempotency key.
 	NewRequestID func() string
+	// TerminalWidth returns the width of terminal w in columns, or 0 when
+	// unknown; nil means unknown. It is asked before each progress redraw.
+	TerminalWidth func(w io.Writer) int
+	// Now reads the clock, for the progress bar's rate and ETA; nil means time.Now.
+	Now func() time.Time
+	// BuildInfo returns the binary's build information; nil means
+	// runtime/debug.ReadBuildInfo.
+	BuildInfo func() (*debug.BuildInfo, bool)
 }
 
 // DefaultEnv returns the environment of a real process writing to the
 // given streams.
 func DefaultEnv(stdin io.Reader, stdout, stderr io.Writer) Env {
 	return Env{
-		Stdin:        stdin,
-		Stdout:       stdout,
-		Stderr:       stderr,
-		Getenv:       os.Getenv,
-		Dial:         client.Dial,
-		IsTerminal:   isTerminal,
-		NewRequestID: randomRequestID,
+		Stdin:         stdin,
+		Stdout:        stdout,
+		Stderr:        stderr,
+		Getenv:        os.Getenv,
+		Dial:          client.Dial,
+		IsTerminal:    isTerminal,
+		NewRequestID:  randomRequestID,
+		TerminalWidth: terminalWidth,
+		Now:           time.Now,
+		BuildInfo:     debug.ReadBuildInfo,
 	}
 }
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	width, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return width
+}
+
+// now reads env's clock.
+func (env Env) now() time.Time {
+	if env.Now == nil {
+		return time.Now()
+	}
+	return env.Now()
 }
 
 func randomRequestID() string {
@@ -83,11 +119,60 @@ func randomRequestID() string {
 }
 
 // Main runs the command line args (without the program name) and returns
-// the exit status. An interrupt or SIGTERM cancels the command's context.
+// the exit status. The first SIGINT or SIGTERM cancels the command's
+// context, with errInterrupted or errTerminated as its cause, and restores
+// the signals' default action, so that a second Ctrl-C kills at once.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cancelOnSignal(context.Background(), sigs, func() { signal.Stop(sigs) })
 	defer stop()
+	defer signal.Stop(sigs)
 	return Run(ctx, DefaultEnv(stdin, stdout, stderr), args)
+}
+
+// The causes of the command context's cancellation by a signal.
+var (
+	// errInterrupted is the cause when the user pressed Ctrl-C (SIGINT).
+	errInterrupted = errors.New("interrupted")
+	// errTerminated is the cause of SIGTERM.
+	errTerminated = errors.New("terminated")
+)
+
+// cancelOnSignal returns a context that is cancelled when the first signal
+// arrives on sigs, with errInterrupted (os.Interrupt) or errTerminated
+// (anything else) as its cause; afterFirst is then called. stop releases
+// the watching goroutine and cancels the context; call it when done.
+func cancelOnSignal(parent context.Context, sigs <-chan os.Signal, afterFirst func()) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case sig := <-sigs:
+			cause := errTerminated
+			if sig == os.Interrupt {
+				cause = errInterrupted
+			}
+			cancel(cause)
+			if afterFirst != nil {
+				afterFirst()
+			}
+		case <-done:
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		<-exited
+		cancel(context.Canceled)
+	}
+}
+
+// interrupted reports whether ctx was cancelled by Ctrl-C.
+func interrupted(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errInterrupted)
 }
 
 // subcommand is one leasehold subcommand. The framework registers its flags
@@ -105,26 +190,36 @@ type subcommand interface {
 	run(ctx context.Context, a *app) error
 }
 
+// clientOptioner is implemented by subcommands whose flags configure the
+// client they run with (submit's batch limits).
+type clientOptioner interface {
+	clientOptions() []client.Option
+}
+
 // command describes a subcommand for dispatch and help.
 type command struct {
 	name    string
 	args    string // the synopsis after the name
 	summary string
 	new     func() subcommand
+	// offline commands run without a coordinator; their app has no client.
+	offline bool
 }
 
 var commands = []command{
-	{"submit", "[--team T] [--request-id ID] [--wait] [--max-attempts N] FILE|DIR...", "Submit documents for preview, in batches of at most 500.", func() subcommand { return &submitOpts{} }},
-	{"get", "JOB", "Show a job: phase, attempt, lease, terminal reason and history.", func() subcommand { return &getOpts{} }},
-	{"list", "[--batch B] [--team T] [--phase P] [--limit N]", "List jobs in id order.", func() subcommand { return &listOpts{} }},
-	{"watch", "BATCH", "Print a batch's job events until every job is terminal.", func() subcommand { return &watchOpts{} }},
-	{"artifact", "JOB [-f FILE]", "Download a job's preview and verify its SHA-256 digest.", func() subcommand { return &artifactOpts{} }},
-	{"cancel", "JOB | --batch B [--reason R]", "Cancel a job or every unfinished job of a batch.", func() subcommand { return &cancelOpts{} }},
-	{"replay", "(--job J ... | --batch B [--terminal-reason R]) --reason TEXT [--include-permanent] [--yes] [--request-id ID]", "Re-queue FAILED jobs: always a dry run first; --yes performs it.", func() subcommand { return &replayOpts{} }},
-	{"rejections", "[--job J] [--renderer R] [--since RFC3339] [--limit N]", "List completions refused by the fencing check, newest first.", func() subcommand { return &rejectionsOpts{} }},
-	{"audit", "[--limit N]", "List operator audit records, newest first.", func() subcommand { return &auditOpts{} }},
-	{"pause", "--reason R", "Pause dispatch: no new leases are granted.", func() subcommand { return &pauseOpts{} }},
-	{"resume", "--reason R", "Resume dispatch.", func() subcommand { return &resumeOpts{} }},
+	{"submit", "[--team T] [--request-id ID] [--wait] [--max-attempts N] [--max-batch-documents N] [--max-batch-inline-bytes SIZE] [--max-batch-bytes SIZE] FILE|DIR...", "Submit documents for preview, in batches within the coordinator's limits.", func() subcommand { return &submitOpts{} }, false},
+	{"get", "JOB", "Show a job: phase, attempt, lease, terminal reason and history.", func() subcommand { return &getOpts{} }, false},
+	{"list", "[--batch B] [--team T] [--phase P] [--limit N]", "List jobs in id order.", func() subcommand { return &listOpts{} }, false},
+	{"watch", "BATCH", "Print a batch's job events until every job is terminal, across coordinator restarts.", func() subcommand { return &watchOpts{} }, false},
+	{"artifact", "JOB [-f FILE]", "Download a job's preview and verify its SHA-256 digest.", func() subcommand { return &artifactOpts{} }, false},
+	{"cancel", "JOB | --batch B [--reason R]", "Cancel a job or every unfinished job of a batch.", func() subcommand { return &cancelOpts{} }, false},
+	{"replay", "(--job J ... | --batch B [--terminal-reason R]) --reason TEXT [--include-permanent] [--yes] [--request-id ID]", "Re-queue FAILED jobs: always a dry run first; --yes performs it.", func() subcommand { return &replayOpts{} }, false},
+	{"rejections", "[--job J] [--renderer R] [--since RFC3339] [--limit N]", "List completions refused by the fencing check, newest first.", func() subcommand { return &rejectionsOpts{} }, false},
+	{"audit", "[--limit N]", "List operator audit records, newest first.", func() subcommand { return &auditOpts{} }, false},
+	{"pause", "--reason R", "Pause dispatch: no new leases are granted.", func() subcommand { return &pauseOpts{} }, false},
+	{"resume", "--reason R", "Resume dispatch.", func() subcommand { return &resumeOpts{} }, false},
+	{"version", "", "Print the version and VCS revision this binary was built from.", func() subcommand { return &versionOpts{} }, true},
+	{"completion", "bash|zsh|fish", "Print a shell completion script for leasehold.", func() subcommand { return &completionOpts{} }, true},
 }
 
 func findCommand(name string) (command, bool) {
@@ -153,39 +248,80 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
-// Run executes args in env and returns the exit status.
+// Run executes args in env and returns the exit status. The global flags
+// may come before the command as well as after it
+// (leasehold --addr X -o json list); a command's own flags follow it.
 func Run(ctx context.Context, env Env, args []string) int {
-	if len(args) == 0 {
-		printUsage(env.Stderr)
-		return ExitUsage
-	}
-	name := args[0]
-	switch name {
-	case "help", "-h", "-help", "--help":
-		if len(args) > 1 && name == "help" {
-			c, ok := findCommand(args[1])
-			if !ok {
-				fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\n", args[1])
-				return ExitUsage
-			}
-			printCommandUsage(env.Stdout, c, newFlagSet(c, env, c.new(), &globalOpts{}))
-			return ExitOK
-		}
-		printUsage(env.Stdout)
-		return ExitOK
-	}
-	c, ok := findCommand(name)
+	inv, code, ok := parseCommandLine(env, args)
 	if !ok {
-		fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\nRun 'leasehold help' for usage.\n", name)
-		return ExitUsage
+		return code
+	}
+	a := &app{env: env, g: inv.g, out: env.Stdout}
+	if !inv.c.offline {
+		cl, err := dialFor(env, inv)
+		if err != nil {
+			return report(env.Stderr, err)
+		}
+		defer cl.Close()
+		a.c = cl
+	}
+	if inv.g.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, inv.g.Timeout)
+		defer cancel()
+	}
+	err := inv.sub.run(ctx, a)
+	var ee *exitError
+	if err != nil && interrupted(ctx) && !errors.As(err, &ee) {
+		err = &exitError{code: ExitInterrupted, msg: "interrupted"}
+	}
+	return report(env.Stderr, err)
+}
+
+// invocation is a parsed and validated command line.
+type invocation struct {
+	c   command
+	sub subcommand
+	g   globalOpts
+}
+
+// parseCommandLine parses the global flags before the command, the command,
+// and its flags and arguments, and validates them. When there is nothing to
+// run (help, or a usage error, reported on env's streams) it returns ok
+// false and the exit status.
+func parseCommandLine(env Env, args []string) (inv invocation, code int, ok bool) {
+	g := newGlobalOpts(env)
+	pre := flag.NewFlagSet("leasehold", flag.ContinueOnError)
+	pre.SetOutput(io.Discard)
+	pre.Usage = func() {}
+	g.register(pre)
+	if err := pre.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(env.Stdout)
+			return inv, ExitOK, false
+		}
+		fmt.Fprintf(env.Stderr, "leasehold: %v\nOnly the global flags (--addr, --token, -o, --timeout) may come before the command.\nRun 'leasehold help' for usage.\n", err)
+		return inv, ExitUsage, false
+	}
+	args = pre.Args()
+	switch {
+	case len(args) == 0:
+		printUsage(env.Stderr)
+		return inv, ExitUsage, false
+	case args[0] == "help":
+		return inv, runHelp(env, args[1:]), false
+	}
+	c, found := findCommand(args[0])
+	if !found {
+		fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\nRun 'leasehold help' for usage.\n", args[0])
+		return inv, ExitUsage, false
 	}
 	sub := c.new()
-	var g globalOpts
 	fs := newFlagSet(c, env, sub, &g)
 	pos, err := parseInterspersed(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		printCommandUsage(env.Stdout, c, fs)
-		return ExitOK
+		return inv, ExitOK, false
 	}
 	if err == nil {
 		sub.setArgs(pos)
@@ -196,25 +332,39 @@ func Run(ctx context.Context, env Env, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "leasehold %s: %v\nusage: leasehold %s %s\nRun 'leasehold help %s' for details.\n", c.name, err, c.name, c.args, c.name)
+		return inv, ExitUsage, false
+	}
+	return invocation{c: c, sub: sub, g: g}, ExitOK, true
+}
+
+// runHelp prints the usage, or with a command name that command's, and
+// returns the exit status.
+func runHelp(env Env, args []string) int {
+	if len(args) == 0 {
+		printUsage(env.Stdout)
+		return ExitOK
+	}
+	c, ok := findCommand(args[0])
+	if !ok {
+		fmt.Fprintf(env.Stderr, "leasehold: unknown command %q\n", args[0])
 		return ExitUsage
 	}
+	g := newGlobalOpts(env)
+	printCommandUsage(env.Stdout, c, newFlagSet(c, env, c.new(), &g))
+	return ExitOK
+}
 
+// dialFor connects to the coordinator with the invocation's token and the
+// client options its subcommand asks for.
+func dialFor(env Env, inv invocation) (*client.Client, error) {
 	var opts []client.Option
-	if g.Token != "" {
-		opts = append(opts, client.WithToken(g.Token))
+	if inv.g.Token != "" {
+		opts = append(opts, client.WithToken(inv.g.Token))
 	}
-	cl, err := env.Dial(g.Addr, opts...)
-	if err != nil {
-		return report(env.Stderr, err)
+	if co, ok := inv.sub.(clientOptioner); ok {
+		opts = append(opts, co.clientOptions()...)
 	}
-	defer cl.Close()
-	if g.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, g.Timeout)
-		defer cancel()
-	}
-	a := &app{env: env, g: g, c: cl, out: env.Stdout}
-	return report(env.Stderr, sub.run(ctx, a))
+	return env.Dial(inv.g.Addr, opts...)
 }
 
 // report prints err as "leasehold: <message> (CODE REASON)", with any field
@@ -251,16 +401,25 @@ type globalOpts struct {
 	Timeout time.Duration
 }
 
-func (g *globalOpts) register(fs *flag.FlagSet, env Env) {
-	addr := DefaultAddr
+// newGlobalOpts returns the global options before any flag: the address
+// and token from the environment, table output, no timeout.
+func newGlobalOpts(env Env) globalOpts {
+	g := globalOpts{Addr: DefaultAddr, Token: getenv(env, "LEASEHOLD_TOKEN"), Output: "table"}
 	if v := getenv(env, "LEASEHOLD_ADDR"); v != "" {
-		addr = v
+		g.Addr = v
 	}
-	fs.StringVar(&g.Addr, "addr", addr, "coordinator `address` (env LEASEHOLD_ADDR)")
-	fs.StringVar(&g.Token, "token", getenv(env, "LEASEHOLD_TOKEN"), "bearer `token` (env LEASEHOLD_TOKEN)")
-	fs.StringVar(&g.Output, "output", "table", "output `format`: table or json (one JSON object per line)")
-	fs.StringVar(&g.Output, "o", "table", "shorthand for --output")
-	fs.DurationVar(&g.Timeout, "timeout", 0, "give up after this `duration` (0: no limit)")
+	return g
+}
+
+// register adds the global flags to fs with g's current values as their
+// defaults, so that flags parsed before the command stay in force unless
+// repeated after it.
+func (g *globalOpts) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.Addr, "addr", g.Addr, "coordinator `address` (env LEASEHOLD_ADDR)")
+	fs.StringVar(&g.Token, "token", g.Token, "bearer `token` (env LEASEHOLD_TOKEN)")
+	fs.StringVar(&g.Output, "output", g.Output, "output `format`: table or json (one JSON object per line)")
+	fs.StringVar(&g.Output, "o", g.Output, "shorthand for --output")
+	fs.DurationVar(&g.Timeout, "timeout", g.Timeout, "give up after this `duration` (0: no limit)")
 }
 
 // Validate checks the global flags.
@@ -289,7 +448,7 @@ func newFlagSet(c command, env Env, sub subcommand, g *globalOpts) *flag.FlagSet
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	sub.flags(fs, env)
-	g.register(fs, env)
+	g.register(fs)
 	return fs
 }
 
@@ -317,19 +476,20 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 const usageHeader = `leasehold is the command-line client of the Leasehold preview coordinator.
 
-usage: leasehold <command> [flags] [arguments]
+usage: leasehold [global flags] <command> [flags] [arguments]
 
 commands:
 `
 
 const usageFooter = `
-global flags (every command):
+global flags (before or after the command):
   --addr ADDR        coordinator address (env LEASEHOLD_ADDR, default ` + DefaultAddr + `)
   --token TOKEN      bearer token (env LEASEHOLD_TOKEN)
   -o, --output FMT   table (default) or json: one JSON object per line, snake_case field names
   --timeout DUR      give up after DUR, e.g. 30s (default: no limit)
 
-exit status: 0 success, 1 error, 2 usage error, 3 submit --wait saw jobs end FAILED or CANCELLED.
+exit status: 0 success, 1 error, 2 usage error, 3 submit --wait saw jobs end FAILED or CANCELLED,
+130 interrupted (Ctrl-C); what the coordinator accepted goes on.
 Run 'leasehold help <command>' for a command's flags.
 `
 

@@ -6,16 +6,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/leasehold/leasehold/client"
@@ -35,9 +39,14 @@ type testBundle struct {
 	dialed   []string // addresses passed to Dial
 }
 
-func setup(t *testing.T) *testBundle {
+// setup starts a fake, configured by configure before it serves, and an
+// environment that reaches it.
+func setup(t *testing.T, configure ...func(*fakeserver.Server)) *testBundle {
 	t.Helper()
 	b := &testBundle{fake: fakeserver.New(), vars: map[string]string{}}
+	for _, c := range configure {
+		c(b.fake)
+	}
 	dialOpt := fakeserver.Start(t, b.fake)
 	b.env = Env{
 		Stdin:  strings.NewReader(""),
@@ -55,10 +64,15 @@ func setup(t *testing.T) *testBundle {
 // run executes the command line and returns the exit status and outputs.
 func (b *testBundle) run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return b.runContext(t.Context(), args...)
+}
+
+// runContext is run with the command's context.
+func (b *testBundle) runContext(ctx context.Context, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
 	env := b.env
 	env.Stdout, env.Stderr = &out, &errOut
-	code = Run(t.Context(), env, args)
+	code = Run(ctx, env, args)
 	return code, out.String(), errOut.String()
 }
 
@@ -153,38 +167,113 @@ func TestSubmitDirectory(t *testing.T) {
 	})
 }
 
-func TestChunkFiles(t *testing.T) {
+// writeSized writes n files of size bytes each, named f-00.txt, f-01.txt, ...
+func writeSized(t *testing.T, dir string, n, size int) {
+	t.Helper()
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f-%02d.txt", i)), bytes.Repeat([]byte{'x'}, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSubmitSplitsByBytes(t *testing.T) {
 	t.Parallel()
-	const kib = 1 << 10
-	files := []string{"a", "b", "c", "d", "e"}
-	sizes := []int64{256 * kib, 256 * kib, 100 << 20, 256 * kib, 256 * kib}
-	// Twelve inline files of 256 KiB fill 3 MiB; a file sent by reference costs nothing.
-	var many []string
-	var manySizes []int64
-	for i := range 14 {
-		many = append(many, fmt.Sprint(i))
-		manySizes = append(manySizes, 256*kib)
+	type shape struct {
+		RequestID string
+		Docs      int
+		Encoded   bool // the request fits the server's receive limit
 	}
-	tests := []struct {
-		name  string
-		files []string
-		sizes []int64
-		want  []int
-	}{
-		{"small batches stay whole", files, sizes, []int{5}},
-		{"inline bytes past the limit start a new batch", many, manySizes, []int{12, 2}},
+	shapes := func(b *testBundle, limit int) []shape {
+		var got []shape
+		for _, r := range b.fake.Submits() {
+			got = append(got, shape{r.GetRequestId(), len(r.GetDocuments()), proto.Size(r) <= limit})
+		}
+		return got
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var got []int
-			for _, c := range chunkFiles(tt.files, tt.sizes) {
-				got = append(got, len(c))
+
+	t.Run("20 files of 250,000 bytes under a 4 MiB limit go as 2 requests that fit it", func(t *testing.T) {
+		t.Parallel()
+		const limit = 4 << 20
+		b := setup(t, func(f *fakeserver.Server) { f.MaxRecvMsgSize = limit })
+		dir := t.TempDir()
+		writeSized(t, dir, 20, 250_000)
+		code, out, errOut := b.run(t, "submit", "--request-id", "R", "--max-batch-inline-bytes", "4MiB", dir)
+		if code != ExitOK {
+			t.Fatalf("exit status = %d, want 0; stderr:\n%s", code, errOut)
+		}
+		if diff := cmp.Diff([]shape{{"R-0", 16, true}, {"R-1", 4, true}}, shapes(b, limit)); diff != "" {
+			t.Errorf("requests mismatch (-want +got):\n%s", diff)
+		}
+		want := "batch b-1: 16 jobs (request id R-0)\nbatch b-2: 4 jobs (request id R-1)\nsubmitted 20 jobs in 2 batches\n"
+		if diff := cmp.Diff(want, out); diff != "" {
+			t.Errorf("output mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("with the default limits 70 files of 250,000 bytes go as 67 and 3", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t) // the coordinator's defaults: 16 MiB inline per batch
+		dir := t.TempDir()
+		writeSized(t, dir, 70, 250_000)
+		if code, _, errOut := b.run(t, "submit", "--request-id", "R", dir); code != ExitOK {
+			t.Fatalf("exit status = %d, want 0; stderr:\n%s", code, errOut)
+		}
+		if diff := cmp.Diff([]shape{{"R-0", 67, true}, {"R-1", 3, true}}, shapes(b, fakeserver.DefaultMaxRecvMsgSize)); diff != "" {
+			t.Errorf("requests mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("a refused batch after accepted ones says how to submit the rest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(f *fakeserver.Server) { f.Limits.MaxDeclaredBytes = 500 })
+		dir := t.TempDir()
+		writeSized(t, dir, 2, 10)
+		if err := os.WriteFile(filepath.Join(dir, "z-big.txt"), bytes.Repeat([]byte{'z'}, 1000), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := b.run(t, "submit", "--request-id", "R", "--max-batch-documents", "2", dir)
+		if code != ExitError {
+			t.Errorf("exit status = %d, want %d", code, ExitError)
+		}
+		for _, s := range []string{"1 of 2 batches were accepted; run the same command with --request-id R", "submitting batch 2 of 2 (request id R-1)", "BATCH_TOO_LARGE"} {
+			if !strings.Contains(errOut, s) {
+				t.Errorf("stderr lacks %q:\n%s", s, errOut)
 			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("chunk sizes mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("limits that are not sizes are usage errors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, args := range [][]string{
+			{"submit", "--max-batch-inline-bytes", "lots", "x"},
+			{"submit", "--max-batch-bytes", "0", "x"},
+			{"submit", "--max-batch-documents", "-1", "x"},
+		} {
+			if code, _, _ := b.run(t, args...); code != ExitUsage {
+				t.Errorf("%v: exit status = %d, want %d", args, code, ExitUsage)
 			}
-		})
+		}
+	})
+}
+
+func TestByteSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"16MiB": 16 << 20, "256KiB": 256 << 10, "1GiB": 1 << 30, "5MB": 5e6, "200KB": 2e5, "1048576": 1 << 20, "7 B": 7} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "1.5MiB", "9999999999999GiB"} {
+		var b byteSize
+		if err := b.Set(in); err == nil {
+			t.Errorf("Set(%q) succeeded with %d, want an error", in, b)
+		}
+	}
+	if got := (func() string { b := byteSize(16 << 20); return b.String() })(); got != "16MiB" {
+		t.Errorf("String() = %q, want 16MiB", got)
 	}
 }
 
@@ -209,19 +298,36 @@ func TestSubmitWait(t *testing.T) {
 		}
 	})
 
-	t.Run("a terminal gets a progress bar redrawn in place", func(t *testing.T) {
+	t.Run("a terminal gets a progress bar redrawn in place within its width", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, func(f *fakeserver.Server) { f.UpdatesPerMessage = 1 }) // a count change per message
 		b.terminal = true
+		const width = 50
+		b.env.TerminalWidth = func(io.Writer) int { return width }
+		clock := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+		b.env.Now = func() time.Time { clock = clock.Add(time.Second); return clock }
 		dir := t.TempDir()
-		writeFiles(t, dir, "a.pdf", "b.pdf")
+		writeFiles(t, dir, "a.pdf", "b.pdf", "c.pdf", "d.pdf")
 		code, out, errOut := b.run(t, "submit", "--wait", dir)
 		if code != ExitOK {
 			t.Fatalf("exit status = %d, want 0; stderr:\n%s", code, errOut)
 		}
-		if !strings.Contains(out, "\r[###############...............] 1/2 succeeded 0 failed") ||
-			!strings.Contains(out, "\r[##############################] 2/2 succeeded 0 failed\n") {
-			t.Errorf("output lacks the progress bar states:\n%q", out)
+		// A draw a second: four snapshots, then a job done at each draw.
+		for _, want := range []string{
+			"\r[..............] 0/4 done",
+			"\r[###...........] 1/4 done  0.2 docs/s  ETA 12s",
+			"\r[#######.......] 2/4 done  0.4 docs/s  ETA 5s \r", // padded over the longer line before
+			"\r[##############] 4/4 done  0.5 docs/s\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%q", want, out)
+			}
+		}
+		for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\r")[1:] {
+			line, _, _ = strings.Cut(line, "\n")
+			if len(strings.TrimRight(line, " ")) >= width {
+				t.Errorf("line %q is %d columns, want fewer than %d", line, len(line), width)
+			}
 		}
 		if strings.Contains(out, "job j-1") {
 			t.Errorf("output has per-job lines under a progress bar:\n%q", out)
@@ -572,6 +678,7 @@ func TestParseInterspersed(t *testing.T) {
 	o := &cancelOpts{}
 	var g globalOpts
 	fs := newFlagSet(command{name: "cancel"}, Env{}, o, &g)
+	g.Output = "table"
 	pos, err := parseInterspersed(fs, []string{"j-1", "--reason", "x", "-o", "json", "--", "-j-2"})
 	if err != nil {
 		t.Fatalf("parseInterspersed: %v", err)
@@ -582,4 +689,101 @@ func TestParseInterspersed(t *testing.T) {
 	if o.Reason != "x" || g.Output != "json" {
 		t.Errorf("reason %q, output %q; want x and json", o.Reason, g.Output)
 	}
+}
+
+func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
+	t.Parallel()
+
+	t.Run("address, token and output given before the command apply", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.AddJob(&leaseholdv1.Job{Id: "j-1", BatchId: "b-1", Team: "a", Phase: leaseholdv1.Phase_PHASE_QUEUED})
+		code, out, errOut := b.run(t, "--addr", "other:1", "--token=t9", "-o", "json", "list")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		if diff := cmp.Diff([]string{"other:1"}, b.dialed); diff != "" {
+			t.Errorf("dialed addresses mismatch (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"Bearer t9"}, b.fake.AuthHeaders()); diff != "" {
+			t.Errorf("authorization headers mismatch (-want +got):\n%s", diff)
+		}
+		if objs := jsonLines(t, out); len(objs) != 1 || objs[0]["id"] != "j-1" {
+			t.Errorf("output = %q, want one JSON job", out)
+		}
+	})
+
+	t.Run("a flag repeated after the command wins", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		code, out, _ := b.run(t, "-o", "json", "--addr", "a:1", "audit", "-o", "table", "--addr", "b:2")
+		if code != ExitOK || !strings.HasPrefix(out, "ID") {
+			t.Errorf("exit status %d, output %q; want 0 and a table", code, out)
+		}
+		if diff := cmp.Diff([]string{"b:2"}, b.dialed); diff != "" {
+			t.Errorf("dialed addresses mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("a command's own flag before the command is a usage error", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		code, _, errOut := b.run(t, "--team", "a", "submit", "x")
+		if code != ExitUsage || !strings.Contains(errOut, "Only the global flags") {
+			t.Errorf("exit status %d, stderr %q; want %d and a hint", code, errOut, ExitUsage)
+		}
+	})
+
+	t.Run("global flags without a command are a usage error", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if code, _, errOut := b.run(t, "-o", "json"); code != ExitUsage || !strings.Contains(errOut, "usage: leasehold") {
+			t.Errorf("exit status %d, stderr %q; want %d and the usage", code, errOut, ExitUsage)
+		}
+	})
+
+	t.Run("help after global flags prints the usage", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, args := range [][]string{{"--addr", "x:1", "help"}, {"--addr", "x:1", "--help"}, {"-o", "json", "help", "list"}} {
+			if code, out, _ := b.run(t, args...); code != ExitOK || !strings.Contains(out, "usage: leasehold") {
+				t.Errorf("%v: exit status %d, stdout %q; want 0 and usage", args, code, out)
+			}
+		}
+	})
+}
+
+func TestCancelOnSignal(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		sig   os.Signal
+		cause error
+	}{
+		{"SIGINT cancels with errInterrupted", os.Interrupt, errInterrupted},
+		{"SIGTERM cancels with errTerminated", syscall.SIGTERM, errTerminated},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sigs := make(chan os.Signal, 1)
+			first := make(chan struct{})
+			ctx, stop := cancelOnSignal(t.Context(), sigs, func() { close(first) })
+			defer stop()
+			sigs <- tt.sig
+			<-ctx.Done()
+			<-first
+			if got := context.Cause(ctx); !errors.Is(got, tt.cause) {
+				t.Errorf("cause = %v, want %v", got, tt.cause)
+			}
+		})
+	}
+
+	t.Run("stop without a signal cancels with context.Canceled", func(t *testing.T) {
+		t.Parallel()
+		ctx, stop := cancelOnSignal(t.Context(), make(chan os.Signal), nil)
+		stop()
+		if got := context.Cause(ctx); !errors.Is(got, context.Canceled) || interrupted(ctx) {
+			t.Errorf("cause = %v, want context.Canceled", got)
+		}
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -152,6 +154,52 @@ func (l *stringList) Set(v string) error {
 			*l = append(*l, s)
 		}
 	}
+	return nil
+}
+
+// byteSize is a flag holding a number of bytes, written as a plain number
+// or with a unit: 16MiB, 256KiB, 1GiB (powers of 1024) or 5MB, 200KB, 1GB
+// (powers of 1000).
+type byteSize int64
+
+// byteUnits are the suffixes byteSize accepts, longest first.
+var byteUnits = []struct {
+	suffix string
+	factor int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
+}
+
+// String shows the size in the largest binary unit that divides it.
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		factor int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.factor == 0 {
+			return strconv.FormatInt(n/u.factor, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// Set parses a size such as 16MiB.
+func (b *byteSize) Set(v string) error {
+	s := strings.TrimSpace(v)
+	factor := int64(1)
+	for _, u := range byteUnits {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, factor = strings.TrimSpace(rest), u.factor
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/factor {
+		return fmt.Errorf("%q is not a size such as 16MiB, 500KB or 1048576", v)
+	}
+	*b = byteSize(n * factor)
 	return nil
 }
 

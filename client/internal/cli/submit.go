@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,22 +13,18 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
-// Batch limits the CLI applies when it splits files into batches.
-const (
-	// MaxBatchDocs is the most documents one SubmitBatch call carries.
-	MaxBatchDocs = 500
-	// MaxBatchInlineBytes is the most inline content one SubmitBatch call
-	// carries, kept under gRPC's default 4 MiB message limit.
-	MaxBatchInlineBytes = 3 << 20
-)
-
 // submitOpts are the options of "leasehold submit".
 type submitOpts struct {
 	Team        string
 	RequestID   string
 	Wait        bool
 	MaxAttempts int
-	Paths       []string
+	// The batch limits: the coordinator's defaults unless it was
+	// configured with others.
+	MaxBatchDocuments   int
+	MaxBatchInlineBytes byteSize
+	MaxBatchBytes       byteSize
+	Paths               []string
 }
 
 func (o *submitOpts) flags(fs *flag.FlagSet, env Env) {
@@ -37,6 +32,11 @@ func (o *submitOpts) flags(fs *flag.FlagSet, env Env) {
 	fs.StringVar(&o.RequestID, "request-id", "", "idempotency key `ID` (default: random); batch i is sent as ID-i")
 	fs.BoolVar(&o.Wait, "wait", false, "watch the batches until every job is terminal; exit 3 if any FAILED or was CANCELLED")
 	fs.IntVar(&o.MaxAttempts, "max-attempts", 0, "attempts per job, `N` (default: the coordinator's)")
+	fs.IntVar(&o.MaxBatchDocuments, "max-batch-documents", client.DefaultMaxBatchDocuments, "split into batches of at most `N` documents (the coordinator's --max-documents)")
+	o.MaxBatchInlineBytes = client.DefaultMaxBatchInlineBytes
+	fs.Var(&o.MaxBatchInlineBytes, "max-batch-inline-bytes", "split into batches of at most `SIZE` of inline content, such as 16MiB (the coordinator's limit)")
+	o.MaxBatchBytes = client.DefaultMaxBatchDeclaredBytes
+	fs.Var(&o.MaxBatchBytes, "max-batch-bytes", "split into batches declaring at most `SIZE` in all, such as 200MiB (the coordinator's --max-batch-bytes)")
 }
 
 func (o *submitOpts) setArgs(args []string) { o.Paths = args }
@@ -52,43 +52,54 @@ func (o *submitOpts) Validate() error {
 	if len(o.RequestID) > 120 {
 		return usagef("--request-id must be at most 120 bytes")
 	}
+	if o.MaxBatchDocuments <= 0 {
+		return usagef("--max-batch-documents must be positive")
+	}
+	if o.MaxBatchInlineBytes <= 0 || o.MaxBatchBytes <= 0 {
+		return usagef("--max-batch-inline-bytes and --max-batch-bytes must be positive")
+	}
 	return nil
+}
+
+// clientOptions gives the client the batch limits to split by.
+func (o *submitOpts) clientOptions() []client.Option {
+	return []client.Option{client.WithBatchLimits(client.BatchLimits{
+		MaxDocuments:     o.MaxBatchDocuments,
+		MaxInlineBytes:   int64(o.MaxBatchInlineBytes),
+		MaxDeclaredBytes: int64(o.MaxBatchBytes),
+	})}
 }
 
 // expandPaths returns the files to submit: each file argument, and the
 // regular files of each directory argument (not recursive) sorted by name.
 // Document names are base names, so two files with the same base name are
 // an error.
-func expandPaths(args []string) ([]string, []int64, error) {
-	var (
-		files []string
-		sizes []int64
-	)
+func expandPaths(args []string) ([]string, error) {
+	var files []string
 	seen := map[string]string{}
-	add := func(path string, info os.FileInfo) error {
+	add := func(path string) error {
 		name := filepath.Base(path)
 		if prev, dup := seen[name]; dup {
 			return fmt.Errorf("%s and %s would both be submitted as %q; document names must be unique", prev, path, name)
 		}
 		seen[name] = path
 		files = append(files, path)
-		sizes = append(sizes, info.Size())
 		return nil
 	}
 	for _, arg := range args {
 		info, err := os.Stat(arg)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		switch {
 		case info.Mode().IsRegular():
-			if err := add(arg, info); err != nil {
-				return nil, nil, err
+			if err := add(arg); err != nil {
+				return nil, err
 			}
 		case info.IsDir():
 			entries, err := os.ReadDir(arg) // sorted by name
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			for _, e := range entries {
 				p := filepath.Join(arg, e.Name())
@@ -96,48 +107,22 @@ func expandPaths(args []string) ([]string, []int64, error) {
 				if err != nil || !fi.Mode().IsRegular() {
 					continue
 				}
-				if err := add(p, fi); err != nil {
-					return nil, nil, err
+				if err := add(p); err != nil {
+					return nil, err
 				}
 			}
 		default:
-			return nil, nil, fmt.Errorf("%s is neither a regular file nor a directory", arg)
+			return nil, fmt.Errorf("%s is neither a regular file nor a directory", arg)
 		}
 	}
 	if len(files) == 0 {
-		return nil, nil, errors.New("no files to submit")
+		return nil, errors.New("no files to submit")
 	}
-	return files, sizes, nil
-}
-
-// chunkFiles splits files into batches of at most MaxBatchDocs documents
-// and MaxBatchInlineBytes of inline content, keeping their order.
-func chunkFiles(files []string, sizes []int64) [][]string {
-	var (
-		chunks [][]string
-		cur    []string
-		inline int64
-	)
-	for i, f := range files {
-		n := int64(0)
-		if sizes[i] <= client.InlineLimit {
-			n = sizes[i]
-		}
-		if len(cur) == MaxBatchDocs || (len(cur) > 0 && inline+n > MaxBatchInlineBytes) {
-			chunks = append(chunks, cur)
-			cur, inline = nil, 0
-		}
-		cur = append(cur, f)
-		inline += n
-	}
-	if len(cur) > 0 {
-		chunks = append(chunks, cur)
-	}
-	return chunks
+	return files, nil
 }
 
 func (o *submitOpts) run(ctx context.Context, a *app) error {
-	files, sizes, err := expandPaths(o.Paths)
+	files, err := expandPaths(o.Paths)
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
@@ -145,40 +130,23 @@ func (o *submitOpts) run(ctx context.Context, a *app) error {
 	if requestID == "" {
 		requestID = a.env.NewRequestID()
 	}
-	var policy *leaseholdv1.RetryPolicy
+	opts := client.SubmitOptions{OnBatch: func(_, _ int, resp *leaseholdv1.SubmitBatchResponse) error {
+		return printSubmitted(a, resp)
+	}}
 	if o.MaxAttempts > 0 {
-		policy = &leaseholdv1.RetryPolicy{MaxAttempts: uint32(o.MaxAttempts)}
+		opts.RetryPolicy = &leaseholdv1.RetryPolicy{MaxAttempts: uint32(o.MaxAttempts)}
 	}
-
-	chunks := chunkFiles(files, sizes)
-	var batches []*leaseholdv1.Batch
-	for i, chunk := range chunks {
-		rid := fmt.Sprintf("%s-%d", requestID, i)
-		docs, err := client.ReadDocuments(chunk)
-		if err != nil {
-			return fmt.Errorf("submit: %w", err)
+	resps, err := a.c.SubmitFiles(ctx, o.Team, requestID, files, opts)
+	if err != nil {
+		var se *client.SubmitError
+		if errors.As(err, &se) && se.Accepted > 0 {
+			fmt.Fprintf(a.env.Stderr, "leasehold: %d of %d batches were accepted; run the same command with --request-id %s to submit the rest without duplicates\n", se.Accepted, se.Batches, requestID)
 		}
-		resp, err := a.c.SubmitBatch(ctx, o.Team, rid, docs, policy)
-		if err != nil {
-			if i > 0 {
-				fmt.Fprintf(a.env.Stderr, "leasehold: batches 0 to %d were accepted; run the same command with --request-id %s to submit the rest without duplicates\n", i-1, requestID)
-			}
-			return fmt.Errorf("submitting batch %d of %d (request id %s): %w", i+1, len(chunks), rid, err)
-		}
-		batches = append(batches, resp.GetBatch())
-		if a.jsonOutput() {
-			if err := a.printJSON(resp); err != nil {
-				return err
-			}
-			continue
-		}
-		note := ""
-		if resp.GetReplayed() {
-			note = " (already submitted with this request id; nothing new stored)"
-		}
-		if _, err := fmt.Fprintf(a.out, "batch %s: %d jobs (request id %s)%s\n", resp.GetBatch().GetId(), resp.GetBatch().GetJobCount(), rid, note); err != nil {
-			return err
-		}
+		return err
+	}
+	batches := make([]*leaseholdv1.Batch, len(resps))
+	for i, r := range resps {
+		batches[i] = r.GetBatch()
 	}
 	if !a.jsonOutput() && len(batches) > 1 {
 		fmt.Fprintf(a.out, "submitted %d jobs in %d batches\n", len(files), len(batches))
@@ -189,28 +157,43 @@ func (o *submitOpts) run(ctx context.Context, a *app) error {
 	return waitForBatches(ctx, a, batches, len(files))
 }
 
-// waitForBatches watches the batches one after another until each is done,
-// drawing a progress bar on a terminal and printing one line per job event
-// otherwise, and fails with ExitJobsFailed when any job ended FAILED or
-// CANCELLED.
+// printSubmitted reports one accepted batch.
+func printSubmitted(a *app, resp *leaseholdv1.SubmitBatchResponse) error {
+	if a.jsonOutput() {
+		return a.printJSON(resp)
+	}
+	note := ""
+	if resp.GetReplayed() {
+		note = " (already submitted with this request id; nothing new stored)"
+	}
+	_, err := fmt.Fprintf(a.out, "batch %s: %d jobs (request id %s)%s\n", resp.GetBatch().GetId(), resp.GetBatch().GetJobCount(), resp.GetBatch().GetRequestId(), note)
+	return err
+}
+
+// waitForBatches follows the batches one after another until each is
+// done, asking only for outcomes, drawing a progress bar on a terminal and
+// printing one line per finished job otherwise, and fails with
+// ExitJobsFailed when any job ended FAILED or CANCELLED. Interrupted by
+// Ctrl-C, it says which batches go on and how to follow or cancel them.
 func waitForBatches(ctx context.Context, a *app, batches []*leaseholdv1.Batch, total int) error {
 	var bar *progressBar
 	if !a.jsonOutput() && a.env.IsTerminal != nil && a.env.IsTerminal(a.out) {
-		bar = &progressBar{w: a.out, total: total}
+		bar = newProgressBar(a.out, a.env, total)
 	}
 	finished := map[leaseholdv1.Phase]uint32{} // counts of the batches already done
-	for _, b := range batches {
-		final, err := followBatch(ctx, a.c, b.GetId(), func(m *leaseholdv1.WatchBatchResponse) error {
+	opts := client.FollowOptions{TerminalOnly: true, Batched: true}
+	for i, b := range batches {
+		final, err := followBatch(ctx, a, b.GetId(), opts, bar, func(u client.Update) error {
 			switch {
 			case a.jsonOutput():
-				return a.printJSON(m)
+				return a.printJSON(updateMessage(u))
 			case bar != nil:
-				bar.draw(finished, countsOf(m.GetBatch()))
+				bar.draw(finished, countsOf(u.Batch))
 				return nil
-			case m.GetEvent() != nil || terminalPhase(m.GetPhase()):
+			case u.Event != nil || terminalPhase(u.Phase):
 				// Snapshots of jobs still on their way are noise right after
 				// submitting; terminal ones (rejected formats) are news.
-				_, err := fmt.Fprintln(a.out, eventLine(m))
+				_, err := fmt.Fprintln(a.out, eventLine(u))
 				return err
 			}
 			return nil
@@ -218,6 +201,9 @@ func waitForBatches(ctx context.Context, a *app, batches []*leaseholdv1.Batch, t
 		if err != nil {
 			if bar != nil {
 				bar.finish()
+			}
+			if interrupted(ctx) {
+				return stillRunning(a, batches[i:])
 			}
 			return err
 		}
@@ -240,6 +226,30 @@ func waitForBatches(ctx context.Context, a *app, batches []*leaseholdv1.Batch, t
 	return nil
 }
 
+// stillRunning is the ExitInterrupted error of a wait stopped by Ctrl-C:
+// the batches not yet seen done go on on the server, and it says how to
+// follow or cancel each.
+func stillRunning(a *app, batches []*leaseholdv1.Batch) error {
+	var b strings.Builder
+	if len(batches) == 1 {
+		fmt.Fprintf(&b, "interrupted; batch %s continues on the server.", batches[0].GetId())
+	} else {
+		ids := make([]string, len(batches))
+		for i, bt := range batches {
+			ids[i] = bt.GetId()
+		}
+		fmt.Fprintf(&b, "interrupted; batches %s continue on the server.", strings.Join(ids, ", "))
+	}
+	addr := ""
+	if a.g.Addr != newGlobalOpts(a.env).Addr {
+		addr = " --addr " + a.g.Addr
+	}
+	for _, bt := range batches {
+		fmt.Fprintf(&b, "\n  follow it:  leasehold%s watch %s\n  cancel it:  leasehold%s cancel --batch %s", addr, bt.GetId(), addr, bt.GetId())
+	}
+	return &exitError{code: ExitInterrupted, msg: b.String()}
+}
+
 // terminalPhase reports whether p is SUCCEEDED, FAILED or CANCELLED.
 func terminalPhase(p leaseholdv1.Phase) bool {
 	switch p {
@@ -248,39 +258,3 @@ func terminalPhase(p leaseholdv1.Phase) bool {
 	}
 	return false
 }
-
-// progressBar draws "[#####.....] 120/200 succeeded 3 failed" on one
-// terminal line, redrawn in place with a carriage return.
-type progressBar struct {
-	w       io.Writer
-	total   int
-	lastLen int
-}
-
-const barWidth = 30
-
-// draw shows the sum of two count sets: the finished batches' and the
-// current batch's.
-func (p *progressBar) draw(base, cur map[leaseholdv1.Phase]uint32) {
-	get := func(ph leaseholdv1.Phase) int { return int(base[ph] + cur[ph]) }
-	succeeded := get(leaseholdv1.Phase_PHASE_SUCCEEDED)
-	failed := get(leaseholdv1.Phase_PHASE_FAILED)
-	cancelled := get(leaseholdv1.Phase_PHASE_CANCELLED)
-	filled := 0
-	if p.total > 0 {
-		filled = min(barWidth, (succeeded+failed+cancelled)*barWidth/p.total)
-	}
-	line := fmt.Sprintf("[%s%s] %d/%d succeeded %d failed", strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled), succeeded, p.total, failed)
-	if cancelled > 0 {
-		line += fmt.Sprintf(" %d cancelled", cancelled)
-	}
-	pad := ""
-	if len(line) < p.lastLen {
-		pad = strings.Repeat(" ", p.lastLen-len(line))
-	}
-	p.lastLen = len(line)
-	fmt.Fprint(p.w, "\r"+line+pad)
-}
-
-// finish ends the bar's line.
-func (p *progressBar) finish() { fmt.Fprintln(p.w) }

@@ -2,10 +2,10 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -35,11 +35,11 @@ func (o *watchOpts) Validate() error {
 }
 
 func (o *watchOpts) run(ctx context.Context, a *app) error {
-	final, err := followBatch(ctx, a.c, o.BatchID, func(m *leaseholdv1.WatchBatchResponse) error {
+	final, err := followBatch(ctx, a, o.BatchID, client.FollowOptions{Batched: true}, nil, func(u client.Update) error {
 		if a.jsonOutput() {
-			return a.printJSON(m)
+			return a.printJSON(updateMessage(u))
 		}
-		_, err := fmt.Fprintln(a.out, eventLine(m))
+		_, err := fmt.Fprintln(a.out, eventLine(u))
 		return err
 	})
 	if err != nil {
@@ -55,35 +55,54 @@ func (o *watchOpts) run(ctx context.Context, a *app) error {
 	return err
 }
 
-// maxRewatch bounds how many times followBatch watches again after the
-// coordinator ended the stream because the watcher fell behind.
-const maxRewatch = 5
-
-// followBatch watches batchID until the coordinator ends the stream because
-// the batch is done, calling onMsg for every message, and returns the batch
-// as GetBatch then reports it. A stream ended for falling behind
-// (SLOW_WATCHER) is opened again; onMsg then sees the snapshots again.
-func followBatch(ctx context.Context, c *client.Client, batchID string, onMsg func(*leaseholdv1.WatchBatchResponse) error) (*leaseholdv1.Batch, error) {
-	for attempt := 0; ; attempt++ {
-		err := c.WatchBatch(ctx, batchID, onMsg)
-		if err == nil {
-			break
+// followBatch follows batchID until every job is terminal (see
+// client.FollowBatch: lost streams are resumed without repeating or
+// missing events), calling onUpdate for every update, and returns the
+// batch's final counts. Each time the stream is lost it says so on stderr,
+// first clearing bar's line if a progress bar is drawn.
+func followBatch(ctx context.Context, a *app, batchID string, opts client.FollowOptions, bar *progressBar, onUpdate func(client.Update) error) (*leaseholdv1.Batch, error) {
+	opts.OnReconnect = func(err error, delay time.Duration) {
+		cause := "the stream ended early"
+		if err != nil {
+			cause = err.Error()
 		}
-		if !errors.Is(err, client.ErrSlowWatcher) || attempt >= maxRewatch {
+		if bar != nil {
+			bar.clear()
+		}
+		fmt.Fprintf(a.env.Stderr, "leasehold: lost the watch of batch %s (%s); watching again in %s\n", batchID, cause, delay)
+	}
+	var last *leaseholdv1.Batch
+	for u, err := range a.c.FollowBatch(ctx, batchID, opts) {
+		if err != nil {
+			return nil, err
+		}
+		if u.Batch != nil {
+			last = u.Batch
+		}
+		if err := onUpdate(u); err != nil {
 			return nil, err
 		}
 	}
-	return c.GetBatch(ctx, batchID)
+	if last.GetDone() {
+		return last, nil
+	}
+	return a.c.GetBatch(ctx, batchID)
 }
 
-// eventLine renders one watch message as "job j-12 SUCCEEDED", followed by
-// the event kind when it says more than the phase (COMPLETION_REJECTED),
-// and the event's reason and message.
-func eventLine(m *leaseholdv1.WatchBatchResponse) string {
+// updateMessage is u as the watch stream's single-update message, the
+// shape -o json prints: job_id, phase, event and batch.
+func updateMessage(u client.Update) *leaseholdv1.WatchBatchResponse {
+	return &leaseholdv1.WatchBatchResponse{JobId: u.JobID, Phase: u.Phase, Event: u.Event, Batch: u.Batch}
+}
+
+// eventLine renders one update as "job j-12 SUCCEEDED", followed by the
+// event kind when it says more than the phase (COMPLETION_REJECTED), and
+// the event's reason and message.
+func eventLine(u client.Update) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "job %s %s", m.GetJobId(), phaseName(m.GetPhase()))
-	if ev := m.GetEvent(); ev != nil {
-		if k := kindName(ev.GetKind()); k != phaseName(m.GetPhase()) && k != "-" {
+	fmt.Fprintf(&b, "job %s %s", u.JobID, phaseName(u.Phase))
+	if ev := u.Event; ev != nil {
+		if k := kindName(ev.GetKind()); k != phaseName(u.Phase) && k != "-" {
 			b.WriteString(" " + k)
 		}
 		if ev.GetReason() != "" {

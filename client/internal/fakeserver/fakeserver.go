@@ -1,12 +1,15 @@
 // Package fakeserver is an in-memory JobService and OperatorService for
 // testing the client library and the CLI over an in-process gRPC connection
 // (bufconn). It keeps just enough state to answer consistently; it enforces
-// no leases, fencing or authorization, and it records every submit and
-// replay request so that tests can assert what was sent.
+// the coordinator's batch limits and its gRPC receive limit, but no leases,
+// fencing or authorization. It records every submit, watch and replay
+// request so that tests can assert what was sent, and it can break watch
+// streams and restart, as a coordinator does when it is redeployed.
 package fakeserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -49,6 +52,30 @@ type Server struct {
 	// MaxPageSize caps list page sizes, to exercise pagination.
 	MaxPageSize int
 
+	// Limits is what SubmitBatch enforces, as the coordinator does: a batch
+	// over it is refused with INVALID_ARGUMENT BATCH_TOO_LARGE (or
+	// CONTENT_TOO_LARGE for one document). New sets the coordinator's
+	// defaults; a zero field is no limit.
+	Limits Limits
+	// MaxRecvMsgSize is the server's gRPC receive limit, read when the
+	// server starts. New sets it, as the coordinator does, above the largest
+	// request Limits allow; 0 keeps gRPC's default of 4 MiB.
+	MaxRecvMsgSize int
+
+	// WatchFault, if set, is called before WatchBatch sends message msg
+	// (from 0) of watch call call (from 0, counting every WatchBatch call),
+	// on the stream's goroutine with the stream's context. A non-nil error
+	// ends the stream with that error instead (EndStream: with OK); the
+	// events the fake committed for that call stay committed.
+	WatchFault func(ctx context.Context, call, msg int) error
+	// LeaseFirst makes WatchBatch commit a LEASED event for every unfinished
+	// job before the jobs' terminal events, so that a job has events before
+	// its outcome.
+	LeaseFirst bool
+	// UpdatesPerMessage is how many updates a message carries when the
+	// watcher asks for batched messages; 0 means 2.
+	UpdatesPerMessage int
+
 	mu          sync.Mutex
 	nextJob     int
 	nextBatch   int
@@ -59,6 +86,7 @@ type Server struct {
 	rejections  []*leaseholdv1.RejectedCompletion
 	audit       []*leaseholdv1.AuditRecord
 	submits     []*leaseholdv1.SubmitBatchRequest
+	watches     []*leaseholdv1.WatchBatchRequest
 	replays     []*leaseholdv1.ReplayJobsRequest
 	authHeaders []string
 	paused      bool
@@ -69,13 +97,39 @@ var (
 	_ leaseholdv1.OperatorServiceServer = (*Server)(nil)
 )
 
-// New returns an empty fake.
+// Limits are the batch limits the fake enforces; a zero field is no limit.
+type Limits struct {
+	MaxDocuments      int
+	MaxInlineBytes    int64
+	MaxDocumentInline int64
+	MaxDeclaredBytes  int64
+}
+
+// DefaultLimits are the coordinator's default batch limits.
+var DefaultLimits = Limits{
+	MaxDocuments:      500,
+	MaxInlineBytes:    16 << 20,
+	MaxDocumentInline: 256 << 10,
+	MaxDeclaredBytes:  200 << 20,
+}
+
+// DefaultMaxRecvMsgSize is above the largest request DefaultLimits allow:
+// 16 MiB of content plus 500 documents' names, types and locations.
+const DefaultMaxRecvMsgSize = 24 << 20
+
+// EndStream, returned by WatchFault, ends the watch stream with OK before
+// the batch is done.
+var EndStream = errors.New("end the stream with OK")
+
+// New returns an empty fake with the coordinator's default limits.
 func New() *Server {
 	return &Server{
-		jobs:      map[string]*leaseholdv1.Job{},
-		docs:      map[string]*leaseholdv1.Document{},
-		batches:   map[string]*leaseholdv1.Batch{},
-		artifacts: map[string]Artifact{},
+		Limits:         DefaultLimits,
+		MaxRecvMsgSize: DefaultMaxRecvMsgSize,
+		jobs:           map[string]*leaseholdv1.Job{},
+		docs:           map[string]*leaseholdv1.Document{},
+		batches:        map[string]*leaseholdv1.Batch{},
+		artifacts:      map[string]Artifact{},
 	}
 }
 
@@ -83,8 +137,56 @@ func New() *Server {
 // the dial option that connects to it (use it with Target).
 func Start(t testing.TB, s *Server) grpc.DialOption {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(
+	e := NewEndpoint(t, s)
+	e.Start()
+	return e.DialOption()
+}
+
+// Endpoint serves one fake on in-memory listeners and can stop and start it
+// again, as a coordinator is restarted: Stop closes every connection and
+// ends every call in flight (clients see UNAVAILABLE), Start serves the same
+// fake, with the same state, on a fresh listener that the same dial option
+// reaches. Its methods are safe for concurrent use.
+type Endpoint struct {
+	s *Server
+
+	mu   sync.Mutex
+	lis  *bufconn.Listener // nil while stopped
+	srv  *grpc.Server
+	done chan struct{}
+}
+
+// NewEndpoint returns a stopped endpoint for s; the test's cleanup stops it.
+func NewEndpoint(t testing.TB, s *Server) *Endpoint {
+	t.Helper()
+	e := &Endpoint{s: s}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// DialOption returns the dial option that connects to the endpoint (use it
+// with Target). While the endpoint is stopped, dialing fails.
+func (e *Endpoint) DialOption() grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		e.mu.Lock()
+		lis := e.lis
+		e.mu.Unlock()
+		if lis == nil {
+			return nil, errors.New("fakeserver: connection refused (stopped)")
+		}
+		return lis.DialContext(ctx)
+	})
+}
+
+// Start serves the fake; it does nothing if it is serving already.
+func (e *Endpoint) Start() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lis != nil {
+		return
+	}
+	s := e.s
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			s.recordAuth(ctx)
 			return h(ctx, req)
@@ -93,21 +195,34 @@ func Start(t testing.TB, s *Server) grpc.DialOption {
 			s.recordAuth(ss.Context())
 			return h(srv, ss)
 		}),
-	)
+	}
+	if s.MaxRecvMsgSize > 0 {
+		opts = append(opts, grpc.MaxRecvMsgSize(s.MaxRecvMsgSize))
+	}
+	srv := grpc.NewServer(opts...)
 	leaseholdv1.RegisterJobServiceServer(srv, s)
 	leaseholdv1.RegisterOperatorServiceServer(srv, s)
+	lis := bufconn.Listen(1 << 20)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = srv.Serve(lis)
 	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-		return lis.DialContext(ctx)
-	})
+	e.lis, e.srv, e.done = lis, srv, done
+}
+
+// Stop ends every connection and call and waits for the server to stop; it
+// does nothing if the endpoint is stopped.
+func (e *Endpoint) Stop() {
+	e.mu.Lock()
+	srv, done := e.srv, e.done
+	e.lis, e.srv, e.done = nil, nil, nil
+	e.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.Stop()
+	<-done
 }
 
 func (s *Server) recordAuth(ctx context.Context) {
@@ -157,6 +272,13 @@ func (s *Server) Submits() []*leaseholdv1.SubmitBatchRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.submits)
+}
+
+// Watches returns the WatchBatch requests received, in order.
+func (s *Server) Watches() []*leaseholdv1.WatchBatchRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.watches)
 }
 
 // Replays returns the ReplayJobs requests received, in order.
@@ -221,6 +343,12 @@ func (s *Server) SubmitBatch(_ context.Context, req *leaseholdv1.SubmitBatchRequ
 	if len(req.GetDocuments()) == 0 {
 		return nil, statusError(codes.InvalidArgument, "EMPTY_BATCH", "batch has no documents", nil)
 	}
+	if err := s.Limits.check(req.GetDocuments()); err != nil {
+		return nil, err
+	}
+	if b := s.replayedLocked(req); b != nil {
+		return &leaseholdv1.SubmitBatchResponse{Batch: b, Replayed: true}, nil
+	}
 	s.nextBatch++
 	b := &leaseholdv1.Batch{Id: fmt.Sprintf("b-%d", s.nextBatch), Team: req.GetTeam(), RequestId: req.GetRequestId(), RetryPolicy: req.GetRetryPolicy()}
 	s.batches[b.Id] = b
@@ -240,6 +368,39 @@ func (s *Server) SubmitBatch(_ context.Context, req *leaseholdv1.SubmitBatchRequ
 		b.JobCount++
 	}
 	return &leaseholdv1.SubmitBatchResponse{Batch: s.batchLocked(b.Id)}, nil
+}
+
+// check refuses docs over the limits as the coordinator does.
+func (l Limits) check(docs []*leaseholdv1.Document) error {
+	var inline, declared int64
+	for i, d := range docs {
+		n := int64(len(d.GetContent()))
+		if l.MaxDocumentInline > 0 && n > l.MaxDocumentInline {
+			return statusError(codes.InvalidArgument, "CONTENT_TOO_LARGE", fmt.Sprintf("documents[%d] has %d bytes of inline content, at most %d", i, n, l.MaxDocumentInline), nil)
+		}
+		inline += n
+		declared += max(n, d.GetSizeBytes())
+	}
+	switch {
+	case l.MaxDocuments > 0 && len(docs) > l.MaxDocuments:
+		return statusError(codes.InvalidArgument, "BATCH_TOO_LARGE", fmt.Sprintf("batch has %d documents, at most %d", len(docs), l.MaxDocuments), nil)
+	case l.MaxInlineBytes > 0 && inline > l.MaxInlineBytes:
+		return statusError(codes.InvalidArgument, "BATCH_TOO_LARGE", fmt.Sprintf("batch has %d bytes of inline content, at most %d", inline, l.MaxInlineBytes), nil)
+	case l.MaxDeclaredBytes > 0 && declared > l.MaxDeclaredBytes:
+		return statusError(codes.InvalidArgument, "BATCH_TOO_LARGE", fmt.Sprintf("batch declares %d bytes, at most %d", declared, l.MaxDeclaredBytes), nil)
+	}
+	return nil
+}
+
+// replayedLocked returns the batch already submitted by the team with the
+// request's id, or nil. s.mu must be held.
+func (s *Server) replayedLocked(req *leaseholdv1.SubmitBatchRequest) *leaseholdv1.Batch {
+	for id, b := range s.batches {
+		if b.GetRequestId() != "" && b.GetRequestId() == req.GetRequestId() && b.GetTeam() == req.GetTeam() {
+			return s.batchLocked(id)
+		}
+	}
+	return nil
 }
 
 // GetJob implements `service JobService`.
@@ -309,42 +470,132 @@ func (s *Server) GetBatch(_ context.Context, req *leaseholdv1.GetBatchRequest) (
 	return &leaseholdv1.GetBatchResponse{Batch: b}, nil
 }
 
-// WatchBatch implements `service JobService`: it sends one snapshot per
-// job, then drives every non-terminal job to its Outcome, sending one event
-// each, and ends.
+// WatchBatch implements `service JobService`. It opens with one snapshot
+// per job, or for a job listed in resume its stored events after the
+// cursor; then it commits the rest of the batch's history at once (a LEASED
+// event per unfinished job with LeaseFirst, then each job's Outcome) and
+// sends those events; then it ends with OK. With terminal_only it sends
+// only terminal events after the opening; with batched it packs
+// UpdatesPerMessage updates into each message. Every message carries the
+// batch's counts as of its last update. WatchFault may end the stream early.
 func (s *Server) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseholdv1.JobService_WatchBatchServer) error {
-	s.mu.Lock()
-	if _, ok := s.batches[req.GetBatchId()]; !ok {
-		s.mu.Unlock()
-		return statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+	call, msgs, err := s.watchPlan(req)
+	if err != nil {
+		return err
 	}
-	var msgs []*leaseholdv1.WatchBatchResponse
-	ids := s.batches[req.GetBatchId()].GetJobIds()
-	for _, id := range ids {
-		msgs = append(msgs, &leaseholdv1.WatchBatchResponse{JobId: id, Phase: s.jobs[id].GetPhase(), Batch: s.batchLocked(req.GetBatchId())})
-	}
-	for _, id := range ids {
-		j := s.jobs[id]
-		if terminal(j.GetPhase()) {
-			continue
+	for i, m := range msgs {
+		if s.WatchFault != nil {
+			if err := s.WatchFault(stream.Context(), call, i); err != nil {
+				if errors.Is(err, EndStream) {
+					return nil
+				}
+				return err
+			}
 		}
-		j.Phase = s.outcome(s.docs[id])
-		kind := map[leaseholdv1.Phase]leaseholdv1.EventKind{
-			leaseholdv1.Phase_PHASE_SUCCEEDED: leaseholdv1.EventKind_EVENT_KIND_SUCCEEDED,
-			leaseholdv1.Phase_PHASE_FAILED:    leaseholdv1.EventKind_EVENT_KIND_FAILED,
-			leaseholdv1.Phase_PHASE_CANCELLED: leaseholdv1.EventKind_EVENT_KIND_CANCELLED,
-		}[j.Phase]
-		ev := &leaseholdv1.JobEvent{Seq: uint32(len(j.Events) + 1), Kind: kind, Phase: j.Phase, Attempt: 1}
-		j.Events = append(j.Events, ev)
-		msgs = append(msgs, &leaseholdv1.WatchBatchResponse{JobId: id, Phase: j.Phase, Event: ev, Batch: s.batchLocked(req.GetBatchId())})
-	}
-	s.mu.Unlock()
-	for _, m := range msgs {
 		if err := stream.Send(m); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// watchUpdate is one update the fake sends, with the batch's counts after it.
+type watchUpdate struct {
+	u     *leaseholdv1.JobUpdate
+	batch *leaseholdv1.Batch
+}
+
+// watchPlan records req, commits the batch's remaining history and returns
+// the call's index and the messages to send.
+func (s *Server) watchPlan(req *leaseholdv1.WatchBatchRequest) (int, []*leaseholdv1.WatchBatchResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	call := len(s.watches)
+	s.watches = append(s.watches, proto.CloneOf(req))
+	b, ok := s.batches[req.GetBatchId()]
+	if !ok {
+		return call, nil, statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+	}
+	ids := b.GetJobIds()
+	resume := map[string]uint32{}
+	for _, c := range req.GetResume() {
+		resume[c.GetJobId()] = c.GetSeq()
+	}
+	var updates []watchUpdate
+	emit := func(id string, phase leaseholdv1.Phase, ev *leaseholdv1.JobEvent) {
+		if ev != nil && req.GetTerminalOnly() && !terminal(ev.GetPhase()) {
+			return
+		}
+		updates = append(updates, watchUpdate{&leaseholdv1.JobUpdate{JobId: id, Phase: phase, Event: ev}, s.batchLocked(req.GetBatchId())})
+	}
+	add := func(id string, ev *leaseholdv1.JobEvent) { emit(id, s.jobs[id].GetPhase(), ev) }
+
+	for _, id := range ids {
+		cursor, listed := resume[id]
+		if !listed {
+			add(id, nil)
+			continue
+		}
+		for _, ev := range s.jobs[id].GetEvents() {
+			if ev.GetSeq() > cursor {
+				emit(id, ev.GetPhase(), proto.CloneOf(ev))
+			}
+		}
+	}
+	if s.LeaseFirst {
+		for _, id := range ids {
+			if j := s.jobs[id]; !terminal(j.GetPhase()) && j.GetPhase() != leaseholdv1.Phase_PHASE_LEASED {
+				add(id, s.commitLocked(j, leaseholdv1.Phase_PHASE_LEASED))
+			}
+		}
+	}
+	for _, id := range ids {
+		if j := s.jobs[id]; !terminal(j.GetPhase()) {
+			add(id, s.commitLocked(j, s.outcome(s.docs[id])))
+		}
+	}
+	return call, s.packLocked(updates, req.GetBatched()), nil
+}
+
+// eventKinds names the event that moves a job into a phase.
+var eventKinds = map[leaseholdv1.Phase]leaseholdv1.EventKind{
+	leaseholdv1.Phase_PHASE_LEASED:    leaseholdv1.EventKind_EVENT_KIND_LEASED,
+	leaseholdv1.Phase_PHASE_SUCCEEDED: leaseholdv1.EventKind_EVENT_KIND_SUCCEEDED,
+	leaseholdv1.Phase_PHASE_FAILED:    leaseholdv1.EventKind_EVENT_KIND_FAILED,
+	leaseholdv1.Phase_PHASE_CANCELLED: leaseholdv1.EventKind_EVENT_KIND_CANCELLED,
+}
+
+// commitLocked moves j to phase and appends the event that says so, with
+// the next sequence number. s.mu must be held.
+func (s *Server) commitLocked(j *leaseholdv1.Job, phase leaseholdv1.Phase) *leaseholdv1.JobEvent {
+	j.Phase = phase
+	ev := &leaseholdv1.JobEvent{Seq: uint32(len(j.Events) + 1), Kind: eventKinds[phase], Phase: phase, Attempt: 1}
+	j.Events = append(j.Events, ev)
+	return proto.CloneOf(ev)
+}
+
+// packLocked turns updates into messages: one per update, or with batched
+// UpdatesPerMessage per message in the updates field.
+func (s *Server) packLocked(updates []watchUpdate, batched bool) []*leaseholdv1.WatchBatchResponse {
+	var msgs []*leaseholdv1.WatchBatchResponse
+	if !batched {
+		for _, w := range updates {
+			msgs = append(msgs, &leaseholdv1.WatchBatchResponse{JobId: w.u.GetJobId(), Phase: w.u.GetPhase(), Event: w.u.GetEvent(), Batch: w.batch})
+		}
+		return msgs
+	}
+	per := s.UpdatesPerMessage
+	if per <= 0 {
+		per = 2
+	}
+	for chunk := range slices.Chunk(updates, per) {
+		m := &leaseholdv1.WatchBatchResponse{Batch: chunk[len(chunk)-1].batch}
+		for _, w := range chunk {
+			m.Updates = append(m.Updates, w.u)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs
 }
 
 func (s *Server) outcome(d *leaseholdv1.Document) leaseholdv1.Phase {
