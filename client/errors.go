@@ -69,7 +69,7 @@ var (
 	ErrSlowWatcher = errors.New("watcher fell behind")
 	// ErrTooManyStreams is returned when the caller holds as many streams as it may (RESOURCE_EXHAUSTED TOO_MANY_STREAMS).
 	ErrTooManyStreams = errors.New("too many streams")
-	// ErrStorageFull is returned when the coordinator's disk has no room for the write (RESOURCE_EXHAUSTED STORAGE_FULL).
+	// ErrStorageFull is returned when the coordinator's disk has no room for the write (UNAVAILABLE STORAGE_FULL: it stopped taking writes).
 	ErrStorageFull = errors.New("coordinator storage full")
 	// ErrBatchTooLarge is returned when a batch has too many documents, declared bytes or inline bytes (INVALID_ARGUMENT BATCH_TOO_LARGE).
 	ErrBatchTooLarge = errors.New("batch too large")
@@ -132,7 +132,7 @@ var errorTable = []errorClass{
 	{codes.ResourceExhausted, "TEAM_QUEUE_FULL", ErrQueueFull},
 	{codes.ResourceExhausted, "SLOW_WATCHER", ErrSlowWatcher},
 	{codes.ResourceExhausted, "TOO_MANY_STREAMS", ErrTooManyStreams},
-	{codes.ResourceExhausted, "STORAGE_FULL", ErrStorageFull},
+	{codes.Unavailable, "STORAGE_FULL", ErrStorageFull},
 	{codes.Unavailable, "", ErrUnavailable},
 	{codes.Unavailable, "STORAGE_UNAVAILABLE", ErrStorageUnavailable},
 	{codes.Canceled, "", context.Canceled},

@@ -81,7 +81,7 @@ func TestErrorMapping(t *testing.T) {
 		{"invalid reason is invalid argument", codes.InvalidArgument, "INVALID_REASON", []error{ErrInvalidArgument, ErrInvalidReason}},
 		{"too many job ids is invalid argument", codes.InvalidArgument, "TOO_MANY_JOB_IDS", []error{ErrInvalidArgument, ErrTooManyJobIDs}},
 		{"too many streams is resource exhausted", codes.ResourceExhausted, "TOO_MANY_STREAMS", []error{ErrResourceExhausted, ErrTooManyStreams}},
-		{"storage full is resource exhausted", codes.ResourceExhausted, "STORAGE_FULL", []error{ErrResourceExhausted, ErrStorageFull}},
+		{"storage full is unavailable", codes.Unavailable, "STORAGE_FULL", []error{ErrUnavailable, ErrStorageFull}},
 		{"upload timeout is a deadline", codes.DeadlineExceeded, "UPLOAD_TIMEOUT", []error{context.DeadlineExceeded, ErrUploadTimeout}},
 		{"internal matches nothing", codes.Internal, "", nil},
 	}

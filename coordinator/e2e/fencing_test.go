@@ -57,7 +57,7 @@ func TestRestartKeepsLeasesAndTokens(t *testing.T) {
 	ctx = testContext(t)
 
 	t.Run("leases granted before the crash complete under their original tokens", func(t *testing.T) {
-		r.waitFor("heartbeat stream ended") // the renderer saw the crash
+		r.waitFor("session ended") // the renderer saw the crash
 		waitBatchDone(t, alpha, held.GetBatch().GetId())
 		for id, token := range original {
 			j, err := alpha.GetJob(ctx, id)
