@@ -87,10 +87,17 @@ func runPhases(ctx context.Context, cfg config, lg *logger) (rep *report, err er
 }
 
 // why replaces err with the reason the stack stopped, when a child exited
-// unexpectedly: that is the error worth reading.
+// unexpectedly: that is the error worth reading. A failed call may come back
+// a moment before the child's exit is noticed, so it waits a little for one.
 func (s *stack) why(err error) error {
 	if err == nil {
 		return nil
+	}
+	t := time.NewTimer(500 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+	case <-t.C:
 	}
 	if cause := context.Cause(s.ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 		return cause

@@ -128,7 +128,8 @@ func (c *child) pid() int { return c.cmd.Process.Pid }
 
 // stop sends SIGTERM and waits for the exit, sending SIGKILL after grace.
 // It returns how long the child took to exit and its exit error (nil for a
-// clean exit). It is safe to call more than once.
+// clean exit). A child that had already exited answers nil: its exit was
+// reported when it happened. It is safe to call more than once.
 func (c *child) stop(grace time.Duration) (time.Duration, error) {
 	c.mu.Lock()
 	c.stopping = true
@@ -136,7 +137,7 @@ func (c *child) stop(grace time.Duration) (time.Duration, error) {
 	start := time.Now()
 	select {
 	case <-c.done:
-		return 0, c.err
+		return 0, nil
 	default:
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
