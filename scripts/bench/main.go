@@ -95,7 +95,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGPIPE too: a reader of the output that goes away (| head) stops the
+	// run cleanly instead of killing the harness before its clean-up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
@@ -248,6 +250,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	lg := newLogger(stderr)
+	if load, err := loadAverage(); err == nil && load > float64(numCPU)/2 {
+		lg.printf("warning: the load average is %.1f on %d CPUs: other work will skew the figures", load, numCPU)
+	}
 	var rep *report
 	if cfg.store > 0 {
 		rep, err = runStore(ctx, cfg, lg)
@@ -257,6 +262,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rep.Setup.LoadAfter, _ = loadAverage()
 	rep.check()
 	if cfg.json {
 		return writeJSON(stdout, rep)

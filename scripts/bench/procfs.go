@@ -125,3 +125,26 @@ func truncate(data []byte) string {
 	}
 	return string(data)
 }
+
+// loadAverage reads the one-minute load average from /proc/loadavg.
+func loadAverage() (float64, error) {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	return parseLoadavg(data)
+}
+
+// parseLoadavg returns the first field of /proc/loadavg, the one-minute
+// load average.
+func parseLoadavg(data []byte) (float64, error) {
+	f := strings.Fields(string(data))
+	if len(f) < 1 {
+		return 0, fmt.Errorf("parsing /proc/loadavg %q: empty", truncate(data))
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("parsing /proc/loadavg: %w", err)
+	}
+	return v, nil
+}

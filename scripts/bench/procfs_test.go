@@ -104,3 +104,16 @@ func TestProcSelf(t *testing.T) {
 		t.Errorf("readMemory(self) = %+v, want 0 < RSS <= HWM", m)
 	}
 }
+
+func TestParseLoadavg(t *testing.T) {
+	t.Parallel()
+	got, err := parseLoadavg([]byte("24.63 17.05 9.08 3/512 16065\n"))
+	if err != nil || got != 24.63 {
+		t.Errorf("parseLoadavg = %v, %v; want 24.63", got, err)
+	}
+	for _, bad := range []string{"", "x 1 2"} {
+		if _, err := parseLoadavg([]byte(bad)); err == nil {
+			t.Errorf("parseLoadavg(%q): no error", bad)
+		}
+	}
+}

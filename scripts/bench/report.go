@@ -33,6 +33,10 @@ type setup struct {
 	Coordinator string `json:"coordinator_binary"`
 	Renderer    string `json:"renderer_binary"`
 	DocumentLen int    `json:"document_bytes"`
+	// LoadBefore and LoadAfter are the one-minute load averages when the
+	// run started and ended: other work on the machine skews every figure.
+	LoadBefore float64 `json:"load_average_before"`
+	LoadAfter  float64 `json:"load_average_after"`
 }
 
 // idleResult is the idle wake-up: SubmitBatch acknowledgement to the
@@ -167,6 +171,7 @@ const (
 
 // newReport starts the report of a run.
 func newReport(cfg config, bins binaries) *report {
+	load, _ := loadAverage()
 	return &report{
 		Started: time.Now().UTC().Truncate(time.Second),
 		Setup: setup{
@@ -176,6 +181,7 @@ func newReport(cfg config, bins binaries) *report {
 			Coordinator: bins.coordinator,
 			Renderer:    bins.renderer,
 			DocumentLen: documentSize,
+			LoadBefore:  load,
 		},
 	}
 }
@@ -256,8 +262,8 @@ func writeText(w io.Writer, r *report) error {
 		return ""
 	}
 	s := r.Setup
-	fmt.Fprintf(w, "leasehold bench %s: %d renderers × %d slots, %d CPUs, %s\n",
-		r.Started.Format(time.RFC3339), s.Renderers, s.Capacity, s.CPUs, s.Coordinator)
+	fmt.Fprintf(w, "leasehold bench %s: %d renderers × %d slots, %d CPUs (load average %.1f before, %.1f after), %s\n",
+		r.Started.Format(time.RFC3339), s.Renderers, s.Capacity, s.CPUs, s.LoadBefore, s.LoadAfter, s.Coordinator)
 	if x := r.Idle; x != nil {
 		line("idle wake-up", fmt.Sprintf("p50 %s  p99 %s", msText(x.P50MS), msText(x.P99MS)),
 			fmt.Sprintf("%s samples, max %s; SubmitBatch ack → grant line in a renderer's --record file%s", count(x.Samples), msText(x.MaxMS), failedText(x.Failed)),
