@@ -56,11 +56,13 @@
 // Besides, the report gives the writer's group size p50 and p99 (the
 // coordinator's leasehold_writer_group_commands histogram, scraped from
 // /metrics before and after, quantiles interpolated in the buckets as
-// histogram_quantile does), CPU time per 1,000 documents of the
-// coordinator, the renderers together and the load generator (utime + stime
-// from /proc/<pid>/stat, 10 ms ticks; drain from the first submission to the
-// last SUCCEEDED, steady over the measured levels) with their total in µs per
-// document, and the coordinator's VmHWM and VmRSS at the end.
+// histogram_quantile does, the first bucket starting at 1), CPU time per
+// 1,000 documents of the coordinator, the renderers together and the load
+// generator (utime + stime from /proc/<pid>/stat, 10 ms ticks; drain from the
+// first submission to the last SUCCEEDED, steady from its start to the end of
+// its last level) with their total in µs per document, the coordinator's
+// VmHWM and VmRSS at the end, and the load average before and after: the
+// figures mean little on a busy machine.
 //
 // With -store N, the phases are replaced by: a drain on the empty store;
 // filling the store to N jobs, half of them SUCCEEDED (closed loop) and half

@@ -305,7 +305,7 @@ func writeText(w io.Writer, r *report) error {
 		cpuLine(line, "CPU drain", x.CPU, "whole phase, submission included", verdict(figureDrainCPU))
 	}
 	if x := r.Steady; x != nil && x.CPU != nil {
-		cpuLine(line, "CPU steady", x.CPU, "over the levels", verdict(figureSteadyCPU))
+		cpuLine(line, "CPU steady", x.CPU, "phase start to last level end", verdict(figureSteadyCPU))
 	}
 	if m := r.CoordinatorMemory; m != nil {
 		line("coordinator memory", memoryText(m), "at the end of the run", "")

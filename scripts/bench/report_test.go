@@ -101,7 +101,7 @@ func TestWriteText(t *testing.T) {
 		"submit→SUCCEEDED":   {"p50 143 ms  p99 398 ms", "MISS (< 50 ms)", "open loop at 120 docs/s (half the steady peak"},
 		"writer group size":  {"p50 1.0  p99 29.4", "7,397 commands in 2,071 groups", "drain p50 1.5  p99 31.9"},
 		"CPU drain":          {"4190 µs/doc", "MISS (≤ 130 µs/doc)", "coordinator 1.595, renderers 2.495, generator 0.100"},
-		"CPU steady":         {"4190 µs/doc", "over the levels"},
+		"CPU steady":         {"4190 µs/doc", "phase start to last level end"},
 		"coordinator memory": {"VmHWM 125.0 MiB  VmRSS 90.0 MiB"},
 		"store start-up":     {"0.104 s", "ok (< 2 s)", "polled every 2.00 ms"},
 		"store memory":       {"VmHWM 600.0 MiB", "MISS (< 512 MiB)"},
