@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -132,5 +133,24 @@ func TestHistogramSub(t *testing.T) {
 	// Between the scrapes, 10 groups of 2 and 5 of 3 or 4: the median is in (1, 2].
 	if q := got.quantile(0.5, 1); q <= 1 || q > 2 {
 		t.Errorf("median of the difference = %v, want in (1, 2]", q)
+	}
+}
+
+func TestParseGauge(t *testing.T) {
+	t.Parallel()
+	in := `# TYPE leasehold_live_renderer_capacity gauge
+leasehold_live_renderer_capacity 64
+leasehold_live_renderer_capacity_other 5
+leasehold_leases_in_flight{team="alpha"} 3
+leasehold_leases_in_flight{team="beta"} 4
+`
+	for name, want := range map[string]float64{"leasehold_live_renderer_capacity": 64, "leasehold_leases_in_flight": 7} {
+		got, err := parseGauge(strings.NewReader(in), name)
+		if err != nil || got != want {
+			t.Errorf("parseGauge(%s) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	if _, err := parseGauge(strings.NewReader(in), "leasehold_queue_depth"); !errors.Is(err, errNoSeries) {
+		t.Errorf("parseGauge of an absent gauge: error %v, want errNoSeries", err)
 	}
 }

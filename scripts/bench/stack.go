@@ -348,17 +348,18 @@ func (s *stack) startRenderers(record bool) error {
 }
 
 // waitCapacity waits up to 10 s for the coordinator's
-// leasehold_live_renderer_capacity gauge to read want. A coordinator that
-// does not expose the gauge gets one second instead.
+// leasehold_live_renderer_capacity gauge to read want. When the gauge
+// cannot be read, the renderers get one second instead.
 func (s *stack) waitCapacity(want int) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := scrapeGauge(s.ctx, s.metricsURL(), "leasehold_live_renderer_capacity")
 		switch {
-		case errors.Is(err, errNoSeries):
-			return sleep(s.ctx, time.Second)
+		case s.ctx.Err() != nil:
+			return context.Cause(s.ctx)
 		case err != nil:
-			return err
+			s.lg.printf("warning: cannot tell when the renderers are connected (%v); giving them a second", err)
+			return sleep(s.ctx, time.Second)
 		case int(got) == want:
 			return nil
 		case time.Now().After(deadline):
