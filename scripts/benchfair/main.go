@@ -21,16 +21,12 @@
 //
 //	benchfair -coordinator 127.0.0.1:7070 -capacity 16 -latency 100ms [-o json]
 //	benchfair compare FAIR.json FIFO.json
-//	benchfair throughput -coordinator 127.0.0.1:7070 [-n 5000] [-o json]
 //
 // The second form prints two results written with -o json side by side, with
 // the ratio of the second to the first; scripts/bench-fairness runs the
 // scenario against fair dispatch and against FIFO dispatch and compares them.
 //
-// The third form measures end-to-end throughput instead: it submits n
-// documents for one team and reports documents per second from the first
-// submission until every job has SUCCEEDED, by the client's clock and by the
-// jobs' histories; scripts/bench-e2e runs it.
+// Throughput, latency and CPU cost are measured by scripts/bench instead.
 package main
 
 import (
@@ -59,13 +55,8 @@ func main() {
 
 // run dispatches to the compare subcommand or measures one scenario.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "compare":
-			return compareFiles(args[1:], stdout)
-		case "throughput":
-			return runThroughput(ctx, args[1:], stdout, stderr)
-		}
+	if len(args) > 0 && args[0] == "compare" {
+		return compareFiles(args[1:], stdout)
 	}
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {

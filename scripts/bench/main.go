@@ -1,0 +1,286 @@
+// Command bench is Leasehold's end-to-end benchmark: it starts a real
+// coordinator and mock renderers as separate processes, drives them with an
+// in-process load generator built on the client library, and reports the
+// figures the speed targets are stated in, one line each (or one JSON object
+// with -json).
+//
+// Usage, from the repository root:
+//
+//	go run ./scripts/bench                               # every phase, default sizes
+//	go run ./scripts/bench -drain-docs 5000 -duration 10s -latency-duration 5s
+//	go run ./scripts/bench -phases drain -json
+//	go run ./scripts/bench -store 1000000                # start-up and drain with a big store
+//
+// The coordinator and renderer binaries come from -bin (default ./bin) and
+// are built there with go build when missing, or always with -rebuild; pass
+// -rebuild after changing the code, or bin/ holds yesterday's binaries. The
+// coordinator runs on a fresh data directory under a temporary directory
+// (-tmp; fsync on, as by default: put it on a real disk, not tmpfs), on free
+// loopback ports, with its metrics listener on; the development tokens are
+// used (dev-alpha submits as team alpha, dev-renderer, dev-operator).
+// -renderers renderers with -capacity slots each render with zero latency, so
+// every figure is the cost of coordination. LEASEHOLD_* variables are not
+// passed to the children; -coordinator-flags and -renderer-flags add flags.
+//
+// The phases, in order (-phases picks some):
+//
+//   - idle: renderers idle; one document is submitted at a time, -idle-gap
+//     apart, -idle-samples times. Wake-up is the time from the SubmitBatch
+//     acknowledgement to the grant's arrival at a renderer, seen as the
+//     renderer appending it to its --record file (inotify, microsecond
+//     resolution). The renderers are then restarted without --record, so
+//     that the later phases do not pay for the file.
+//   - drain: dispatch paused (OperatorService.PauseDispatch as dev-operator),
+//     -drain-docs documents submitted in batches of -batch by -submitters
+//     goroutines, watches opened, dispatch resumed. Throughput is the
+//     documents over the time from the ResumeDispatch call to the arrival of
+//     the last SUCCEEDED.
+//   - steady: submitting and rendering at once, closed loop: for each level
+//     of -steady-inflight (batches of -steady-batch documents kept in flight,
+//     each submitted again as soon as the previous one is terminal), for
+//     -duration divided among the levels, the first quarter (at most 1 s)
+//     discarded as warm-up. The peak is the best level.
+//   - latency: open loop at half the steady peak (or -latency-rate) for
+//     -latency-duration: every -latency-tick a batch of the documents due is
+//     submitted, whatever is still in flight. Latency is from the SubmitBatch
+//     acknowledgement to the arrival of the job's terminal update on its
+//     batch's watch. The watch can only be opened once the batch id is known,
+//     so a job that finished before the watch's opening snapshot counts at
+//     the snapshot's arrival.
+//
+// Progress is always followed with WatchBatch (terminal_only and batched
+// requested; single updates and batched updates both understood), never by
+// polling. At most -max-watches watches are open at once (the coordinator
+// allows 64 per caller).
+//
+// Besides, the report gives the writer's group size p50 and p99 (the
+// coordinator's leasehold_writer_group_commands histogram, scraped from
+// /metrics before and after, quantiles interpolated in the buckets as
+// histogram_quantile does, the first bucket starting at 1), CPU time per
+// 1,000 documents of the coordinator, the renderers together and the load
+// generator (utime + stime from /proc/<pid>/stat, 10 ms ticks; drain from the
+// first submission to the last SUCCEEDED, steady from its start to the end of
+// its last level) with their total in µs per document, the coordinator's
+// VmHWM and VmRSS at the end, and the load average before and after: the
+// figures mean little on a busy machine.
+//
+// With -store N, the phases are replaced by: a drain on the empty store;
+// filling the store to N jobs, half of them SUCCEEDED (closed loop) and half
+// QUEUED (submitted with dispatch paused); SIGTERM to the coordinator and a
+// restart on the same data directory, timed from exec to the first SERVING
+// answer of grpc.health.v1 Check (polled every -health-poll) with the
+// coordinator's VmHWM and VmRSS then; then, after the live half has been
+// cancelled, a drain of -drain-docs fresh documents against the full store,
+// compared with the empty-store drain. The coordinator gets
+// --max-team-queue large enough for the live half.
+//
+// Every child process is stopped on exit (SIGTERM, then SIGKILL after
+// -stop-grace), also on Ctrl-C, on failure and if the harness is killed
+// (they get SIGKILL when it dies), and the temporary directory with the data
+// and the logs is removed unless -keep. On failure the tail of the failing
+// process's log is printed first.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	// SIGPIPE too: a reader of the output that goes away (| head) stops the
+	// run cleanly instead of killing the harness before its clean-up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// config is everything a run needs, from the command line.
+type config struct {
+	bin              string
+	rebuild          bool
+	tmp              string
+	keep             bool
+	renderers        int
+	capacity         int
+	phases           []string
+	drainDocs        int
+	batch            int
+	submitters       int
+	maxWatches       int
+	idleSamples      int
+	idleGap          time.Duration
+	steadyBatch      int
+	steadyInflight   []int
+	duration         time.Duration
+	latencyRate      float64
+	latencyDuration  time.Duration
+	latencyTick      time.Duration
+	store            int
+	healthPoll       time.Duration
+	coordinatorFlags []string
+	rendererFlags    []string
+	logLevel         string
+	stopGrace        time.Duration
+	timeout          time.Duration
+	json             bool
+}
+
+// allPhases are the phases of a run without -store, in the order they run.
+var allPhases = []string{"idle", "drain", "steady", "latency"}
+
+// has reports whether the run includes phase.
+func (c config) has(phase string) bool { return slices.Contains(c.phases, phase) }
+
+// parseFlags reads the command line into a config and checks it.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var (
+		cfg                          config
+		phases, inflight             string
+		coordinatorFlags, renderFlag string
+	)
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.bin, "bin", "./bin", "directory of the coordinator and renderer binaries (built there when missing)")
+	fs.BoolVar(&cfg.rebuild, "rebuild", false, "build the binaries into -bin even when present")
+	fs.StringVar(&cfg.tmp, "tmp", os.TempDir(), "parent of the temporary directory (data directory, logs, record files)")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory")
+	fs.IntVar(&cfg.renderers, "renderers", 4, "renderer processes")
+	fs.IntVar(&cfg.capacity, "capacity", 16, "leases each renderer holds at most (its --capacity)")
+	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, of "+strings.Join(allPhases, ","))
+	fs.IntVar(&cfg.drainDocs, "drain-docs", 50000, "documents of a drain")
+	fs.IntVar(&cfg.batch, "batch", 500, "documents per batch when submitting a drain or filling a store")
+	fs.IntVar(&cfg.submitters, "submitters", 8, "concurrent SubmitBatch calls when submitting a drain or filling a store")
+	fs.IntVar(&cfg.maxWatches, "max-watches", 60, "watch streams open at once, at most (the coordinator allows 64 per caller)")
+	fs.IntVar(&cfg.idleSamples, "idle-samples", 200, "single documents submitted to idle renderers")
+	fs.DurationVar(&cfg.idleGap, "idle-gap", 20*time.Millisecond, "pause before each idle sample, once the previous one is terminal")
+	fs.IntVar(&cfg.steadyBatch, "steady-batch", 100, "documents per batch in the steady phase")
+	fs.StringVar(&inflight, "steady-inflight", "4,8,16,32,48", "levels of the steady phase: batches kept in flight, each at most -max-watches")
+	fs.DurationVar(&cfg.duration, "duration", 20*time.Second, "length of the steady phase, divided among its levels")
+	fs.Float64Var(&cfg.latencyRate, "latency-rate", 0, "documents per second of the latency phase (0: half the steady peak; required without the steady phase)")
+	fs.DurationVar(&cfg.latencyDuration, "latency-duration", 10*time.Second, "length of the latency phase's submissions")
+	fs.DurationVar(&cfg.latencyTick, "latency-tick", 10*time.Millisecond, "interval of the latency phase's submissions")
+	fs.IntVar(&cfg.store, "store", 0, "fill a store with this many jobs and measure restart and drain against it, instead of the phases")
+	fs.DurationVar(&cfg.healthPoll, "health-poll", 2*time.Millisecond, "interval of the health checks that time a start-up")
+	fs.StringVar(&coordinatorFlags, "coordinator-flags", "", "extra coordinator flags, separated by spaces")
+	fs.StringVar(&renderFlag, "renderer-flags", "", "extra renderer flags, separated by spaces")
+	fs.StringVar(&cfg.logLevel, "log-level", "", "--log-level of the coordinator and renderers (empty: their default)")
+	fs.DurationVar(&cfg.stopGrace, "stop-grace", 30*time.Second, "time a child has to exit after SIGTERM before SIGKILL")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Hour, "longest the whole run may take")
+	fs.BoolVar(&cfg.json, "json", false, "print the report as one JSON object")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: go run ./scripts/bench [flags]   (go doc ./scripts/bench explains the figures)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for p := range strings.SplitSeq(phases, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !slices.Contains(allPhases, p) {
+			return config{}, fmt.Errorf("-phases: unknown phase %q, want some of %s", p, strings.Join(allPhases, ","))
+		}
+		if !slices.Contains(cfg.phases, p) {
+			cfg.phases = append(cfg.phases, p)
+		}
+	}
+	for l := range strings.SplitSeq(inflight, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(l))
+		if err != nil || n < 1 {
+			return config{}, fmt.Errorf("-steady-inflight: %q is not a positive number of batches", l)
+		}
+		cfg.steadyInflight = append(cfg.steadyInflight, n)
+	}
+	cfg.coordinatorFlags = strings.Fields(coordinatorFlags)
+	cfg.rendererFlags = strings.Fields(renderFlag)
+	return cfg, cfg.validate()
+}
+
+// validate checks the values parseFlags cannot check one by one.
+func (c config) validate() error {
+	switch {
+	case c.renderers < 1 || c.capacity < 1:
+		return errors.New("-renderers and -capacity must be at least 1")
+	case c.store == 0 && len(c.phases) == 0:
+		return errors.New("-phases names no phase")
+	case c.store < 0:
+		return errors.New("-store must not be negative")
+	case c.drainDocs < 1 || c.batch < 1 || c.submitters < 1 || c.steadyBatch < 1:
+		return errors.New("-drain-docs, -batch, -submitters and -steady-batch must be at least 1")
+	case c.maxWatches < 1:
+		return errors.New("-max-watches must be at least 1")
+	case slices.Max(c.steadyInflight) > c.maxWatches:
+		return fmt.Errorf("-steady-inflight: %d batches in flight need as many watches, more than -max-watches %d", slices.Max(c.steadyInflight), c.maxWatches)
+	case c.idleSamples < 1 || c.idleGap < 0:
+		return errors.New("-idle-samples must be at least 1 and -idle-gap not negative")
+	case c.duration <= 0 || c.latencyDuration <= 0 || c.latencyTick <= 0 || c.healthPoll <= 0 || c.stopGrace <= 0 || c.timeout <= 0:
+		return errors.New("-duration, -latency-duration, -latency-tick, -health-poll, -stop-grace and -timeout must be above zero")
+	case c.latencyRate < 0:
+		return errors.New("-latency-rate must not be negative")
+	case c.store == 0 && c.has("latency") && !c.has("steady") && c.latencyRate == 0:
+		return errors.New("the latency phase without the steady phase needs -latency-rate")
+	}
+	return nil
+}
+
+// run parses the flags, runs the benchmark and prints the report.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	lg := newLogger(stderr)
+	if load, err := loadAverage(); err == nil && load > float64(numCPU)/2 {
+		lg.printf("warning: the load average is %.1f on %d CPUs: other work will skew the figures", load, numCPU)
+	}
+	var rep *report
+	if cfg.store > 0 {
+		rep, err = runStore(ctx, cfg, lg)
+	} else {
+		rep, err = runPhases(ctx, cfg, lg)
+	}
+	if err != nil {
+		return err
+	}
+	rep.Setup.LoadAfter, _ = loadAverage()
+	rep.check()
+	if cfg.json {
+		return writeJSON(stdout, rep)
+	}
+	return writeText(stdout, rep)
+}
+
+// logger writes timestamped progress lines.
+type logger struct {
+	w     io.Writer
+	start time.Time
+}
+
+func newLogger(w io.Writer) *logger { return &logger{w: w, start: time.Now()} }
+
+// printf writes one progress line, prefixed with the time since the start.
+func (l *logger) printf(format string, args ...any) {
+	fmt.Fprintf(l.w, "bench %7.1fs  %s\n", time.Since(l.start).Seconds(), fmt.Sprintf(format, args...))
+}

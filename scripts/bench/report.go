@@ -1,0 +1,417 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report is everything one run measured: printed one figure per line, or
+// as one JSON object with -json. Phases not run are absent.
+type report struct {
+	Started           time.Time       `json:"started"`
+	Setup             setup           `json:"setup"`
+	Idle              *idleResult     `json:"idle_wakeup,omitempty"`
+	Drain             *drainResult    `json:"drain,omitempty"`
+	Steady            *steadyResult   `json:"steady,omitempty"`
+	Latency           *latencyResult  `json:"submit_to_succeeded,omitempty"`
+	Groups            *groupResult    `json:"writer_group_commands,omitempty"`
+	CoordinatorMemory *memory         `json:"coordinator_memory,omitempty"`
+	Store             *storeResult    `json:"store,omitempty"`
+	Targets           []targetOutcome `json:"targets"`
+}
+
+// setup describes what was measured.
+type setup struct {
+	Renderers   int    `json:"renderers"`
+	Capacity    int    `json:"capacity_per_renderer"`
+	CPUs        int    `json:"cpus"`
+	Coordinator string `json:"coordinator_binary"`
+	Renderer    string `json:"renderer_binary"`
+	DocumentLen int    `json:"document_bytes"`
+	// LoadBefore and LoadAfter are the one-minute load averages when the
+	// run started and ended: other work on the machine skews every figure.
+	LoadBefore float64 `json:"load_average_before"`
+	LoadAfter  float64 `json:"load_average_after"`
+}
+
+// idleResult is the idle wake-up: SubmitBatch acknowledgement to the
+// grant's arrival at a renderer, for single documents.
+type idleResult struct {
+	Samples int     `json:"samples"`
+	P50MS   float64 `json:"p50_ms"`
+	P99MS   float64 `json:"p99_ms"`
+	MaxMS   float64 `json:"max_ms"`
+	Failed  int     `json:"failed"`
+	Method  string  `json:"method"`
+}
+
+// drainResult is one drain of a backlog submitted while dispatch was
+// paused.
+type drainResult struct {
+	Documents int `json:"documents"`
+	Batches   int `json:"batches"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	// SubmitSeconds is how long submitting the backlog took.
+	SubmitSeconds float64 `json:"submit_seconds"`
+	// Seconds is from the ResumeDispatch call to the last SUCCEEDED's
+	// arrival.
+	Seconds       float64 `json:"seconds"`
+	DocsPerSecond float64 `json:"docs_per_second"`
+	// CPU covers the whole phase, submission included.
+	CPU    *cpuResult   `json:"cpu"`
+	Groups *groupResult `json:"writer_group_commands,omitempty"`
+}
+
+// steadyResult is the closed-loop phase.
+type steadyResult struct {
+	BatchSize           int           `json:"batch_size"`
+	Levels              []steadyLevel `json:"levels"`
+	PeakDocsPerSecond   float64       `json:"peak_docs_per_second"`
+	PeakInFlightBatches int           `json:"peak_in_flight_batches"`
+	// Documents finished from the phase's start to the end of its last
+	// level, the window of CPU.
+	Documents int          `json:"documents"`
+	Failed    int          `json:"failed"`
+	CPU       *cpuResult   `json:"cpu"`
+	Groups    *groupResult `json:"writer_group_commands,omitempty"`
+}
+
+// steadyLevel is one level of the steady phase, after its warm-up.
+type steadyLevel struct {
+	InFlightBatches int     `json:"in_flight_batches"`
+	Seconds         float64 `json:"seconds"`
+	Documents       int     `json:"documents"`
+	DocsPerSecond   float64 `json:"docs_per_second"`
+}
+
+// latencyResult is the open-loop phase: SubmitBatch acknowledgement to the
+// arrival of each job's terminal update.
+type latencyResult struct {
+	TargetDocsPerSecond   float64 `json:"target_docs_per_second"`
+	Basis                 string  `json:"basis"`
+	AchievedDocsPerSecond float64 `json:"submitted_docs_per_second"`
+	Documents             int     `json:"documents"`
+	Batches               int     `json:"batches"`
+	Samples               int     `json:"samples"`
+	P50MS                 float64 `json:"p50_ms"`
+	P99MS                 float64 `json:"p99_ms"`
+	MaxMS                 float64 `json:"max_ms"`
+	Failed                int     `json:"failed"`
+}
+
+// groupResult summarizes the writer's groups between two scrapes of
+// leasehold_writer_group_commands.
+type groupResult struct {
+	Groups   int64   `json:"groups"`
+	Commands int64   `json:"commands"`
+	P50      float64 `json:"p50"`
+	P99      float64 `json:"p99"`
+}
+
+// cpuResult is the CPU time each side used over a window, from
+// /proc/<pid>/stat.
+type cpuResult struct {
+	Documents          int     `json:"documents"`
+	WallSeconds        float64 `json:"wall_seconds"`
+	CoordinatorSeconds float64 `json:"coordinator_seconds"`
+	RenderersSeconds   float64 `json:"renderers_seconds"`
+	GeneratorSeconds   float64 `json:"generator_seconds"`
+	CoordinatorPer1000 float64 `json:"coordinator_seconds_per_1000_docs"`
+	RenderersPer1000   float64 `json:"renderers_seconds_per_1000_docs"`
+	GeneratorPer1000   float64 `json:"generator_seconds_per_1000_docs"`
+	TotalMicrosPerDoc  float64 `json:"total_us_per_doc"`
+}
+
+// storeResult is the -store mode.
+type storeResult struct {
+	Jobs      int `json:"jobs"`
+	Succeeded int `json:"succeeded"`
+	Queued    int `json:"queued"`
+	// FillSeconds is the time to fill the store, the empty drain excluded.
+	FillSeconds float64 `json:"fill_seconds"`
+	// ShutdownSeconds is SIGTERM to exit of the full coordinator.
+	ShutdownSeconds float64 `json:"shutdown_seconds"`
+	// StartupSeconds is exec to the first SERVING health answer.
+	StartupSeconds float64 `json:"startup_seconds"`
+	HealthPollMS   float64 `json:"health_poll_ms"`
+	// Memory is the coordinator's right after it answered SERVING.
+	Memory *memory `json:"memory_after_startup,omitempty"`
+	// CancelSeconds is the time to cancel the queued half before the drain.
+	CancelSeconds float64      `json:"cancel_seconds"`
+	EmptyDrain    *drainResult `json:"empty_store_drain"`
+	FullDrain     *drainResult `json:"full_store_drain"`
+	// DrainRatio is the full store's drain rate over the empty store's.
+	DrainRatio float64 `json:"drain_ratio"`
+}
+
+// targetOutcome is one figure against its target.
+type targetOutcome struct {
+	Figure string  `json:"figure"`
+	Value  float64 `json:"value"`
+	Target string  `json:"target"`
+	Met    bool    `json:"met"`
+}
+
+// The speed targets.
+const (
+	targetDrain       = 15000 // documents/s, at least
+	targetSteady      = 10000 // documents/s, at least
+	targetCPU         = 130   // µs per document, at most
+	targetIdleP99     = 2     // ms, below
+	targetLatencyP99  = 50    // ms, below
+	targetStartup     = 2     // s, below
+	targetStoreMemory = 512   // MiB, below
+)
+
+// newReport starts the report of a run.
+func newReport(cfg config, bins binaries) *report {
+	load, _ := loadAverage()
+	return &report{
+		Started: time.Now().UTC().Truncate(time.Second),
+		Setup: setup{
+			Renderers:   cfg.renderers,
+			Capacity:    cfg.capacity,
+			CPUs:        numCPU,
+			Coordinator: bins.coordinator,
+			Renderer:    bins.renderer,
+			DocumentLen: documentSize,
+			LoadBefore:  load,
+		},
+	}
+}
+
+// check fills in Targets from the figures present.
+func (r *report) check() {
+	r.Targets = nil
+	atLeast := func(figure string, v float64, target float64, unit string) {
+		r.Targets = append(r.Targets, targetOutcome{Figure: figure, Value: v, Target: fmt.Sprintf("≥ %s %s", count(int(target)), unit), Met: v >= target})
+	}
+	atMost := func(figure string, v float64, target float64, unit string) {
+		r.Targets = append(r.Targets, targetOutcome{Figure: figure, Value: v, Target: fmt.Sprintf("≤ %s %s", count(int(target)), unit), Met: v <= target})
+	}
+	below := func(figure string, v float64, target float64, unit string) {
+		r.Targets = append(r.Targets, targetOutcome{Figure: figure, Value: v, Target: fmt.Sprintf("< %s %s", count(int(target)), unit), Met: v < target})
+	}
+	if r.Idle != nil {
+		below(figureIdle, r.Idle.P99MS, targetIdleP99, "ms")
+	}
+	if r.Drain != nil {
+		atLeast(figureDrain, r.Drain.DocsPerSecond, targetDrain, "docs/s")
+		atMost(figureDrainCPU, r.Drain.CPU.TotalMicrosPerDoc, targetCPU, "µs/doc")
+	}
+	if r.Steady != nil {
+		atLeast(figureSteady, r.Steady.PeakDocsPerSecond, targetSteady, "docs/s")
+		atMost(figureSteadyCPU, r.Steady.CPU.TotalMicrosPerDoc, targetCPU, "µs/doc")
+	}
+	if r.Latency != nil {
+		below(figureLatency, r.Latency.P99MS, targetLatencyP99, "ms")
+	}
+	if s := r.Store; s != nil {
+		below(figureStartup, s.StartupSeconds, targetStartup, "s")
+		if s.Memory != nil {
+			below(figureStoreMemory, mib(s.Memory.HWM), targetStoreMemory, "MiB")
+		}
+		if s.FullDrain != nil {
+			atLeast(figureStoreDrain, s.FullDrain.DocsPerSecond, targetDrain, "docs/s")
+		}
+	}
+}
+
+// The figures checked against a target, as named in Targets.
+const (
+	figureIdle        = "idle wake-up p99 ms"
+	figureDrain       = "drain docs/s"
+	figureDrainCPU    = "drain CPU µs/doc"
+	figureSteady      = "steady peak docs/s"
+	figureSteadyCPU   = "steady CPU µs/doc"
+	figureLatency     = "submit→SUCCEEDED p99 ms"
+	figureStartup     = "store start-up s"
+	figureStoreMemory = "store start-up VmHWM MiB"
+	figureStoreDrain  = "store full drain docs/s"
+)
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeText writes the report one figure per line: name, value, the target
+// with "ok" or "MISS" where there is one, and how it was measured.
+func writeText(w io.Writer, r *report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	line := func(name, value, detail, target string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, value, target, detail)
+	}
+	verdict := func(figure string) string {
+		for _, t := range r.Targets {
+			if t.Figure == figure {
+				if t.Met {
+					return "ok (" + t.Target + ")"
+				}
+				return "MISS (" + t.Target + ")"
+			}
+		}
+		return ""
+	}
+	s := r.Setup
+	fmt.Fprintf(w, "leasehold bench %s: %d renderers × %d slots, %d CPUs (load average %.1f before, %.1f after), %s\n",
+		r.Started.Format(time.RFC3339), s.Renderers, s.Capacity, s.CPUs, s.LoadBefore, s.LoadAfter, s.Coordinator)
+	if x := r.Idle; x != nil {
+		line("idle wake-up", fmt.Sprintf("p50 %s  p99 %s", msText(x.P50MS), msText(x.P99MS)),
+			fmt.Sprintf("%s samples, max %s; SubmitBatch ack → grant line in a renderer's --record file%s", count(x.Samples), msText(x.MaxMS), failedText(x.Failed)),
+			verdict(figureIdle))
+	}
+	if x := r.Drain; x != nil {
+		drainLine(line, "drain", x, "", verdict(figureDrain))
+	}
+	if x := r.Steady; x != nil {
+		var levels []string
+		for _, l := range x.Levels {
+			levels = append(levels, fmt.Sprintf("%d→%.0f", l.InFlightBatches, l.DocsPerSecond))
+		}
+		line("steady", docsPerSecond(x.PeakDocsPerSecond),
+			fmt.Sprintf("closed loop, batches of %d; in flight→docs/s: %s%s", x.BatchSize, strings.Join(levels, ", "), failedText(x.Failed)),
+			verdict(figureSteady))
+	}
+	if x := r.Latency; x != nil {
+		line("submit→SUCCEEDED", fmt.Sprintf("p50 %s  p99 %s", msText(x.P50MS), msText(x.P99MS)),
+			fmt.Sprintf("open loop at %.0f docs/s (%s; %.0f sent), %s docs in %s batches, max %s%s",
+				x.TargetDocsPerSecond, x.Basis, x.AchievedDocsPerSecond, count(x.Documents), count(x.Batches), msText(x.MaxMS), failedText(x.Failed)),
+			verdict(figureLatency))
+	}
+	if g := r.Groups; g != nil {
+		var parts []string
+		if r.Drain != nil && r.Drain.Groups != nil {
+			parts = append(parts, "drain "+groupText(r.Drain.Groups))
+		}
+		if r.Steady != nil && r.Steady.Groups != nil {
+			parts = append(parts, "steady "+groupText(r.Steady.Groups))
+		}
+		detail := fmt.Sprintf("over the run: %s commands in %s groups", count(int(g.Commands)), count(int(g.Groups)))
+		if len(parts) > 0 {
+			detail += "; " + strings.Join(parts, ", ")
+		}
+		line("writer group size", groupText(g), detail, "")
+	}
+	if x := r.Drain; x != nil && x.CPU != nil {
+		cpuLine(line, "CPU drain", x.CPU, "whole phase, submission included", verdict(figureDrainCPU))
+	}
+	if x := r.Steady; x != nil && x.CPU != nil {
+		cpuLine(line, "CPU steady", x.CPU, "phase start to last level end", verdict(figureSteadyCPU))
+	}
+	if m := r.CoordinatorMemory; m != nil {
+		line("coordinator memory", memoryText(m), "at the end of the run", "")
+	}
+	if x := r.Store; x != nil {
+		line("store", count(x.Jobs)+" jobs",
+			fmt.Sprintf("%s SUCCEEDED + %s QUEUED, filled in %s; SIGTERM to exit %s", count(x.Succeeded), count(x.Queued), secondsText(x.FillSeconds), secondsText(x.ShutdownSeconds)), "")
+		line("store start-up", secondsText(x.StartupSeconds),
+			fmt.Sprintf("restart on the same data: exec to health SERVING, polled every %s", msText(x.HealthPollMS)),
+			verdict(figureStartup))
+		if x.Memory != nil {
+			line("store memory", memoryText(x.Memory), "right after SERVING; the target applies to VmHWM", verdict(figureStoreMemory))
+		}
+		if x.EmptyDrain != nil {
+			drainLine(line, "store empty drain", x.EmptyDrain, "empty store", "")
+		}
+		if x.FullDrain != nil {
+			drainLine(line, "store full drain", x.FullDrain,
+				fmt.Sprintf("against the full store, %.2f× the empty store's; queued half cancelled first in %s", x.DrainRatio, secondsText(x.CancelSeconds)),
+				verdict(figureStoreDrain))
+		}
+		if d := x.FullDrain; d != nil && d.CPU != nil {
+			cpuLine(line, "CPU store drain", d.CPU, "whole phase, submission included", "")
+		}
+	}
+	return tw.Flush()
+}
+
+// drainLine writes the line of one drain.
+func drainLine(line func(name, value, detail, target string), name string, x *drainResult, note, target string) {
+	detail := fmt.Sprintf("%s docs in %s s from ResumeDispatch to the last SUCCEEDED (submitted in %s)%s",
+		count(x.Documents), strconv.FormatFloat(x.Seconds, 'f', 2, 64), secondsText(x.SubmitSeconds), failedText(x.Failed))
+	if note != "" {
+		detail += "; " + note
+	}
+	line(name, docsPerSecond(x.DocsPerSecond), detail, target)
+}
+
+// cpuLine writes the line of one CPU window.
+func cpuLine(line func(name, value, detail, target string), name string, c *cpuResult, window, target string) {
+	line(name, fmt.Sprintf("%.0f µs/doc", c.TotalMicrosPerDoc),
+		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f, renderers %.3f, generator %.3f (%s docs, %s; 10 ms ticks)",
+			c.CoordinatorPer1000, c.RenderersPer1000, c.GeneratorPer1000, count(c.Documents), window),
+		target)
+}
+
+// docsPerSecond formats a throughput.
+func docsPerSecond(v float64) string { return count(int(v+0.5)) + " docs/s" }
+
+// msText formats milliseconds with three significant digits or so.
+func msText(v float64) string {
+	switch {
+	case v < 10:
+		return fmt.Sprintf("%.2f ms", v)
+	case v < 100:
+		return fmt.Sprintf("%.1f ms", v)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+// secondsText formats seconds.
+func secondsText(v float64) string {
+	if v < 10 {
+		return fmt.Sprintf("%.3f s", v)
+	}
+	return fmt.Sprintf("%.1f s", v)
+}
+
+// groupText formats a group size summary.
+func groupText(g *groupResult) string {
+	if g.Groups == 0 {
+		return "no groups"
+	}
+	return fmt.Sprintf("p50 %.1f  p99 %.1f", g.P50, g.P99)
+}
+
+// memoryText formats a memory reading.
+func memoryText(m *memory) string {
+	return fmt.Sprintf("VmHWM %.1f MiB  VmRSS %.1f MiB", mib(m.HWM), mib(m.RSS))
+}
+
+// failedText notes jobs that did not succeed, if any.
+func failedText(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s jobs did not succeed", count(n))
+}
+
+// mib converts bytes to mebibytes.
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// count formats n with thousands separators: 1,234,567.
+func count(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

@@ -1,0 +1,452 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// binaries are the paths of the programs the harness runs.
+type binaries struct {
+	coordinator string
+	renderer    string
+}
+
+// prepareBinaries returns the binaries in dir, building them there with go
+// build (from the current directory, the repository root) when one is
+// missing or rebuild is set.
+func prepareBinaries(ctx context.Context, dir string, rebuild bool, lg *logger) (binaries, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return binaries{}, err
+	}
+	b := binaries{coordinator: filepath.Join(abs, "coordinator"), renderer: filepath.Join(abs, "renderer")}
+	missing := false
+	for _, p := range []string{b.coordinator, b.renderer} {
+		if _, err := os.Stat(p); err != nil {
+			missing = true
+		}
+	}
+	if missing || rebuild {
+		lg.printf("building the coordinator and renderer into %s", abs)
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return binaries{}, err
+		}
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", abs+string(filepath.Separator),
+			"./coordinator/cmd/coordinator", "./renderer/cmd/renderer")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return binaries{}, fmt.Errorf("building the binaries (run from the repository root): %w", err)
+		}
+	}
+	for _, p := range []string{b.coordinator, b.renderer} {
+		info, err := os.Stat(p)
+		if err != nil {
+			return binaries{}, err
+		}
+		lg.printf("using %s (built %s)", p, info.ModTime().Format("2006-01-02 15:04:05"))
+	}
+	return b, nil
+}
+
+// child is a process the harness started. Its output goes to a log file.
+type child struct {
+	name string
+	log  string
+	cmd  *exec.Cmd
+	// started is just before the exec.
+	started time.Time
+	// done is closed once the process has exited and err is set.
+	done chan struct{}
+	err  error
+
+	mu       sync.Mutex
+	stopping bool
+}
+
+// startChild starts path with args, its output appended to logPath. The
+// child gets its own process group, so a Ctrl-C in the terminal reaches the
+// harness only and the harness stops the children in order, and SIGKILL when
+// the harness dies. LEASEHOLD_* variables are removed from its environment:
+// only flags configure it. unexpected is called if it exits before stop.
+func startChild(name, path string, args []string, logPath string, unexpected func(error)) (*child, error) {
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "# %s %s\n", path, strings.Join(args, " "))
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = childEnv(os.Environ())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c := &child{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	c.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+		c.mu.Lock()
+		stopping := c.stopping
+		c.mu.Unlock()
+		if !stopping && unexpected != nil {
+			unexpected(fmt.Errorf("%s (pid %d) exited unexpectedly: %v; its log: %s", name, c.pid(), c.err, logPath))
+		}
+	}()
+	return c, nil
+}
+
+// childEnv is env without LEASEHOLD_* variables.
+func childEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// pid is the child's process id.
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// stop sends SIGTERM and waits for the exit, sending SIGKILL after grace.
+// It returns how long the child took to exit and its exit error (nil for a
+// clean exit). A child that had already exited answers nil: its exit was
+// reported when it happened. It is safe to call more than once.
+func (c *child) stop(grace time.Duration) (time.Duration, error) {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	start := time.Now()
+	select {
+	case <-c.done:
+		return 0, nil
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return time.Since(start), c.err
+	case <-t.C:
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return time.Since(start), fmt.Errorf("%s did not exit within %v of SIGTERM; killed", c.name, grace)
+	}
+}
+
+// tail returns the last lines of the child's log.
+func (c *child) tail(lines int) string {
+	data, err := os.ReadFile(c.log)
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}
+
+// waitServing returns when the gRPC health service at addr first answers
+// SERVING for the server as a whole. It first waits, every poll, for the
+// port to accept connections (a coordinator opens it once its store is
+// loaded), then calls Check every poll until SERVING; the time it returns is
+// therefore late by at most about one poll. It fails when exited is closed
+// first.
+func waitServing(ctx context.Context, addr string, poll time.Duration, exited <-chan struct{}) (time.Time, error) {
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	wait := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errors.New("the process exited before it was serving")
+		case <-tick.C:
+			return nil
+		}
+	}
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if err := wait(); err != nil {
+			return time.Time{}, err
+		}
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer cc.Close()
+	health := healthpb.NewHealthClient(cc)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := health.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return time.Now(), nil
+		}
+		if err := wait(); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// stack is a coordinator and its renderers, in one temporary directory.
+type stack struct {
+	cfg  config
+	bins binaries
+	lg   *logger
+	dir  string
+	data string
+
+	addr        string
+	metricsAddr string
+	extraFlags  []string
+
+	coord     *child
+	renderers []*child
+	restarts  int
+
+	// ctx ends when the run must stop: the caller's context, or a child
+	// exiting unexpectedly (its cause says which).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// newStack creates the temporary directory and picks the ports; it starts
+// nothing. extraFlags are coordinator flags the mode needs.
+func newStack(ctx context.Context, cfg config, bins binaries, lg *logger, extraFlags []string) (*stack, error) {
+	dir, err := os.MkdirTemp(cfg.tmp, "leasehold-bench-*")
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{cfg: cfg, bins: bins, lg: lg, dir: dir, data: filepath.Join(dir, "data"), extraFlags: extraFlags}
+	s.ctx, s.cancel = context.WithCancelCause(ctx)
+	if s.addr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if s.metricsAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if fs := fsType(dir); fs == "tmpfs" || fs == "ramfs" {
+		lg.printf("warning: %s is on %s, where fsync costs nothing; use -tmp on a disk for real figures", dir, fs)
+	}
+	return s, nil
+}
+
+// fsType names the file system of path when it is one whose fsync is free.
+func fsType(path string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return ""
+	}
+	switch st.Type {
+	case 0x01021994:
+		return "tmpfs"
+	case 0x858458f6:
+		return "ramfs"
+	}
+	return ""
+}
+
+// startCoordinator starts the coordinator on the stack's data directory and
+// waits until it is SERVING. It returns the time from exec to SERVING.
+func (s *stack) startCoordinator() (time.Duration, error) {
+	args := []string{"--listen", s.addr, "--data-dir", s.data, "--metrics-listen", s.metricsAddr}
+	if s.cfg.logLevel != "" {
+		args = append(args, "--log-level", s.cfg.logLevel)
+	}
+	args = append(args, s.extraFlags...)
+	args = append(args, s.cfg.coordinatorFlags...)
+	name := "coordinator"
+	if s.restarts > 0 {
+		name = fmt.Sprintf("coordinator-%d", s.restarts+1)
+	}
+	s.restarts++
+	c, err := startChild(name, s.bins.coordinator, args, filepath.Join(s.dir, name+".log"), s.fail)
+	if err != nil {
+		return 0, err
+	}
+	s.coord = c
+	at, err := waitServing(s.ctx, s.addr, s.cfg.healthPoll, c.done)
+	if err != nil {
+		return 0, fmt.Errorf("waiting for the coordinator to serve: %w\n%s", err, c.tail(20))
+	}
+	return at.Sub(c.started), nil
+}
+
+// stopCoordinator stops the coordinator with SIGTERM and waits for it.
+func (s *stack) stopCoordinator() (time.Duration, error) {
+	if s.coord == nil {
+		return 0, nil
+	}
+	d, err := s.coord.stop(s.cfg.stopGrace)
+	s.coord = nil
+	return d, err
+}
+
+// recordPath is renderer i's --record file.
+func (s *stack) recordPath(i int) string {
+	return filepath.Join(s.dir, fmt.Sprintf("renderer-%d.record", i))
+}
+
+// startRenderers starts the renderers, each appending its grants to its
+// record file when record is set, and waits until the coordinator counts
+// their capacity (when its metrics expose it).
+func (s *stack) startRenderers(record bool) error {
+	for i := 1; i <= s.cfg.renderers; i++ {
+		args := []string{
+			"--coordinator", s.addr, "--id", fmt.Sprintf("bench-%d", i), "--token", "dev-renderer",
+			"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", "0",
+		}
+		if record {
+			args = append(args, "--record", s.recordPath(i))
+		}
+		if s.cfg.logLevel != "" {
+			args = append(args, "--log-level", s.cfg.logLevel)
+		}
+		args = append(args, s.cfg.rendererFlags...)
+		name := fmt.Sprintf("renderer-%d", i)
+		c, err := startChild(name, s.bins.renderer, args, filepath.Join(s.dir, name+".log"), s.fail)
+		if err != nil {
+			return err
+		}
+		s.renderers = append(s.renderers, c)
+	}
+	return s.waitCapacity(s.cfg.renderers * s.cfg.capacity)
+}
+
+// waitCapacity waits up to 10 s for the coordinator's
+// leasehold_live_renderer_capacity gauge to read want. When the gauge
+// cannot be read, the renderers get one second instead.
+func (s *stack) waitCapacity(want int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := scrapeGauge(s.ctx, s.metricsURL(), "leasehold_live_renderer_capacity")
+		switch {
+		case s.ctx.Err() != nil:
+			return context.Cause(s.ctx)
+		case err != nil:
+			s.lg.printf("warning: cannot tell when the renderers are connected (%v); giving them a second", err)
+			return sleep(s.ctx, time.Second)
+		case int(got) == want:
+			return nil
+		case time.Now().After(deadline):
+			s.lg.printf("warning: the coordinator counts %v renderer slots, want %d; going on", got, want)
+			return nil
+		}
+		if err := sleep(s.ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// stopRenderers stops every renderer and waits for them.
+func (s *stack) stopRenderers() error {
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, r := range s.renderers {
+		wg.Go(func() {
+			if _, err := r.stop(s.cfg.stopGrace); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", r.name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	s.renderers = nil
+	return errors.Join(errs...)
+}
+
+// fail ends the run because a child exited on its own.
+func (s *stack) fail(err error) { s.cancel(err) }
+
+// metricsURL is the coordinator's /metrics page.
+func (s *stack) metricsURL() string { return "http://" + s.metricsAddr + "/metrics" }
+
+// close stops every child, renderers first, prints the log tail of a child
+// that failed, and removes the directory unless keep.
+func (s *stack) close(failed bool, w io.Writer) {
+	if cause := context.Cause(s.ctx); failed && cause != nil && !errors.Is(cause, context.Canceled) {
+		for _, c := range append([]*child{s.coord}, s.renderers...) {
+			if c == nil {
+				continue
+			}
+			select {
+			case <-c.done:
+				fmt.Fprintf(w, "--- last lines of %s:\n%s\n", c.log, c.tail(30))
+			default:
+			}
+		}
+	}
+	if err := s.stopRenderers(); err != nil {
+		fmt.Fprintln(w, "bench: stopping the renderers:", err)
+	}
+	if _, err := s.stopCoordinator(); err != nil {
+		fmt.Fprintln(w, "bench: stopping the coordinator:", err)
+	}
+	s.cancel(context.Canceled)
+	if s.cfg.keep {
+		fmt.Fprintf(w, "bench: kept %s (data, logs)\n", s.dir)
+		return
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		fmt.Fprintln(w, "bench: removing the temporary directory:", err)
+	}
+}
+
+// pids returns the coordinator's and the renderers' process ids.
+func (s *stack) pids() (coord int, renderers []int) {
+	if s.coord != nil {
+		coord = s.coord.pid()
+	}
+	for _, r := range s.renderers {
+		renderers = append(renderers, r.pid())
+	}
+	return coord, renderers
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
