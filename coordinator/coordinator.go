@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -98,6 +99,9 @@ type Config struct {
 	// MetricsListen is the address of the HTTP /metrics endpoint; empty
 	// serves no metrics over HTTP.
 	MetricsListen string
+	// Pprof serves Go's runtime profiles under /debug/pprof/ on the metrics
+	// address.
+	Pprof bool
 	// TokensFile is the principals file (see package auth). Empty means the
 	// development tokens, allowed only on a loopback address.
 	TokensFile string
@@ -454,6 +458,13 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, undo *undoStack) e
 	c.metricsLis = lis
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if c.cfg.Pprof {
+		// Profiles name functions and expose heap contents' shapes, never
+		// document data; still, serve them only where metrics are served.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	c.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return nil
 }

@@ -74,7 +74,10 @@
 //
 // # Logs
 //
-// Log messages and their keys are stable; scripts match on them:
+// Log messages and their keys are stable; scripts match on them. The three
+// lines every document would write (lease acquired, render done,
+// completed) are at Debug: at thousands of documents a second they would
+// be most of the log.
 //
 //	renderer started     id= instance= coordinator= capacity=
 //	session started      instance= heartbeat_interval= lease_ttl= ...

@@ -161,7 +161,7 @@ func failureCompletion(key leaseKey, class leaseholdv1.FailureClass, msg string)
 func (w *Worker) success(l *lease, out mock.Output) (*completion, error) {
 	sum := sha256.Sum256(out.Content)
 	digest := hex.EncodeToString(sum[:])
-	w.log.Info("render done", "job", l.key.jobID, "token", l.key.token, "digest", digest, "bytes", len(out.Content))
+	w.log.Debug("render done", "job", l.key.jobID, "token", l.key.token, "digest", digest, "bytes", len(out.Content))
 	c := &completion{key: l.key, outcome: "success", msg: &leaseholdv1.SessionCompletion{JobId: l.key.jobID, Token: l.key.token}}
 	w.mu.Lock()
 	inline := len(out.Content) <= w.inlineLimit

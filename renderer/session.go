@@ -450,7 +450,7 @@ func (w *Worker) grant(g *leaseholdv1.Grant) {
 	w.metrics.leasesHeld.Set(float64(len(w.leases)))
 	w.wg.Add(1)
 	w.mu.Unlock()
-	w.log.Info("lease acquired", "job", key.jobID, "token", key.token, "attempt", g.GetLease().GetAttempt(), "team", g.GetTeam())
+	w.log.Debug("lease acquired", "job", key.jobID, "token", key.token, "attempt", g.GetLease().GetAttempt(), "team", g.GetTeam())
 	go w.work(l)
 }
 
@@ -506,7 +506,7 @@ func (w *Worker) result(s *session, r *leaseholdv1.CompletionResult) {
 		if f := c.msg.GetFailure(); f != nil {
 			attrs = append(attrs, "class", f.GetClass())
 		}
-		w.log.Info("completed", attrs...)
+		w.log.Debug("completed", attrs...)
 	case code == codes.Aborted:
 		reason := cmp.Or(r.GetReason(), code.String())
 		w.metrics.rejected.WithLabelValues(reason).Inc()

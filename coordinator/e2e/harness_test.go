@@ -413,8 +413,9 @@ func startRenderer(t testing.TB, addr, id string, args ...string) *renderer {
 // restarted renderer appends to the same one.
 func startRendererRecording(t testing.TB, addr, id, record string, args ...string) *renderer {
 	t.Helper()
+	// Debug logs name every lease and completion, which the tests follow.
 	all := append([]string{"--coordinator", addr, "--id", id, "--token", tokenRenderer, "--record", record,
-		"--acquire-wait", "2s"}, args...)
+		"--log-level", "debug"}, args...)
 	p := startProc(t, "renderer "+id, bins.renderer, all...)
 	p.waitFor("renderer started")
 	return &renderer{proc: p, id: id, record: record}

@@ -155,15 +155,19 @@ func (g *group) finish(tx *store.Tx, j jobs.Job) error {
 	if err := tx.SetUnfinished(j.ID, false); err != nil {
 		return err
 	}
-	keep := uint64(0)
-	if j.Phase == jobs.PhaseSucceeded {
-		keep = j.Artifact.Token
-	}
-	if err := tx.DeleteArtifacts(j.ID, keep); err != nil {
-		return err
+	// A success under the job's only lease can have no other preview: only
+	// a lease can store one, under its own token.
+	if j.Phase != jobs.PhaseSucceeded || len(j.Leases) > 1 {
+		keep := uint64(0)
+		if j.Phase == jobs.PhaseSucceeded {
+			keep = j.Artifact.Token
+		}
+		if err := tx.DeleteArtifacts(j.ID, keep); err != nil {
+			return err
+		}
 	}
 	// A FAILED job keeps its document: an operator replay renders it again.
-	if j.Phase == jobs.PhaseSucceeded || j.Phase == jobs.PhaseCancelled {
+	if j.ContentBytes > 0 && (j.Phase == jobs.PhaseSucceeded || j.Phase == jobs.PhaseCancelled) {
 		return tx.DeleteDocument(j.ID)
 	}
 	return nil

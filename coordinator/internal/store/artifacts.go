@@ -25,7 +25,7 @@ type Artifact struct {
 // PutArtifact stores a preview under the lease (job, token) it was made
 // under; only that lease's completion can reference it.
 func (t *Tx) PutArtifact(job, token uint64, a Artifact) error {
-	v, err := proto.Marshal(&storagev1.ArtifactRecord{Digest: a.Digest, ContentType: a.ContentType, Content: a.Content, Renderer: a.Renderer})
+	v, err := t.encode(&storagev1.ArtifactRecord{Digest: a.Digest, ContentType: a.ContentType, Content: a.Content, Renderer: a.Renderer})
 	if err != nil {
 		return fmt.Errorf("encoding the preview of job %d: %w", job, err)
 	}

@@ -12,7 +12,7 @@ import (
 // PutJob writes a job's record. The record never carries the history: the
 // caller appends new events with PutEvents.
 func (t *Tx) PutJob(j jobs.Job) error {
-	b, err := proto.Marshal(jobToRecord(j))
+	b, err := t.encode(jobToRecord(j))
 	if err != nil {
 		return fmt.Errorf("encoding job %d: %w", j.ID, err)
 	}
@@ -68,7 +68,7 @@ func (t *Tx) ForEachJob(after uint64, fn func(jobs.Job) (bool, error)) error {
 // PutEvents appends a job's new events, each under (job, seq).
 func (t *Tx) PutEvents(job uint64, evs []jobs.Event) error {
 	for _, ev := range evs {
-		v, err := proto.Marshal(eventToRecord(ev))
+		v, err := t.encode(eventToRecord(ev))
 		if err != nil {
 			return fmt.Errorf("encoding event %d of job %d: %w", ev.Seq, job, err)
 		}
@@ -109,11 +109,8 @@ func (t *Tx) PutDocument(id uint64, content []byte) error {
 	return t.put(bucketDocuments, itob(id), content)
 }
 
-// DeleteDocument drops a job's inline content.
+// DeleteDocument drops a job's inline content, if it has any.
 func (t *Tx) DeleteDocument(id uint64) error {
-	if t.tx.Bucket(bucketDocuments).Get(itob(id)) == nil {
-		return nil
-	}
 	return t.del(bucketDocuments, itob(id))
 }
 

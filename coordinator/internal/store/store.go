@@ -28,6 +28,7 @@ import (
 
 	"go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+	"google.golang.org/protobuf/proto"
 )
 
 // SchemaVersion is the on-disk schema this code reads and writes.
@@ -230,6 +231,30 @@ type Tx struct {
 	tx    *bbolt.Tx
 	fault func(op string) error
 	dirty bool
+	// arena holds the encoded values written in the transaction: bbolt
+	// keeps a reference to every value until commit, so they cannot share
+	// a reused buffer, but they can share one allocation.
+	arena []byte
+}
+
+// arenaChunk is the size of one arena allocation.
+const arenaChunk = 64 << 10
+
+// encode marshals m into the transaction's arena and returns the bytes,
+// valid for the life of the transaction.
+func (t *Tx) encode(m proto.Message) ([]byte, error) {
+	if cap(t.arena)-len(t.arena) < 512 {
+		t.arena = make([]byte, 0, arenaChunk)
+	}
+	free := t.arena[len(t.arena):]
+	out, err := proto.MarshalOptions{}.MarshalAppend(free, m)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) <= cap(free) {
+		t.arena = t.arena[:len(t.arena)+len(out)]
+	}
+	return out[:len(out):len(out)], nil
 }
 
 // Dirty reports whether anything was written in the transaction.
