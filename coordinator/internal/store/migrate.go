@@ -46,7 +46,7 @@ func (s *Store) migrateFrom1() error {
 		}
 	}
 	err := s.db.Update(func(btx *bbolt.Tx) error {
-		tx := &Tx{tx: btx}
+		tx := &Tx{tx: btx, fault: s.fault}
 		if err := tx.rebuildIndexes(); err != nil {
 			return err
 		}
@@ -66,7 +66,7 @@ func (s *Store) migrateFrom1() error {
 // none were left.
 func (s *Store) migrateChunkFrom1() (done bool, err error) {
 	err = s.db.Update(func(btx *bbolt.Tx) error {
-		tx := &Tx{tx: btx}
+		tx := &Tx{tx: btx, fault: s.fault}
 		meta := btx.Bucket(bucketMeta)
 		var after uint64
 		if v := meta.Get(keyMigrationCursor); v != nil {

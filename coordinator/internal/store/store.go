@@ -100,7 +100,8 @@ type Store struct {
 type Option func(*Store)
 
 // WithFault installs a fault hook called before each record write with the
-// bucket name; returning an error fails the write and so the transaction.
+// bucket name, those of a schema 1 migration included; returning an error
+// fails the write and so the transaction.
 func WithFault(f func(op string) error) Option { return func(s *Store) { s.fault = f } }
 
 // WithLegacyArtifacts names the directory where schema 1 kept preview files
