@@ -46,7 +46,7 @@ func (s *Store) migrateFrom1() error {
 		}
 	}
 	err := s.db.Update(func(btx *bbolt.Tx) error {
-		tx := &Tx{tx: btx}
+		tx := &Tx{tx: btx, fault: s.fault}
 		if err := tx.rebuildIndexes(); err != nil {
 			return err
 		}
@@ -66,7 +66,7 @@ func (s *Store) migrateFrom1() error {
 // none were left.
 func (s *Store) migrateChunkFrom1() (done bool, err error) {
 	err = s.db.Update(func(btx *bbolt.Tx) error {
-		tx := &Tx{tx: btx}
+		tx := &Tx{tx: btx, fault: s.fault}
 		meta := btx.Bucket(bucketMeta)
 		var after uint64
 		if v := meta.Get(keyMigrationCursor); v != nil {
@@ -109,7 +109,7 @@ func (s *Store) migrateJob(tx *Tx, r *storagev1.JobRecord) error {
 	for i, e := range r.Events {
 		j.Events[i] = eventFromRecord(e)
 	}
-	j.Leases, j.Rejected, j.CancelRejected = historySummary(j.Events)
+	j.Leases, j.Rejected, j.CancelRejected, j.Undelivered = historySummary(j.Events)
 	if n := len(j.Events); n > 0 {
 		j.EventSeq = j.Events[n-1].Seq
 	}
@@ -164,8 +164,10 @@ func (s *Store) migrateArtifact(tx *Tx, j jobs.Job) error {
 
 // historySummary derives what schema 2 keeps in the record from a schema 1
 // history: every lease and how it ended, the rejections recorded in the
-// current cycle, and whether a cancel after the end was recorded in it.
-func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []jobs.RejectionKey, cancelRejected bool) {
+// current cycle, whether a cancel after the end was recorded in it, and how
+// many of its leases were re-queued uncounted because they were never heard
+// from.
+func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []jobs.RejectionKey, cancelRejected bool, undelivered uint32) {
 	end := func(token uint64, kind jobs.LeaseEndKind, outcome string) {
 		for i := len(leases) - 1; i >= 0; i-- {
 			if leases[i].Token == token && leases[i].Kind == jobs.LeaseLive {
@@ -184,6 +186,9 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 			if ev.Token != 0 {
 				end(ev.Token, jobs.LeaseReleased, "")
 			}
+			if ev.Reason == jobs.ReleaseNeverHeard {
+				undelivered++
+			}
 		case jobs.EventSucceeded:
 			end(ev.Token, jobs.LeaseCompleted, jobs.Outcome(true, ev.Message, 0))
 		case jobs.EventAttemptFailed:
@@ -197,7 +202,7 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 				end(ev.Token, jobs.LeaseRevoked, "")
 			}
 		case jobs.EventReplayed:
-			rejected, cancelRejected = nil, false
+			rejected, cancelRejected, undelivered = nil, false, 0
 		case jobs.EventCompletionRejected:
 			if len(rejected) < jobs.MaxRejectionEvents {
 				rejected = append(rejected, jobs.RejectionKey{Token: ev.Token, Reason: ev.Reason})
@@ -206,7 +211,7 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 			cancelRejected = true
 		}
 	}
-	return leases, rejected, cancelRejected
+	return leases, rejected, cancelRejected, undelivered
 }
 
 // rebuildIndexes recomputes every schema 2 index from the job and batch

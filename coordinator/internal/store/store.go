@@ -101,7 +101,8 @@ type Store struct {
 type Option func(*Store)
 
 // WithFault installs a fault hook called before each record write with the
-// bucket name; returning an error fails the write and so the transaction.
+// bucket name, those of a schema 1 migration included; returning an error
+// fails the write and so the transaction.
 func WithFault(f func(op string) error) Option { return func(s *Store) { s.fault = f } }
 
 // WithLegacyArtifacts names the directory where schema 1 kept preview files
@@ -145,15 +146,18 @@ func Open(path string, opts ...Option) (*Store, error) {
 func (s *Store) prepare() (uint64, error) {
 	var version uint64
 	err := s.db.Update(func(tx *bbolt.Tx) error {
+		// Any bucket without a version: not a file this code wrote, and
+		// not one to stamp with a version.
+		hasBuckets, _ := tx.Cursor().First()
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
 			return err
 		}
 		if v := meta.Get(keySchema); v != nil {
 			version = binary.BigEndian.Uint64(v)
-		} else if tx.Bucket(bucketJobs) != nil {
-			// Buckets without a version: not a file this code wrote.
-			return fmt.Errorf("%w: the file has no schema version", ErrSchemaVersion)
+		} else if hasBuckets != nil {
+			return fmt.Errorf("%w: the file has no schema version, so no coordinator wrote it; "+
+				"check the data path, or restore a backup", ErrSchemaVersion)
 		} else {
 			version = SchemaVersion
 			if err := meta.Put(keySchema, itob(SchemaVersion)); err != nil {

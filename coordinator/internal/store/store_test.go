@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,374 +12,544 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-func openStore(t *testing.T, path string, opts ...store.Option) *store.Store {
+// testBundle is one store on a file of its own.
+type testBundle struct {
+	path string
+	st   *store.Store
+}
+
+func setup(t *testing.T, opts ...store.Option) *testBundle {
 	t.Helper()
-	st, err := store.Open(path, opts...)
+	b := &testBundle{path: filepath.Join(t.TempDir(), "leasehold.db")}
+	b.open(t, opts...)
+	t.Cleanup(func() { b.close(t) })
+	return b
+}
+
+func (b *testBundle) open(t *testing.T, opts ...store.Option) {
+	t.Helper()
+	st, err := store.Open(b.path, opts...)
 	if err != nil {
-		t.Fatalf("Open: %v", err)
+		t.Fatalf("Open(%s): %v", b.path, err)
 	}
-	return st
+	b.st = st
+}
+
+func (b *testBundle) close(t *testing.T) {
+	t.Helper()
+	if b.st == nil {
+		return
+	}
+	if err := b.st.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	b.st = nil
+}
+
+// reopen closes the store and opens the file again.
+func (b *testBundle) reopen(t *testing.T, opts ...store.Option) {
+	t.Helper()
+	b.close(t)
+	b.open(t, opts...)
+}
+
+func (b *testBundle) update(t *testing.T, fn func(*store.Tx) error) {
+	t.Helper()
+	if err := b.st.Update(fn); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+}
+
+func (b *testBundle) view(t *testing.T, fn func(*store.Tx) error) {
+	t.Helper()
+	if err := b.st.View(fn); err != nil {
+		t.Fatalf("View: %v", err)
+	}
 }
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 
-// fullJob is a job record with every field set, so that a round trip
-// through the codec shows any field it drops.
-func fullJob(id, batch uint64) jobs.Job {
-	return jobs.Job{
-		ID: id, BatchID: batch, Team: "alpha",
-		Doc:    jobs.Document{Name: "a.pdf", ContentType: "application/pdf", SizeBytes: 1234, SourceURI: "s3://bucket/a.pdf", ContentSHA256: "abc123"},
-		Policy: jobs.RetryPolicy{MaxAttempts: 5, BackoffBase: time.Second, BackoffCap: time.Minute},
-		Phase:  jobs.PhaseCancelled, Attempt: 2, Cycle: 3,
-		Lease:           jobs.Lease{Token: 41, Renderer: "r-1", GrantedAt: t0, Deadline: t0.Add(15 * time.Second)},
-		NextAttemptAt:   t0.Add(time.Minute),
-		TerminalReason:  jobs.ReasonCancelled,
-		TerminalMessage: "wrong file",
-		FinishedAt:      t0.Add(2 * time.Minute),
-		Artifact:        jobs.Artifact{Digest: "d", Size: 99, ContentType: "image/png", Token: 40, Renderer: "r-0"},
-		Cancellation: jobs.Cancellation{Principal: "alice", At: t0.Add(3 * time.Minute), Reason: "wrong file", FromPhase: jobs.PhaseLeased,
-			Renderer: "r-1", Token: 41, AckedAt: t0.Add(4 * time.Minute)},
-		CompletedToken: 40, CompletedOutcome: "success:d", LastCause: "renderer crashed",
-		CreatedAt: t0, UpdatedAt: t0.Add(5 * time.Minute), EnqueuedAt: t0.Add(6 * time.Minute),
-		Events: []jobs.Event{
-			{Seq: 1, At: t0, Kind: jobs.EventSubmitted, Phase: jobs.PhaseQueued},
-			{Seq: 2, At: t0.Add(time.Second), Kind: jobs.EventCancelled, Phase: jobs.PhaseLeased, Token: 41, Renderer: "r-1",
-				Attempt: 2, Reason: "FROM_LEASED", Message: "wrong file", Principal: "alice"},
-		},
-		RejectedCompletions: 7,
+// snapshot is everything the store's reads return about a file, given the
+// ids and teams written to it.
+type snapshot struct {
+	LastToken     uint64
+	Jobs          []jobs.Job
+	Documents     map[uint64]string
+	Artifacts     map[[2]uint64]store.Artifact
+	Batches       []jobs.Batch
+	ByRequest     map[string]uint64
+	Unfinished    []uint64
+	TeamJobs      map[string][]uint64
+	TeamBatches   map[string][]uint64
+	BatchCounts   map[uint64]store.Counts
+	TeamCounts    map[string]store.Counts
+	Rejections    []jobs.Rejection
+	Audit         []jobs.AuditRecord
+	Replay        jobs.AuditRecord
+	Dispatch      jobs.DispatchState
+	NextJobID     uint64
+	NextBatchID   uint64
+	NextToken     uint64
+	NextRejection uint64
+	NextAuditID   uint64
+	CheckProblems string
+}
+
+// takeSnapshot reads what is stored through the store's own reads. Its
+// sequences are read in a transaction that is rolled back.
+func takeSnapshot(t *testing.T, st *store.Store, teams []string, artifacts [][2]uint64) snapshot {
+	t.Helper()
+	s := snapshot{Documents: map[uint64]string{}, Artifacts: map[[2]uint64]store.Artifact{}, ByRequest: map[string]uint64{},
+		TeamJobs: map[string][]uint64{}, TeamBatches: map[string][]uint64{}, BatchCounts: map[uint64]store.Counts{},
+		TeamCounts: map[string]store.Counts{}}
+	err := st.View(func(tx *store.Tx) error {
+		s.LastToken = tx.LastToken()
+		var ids []uint64
+		if err := tx.ForEachJobID(0, func(id uint64) bool { ids = append(ids, id); return true }); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			j, _, err := tx.JobWithHistory(id)
+			if err != nil {
+				return err
+			}
+			s.Jobs = append(s.Jobs, j)
+			if d := tx.Document(id); d != nil {
+				s.Documents[id] = string(d)
+			}
+			if _, found, _ := tx.Batch(j.BatchID); found {
+				c, err := tx.BatchCounts(j.BatchID)
+				if err != nil {
+					return err
+				}
+				s.BatchCounts[j.BatchID] = c
+			}
+		}
+		for _, k := range artifacts {
+			a, err := tx.Artifact(k[0], k[1])
+			if err == nil {
+				s.Artifacts[k] = a
+			} else if !errors.Is(err, store.ErrArtifactNotFound) {
+				return err
+			}
+		}
+		for _, team := range teams {
+			s.TeamJobs[team] = tx.TeamJobsAfter(team, 0, 1000)
+			s.TeamBatches[team] = tx.TeamBatchesBefore(team, 0, 1000)
+			for _, id := range s.TeamBatches[team] {
+				bt, _, err := tx.Batch(id)
+				if err != nil {
+					return err
+				}
+				s.Batches = append(s.Batches, bt)
+				got, found, err := tx.BatchByRequest(bt.Team, bt.RequestID)
+				if err != nil || !found {
+					return errors.Join(err, errors.New("a batch is not found by its request id"))
+				}
+				s.ByRequest[bt.Team+"/"+bt.RequestID] = got.ID
+			}
+		}
+		s.Unfinished = tx.UnfinishedAfter(0, 1000)
+		if err := tx.ForEachTeamCounts(func(team string, c store.Counts) error {
+			s.TeamCounts[team] = c
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.ForEachRejection(0, func(r jobs.Rejection) (bool, error) {
+			s.Rejections = append(s.Rejections, r)
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.ForEachAudit(0, func(a jobs.AuditRecord) (bool, error) {
+			s.Audit = append(s.Audit, a)
+			if a.Action == jobs.AuditReplay && a.RequestID != "" {
+				r, found, err := tx.ReplayByRequest(a.Principal, a.RequestID)
+				if err != nil || !found {
+					return false, errors.Join(err, errors.New("a replay is not found by its request id"))
+				}
+				s.Replay = r
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		var err error
+		s.Dispatch, err = tx.DispatchState()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("reading the store: %v", err)
 	}
+	tx, err := st.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	s.NextJobID, _ = tx.NextJobIDs(1)
+	s.NextBatchID, _ = tx.NextBatchID()
+	s.NextToken, _ = tx.NextToken()
+	if r, err := tx.PutRejection(jobs.Rejection{}); err == nil {
+		s.NextRejection = r.ID
+	}
+	if a, err := tx.PutAudit(jobs.AuditRecord{}); err == nil {
+		s.NextAuditID = a.ID
+	}
+	if err := st.Check(); err != nil {
+		s.CheckProblems = err.Error()
+	}
+	return s
+}
+
+// populate writes one of everything the store keeps.
+func populate(t *testing.T, b *testBundle) {
+	t.Helper()
+	b.update(t, func(tx *store.Tx) error {
+		for range 41 {
+			if _, err := tx.NextToken(); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.NextJobIDs(3); err != nil {
+			return err
+		}
+		for _, bt := range []jobs.Batch{
+			{ID: 1, Team: "a", RequestID: "req-1", CreatedAt: t0, FirstJob: 1, Count: 2, RequestHash: []byte{1}},
+			{ID: 2, Team: "ab", RequestID: "req-1", CreatedAt: t0, FirstJob: 3, Count: 1, RequestHash: []byte{2}},
+		} {
+			if _, err := tx.NextBatchID(); err != nil {
+				return err
+			}
+			if err := tx.PutBatch(bt); err != nil {
+				return err
+			}
+		}
+		j1, j2, j3 := fullJob(1, 1, "a"), fullJob(2, 1, "a"), fullJob(3, 2, "ab")
+		j2.Phase, j3.Phase = jobs.PhaseLeased, jobs.PhaseQueued
+		for _, j := range []jobs.Job{j1, j2, j3} {
+			if err := tx.PutJob(j); err != nil {
+				return err
+			}
+			if err := tx.PutEvents(j.ID, fullEvents()); err != nil {
+				return err
+			}
+			if err := tx.IndexTeamJob(j.Team, j.ID); err != nil {
+				return err
+			}
+			var d store.Counts
+			d[j.Phase]++
+			if err := tx.AddBatchCounts(j.BatchID, d); err != nil {
+				return err
+			}
+			if err := tx.AddTeamCounts(j.Team, d); err != nil {
+				return err
+			}
+			if !j.Phase.Terminal() {
+				if err := tx.SetUnfinished(j.ID, true); err != nil {
+					return err
+				}
+				if err := tx.PutDocument(j.ID, []byte("content of job "+string(rune('0'+j.ID)))); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.PutArtifact(1, 40, store.Artifact{Digest: "d", ContentType: "image/png", Content: []byte("png"), Renderer: "r-0"}); err != nil {
+			return err
+		}
+		if _, err := tx.PutRejection(fullRejection(1, 12, t0)); err != nil {
+			return err
+		}
+		for _, a := range []jobs.AuditRecord{
+			{At: t0, Principal: "ops", Action: jobs.AuditReplay, Reason: "fixed", RequestID: "replay-1", JobIDs: []uint64{1},
+				Teams: []string{"a"}, Response: []byte("answer")},
+			{At: t0, Principal: "ops", Action: jobs.AuditPause, Reason: "rollout"},
+		} {
+			if _, err := tx.PutAudit(a); err != nil {
+				return err
+			}
+		}
+		return tx.PutDispatchState(jobs.DispatchState{Paused: true, Since: t0, Principal: "ops", Reason: "rollout"})
+	})
 }
 
 func TestReopenKeepsEverything(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "leasehold.db")
-	st := openStore(t, path)
+	b := setup(t)
+	populate(t, b)
+	teams := []string{"a", "ab", "b"}
+	probes := [][2]uint64{{1, 39}, {1, 40}, {2, 40}}
+	before := takeSnapshot(t, b.st, teams, probes)
+	if len(before.Jobs) != 3 || len(before.Jobs[0].Events) != 2 || len(before.Artifacts) != 1 || len(before.Documents) != 2 ||
+		len(before.Unfinished) != 2 || len(before.Rejections) != 1 || len(before.Audit) != 2 || before.LastToken != 41 || !before.Dispatch.Paused {
+		t.Fatalf("populate wrote less than it should:\n%+v", before)
+	}
+	if before.CheckProblems != "" {
+		t.Errorf("Check on a healthy file: %s", before.CheckProblems)
+	}
+	b.reopen(t)
+	after := takeSnapshot(t, b.st, teams, probes)
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("store after reopen (-before +after):\n%s", diff)
+	}
+}
 
-	batch := jobs.Batch{ID: 1, Team: "alpha", RequestID: "req-1", CreatedAt: t0, FirstJob: 1, Count: 5,
-		Policy: jobs.RetryPolicy{MaxAttempts: 5, BackoffBase: time.Second, BackoffCap: time.Minute}, RequestHash: []byte{1, 2, 3}}
-	job := fullJob(3, 1)
-	dispatch := jobs.DispatchState{Paused: true, Since: t0, Principal: "ops", Reason: "rollout"}
-	var lastToken uint64
-	var rejections []jobs.Rejection
-	var audit []jobs.AuditRecord
-	err := st.Update(func(tx *store.Tx) error {
-		for range 3 {
-			tok, err := tx.NextToken()
-			if err != nil {
-				return err
-			}
-			if tok <= lastToken {
-				t.Errorf("NextToken = %d after %d, want it to increase", tok, lastToken)
-			}
-			lastToken = tok
-		}
-		first, err := tx.NextJobIDs(5)
-		if err != nil || first != 1 {
-			t.Errorf("NextJobIDs(5) = %d, %v; want 1", first, err)
-		}
-		if id, err := tx.NextBatchID(); err != nil || id != 1 {
-			t.Errorf("NextBatchID = %d, %v; want 1", id, err)
-		}
-		if err := tx.PutBatch(batch); err != nil {
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := b.st.Check(); err != nil {
+		t.Errorf("Check on a new file = %v, want nil", err)
+	}
+	populate(t, b)
+	b.update(t, func(tx *store.Tx) error {
+		if err := tx.DeleteArtifacts(1, 0); err != nil {
 			return err
 		}
-		if err := tx.PutJob(job); err != nil {
-			return err
-		}
-		if err := tx.PutDocument(job.ID, []byte("%PDF-1.7")); err != nil {
-			return err
-		}
-		for i := range 3 {
-			r, err := tx.PutRejection(jobs.Rejection{Job: job.ID, Team: "alpha", Token: uint64(10 + i), Renderer: "r-1", Reason: "STALE_LEASE",
-				At: t0.Add(time.Duration(i) * time.Second), CurrentToken: 41, CurrentPhase: jobs.PhaseLeased, Outcome: "success:d", Digest: "d"})
-			if err != nil {
-				return err
-			}
-			rejections = append(rejections, r)
-		}
-		for i, a := range []jobs.AuditRecord{
-			{At: t0, Principal: "ops", Action: jobs.AuditPause, Reason: "rollout"},
-			{At: t0.Add(time.Second), Principal: "ops", Action: jobs.AuditReplay, Reason: "fixed", RequestID: "replay-1", JobIDs: []uint64{3, 4},
-				IncludePermanent: true, Skipped: 1, OutOfScope: 2, Batch: 1, TerminalReason: jobs.ReasonAttemptsExhausted, Response: []byte("answer")},
-			{At: t0.Add(2 * time.Second), Principal: "ops", Action: jobs.AuditResume, Reason: "done"},
-		} {
-			r, err := tx.PutAudit(a)
-			if err != nil {
-				return err
-			}
-			if r.ID != uint64(i+1) {
-				t.Errorf("audit %d got id %d, want %d", i, r.ID, i+1)
-			}
-			audit = append(audit, r)
-		}
-		return tx.PutDispatchState(dispatch)
+		return tx.DeleteDocument(2)
 	})
+	if err := b.st.Check(); err != nil {
+		t.Errorf("Check after writes and deletes = %v, want nil", err)
+	}
+}
+
+// rawUpdate changes the file at path with bbolt directly, as something
+// other than this store would.
+func rawUpdate(t *testing.T, path string, fn func(*bbolt.Tx) error) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	st = openStore(t, path)
-	defer st.Close()
-	err = st.View(func(tx *store.Tx) error {
-		if got := tx.LastToken(); got != lastToken {
-			t.Errorf("LastToken after reopen = %d, want %d", got, lastToken)
-		}
-		got, found, err := tx.Job(job.ID)
-		if err != nil || !found {
-			t.Fatalf("Job(%d) = found %v, %v", job.ID, found, err)
-		}
-		if diff := cmp.Diff(job, got); diff != "" {
-			t.Errorf("job after reopen (-want +got):\n%s", diff)
-		}
-		if _, found, _ := tx.Job(99); found {
-			t.Error("Job(99) found, want absent")
-		}
-		if doc, err := tx.Document(job.ID); err != nil || string(doc) != "%PDF-1.7" {
-			t.Errorf("Document = %q, %v", doc, err)
-		}
-		if doc, err := tx.Document(99); err != nil || doc != nil {
-			t.Errorf("Document(99) = %q, %v; want nil", doc, err)
-		}
-		gotBatch, found, err := tx.Batch(batch.ID)
-		if err != nil || !found {
-			t.Fatalf("Batch = found %v, %v", found, err)
-		}
-		if diff := cmp.Diff(batch, gotBatch); diff != "" {
-			t.Errorf("batch after reopen (-want +got):\n%s", diff)
-		}
-		byReq, found, err := tx.BatchByRequest("alpha", "req-1")
-		if err != nil || !found || byReq.ID != batch.ID {
-			t.Errorf("BatchByRequest(alpha, req-1) = %d found %v, %v; want batch %d", byReq.ID, found, err, batch.ID)
-		}
-		if _, found, _ := tx.BatchByRequest("beta", "req-1"); found {
-			t.Error("BatchByRequest(beta, req-1) found alpha's batch; request ids are per team")
-		}
-		replay, found, err := tx.ReplayByRequest("ops", "replay-1")
-		if err != nil || !found {
-			t.Fatalf("ReplayByRequest = found %v, %v", found, err)
-		}
-		if diff := cmp.Diff(audit[1], replay); diff != "" {
-			t.Errorf("replay audit after reopen (-want +got):\n%s", diff)
-		}
-		if _, found, _ := tx.ReplayByRequest("ops", "other"); found {
-			t.Error("ReplayByRequest(ops, other) found a record")
-		}
-		if _, found, _ := tx.ReplayByRequest("someone-else", "replay-1"); found {
-			t.Error("ReplayByRequest found ops's replay for another principal; request ids are per principal")
-		}
-		ds, err := tx.DispatchState()
-		if err != nil {
-			return err
-		}
-		if diff := cmp.Diff(dispatch, ds); diff != "" {
-			t.Errorf("dispatch state after reopen (-want +got):\n%s", diff)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Listings: newest first, paged by before.
-	for _, tc := range []struct {
-		before uint64
-		limit  int
-		want   []uint64
-	}{
-		{0, 10, []uint64{3, 2, 1}},
-		{0, 2, []uint64{3, 2}},
-		{3, 10, []uint64{2, 1}},
-		{2, 1, []uint64{1}},
-		{1, 10, nil},
-		{100, 10, []uint64{3, 2, 1}},
-	} {
-		var gotRej, gotAudit []uint64
-		var firstRej jobs.Rejection
-		err := st.View(func(tx *store.Tx) error {
-			if err := tx.ForEachRejection(tc.before, func(r jobs.Rejection) (bool, error) {
-				if len(gotRej) == 0 {
-					firstRej = r
-				}
-				gotRej = append(gotRej, r.ID)
-				return len(gotRej) < tc.limit, nil
-			}); err != nil {
-				return err
-			}
-			return tx.ForEachAudit(tc.before, func(a jobs.AuditRecord) (bool, error) {
-				gotAudit = append(gotAudit, a.ID)
-				return len(gotAudit) < tc.limit, nil
-			})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(tc.want, gotRej); diff != "" {
-			t.Errorf("rejections before %d limit %d (-want +got):\n%s", tc.before, tc.limit, diff)
-		}
-		if diff := cmp.Diff(tc.want, gotAudit); diff != "" {
-			t.Errorf("audit before %d limit %d (-want +got):\n%s", tc.before, tc.limit, diff)
-		}
-		if len(tc.want) > 0 {
-			if diff := cmp.Diff(rejections[tc.want[0]-1], firstRej); diff != "" {
-				t.Errorf("rejection %d after reopen (-want +got):\n%s", tc.want[0], diff)
-			}
-		}
-	}
-
-	// Sequences continue where they were: never a token, job id or batch
-	// id handed out twice.
-	err = st.Update(func(tx *store.Tx) error {
-		tok, err := tx.NextToken()
-		if err != nil {
-			return err
-		}
-		if tok <= lastToken {
-			t.Errorf("NextToken after reopen = %d, want > %d", tok, lastToken)
-		}
-		if id, err := tx.NextJobIDs(1); err != nil || id != 6 {
-			t.Errorf("NextJobIDs after reopen = %d, %v; want 6", id, err)
-		}
-		if id, err := tx.NextBatchID(); err != nil || id != 2 {
-			t.Errorf("NextBatchID after reopen = %d, %v; want 2", id, err)
-		}
-		r, err := tx.PutRejection(jobs.Rejection{Job: 3})
-		if err != nil || r.ID != 4 {
-			t.Errorf("PutRejection after reopen = id %d, %v; want 4", r.ID, err)
-		}
-		a, err := tx.PutAudit(jobs.AuditRecord{Action: jobs.AuditPause})
-		if err != nil || a.ID != 4 {
-			t.Errorf("PutAudit after reopen = id %d, %v; want 4", a.ID, err)
-		}
-		return nil
-	})
-	if err != nil {
+	defer db.Close()
+	if err := db.Update(fn); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestForEachJob(t *testing.T) {
-	t.Parallel()
-	st := openStore(t, filepath.Join(t.TempDir(), "leasehold.db"))
-	defer st.Close()
-	err := st.Update(func(tx *store.Tx) error {
-		for _, id := range []uint64{5, 1, 300, 2} {
-			if err := tx.PutJob(jobs.Job{ID: id, Team: "alpha"}); err != nil {
-				return err
+// rawBuckets lists the file's top-level buckets and its schema version
+// (0 when none is written).
+func rawBuckets(t *testing.T, path string) (names []string, version uint64) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, bk *bbolt.Bucket) error {
+			names = append(names, string(name))
+			if string(name) == "meta" {
+				if v := bk.Get([]byte("schema_version")); v != nil {
+					version = binary.BigEndian.Uint64(v)
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		after uint64
-		limit int
-		want  []uint64
-	}{
-		{0, 10, []uint64{1, 2, 5, 300}},
-		{1, 10, []uint64{2, 5, 300}},
-		{2, 2, []uint64{5, 300}},
-		{5, 1, []uint64{300}},
-		{300, 10, nil},
-	} {
-		var got []uint64
-		err := st.View(func(tx *store.Tx) error {
-			return tx.ForEachJob(tc.after, func(j jobs.Job) (bool, error) {
-				got = append(got, j.ID)
-				return len(got) < tc.limit, nil
-			})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(tc.want, got); diff != "" {
-			t.Errorf("jobs after %d (-want +got):\n%s", tc.after, diff)
-		}
-	}
+	return names, version
 }
 
 func TestSchemaVersion(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "leasehold.db")
-	st := openStore(t, path)
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// setVersion rewrites the file's schema version and returns the one it held.
-	setVersion := func(v uint64) (was uint64) {
-		t.Helper()
-		db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
+
+	t.Run("A new file is written with the current version", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.close(t)
+		if _, version := rawBuckets(t, b.path); version != store.SchemaVersion {
+			t.Errorf("schema version of a new file = %d, want %d", version, store.SchemaVersion)
 		}
-		defer db.Close()
-		err = db.Update(func(tx *bbolt.Tx) error {
-			meta := tx.Bucket([]byte("meta"))
-			was = binary.BigEndian.Uint64(meta.Get([]byte("schema_version")))
-			return meta.Put([]byte("schema_version"), binary.BigEndian.AppendUint64(nil, v))
+	})
+
+	t.Run("A file of a newer schema is refused, untouched, with what to do", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "leasehold.db")
+		rawUpdate(t, path, func(tx *bbolt.Tx) error {
+			meta, err := tx.CreateBucket([]byte("meta"))
+			if err != nil {
+				return err
+			}
+			return meta.Put([]byte("schema_version"), binary.BigEndian.AppendUint64(nil, 3))
 		})
-		if err != nil {
-			t.Fatal(err)
+		st, err := store.Open(path)
+		if err == nil {
+			st.Close()
 		}
-		return was
+		if !errors.Is(err, store.ErrSchemaVersion) {
+			t.Fatalf("Open of a schema 3 file: err = %v, want ErrSchemaVersion", err)
+		}
+		for _, want := range []string{"schema 3", "release that wrote it", "restore a backup"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Open of a schema 3 file: err = %q, want it to say %q", err, want)
+			}
+		}
+		// The refusal released the file and changed nothing in it.
+		names, version := rawBuckets(t, path)
+		if diff := cmp.Diff([]string{"meta"}, names); diff != "" || version != 3 {
+			t.Errorf("file after the refusal: version %d, buckets (-want +got):\n%s", version, diff)
+		}
+	})
+
+	for _, bucket := range []string{"jobs", "sessions"} {
+		t.Run("A file with a "+bucket+" bucket but no version is refused, untouched", func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "leasehold.db")
+			rawUpdate(t, path, func(tx *bbolt.Tx) error {
+				bk, err := tx.CreateBucket([]byte(bucket))
+				if err != nil {
+					return err
+				}
+				return bk.Put([]byte("k"), []byte("v"))
+			})
+			st, err := store.Open(path)
+			if err == nil {
+				st.Close()
+			}
+			if !errors.Is(err, store.ErrSchemaVersion) {
+				t.Fatalf("Open of a file without a version: err = %v, want ErrSchemaVersion", err)
+			}
+			if !strings.Contains(err.Error(), "no schema version") {
+				t.Errorf("Open of a file without a version: err = %q, want it to say it has no schema version", err)
+			}
+			names, version := rawBuckets(t, path)
+			if diff := cmp.Diff([]string{bucket}, names); diff != "" || version != 0 {
+				t.Errorf("file after the refusal: version %d, buckets (-want +got):\n%s", version, diff)
+			}
+		})
 	}
 
-	if was := setVersion(store.SchemaVersion + 1); was != store.SchemaVersion {
-		t.Errorf("a new file has schema version %d, want %d", was, store.SchemaVersion)
+	t.Run("An empty file is initialised", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "leasehold.db")
+		rawUpdate(t, path, func(*bbolt.Tx) error { return nil })
+		st, err := store.Open(path)
+		if err != nil {
+			t.Fatalf("Open of an empty bbolt file: %v", err)
+		}
+		st.Close()
+		if _, version := rawBuckets(t, path); version != store.SchemaVersion {
+			t.Errorf("schema version = %d, want %d", version, store.SchemaVersion)
+		}
+	})
+}
+
+func TestOpenLocked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	start := time.Now()
+	second, err := store.Open(b.path)
+	if err == nil {
+		second.Close()
+		t.Fatal("a second Open of an open file succeeded, want ErrLocked")
 	}
-	if _, err := store.Open(path); !errors.Is(err, store.ErrSchemaVersion) {
-		t.Fatalf("Open of a file with schema version %d: err = %v, want ErrSchemaVersion", store.SchemaVersion+1, err)
+	if !errors.Is(err, store.ErrLocked) || !errors.Is(err, bolterrors.ErrTimeout) {
+		t.Errorf("second Open: err = %v, want ErrLocked wrapping bbolt's ErrTimeout", err)
 	}
-	// The refused Open released the file: it can be fixed and opened.
-	setVersion(store.SchemaVersion)
-	st = openStore(t, path)
-	st.Close()
+	if !strings.Contains(err.Error(), "in use by another process") || !strings.Contains(err.Error(), b.path) {
+		t.Errorf("second Open: err = %q, want it to name the file and say it is in use", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Errorf("second Open waited %v for the lock, want it to fail fast", waited)
+	}
+	// Once the first is closed, the file opens.
+	b.reopen(t)
 }
 
 func TestFaultRollsBackTheWholeTransaction(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "leasehold.db")
-	writes := 0
-	st := openStore(t, path, store.WithFault(func(bucket string) error {
-		if bucket == "jobs" {
-			writes++
-			if writes == 2 {
-				return store.ErrInjected
-			}
+	var failOn string
+	b := setup(t, store.WithFault(func(bucket string) error {
+		if bucket == failOn {
+			return store.ErrInjected
 		}
 		return nil
 	}))
-	defer st.Close()
-	err := st.Update(func(tx *store.Tx) error {
+	// write touches every kind of record, in the order the writer does.
+	write := func(tx *store.Tx) error {
 		if _, err := tx.NextToken(); err != nil {
 			return err
 		}
-		for _, id := range []uint64{1, 2} {
-			if err := tx.PutJob(jobs.Job{ID: id}); err != nil {
-				return err
+		if _, err := tx.NextJobIDs(1); err != nil {
+			return err
+		}
+		if _, err := tx.NextBatchID(); err != nil {
+			return err
+		}
+		if err := tx.PutBatch(jobs.Batch{ID: 1, Team: "a", RequestID: "r"}); err != nil {
+			return err
+		}
+		if err := tx.PutJob(fullJob(1, 1, "a")); err != nil {
+			return err
+		}
+		if err := tx.PutEvents(1, fullEvents()); err != nil {
+			return err
+		}
+		if err := tx.PutDocument(1, []byte("doc")); err != nil {
+			return err
+		}
+		if err := tx.PutArtifact(1, 1, store.Artifact{Digest: "d"}); err != nil {
+			return err
+		}
+		if err := tx.SetUnfinished(1, true); err != nil {
+			return err
+		}
+		if err := tx.IndexTeamJob("a", 1); err != nil {
+			return err
+		}
+		var d store.Counts
+		d[jobs.PhaseQueued] = 1
+		if err := tx.AddBatchCounts(1, d); err != nil {
+			return err
+		}
+		if err := tx.AddTeamCounts("a", d); err != nil {
+			return err
+		}
+		if _, err := tx.PutRejection(jobs.Rejection{Job: 1}); err != nil {
+			return err
+		}
+		if _, err := tx.PutAudit(jobs.AuditRecord{Action: jobs.AuditReplay, Principal: "ops", RequestID: "x"}); err != nil {
+			return err
+		}
+		return tx.PutDispatchState(jobs.DispatchState{Paused: true})
+	}
+	empty := takeSnapshot(t, b.st, []string{"a"}, [][2]uint64{{1, 1}})
+
+	for _, bucket := range []string{"batches", "team_batches", "batch_requests", "jobs", "events", "documents", "artifacts",
+		"unfinished", "team_jobs", "batch_counts", "team_counts", "rejections", "audit", "replay_requests", "meta"} {
+		t.Run("A fault writing "+bucket+" leaves nothing of the transaction", func(t *testing.T) {
+			failOn = bucket
+			defer func() { failOn = "" }()
+			if err := b.st.Update(write); !errors.Is(err, store.ErrInjected) {
+				t.Fatalf("Update with a failing %s write: err = %v, want ErrInjected", bucket, err)
 			}
-		}
-		return nil
-	})
-	if !errors.Is(err, store.ErrInjected) {
-		t.Fatalf("Update with a failing write: err = %v, want ErrInjected", err)
+			tx, err := b.st.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := write(tx); !errors.Is(err, store.ErrInjected) {
+				t.Fatalf("a group transaction with a failing %s write: err = %v, want ErrInjected", bucket, err)
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			failOn = ""
+			if diff := cmp.Diff(empty, takeSnapshot(t, b.st, []string{"a"}, [][2]uint64{{1, 1}})); diff != "" {
+				t.Errorf("store after the failed transactions (-want +got):\n%s", diff)
+			}
+		})
 	}
-	err = st.View(func(tx *store.Tx) error {
-		if _, found, _ := tx.Job(1); found {
-			t.Error("job 1 of the failed transaction is stored")
+	t.Run("Without a fault the same transaction commits", func(t *testing.T) {
+		failOn = ""
+		b.update(t, write)
+		got := takeSnapshot(t, b.st, []string{"a"}, [][2]uint64{{1, 1}})
+		if len(got.Jobs) != 1 || got.LastToken != 1 || len(got.Unfinished) != 1 || !got.Dispatch.Paused {
+			t.Errorf("store after the committed transaction = %+v, want its writes", got)
 		}
-		if got := tx.LastToken(); got != 0 {
-			t.Errorf("token counter = %d after a failed transaction, want 0", got)
-		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

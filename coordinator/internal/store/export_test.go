@@ -1,0 +1,16 @@
+package store
+
+import (
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"google.golang.org/protobuf/proto"
+)
+
+// WithMigrateChunk sets how many jobs one migration transaction converts,
+// so that tests can interrupt a migration between chunks.
+func WithMigrateChunk(n int) Option { return func(s *Store) { s.migrateChunk = n } }
+
+// DecodeJob is the job decoder that Tx.Job and the listings use.
+func DecodeJob(v []byte) (jobs.Job, error) { return decodeJob(0, v) }
+
+// EncodeJob is the encoding PutJob writes.
+func EncodeJob(j jobs.Job) ([]byte, error) { return proto.Marshal(jobToRecord(j)) }

@@ -1,0 +1,119 @@
+package store_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+)
+
+var updateCorpus = flag.Bool("update-fuzz-corpus", false, "rewrite the seed corpus of FuzzDecodeJob from real records")
+
+const corpusDir = "testdata/fuzz/FuzzDecodeJob"
+
+// FuzzDecodeJob feeds arbitrary bytes to the job decoder that every read
+// of a job goes through: it must refuse or decode, never panic, and what
+// it decodes must encode and decode again to the same job. The seeds in
+// testdata/fuzz/FuzzDecodeJob are real records (TestFuzzCorpus).
+func FuzzDecodeJob(f *testing.F) {
+	f.Fuzz(func(t *testing.T, v []byte) {
+		j, err := store.DecodeJob(v)
+		if err != nil {
+			return
+		}
+		again, err := store.EncodeJob(j)
+		if err != nil {
+			t.Fatalf("a decoded job does not encode: %v", err)
+		}
+		back, err := store.DecodeJob(again)
+		if err != nil {
+			t.Fatalf("a re-encoded job does not decode: %v", err)
+		}
+		if diff := cmp.Diff(j, back); diff != "" {
+			t.Errorf("job after a second round trip (-first +second):\n%s", diff)
+		}
+	})
+}
+
+// realRecords returns job records as the store writes them: every field
+// set, a zero record, and the schema 1 fixture's records before and after
+// migration (schema 1 ones carry their history).
+func realRecords(t *testing.T) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	full := fullJob(3, 1, "alpha")
+	full.Leases = append(full.Leases, jobs.LeaseRecord{Token: 42, Renderer: "r-2"})
+	for name, j := range map[string]jobs.Job{"schema2-full": full, "schema2-zero": {ID: 7}} {
+		v, err := store.EncodeJob(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = v
+	}
+	fx := copyFixture(t)
+	for k, v := range rawDump(t, fx.db)["jobs"].Items {
+		out[fmt.Sprintf("schema1-job-%d", k[7])] = []byte(v)
+	}
+	openFixture(t, fx.db, store.WithLegacyArtifacts(fx.arts)).Close()
+	for k, v := range rawDump(t, fx.db)["jobs"].Items {
+		out[fmt.Sprintf("schema2-migrated-job-%d", k[7])] = []byte(v)
+	}
+	return out
+}
+
+// TestFuzzCorpus checks that the committed seeds are there and decode;
+// go test -run TestFuzzCorpus -update-fuzz-corpus rewrites them from the
+// records the store writes today.
+func TestFuzzCorpus(t *testing.T) {
+	t.Parallel()
+	records := realRecords(t)
+	if *updateCorpus {
+		if err := os.MkdirAll(corpusDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range records {
+			entry := "go test fuzz v1\n[]byte(" + strconv.Quote(string(v)) + ")\n"
+			if err := os.WriteFile(filepath.Join(corpusDir, name), []byte(entry), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	entries, err := os.ReadDir(corpusDir)
+	if err != nil {
+		t.Fatalf("reading the seed corpus: %v", err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		raw, err := os.ReadFile(filepath.Join(corpusDir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lit, ok := strings.CutPrefix(string(raw), "go test fuzz v1\n[]byte(")
+		lit, ok2 := strings.CutSuffix(lit, ")\n")
+		v, err := strconv.Unquote(lit)
+		if !ok || !ok2 || err != nil {
+			t.Errorf("seed %s is not a []byte corpus entry: %v", e.Name(), err)
+			continue
+		}
+		if _, err := store.DecodeJob([]byte(v)); err != nil {
+			t.Errorf("seed %s does not decode: %v", e.Name(), err)
+		}
+	}
+	var want []string
+	for name := range records {
+		want = append(want, name)
+	}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("seed corpus files (-want +got); rerun with -update-fuzz-corpus:\n%s", diff)
+	}
+}
