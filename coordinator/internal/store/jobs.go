@@ -109,9 +109,21 @@ func (t *Tx) PutDocument(id uint64, content []byte) error {
 	return t.put(bucketDocuments, itob(id), content)
 }
 
-// DeleteDocument drops a job's inline content, if it has any.
+// DeleteDocument drops a job's inline content, if it has any; a delete of
+// nothing leaves the transaction clean.
 func (t *Tx) DeleteDocument(id uint64) error {
-	return t.del(bucketDocuments, itob(id))
+	key := itob(id)
+	c := t.tx.Bucket(bucketDocuments).Cursor()
+	if k, _ := c.Seek(key); !bytes.Equal(k, key) {
+		return nil
+	}
+	if t.fault != nil {
+		if err := t.fault(string(bucketDocuments)); err != nil {
+			return err
+		}
+	}
+	t.dirty = true
+	return c.Delete()
 }
 
 // Document returns a copy of a job's inline content (nil when none).
