@@ -14,15 +14,22 @@ func BenchmarkCheckLease(b *testing.B) {
 	now := t0.Add(time.Second)
 	b.Run("Current", func(b *testing.B) {
 		for b.Loop() {
-			if j.CheckLease(7, now) != nil {
+			if j.CheckLease(7, "r-1", now) != nil {
 				b.Fatal("refused the current token")
 			}
 		}
 	})
 	b.Run("Stale", func(b *testing.B) {
 		for b.Loop() {
-			if j.CheckLease(6, now) == nil {
+			if j.CheckLease(6, "r-1", now) == nil {
 				b.Fatal("accepted a stale token")
+			}
+		}
+	})
+	b.Run("NotHolder", func(b *testing.B) {
+		for b.Loop() {
+			if j.CheckLease(7, "r-2", now) == nil {
+				b.Fatal("accepted the current token from another renderer")
 			}
 		}
 	})

@@ -13,75 +13,141 @@ func TestCheckLease(t *testing.T) {
 		token uint64
 		phase Phase
 	}
+	// expiredThenR2 returns a job whose token 1 lease (r1) expired and whose
+	// token 2 lease is held by r2 from t0+21s.
+	expiredThenR2 := func(t testing.TB) Job {
+		j := mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0, true))
+		j = mustJob(t)(j.Requeue(at(20 * time.Second)))
+		return mustJob(t)(j.Grant(2, "r2", at(21*time.Second), testTTL))
+	}
 	tests := []struct {
-		name    string
-		job     func(t testing.TB) Job
-		token   uint64
-		now     time.Time
-		wantErr error
-		want    fence
+		name     string
+		job      func(t testing.TB) Job
+		token    uint64
+		renderer string
+		now      time.Time
+		wantErr  error
+		want     fence
 	}{
 		{
-			name:  "The current token before the deadline holds the lease",
+			name:  "The current token from its holder before the deadline holds the lease",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
-			token: 5, now: at(time.Second + testTTL - time.Nanosecond),
+			token: 5, renderer: "r1", now: at(time.Second + testTTL - time.Nanosecond),
 		},
 		{
 			name:  "The current token exactly at the deadline has expired",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
-			token: 5, now: at(time.Second + testTTL),
+			token: 5, renderer: "r1", now: at(time.Second + testTTL),
 			wantErr: ErrLeaseExpired, want: fence{5, PhaseLeased},
 		},
 		{
 			name:  "The current token after the deadline has expired",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
-			token: 5, now: at(time.Hour),
+			token: 5, renderer: "r1", now: at(time.Hour),
 			wantErr: ErrLeaseExpired, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "The current token from another renderer is not the holder's",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 5, renderer: "r2", now: at(2 * time.Second),
+			wantErr: ErrNotHolder, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "The current token from another renderer after the deadline is still not the holder's",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 5, renderer: "r2", now: at(time.Hour),
+			wantErr: ErrNotHolder, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "The current token from no renderer at all is not the holder's",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 5, renderer: "", now: at(2 * time.Second),
+			wantErr: ErrNotHolder, want: fence{5, PhaseLeased},
 		},
 		{
 			name:  "An older token is stale",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
-			token: 4, now: at(2 * time.Second),
+			token: 4, renderer: "r1", now: at(2 * time.Second),
+			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "A token never granted for the job is stale from any renderer",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 9, renderer: "r2", now: at(2 * time.Second),
 			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
 		},
 		{
 			name:  "The zero token is stale",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
-			token: 0, now: at(2 * time.Second),
+			token: 0, renderer: "r1", now: at(2 * time.Second),
 			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
 		},
 		{
-			name: "A token whose lease expired is expired even while a newer lease holds the job",
-			job: func(t testing.TB) Job {
-				j := mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0))
-				j = mustJob(t)(j.Requeue(at(20 * time.Second)))
-				return mustJob(t)(j.Grant(2, "r2", at(21*time.Second), testTTL))
-			},
-			token: 1, now: at(22 * time.Second),
+			name:  "A token whose lease expired is expired even while a newer lease holds the job",
+			job:   expiredThenR2,
+			token: 1, renderer: "r1", now: at(22 * time.Second),
 			wantErr: ErrLeaseExpired, want: fence{2, PhaseLeased},
 		},
 		{
+			name:  "An expired token sent by the newer holder is not the caller's",
+			job:   expiredThenR2,
+			token: 1, renderer: "r2", now: at(22 * time.Second),
+			wantErr: ErrNotHolder, want: fence{2, PhaseLeased},
+		},
+		{
+			name:  "The newer token sent by the old holder is not the caller's",
+			job:   expiredThenR2,
+			token: 2, renderer: "r1", now: at(22 * time.Second),
+			wantErr: ErrNotHolder, want: fence{2, PhaseLeased},
+		},
+		{
 			name:  "A token whose lease expired is expired while the job waits to retry",
-			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0.5)) },
-			token: 1, now: at(20 * time.Second),
+			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0.5, true)) },
+			token: 1, renderer: "r1", now: at(20 * time.Second),
 			wantErr: ErrLeaseExpired, want: fence{1, PhaseRetryWait},
+		},
+		{
+			name:  "A token re-queued because its holder was never heard from is stale, not expired",
+			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0.5, false)) },
+			token: 1, renderer: "r1", now: at(20 * time.Second),
+			wantErr: ErrStaleLease, want: fence{1, PhaseQueued},
+		},
+		{
+			name:  "A handed-back token is stale",
+			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).HandBack(1, "r1", at(2*time.Second))) },
+			token: 1, renderer: "r1", now: at(3 * time.Second),
+			wantErr: ErrStaleLease, want: fence{1, PhaseQueued},
+		},
+		{
+			name: "A token released as undelivered is stale",
+			job: func(t testing.TB) Job {
+				return mustJob(t)(leased(t, 1).Release(1, at(2*time.Second), ReleaseUndelivered))
+			},
+			token: 1, renderer: "r1", now: at(3 * time.Second),
+			wantErr: ErrStaleLease, want: fence{1, PhaseQueued},
 		},
 		{
 			name:  "A token whose attempt failed is stale while the job waits to retry",
 			job:   retryWaiting,
-			token: 1, now: at(2 * time.Second),
+			token: 1, renderer: "r1", now: at(2 * time.Second),
 			wantErr: ErrStaleLease, want: fence{1, PhaseRetryWait},
 		},
 		{
-			name:  "The revoked token of a job cancelled while leased is cancelled",
+			name:  "The revoked token of a job cancelled while leased is cancelled for its holder",
 			job:   cancelled,
-			token: 1, now: at(3 * time.Second),
+			token: 1, renderer: "r1", now: at(3 * time.Second),
 			wantErr: ErrJobCancelled, want: fence{1, PhaseCancelled},
+		},
+		{
+			name:  "The revoked token from another renderer is not the caller's",
+			job:   cancelled,
+			token: 1, renderer: "r2", now: at(3 * time.Second),
+			wantErr: ErrNotHolder, want: fence{1, PhaseCancelled},
 		},
 		{
 			name:  "Another token of a cancelled job is stale",
 			job:   cancelled,
-			token: 2, now: at(3 * time.Second),
+			token: 2, renderer: "r1", now: at(3 * time.Second),
 			wantErr: ErrStaleLease, want: fence{1, PhaseCancelled},
 		},
 		{
@@ -90,25 +156,25 @@ func TestCheckLease(t *testing.T) {
 				j, _, err := queued().Cancel("alice", "x", at(time.Second), false)
 				return mustJob(t)(j, err)
 			},
-			token: 0, now: at(3 * time.Second),
+			token: 0, renderer: "r1", now: at(3 * time.Second),
 			wantErr: ErrStaleLease, want: fence{0, PhaseCancelled},
 		},
 		{
 			name:  "The token that succeeded is stale afterwards",
 			job:   succeeded,
-			token: 1, now: at(3 * time.Second),
+			token: 1, renderer: "r1", now: at(3 * time.Second),
 			wantErr: ErrStaleLease, want: fence{1, PhaseSucceeded},
 		},
 		{
 			name:  "Any token of a queued job is stale",
 			job:   func(testing.TB) Job { return queued() },
-			token: 1, now: at(3 * time.Second),
+			token: 1, renderer: "r1", now: at(3 * time.Second),
 			wantErr: ErrStaleLease, want: fence{0, PhaseQueued},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.job(t).CheckLease(tt.token, tt.now)
+			err := tt.job(t).CheckLease(tt.token, tt.renderer, tt.now)
 			if tt.wantErr == nil {
 				if err != nil {
 					t.Fatalf("CheckLease = %v, want nil", err)
@@ -118,7 +184,7 @@ func TestCheckLease(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("CheckLease = %v, want errors.Is %v", err, tt.wantErr)
 			}
-			for _, other := range []error{ErrStaleLease, ErrLeaseExpired, ErrJobCancelled} {
+			for _, other := range []error{ErrStaleLease, ErrLeaseExpired, ErrJobCancelled, ErrNotHolder} {
 				if other != tt.wantErr && errors.Is(err, other) {
 					t.Errorf("CheckLease = %v also matches %v", err, other)
 				}
@@ -146,6 +212,7 @@ func TestReasonCode(t *testing.T) {
 		{"A stale lease", &FenceError{Err: ErrStaleLease}, "STALE_LEASE"},
 		{"An expired lease", &FenceError{Err: ErrLeaseExpired}, "LEASE_EXPIRED"},
 		{"A cancelled job", &FenceError{Err: ErrJobCancelled}, "JOB_CANCELLED"},
+		{"Another renderer's lease", &FenceError{Err: ErrNotHolder}, "NOT_LEASE_HOLDER"},
 		{"An outcome mismatch", &FenceError{Err: ErrOutcomeMismatch}, "OUTCOME_MISMATCH"},
 		{"An already terminal job", &PhaseError{Err: ErrAlreadyTerminal}, "ALREADY_TERMINAL"},
 		{"A disabled running cancel", &PhaseError{Err: ErrRunningCancelDisabled}, "RUNNING_CANCEL_DISABLED"},
@@ -171,7 +238,7 @@ func TestReasonCode(t *testing.T) {
 func lateCompletionScenario(t *testing.T) Job {
 	t.Helper()
 	j := mustJob(t)(queued().Grant(1, "rA", t0, testTTL))
-	j = mustJob(t)(j.Expire(t0.Add(testTTL), 0.5))
+	j = mustJob(t)(j.Expire(t0.Add(testTTL), 0.5, true))
 	if j.Phase != PhaseRetryWait {
 		t.Fatalf("after expiry: phase %v, want RETRY_WAIT", j.Phase)
 	}
@@ -225,6 +292,7 @@ func TestLateCompletionAfterExpiryIsFenced(t *testing.T) {
 			Reason: "LEASE_EXPIRED", Message: "success:sha256:aa",
 		})
 		want.RejectedCompletions = 1
+		want.Rejected = []RejectionKey{{Token: 1, Reason: "LEASE_EXPIRED"}}
 		want.UpdatedAt = at(30 * time.Second)
 		if diff := cmp.Diff(want, afterA); diff != "" {
 			t.Errorf("record after A's rejection (-want +got):\n%s", diff)
@@ -279,10 +347,13 @@ func TestCompletionAtTheDeadlineIsRejectedAndLeavesTheLease(t *testing.T) {
 	if !errors.Is(err, ErrLeaseExpired) {
 		t.Fatalf("Complete at the deadline = %v, want ErrLeaseExpired", err)
 	}
-	if got.Phase != PhaseLeased || got.Lease != in.Lease || got.Artifact != (Artifact{}) || got.CompletedToken != 0 {
-		t.Errorf("after rejection: phase %v lease %+v artifact %+v completed %d; want the lease untouched", got.Phase, got.Lease, got.Artifact, got.CompletedToken)
+	if got.Phase != PhaseLeased || got.Lease != in.Lease || got.Artifact != (Artifact{}) {
+		t.Errorf("after rejection: phase %v lease %+v artifact %+v; want the lease untouched", got.Phase, got.Lease, got.Artifact)
 	}
-	if _, err := got.Expire(in.Lease.Deadline, 0); err != nil {
+	if diff := cmp.Diff(in.Leases, got.Leases); diff != "" {
+		t.Errorf("the rejected completion ended the lease (-want +got):\n%s", diff)
+	}
+	if _, err := got.Expire(in.Lease.Deadline, 0, true); err != nil {
 		t.Errorf("Expire after the rejected completion = %v, want nil", err)
 	}
 }
@@ -320,6 +391,15 @@ func tokens(from, to uint64) []uint64 {
 	return ts
 }
 
+// staleKeys returns the rejection keys of STALE_LEASE refusals of tokens.
+func staleKeys(tokens ...uint64) []RejectionKey {
+	keys := make([]RejectionKey, len(tokens))
+	for i, tok := range tokens {
+		keys[i] = RejectionKey{Token: tok, Reason: "STALE_LEASE"}
+	}
+	return keys
+}
+
 func TestRejectionEventsAreCapped(t *testing.T) {
 	t.Run("Rejections past the cap are counted but not kept in the history", func(t *testing.T) {
 		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents+8)...)
@@ -329,19 +409,33 @@ func TestRejectionEventsAreCapped(t *testing.T) {
 		if j.RejectedCompletions != MaxRejectionEvents+8 {
 			t.Errorf("RejectedCompletions = %d, want %d", j.RejectedCompletions, MaxRejectionEvents+8)
 		}
+		if diff := cmp.Diff(staleKeys(tokens(1, MaxRejectionEvents)...), j.Rejected); diff != "" {
+			t.Errorf("Rejected keeps the first %d of the cycle (-want +got):\n%s", MaxRejectionEvents, diff)
+		}
 		if j.Phase != PhaseLeased || j.Lease.Token != 1000 {
 			t.Errorf("phase %v token %d after rejections, want LEASED 1000", j.Phase, j.Lease.Token)
 		}
 	})
-	t.Run("A repeated rejection past the cap is counted again", func(t *testing.T) {
-		// Repeats are recognised through the kept history; past the cap the
-		// first rejection is no longer there, so the repeat counts again
-		// (documented on Complete) while the history stays capped.
+	t.Run("A repeated rejection past the cap is counted again and changes nothing else", func(t *testing.T) {
+		// Repeats are recognised through Rejected, which keeps the first
+		// MaxRejectionEvents of a cycle; a refusal not kept there counts
+		// again (documented on Complete) while the history stays capped.
 		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents+1)...)
 		again := rejectStale(t, j, at(3*time.Second), MaxRejectionEvents+1)
-		if !RejectionRecorded(j, again) || len(again.Events) != len(j.Events) {
-			t.Errorf("past the cap: recorded=%v events %d -> %d; want recorded, history unchanged", RejectionRecorded(j, again), len(j.Events), len(again.Events))
+		want := clone(j)
+		want.RejectedCompletions++
+		want.UpdatedAt = at(3 * time.Second)
+		if diff := cmp.Diff(want, again); diff != "" {
+			t.Errorf("past the cap (-want +got):\n%s", diff)
 		}
+		if !RejectionRecorded(j, again) {
+			t.Error("RejectionRecorded = false past the cap, want true")
+		}
+	})
+	t.Run("A repeat of a rejection kept within the cap is not counted again past it", func(t *testing.T) {
+		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents+1)...)
+		again := rejectStale(t, j, at(3*time.Second), 1, MaxRejectionEvents)
+		assertUnchanged(t, again, j)
 	})
 	t.Run("Each cycle keeps its own first rejections", func(t *testing.T) {
 		// job.proto: rejected completions beyond the first 32 of a cycle are
@@ -350,10 +444,19 @@ func TestRejectionEventsAreCapped(t *testing.T) {
 		j, _, err := j.Complete(Completion{Token: 1000, Renderer: "r1", Class: ClassInvalidDocument, Message: "bad"}, at(3*time.Second), 0)
 		j = mustJob(t)(j, err)
 		j = mustJob(t)(j.Replay("oscar", "fixed", true, at(4*time.Second)))
+		if j.Rejected != nil {
+			t.Errorf("Rejected after replay = %v, want none", j.Rejected)
+		}
 		j = mustJob(t)(j.Grant(2000, "r1", at(5*time.Second), testTTL))
-		j = rejectStale(t, j, at(6*time.Second), 1500)
-		if ev := lastEvent(t, j); ev.Kind != EventCompletionRejected || ev.Token != 1500 {
-			t.Errorf("last event after the first rejection of cycle 2 = %v token %d, want COMPLETION_REJECTED token 1500", ev.Kind, ev.Token)
+		j = rejectStale(t, j, at(6*time.Second), 1500, 1)
+		if ev := lastEvent(t, j); ev.Kind != EventCompletionRejected || ev.Token != 1 {
+			t.Errorf("last event after the rejections of cycle 2 = %v token %d, want COMPLETION_REJECTED token 1", ev.Kind, ev.Token)
+		}
+		if diff := cmp.Diff(staleKeys(1500, 1), j.Rejected); diff != "" {
+			t.Errorf("Rejected in cycle 2 (-want +got):\n%s", diff)
+		}
+		if j.RejectedCompletions != MaxRejectionEvents+2 {
+			t.Errorf("RejectedCompletions = %d, want %d across cycles", j.RejectedCompletions, MaxRejectionEvents+2)
 		}
 	})
 }
@@ -373,5 +476,154 @@ func TestMissingArtifactIsJudgedAfterTheFence(t *testing.T) {
 	missing.Token = 4
 	if _, _, err := j.Complete(missing, now, 0); !errors.Is(err, ErrStaleLease) {
 		t.Fatalf("stale completion with no upload: %v, want ErrStaleLease", err)
+	}
+}
+
+func TestCompletionFromAnotherRendererWithTheCurrentTokenIsRefused(t *testing.T) {
+	in := leased(t, 1)
+	now := at(2 * time.Second)
+	impostor := successBy(1, "r2")
+	got, replayed, err := in.Complete(impostor, now, 0)
+
+	t.Run("It is refused NOT_LEASE_HOLDER naming the current lease", func(t *testing.T) {
+		if !errors.Is(err, ErrNotHolder) || replayed {
+			t.Fatalf("Complete = (replayed %v, %v), want ErrNotHolder", replayed, err)
+		}
+		if got := ReasonCode(err); got != "NOT_LEASE_HOLDER" {
+			t.Errorf("ReasonCode = %q, want NOT_LEASE_HOLDER", got)
+		}
+		var fe *FenceError
+		if !errors.As(err, &fe) || fe.CurrentToken != 1 || fe.CurrentPhase != PhaseLeased {
+			t.Errorf("refusal = %#v, want a *FenceError naming token 1 LEASED", err)
+		}
+	})
+	t.Run("It changes nothing but one recorded rejection", func(t *testing.T) {
+		want := clone(in)
+		want.RejectedCompletions = 1
+		want.Rejected = []RejectionKey{{Token: 1, Reason: "NOT_LEASE_HOLDER"}}
+		want.UpdatedAt = now
+		want = withEvents(want, Event{
+			Seq: 3, At: now, Kind: EventCompletionRejected, Phase: PhaseLeased, Token: 1, Renderer: "r2", Attempt: 1,
+			Reason: "NOT_LEASE_HOLDER", Message: "success:sha256:aa",
+		})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("record after the impostor's completion (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("A failure from another renderer is refused the same way", func(t *testing.T) {
+		failure := Completion{Token: 1, Renderer: "r3", Class: ClassInvalidDocument, Message: "bad"}
+		next, _, err := in.Complete(failure, now, 0)
+		if !errors.Is(err, ErrNotHolder) {
+			t.Fatalf("Complete = %v, want ErrNotHolder", err)
+		}
+		if next.Phase != PhaseLeased || next.Lease != in.Lease || next.TerminalReason != ReasonUnspecified {
+			t.Errorf("after the refusal: %v lease %+v reason %v, want the lease untouched", next.Phase, next.Lease, next.TerminalReason)
+		}
+	})
+	t.Run("The holder still completes under its lease afterwards", func(t *testing.T) {
+		done, replayed, err := got.Complete(successBy(1, "r1"), at(3*time.Second), 0)
+		if err != nil || replayed {
+			t.Fatalf("holder's completion = (replayed %v, %v), want applied", replayed, err)
+		}
+		if want := (Artifact{Digest: "sha256:aa", Size: 99, ContentType: "image/png", Token: 1, Renderer: "r1"}); done.Phase != PhaseSucceeded || done.Artifact != want {
+			t.Errorf("after the holder's completion: %v artifact %+v, want SUCCEEDED %+v", done.Phase, done.Artifact, want)
+		}
+		again, replayed, err := done.Complete(impostor, at(4*time.Second), 0)
+		if !errors.Is(err, ErrNotHolder) || replayed {
+			t.Fatalf("impostor's identical outcome after the success = (replayed %v, %v), want ErrNotHolder, not a replay", replayed, err)
+		}
+		assertUnchanged(t, again, done)
+	})
+}
+
+func TestAnEarlierAttemptsCompletionResentAfterLaterAttemptsIsAReplay(t *testing.T) {
+	transient := Completion{Token: 1, Renderer: "r1", Class: ClassTransient, Message: "timeout"}
+	j, _, err := leased(t, 1).Complete(transient, at(2*time.Second), testJitter)
+	j = mustJob(t)(j, err)
+	j = mustJob(t)(j.Requeue(j.NextAttemptAt))
+	attempt2 := mustJob(t)(j.Grant(2, "r2", at(10*time.Second), testTTL))
+	succeededBy2, _, err := attempt2.Complete(successBy(2, "r2"), at(11*time.Second), 0)
+	succeededBy2 = mustJob(t)(succeededBy2, err)
+
+	t.Run("Attempt 1's transient failure resent after attempt 2 succeeded answers replayed with no rejection", func(t *testing.T) {
+		got, replayed, err := succeededBy2.Complete(transient, at(12*time.Second), testJitter)
+		if err != nil || !replayed {
+			t.Fatalf("resent failure = (replayed %v, %v), want replayed and nil", replayed, err)
+		}
+		assertUnchanged(t, got, succeededBy2)
+		if RejectionRecorded(succeededBy2, got) {
+			t.Error("RejectionRecorded = true for a replay, want false")
+		}
+	})
+	t.Run("Attempt 1's failure resent while attempt 2 holds the lease answers replayed and leaves the lease", func(t *testing.T) {
+		got, replayed, err := attempt2.Complete(transient, at(10*time.Second), testJitter)
+		if err != nil || !replayed {
+			t.Fatalf("resent failure = (replayed %v, %v), want replayed and nil", replayed, err)
+		}
+		assertUnchanged(t, got, attempt2)
+	})
+	t.Run("Attempt 1's token with another outcome is OUTCOME_MISMATCH and keeps the artifact", func(t *testing.T) {
+		got, replayed, err := succeededBy2.Complete(successBy(1, "r1"), at(12*time.Second), 0)
+		if !errors.Is(err, ErrOutcomeMismatch) || replayed {
+			t.Fatalf("other outcome = (replayed %v, %v), want ErrOutcomeMismatch", replayed, err)
+		}
+		if got.Phase != PhaseSucceeded || got.Artifact != succeededBy2.Artifact {
+			t.Errorf("after the mismatch: %v artifact %+v, want SUCCEEDED %+v", got.Phase, got.Artifact, succeededBy2.Artifact)
+		}
+		if diff := cmp.Diff([]RejectionKey{{Token: 1, Reason: "OUTCOME_MISMATCH"}}, got.Rejected); diff != "" {
+			t.Errorf("Rejected (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("Attempt 1's failure resent by another renderer is NOT_LEASE_HOLDER, not a replay", func(t *testing.T) {
+		other := transient
+		other.Renderer = "r2"
+		_, replayed, err := succeededBy2.Complete(other, at(12*time.Second), testJitter)
+		if !errors.Is(err, ErrNotHolder) || replayed {
+			t.Fatalf("other renderer's resend = (replayed %v, %v), want ErrNotHolder", replayed, err)
+		}
+	})
+}
+
+func TestARepeatedRejectionIsRecordedOnce(t *testing.T) {
+	j := leased(t, 5)
+	deadline := j.Lease.Deadline
+	steps := []struct {
+		name         string
+		c            Completion
+		now          time.Time
+		wantErr      error
+		wantRecorded bool
+	}{
+		{"A stale token is recorded", successBy(4, "r1"), at(2 * time.Second), ErrStaleLease, true},
+		{"The same stale token again is not", successBy(4, "r1"), at(3 * time.Second), ErrStaleLease, false},
+		{"The same stale token with another outcome is not", Completion{Token: 4, Renderer: "r1", Class: ClassTransient, Message: "x"}, at(4 * time.Second), ErrStaleLease, false},
+		{"An impostor with the current token is recorded", successBy(5, "r2"), at(5 * time.Second), ErrNotHolder, true},
+		{"Another impostor with the current token is not", successBy(5, "r3"), at(6 * time.Second), ErrNotHolder, false},
+		{"The impostor after the deadline is still not", successBy(5, "r2"), deadline, ErrNotHolder, false},
+		{"The holder after the deadline is recorded under its own reason", successBy(5, "r1"), deadline, ErrLeaseExpired, true},
+		{"The holder after the deadline again is not", successBy(5, "r1"), deadline.Add(time.Second), ErrLeaseExpired, false},
+	}
+	for _, st := range steps {
+		next, replayed, err := j.Complete(st.c, st.now, 0)
+		if !errors.Is(err, st.wantErr) || replayed {
+			t.Fatalf("%s: Complete = (replayed %v, %v), want %v", st.name, replayed, err, st.wantErr)
+		}
+		if got := RejectionRecorded(j, next); got != st.wantRecorded {
+			t.Errorf("%s: RejectionRecorded = %v, want %v", st.name, got, st.wantRecorded)
+		}
+		if !st.wantRecorded {
+			assertUnchanged(t, next, j)
+		}
+		j = next
+	}
+	want := []RejectionKey{{Token: 4, Reason: "STALE_LEASE"}, {Token: 5, Reason: "NOT_LEASE_HOLDER"}, {Token: 5, Reason: "LEASE_EXPIRED"}}
+	if diff := cmp.Diff(want, j.Rejected); diff != "" {
+		t.Errorf("Rejected (-want +got):\n%s", diff)
+	}
+	if n := rejectionEvents(j.Events); j.RejectedCompletions != uint32(len(want)) || n != len(want) {
+		t.Errorf("RejectedCompletions %d and %d COMPLETION_REJECTED events, want both %d", j.RejectedCompletions, n, len(want))
+	}
+	if j.Phase != PhaseLeased || j.Lease.Token != 5 || j.Attempt != 1 {
+		t.Errorf("after the rejections: %v token %d attempt %d, want LEASED 5 1", j.Phase, j.Lease.Token, j.Attempt)
 	}
 }

@@ -70,7 +70,7 @@ func failedWith(t testing.TB, class FailureClass) Job {
 }
 
 // exhausted returns a job FAILED (ATTEMPTS_EXHAUSTED) after every attempt
-// expired; its tokens were 1..MaxAttempts.
+// expired with its holder heard from; its tokens were 1..MaxAttempts.
 func exhausted(t testing.TB) Job {
 	t.Helper()
 	j := queued()
@@ -82,7 +82,7 @@ func exhausted(t testing.TB) Job {
 		}
 		j = mustJob(t)(j.Grant(tok, "r1", now, testTTL))
 		now = j.Lease.Deadline
-		j = mustJob(t)(j.Expire(now, testJitter))
+		j = mustJob(t)(j.Expire(now, testJitter, true))
 	}
 	if j.Phase != PhaseFailed {
 		t.Fatalf("setup: phase %v, want FAILED", j.Phase)
@@ -102,9 +102,12 @@ func successBy(token uint64, renderer string) Completion {
 	return Completion{Token: token, Renderer: renderer, Success: true, Digest: "sha256:aa", Size: 99, ContentType: "image/png"}
 }
 
-// clone returns a deep copy of j whose history shares nothing with j.
+// clone returns a deep copy of j whose history, leases and rejections
+// share nothing with j.
 func clone(j Job) Job {
 	j.Events = slices.Clone(j.Events)
+	j.Leases = slices.Clone(j.Leases)
+	j.Rejected = slices.Clone(j.Rejected)
 	return j
 }
 
@@ -134,9 +137,9 @@ func assertUnchanged(t testing.TB, got, want Job) {
 	}
 }
 
-// lastAttemptLeased returns a job LEASED under token 3 at its last attempt
-// (3 of 3), after the leases of tokens 1 and 2 expired. The grant is at
-// t0+100s.
+// lastAttemptLeased returns a job LEASED to r1 under token 3 at its last
+// attempt (3 of 3), after the leases of tokens 1 and 2 expired with their
+// holder heard from. The grant is at t0+100s.
 func lastAttemptLeased(t testing.TB) Job {
 	t.Helper()
 	j := queued()
@@ -144,7 +147,7 @@ func lastAttemptLeased(t testing.TB) Job {
 	for tok := uint64(1); tok <= 2; tok++ {
 		j = mustJob(t)(j.Grant(tok, "r1", now, testTTL))
 		now = j.Lease.Deadline
-		j = mustJob(t)(j.Expire(now, testJitter))
+		j = mustJob(t)(j.Expire(now, testJitter, true))
 		now = j.NextAttemptAt
 		j = mustJob(t)(j.Requeue(now))
 	}
@@ -155,8 +158,33 @@ func lastAttemptLeased(t testing.TB) Job {
 	return j
 }
 
-// withEvents returns j with evs appended to a copy of its history.
+// withEvents returns j with evs appended to a copy of its history and
+// EventSeq naming the last of them, as every transition that records leaves
+// it.
 func withEvents(j Job, evs ...Event) Job {
 	j.Events = append(slices.Clone(j.Events), evs...)
+	if len(evs) > 0 {
+		j.EventSeq = evs[len(evs)-1].Seq
+	}
+	return j
+}
+
+// neverHeardSpent returns a job LEASED to r1 under token MaxAttempts+1 at
+// attempt 1, after MaxAttempts leases (tokens 1..MaxAttempts) expired
+// without their holder ever being heard from: the cycle's uncounted
+// re-queues are spent. The last grant is at t0+100s.
+func neverHeardSpent(t testing.TB) Job {
+	t.Helper()
+	j := queued()
+	now := t0
+	for tok := uint64(1); tok <= uint64(testPolicy.MaxAttempts); tok++ {
+		j = mustJob(t)(j.Grant(tok, "r1", now, testTTL))
+		now = j.Lease.Deadline
+		j = mustJob(t)(j.Expire(now, testJitter, false))
+	}
+	j = mustJob(t)(j.Grant(uint64(testPolicy.MaxAttempts)+1, "r1", at(100*time.Second), testTTL))
+	if j.Undelivered != testPolicy.MaxAttempts || j.Attempt != 1 {
+		t.Fatalf("setup: undelivered %d attempt %d, want %d and 1", j.Undelivered, j.Attempt, testPolicy.MaxAttempts)
+	}
 	return j
 }

@@ -2,8 +2,10 @@ package jobs
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +16,13 @@ import (
 
 // smallLimits keep the boundary cases a few bytes long.
 var smallLimits = Limits{
-	MaxDocuments:     3,
-	MaxDocumentBytes: 100,
-	MaxBatchBytes:    250,
-	MaxInlineBytes:   10,
-	MaxNameBytes:     16,
-	MaxAttempts:      5,
+	MaxDocuments:        3,
+	MaxDocumentBytes:    100,
+	MaxBatchBytes:       250,
+	MaxInlineBytes:      10,
+	MaxBatchInlineBytes: 25,
+	MaxNameBytes:        16,
+	MaxAttempts:         5,
 }
 
 // doc returns a valid document by reference, named name, declaring size.
@@ -62,6 +65,11 @@ func TestValidateBatch(t *testing.T) {
 		{name: "Inline content of MaxInlineBytes is accepted", docs: docs(inline("a", "0123456789"))},
 		{name: "Inline content one byte over MaxInlineBytes is refused", docs: docs(inline("a", "0123456789X")),
 			wantReason: "CONTENT_TOO_LARGE", want: []violation{{"documents[0].content", "CONTENT_TOO_LARGE"}}},
+
+		{name: "Inline content of MaxBatchInlineBytes across the batch is accepted", docs: docs(inline("a", "0123456789"), inline("b", "0123456789"), inline("c", "01234"))},
+		{name: "Inline content one byte over MaxBatchInlineBytes across the batch is refused whole", docs: docs(inline("a", "0123456789"), inline("b", "0123456789"), inline("c", "012345")),
+			wantReason: "BATCH_TOO_LARGE", want: []violation{{"documents", "BATCH_TOO_LARGE"}}},
+		{name: "Inline bytes count only inline content, not sizes declared by reference", docs: docs(inline("a", "0123456789"), inline("b", "0123456789"), doc("c", 100))},
 
 		{name: "A name of MaxNameBytes is accepted", docs: docs(doc("0123456789abcdef", 1))},
 		{name: "A name one byte over MaxNameBytes is refused", docs: docs(doc("0123456789abcdefg", 1)),
@@ -205,7 +213,7 @@ func TestValidationErrorMessage(t *testing.T) {
 func TestZeroLimitsTakeTheDefaults(t *testing.T) {
 	want := Limits{
 		MaxDocuments: DefaultMaxDocuments, MaxDocumentBytes: DefaultMaxDocumentBytes,
-		MaxBatchBytes: DefaultMaxBatchBytes, MaxInlineBytes: DefaultMaxInlineBytes,
+		MaxBatchBytes: DefaultMaxBatchBytes, MaxInlineBytes: DefaultMaxInlineBytes, MaxBatchInlineBytes: DefaultMaxBatchInline,
 		MaxNameBytes: DefaultMaxNameBytes, MaxTeamQueue: DefaultMaxTeamQueue, MaxAttempts: DefaultMaxAttemptsBound,
 	}
 	if diff := cmp.Diff(want, Limits{}.WithDefaults()); diff != "" {
@@ -225,6 +233,41 @@ func TestZeroLimitsTakeTheDefaults(t *testing.T) {
 	if err := ValidateBatch("team", "r", many, PolicyInput{}, Limits{}); !errors.As(err, &ve) || ve.Reason != "BATCH_TOO_LARGE" {
 		t.Errorf("ValidateBatch of %d documents with default limits = %v, want BATCH_TOO_LARGE", len(many), err)
 	}
+}
+
+func TestDefaultBatchInlineLimit(t *testing.T) {
+	// DefaultMaxBatchInline is a whole number of documents at
+	// DefaultMaxInlineBytes, so the boundary is reached with documents that
+	// each respect their own limit.
+	full := make([]byte, DefaultMaxInlineBytes)
+	n := DefaultMaxBatchInline / DefaultMaxInlineBytes
+	atLimit := make([]DocInput, n)
+	for i := range atLimit {
+		atLimit[i] = DocInput{Document: Document{Name: fmt.Sprintf("d%03d.txt", i), ContentType: "text/plain"}, Content: full}
+	}
+	t.Run("A batch carrying exactly DefaultMaxBatchInline bytes inline is accepted", func(t *testing.T) {
+		if err := ValidateBatch("team", "r", atLimit, PolicyInput{}, Limits{}); err != nil {
+			t.Fatalf("ValidateBatch = %v, want nil", err)
+		}
+	})
+	t.Run("One more inline byte refuses the whole batch BATCH_TOO_LARGE", func(t *testing.T) {
+		over := append(slices.Clone(atLimit), inline("extra.txt", "x"))
+		err := ValidateBatch("team", "r", over, PolicyInput{}, Limits{})
+		var ve *ValidationError
+		if !errors.As(err, &ve) {
+			t.Fatalf("ValidateBatch = %v, want a *ValidationError", err)
+		}
+		got := make([]string, len(ve.Violations))
+		for i, v := range ve.Violations {
+			got[i] = v.Field + " " + v.Reason
+		}
+		if diff := cmp.Diff([]string{"documents BATCH_TOO_LARGE"}, got); diff != "" {
+			t.Errorf("violations (-want +got):\n%s", diff)
+		}
+		if want := fmt.Sprint(DefaultMaxBatchInline + 1); !strings.Contains(ve.Violations[0].Description, want) {
+			t.Errorf("description %q does not name the %s bytes carried", ve.Violations[0].Description, want)
+		}
+	})
 }
 
 func TestPolicyInputOverridesDefaults(t *testing.T) {
@@ -353,6 +396,7 @@ func FuzzValidateBatch(f *testing.F) {
 	f.Add("", "", "", "", int64(-1), "", []byte("x"), "", uint32(99), int64(1), int64(-5))
 	f.Add("team", "r", "dup", "x\xff", int64(3), "\x00", []byte("12345"), "dup", uint32(0), int64(0), int64(0))
 	f.Add("t", strings.Repeat("r", 200), strings.Repeat("n", 300), "text/plain", int64(math.MaxInt64), "s3://x", []byte("0123456789X"), "m", uint32(math.MaxUint32), int64(math.MinInt64), int64(math.MaxInt64))
+	f.Add("team-a", "req-2", "big.txt", "text/plain", int64(0), "", []byte(strings.Repeat("z", 26)), "b.txt", uint32(1), int64(0), int64(0))
 	f.Fuzz(func(t *testing.T, team, reqID, name, ctype string, size int64, uri string, content []byte, name2 string, attempts uint32, base, cap int64) {
 		ds := []DocInput{
 			{Document: Document{Name: name, ContentType: ctype, SizeBytes: size, SourceURI: uri}, Content: content},
@@ -361,12 +405,24 @@ func FuzzValidateBatch(f *testing.F) {
 		policy := PolicyInput{MaxAttempts: attempts, BackoffBase: time.Duration(base), BackoffCap: time.Duration(cap)}
 		for _, d := range [][]DocInput{nil, ds[:1], ds} {
 			err := ValidateBatch(team, reqID, d, policy, smallLimits)
+			var inline int64
+			for _, di := range d {
+				inline += int64(len(di.Content))
+			}
 			if err == nil {
+				if inline > smallLimits.MaxBatchInlineBytes {
+					t.Fatalf("ValidateBatch accepted %d bytes inline, over %d", inline, smallLimits.MaxBatchInlineBytes)
+				}
 				continue
 			}
 			var ve *ValidationError
 			if !errors.As(err, &ve) || !errors.Is(err, ErrInvalidBatch) {
 				t.Fatalf("ValidateBatch = %v (%T), want a *ValidationError wrapping ErrInvalidBatch", err, err)
+			}
+			if inline > smallLimits.MaxBatchInlineBytes && !slices.ContainsFunc(ve.Violations, func(v Violation) bool {
+				return v.Field == "documents" && v.Reason == "BATCH_TOO_LARGE"
+			}) {
+				t.Fatalf("%d bytes inline, over %d, without a BATCH_TOO_LARGE violation: %v", inline, smallLimits.MaxBatchInlineBytes, err)
 			}
 			if len(ve.Violations) == 0 {
 				t.Fatalf("ValidationError without violations: %v", err)
