@@ -292,7 +292,7 @@ func TestLateCompletionAfterExpiryIsFenced(t *testing.T) {
 			Reason: "LEASE_EXPIRED", Message: "success:sha256:aa",
 		})
 		want.RejectedCompletions = 1
-		want.Rejected = []RejectionKey{{Token: 1, Reason: "LEASE_EXPIRED"}}
+		want.Rejected = []RejectionKey{{Token: 1, Reason: "LEASE_EXPIRED", Renderer: "rA"}}
 		want.UpdatedAt = at(30 * time.Second)
 		if diff := cmp.Diff(want, afterA); diff != "" {
 			t.Errorf("record after A's rejection (-want +got):\n%s", diff)
@@ -391,11 +391,12 @@ func tokens(from, to uint64) []uint64 {
 	return ts
 }
 
-// staleKeys returns the rejection keys of STALE_LEASE refusals of tokens.
+// staleKeys returns the rejection keys of rejectStale's STALE_LEASE
+// refusals of tokens.
 func staleKeys(tokens ...uint64) []RejectionKey {
 	keys := make([]RejectionKey, len(tokens))
 	for i, tok := range tokens {
-		keys[i] = RejectionKey{Token: tok, Reason: "STALE_LEASE"}
+		keys[i] = RejectionKey{Token: tok, Reason: "STALE_LEASE", Renderer: "old"}
 	}
 	return keys
 }
@@ -500,7 +501,7 @@ func TestCompletionFromAnotherRendererWithTheCurrentTokenIsRefused(t *testing.T)
 	t.Run("It changes nothing but one recorded rejection", func(t *testing.T) {
 		want := clone(in)
 		want.RejectedCompletions = 1
-		want.Rejected = []RejectionKey{{Token: 1, Reason: "NOT_LEASE_HOLDER"}}
+		want.Rejected = []RejectionKey{{Token: 1, Reason: "NOT_LEASE_HOLDER", Renderer: "r2"}}
 		want.UpdatedAt = now
 		want = withEvents(want, Event{
 			Seq: 3, At: now, Kind: EventCompletionRejected, Phase: PhaseLeased, Token: 1, Renderer: "r2", Attempt: 1,
@@ -570,7 +571,7 @@ func TestAnEarlierAttemptsCompletionResentAfterLaterAttemptsIsAReplay(t *testing
 		if got.Phase != PhaseSucceeded || got.Artifact != succeededBy2.Artifact {
 			t.Errorf("after the mismatch: %v artifact %+v, want SUCCEEDED %+v", got.Phase, got.Artifact, succeededBy2.Artifact)
 		}
-		if diff := cmp.Diff([]RejectionKey{{Token: 1, Reason: "OUTCOME_MISMATCH"}}, got.Rejected); diff != "" {
+		if diff := cmp.Diff([]RejectionKey{{Token: 1, Reason: "OUTCOME_MISMATCH", Renderer: "r1"}}, got.Rejected); diff != "" {
 			t.Errorf("Rejected (-want +got):\n%s", diff)
 		}
 	})
@@ -598,7 +599,7 @@ func TestARepeatedRejectionIsRecordedOnce(t *testing.T) {
 		{"The same stale token again is not", successBy(4, "r1"), at(3 * time.Second), ErrStaleLease, false},
 		{"The same stale token with another outcome is not", Completion{Token: 4, Renderer: "r1", Class: ClassTransient, Message: "x"}, at(4 * time.Second), ErrStaleLease, false},
 		{"An impostor with the current token is recorded", successBy(5, "r2"), at(5 * time.Second), ErrNotHolder, true},
-		{"Another impostor with the current token is not", successBy(5, "r3"), at(6 * time.Second), ErrNotHolder, false},
+		{"Another impostor with the current token is recorded apart", successBy(5, "r3"), at(6 * time.Second), ErrNotHolder, true},
 		{"The impostor after the deadline is still not", successBy(5, "r2"), deadline, ErrNotHolder, false},
 		{"The holder after the deadline is recorded under its own reason", successBy(5, "r1"), deadline, ErrLeaseExpired, true},
 		{"The holder after the deadline again is not", successBy(5, "r1"), deadline.Add(time.Second), ErrLeaseExpired, false},
@@ -616,7 +617,8 @@ func TestARepeatedRejectionIsRecordedOnce(t *testing.T) {
 		}
 		j = next
 	}
-	want := []RejectionKey{{Token: 4, Reason: "STALE_LEASE"}, {Token: 5, Reason: "NOT_LEASE_HOLDER"}, {Token: 5, Reason: "LEASE_EXPIRED"}}
+	want := []RejectionKey{{Token: 4, Reason: "STALE_LEASE", Renderer: "r1"}, {Token: 5, Reason: "NOT_LEASE_HOLDER", Renderer: "r2"},
+		{Token: 5, Reason: "NOT_LEASE_HOLDER", Renderer: "r3"}, {Token: 5, Reason: "LEASE_EXPIRED", Renderer: "r1"}}
 	if diff := cmp.Diff(want, j.Rejected); diff != "" {
 		t.Errorf("Rejected (-want +got):\n%s", diff)
 	}

@@ -151,10 +151,13 @@ type LeaseRecord struct {
 	Outcome string
 }
 
-// RejectionKey names a rejected completion recorded in the history.
+// RejectionKey names a rejected completion recorded in the history: the
+// same token refused for the same reason to the same renderer is one
+// rejection however often it is sent.
 type RejectionKey struct {
-	Token  uint64
-	Reason string
+	Token    uint64
+	Reason   string
+	Renderer string
 }
 
 // Document is a job's document metadata. The content itself is stored

@@ -464,7 +464,7 @@ func (m *model) rejectedCompletion(t *rapid.T, c Completion, next Job, replayed 
 		t.Fatal("a rejected completion reported replayed")
 	}
 	m.checkFence(t, "rejected Complete", err, want)
-	key := RejectionKey{Token: c.Token, Reason: ReasonCode(want)}
+	key := RejectionKey{Token: c.Token, Reason: ReasonCode(want), Renderer: c.Renderer}
 	wantJob := clone(before)
 	switch {
 	case slices.Contains(m.rejected, key):

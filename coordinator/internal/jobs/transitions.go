@@ -173,8 +173,8 @@ func (c Completion) Outcome() string { return Outcome(c.Success, c.Digest, c.Cla
 //
 // A refused completion (a *FenceError) returns the record with one
 // COMPLETION_REJECTED event appended and nothing else changed, unless the
-// same token was already rejected for the same reason in this cycle, in
-// which case the record is returned unchanged; the caller persists the
+// same token from the same renderer was already rejected for the same
+// reason in this cycle, in which case the record is returned unchanged; the caller persists the
 // record either way. The history keeps the first MaxRejectionEvents
 // rejections of a cycle: past that, every refusal is counted (and listed by
 // the caller) again.
@@ -220,7 +220,7 @@ func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, re
 // reject returns j with a COMPLETION_REJECTED event for c, once per token
 // and reason in a cycle, and the refusal.
 func (j Job) reject(c Completion, err error, now time.Time) (Job, bool, error) {
-	key := RejectionKey{Token: c.Token, Reason: ReasonCode(err)}
+	key := RejectionKey{Token: c.Token, Reason: ReasonCode(err), Renderer: c.Renderer}
 	if slices.Contains(j.Rejected, key) {
 		return j, false, err
 	}

@@ -469,7 +469,7 @@ func legalTransitions() []struct {
 			wantErr: ErrNotHolder,
 			want: func(j Job) Job {
 				j.RejectedCompletions = 1
-				j.Rejected = []RejectionKey{{Token: 1, Reason: "NOT_LEASE_HOLDER"}}
+				j.Rejected = []RejectionKey{{Token: 1, Reason: "NOT_LEASE_HOLDER", Renderer: "r2"}}
 				j.UpdatedAt = at(2 * time.Second)
 				return withEvents(j, Event{Seq: 3, At: at(2 * time.Second), Kind: EventCompletionRejected, Phase: PhaseLeased, Token: 1, Renderer: "r2", Attempt: 1, Reason: "NOT_LEASE_HOLDER", Message: "success:sha256:aa"})
 			},

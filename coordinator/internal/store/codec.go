@@ -76,7 +76,7 @@ func jobToRecord(j jobs.Job) *storagev1.JobRecord {
 	if len(j.Rejected) > 0 {
 		r.Rejected = make([]*storagev1.RejectionKey, len(j.Rejected))
 		for i, k := range j.Rejected {
-			r.Rejected[i] = &storagev1.RejectionKey{Token: k.Token, Reason: k.Reason}
+			r.Rejected[i] = &storagev1.RejectionKey{Token: k.Token, Reason: k.Reason, Renderer: k.Renderer}
 		}
 	}
 	return r
@@ -141,7 +141,7 @@ func jobFromRecord(r *storagev1.JobRecord) jobs.Job {
 	if len(r.Rejected) > 0 {
 		j.Rejected = make([]jobs.RejectionKey, len(r.Rejected))
 		for i, k := range r.Rejected {
-			j.Rejected[i] = jobs.RejectionKey{Token: k.Token, Reason: k.Reason}
+			j.Rejected[i] = jobs.RejectionKey{Token: k.Token, Reason: k.Reason, Renderer: k.Renderer}
 		}
 	}
 	return j

@@ -37,7 +37,7 @@ func fullJob(id, batch uint64, team string) jobs.Job {
 		ContentBytes:        8,
 		EventSeq:            2,
 		RejectedCompletions: 7,
-		Rejected:            []jobs.RejectionKey{{Token: 12, Reason: "STALE_LEASE"}, {Token: 41, Reason: "JOB_CANCELLED"}},
+		Rejected:            []jobs.RejectionKey{{Token: 12, Reason: "STALE_LEASE", Renderer: "r-9"}, {Token: 41, Reason: "JOB_CANCELLED", Renderer: "r-1"}},
 		CancelRejected:      true,
 		Undelivered:         1,
 	}

@@ -205,7 +205,7 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 			rejected, cancelRejected, undelivered = nil, false, 0
 		case jobs.EventCompletionRejected:
 			if len(rejected) < jobs.MaxRejectionEvents {
-				rejected = append(rejected, jobs.RejectionKey{Token: ev.Token, Reason: ev.Reason})
+				rejected = append(rejected, jobs.RejectionKey{Token: ev.Token, Reason: ev.Reason, Renderer: ev.Renderer})
 			}
 		case jobs.EventCancelRejected:
 			cancelRejected = true

@@ -201,7 +201,7 @@ func TestMigrateSchema1Fixture(t *testing.T) {
 		}
 		want := map[uint64]derived{
 			1: {Leases: []jobs.LeaseRecord{ended(1, "r-1", jobs.LeaseCompleted, "success:"+j1Digest)},
-				Rejected: []jobs.RejectionKey{{Token: 101, Reason: "STALE_LEASE"}}, ContentBytes: 17},
+				Rejected: []jobs.RejectionKey{{Token: 101, Reason: "STALE_LEASE", Renderer: "r-9"}}, ContentBytes: 17},
 			2: {Leases: []jobs.LeaseRecord{ended(2, "r-1", jobs.LeaseCompleted, "failure:TRANSIENT"), live(9, "r-2")}, ContentBytes: 20},
 			3: {Leases: []jobs.LeaseRecord{ended(3, "r-1", jobs.LeaseExpired, ""), live(10, "r-2")}, ContentBytes: 19},
 			4: {Leases: []jobs.LeaseRecord{ended(4, "r-1", jobs.LeaseRevoked, "")}, ContentBytes: 24},

@@ -90,7 +90,7 @@ type JobRecord struct {
 	// the fencing check needs to answer a late or repeated call without
 	// reading the history.
 	Leases []*LeaseEnd `protobuf:"bytes,44,rep,name=leases,proto3" json:"leases,omitempty"`
-	// The (token, reason) pairs of rejected completions recorded in this
+	// The (token, renderer, reason) of rejected completions recorded in this
 	// cycle's history (the first 32), so a repeat is recorded once.
 	Rejected []*RejectionKey `protobuf:"bytes,45,rep,name=rejected,proto3" json:"rejected,omitempty"`
 	// A cancel after the job ended was recorded in this cycle's history.
@@ -548,6 +548,7 @@ type RejectionKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
 	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Renderer      string                 `protobuf:"bytes,3,opt,name=renderer,proto3" json:"renderer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -592,6 +593,13 @@ func (x *RejectionKey) GetToken() uint64 {
 func (x *RejectionKey) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *RejectionKey) GetRenderer() string {
+	if x != nil {
+		return x.Renderer
 	}
 	return ""
 }
@@ -1408,10 +1416,11 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x1a\n" +
 	"\brenderer\x18\x02 \x01(\tR\brenderer\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\x05R\x04kind\x12\x18\n" +
-	"\aoutcome\x18\x04 \x01(\tR\aoutcome\"<\n" +
+	"\aoutcome\x18\x04 \x01(\tR\aoutcome\"X\n" +
 	"\fRejectionKey\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x81\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
+	"\brenderer\x18\x03 \x01(\tR\brenderer\"\x81\x01\n" +
 	"\x0eArtifactRecord\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x18\n" +
