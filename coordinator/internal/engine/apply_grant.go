@@ -75,6 +75,15 @@ func (e *Engine) dispatchWaiting(g *group) error {
 		return nil
 	}
 	live := e.liveCapacity(g.mono)
+	// A long poll answers once, with what this group gave it (up to its Max
+	// and byte budget); it takes nothing more while its answer is sent.
+	defer func() {
+		for _, c := range wanting {
+			if c.kind == ConnWaiter && c.granted > 0 {
+				c.credit = 0
+			}
+		}
+	}()
 	for progressed := true; progressed; {
 		progressed = false
 		for _, c := range wanting {
@@ -84,10 +93,6 @@ func (e *Engine) dispatchWaiting(g *group) error {
 			}
 			if ok {
 				progressed = true
-				if c.kind == ConnWaiter {
-					// A long poll answers with what one round gave it.
-					c.credit = 0
-				}
 			} else if e.sched.Ready() == 0 {
 				return nil
 			}

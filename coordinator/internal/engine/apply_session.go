@@ -52,6 +52,12 @@ func (c *openCmd) apply(g *group) error {
 		}
 		e.conns.remove(old)
 		moved = old.Outbox.end(ErrReplaced)
+		// Grants made to old earlier in this group (moved to it by a
+		// replacement just before) are not in its outbox yet.
+		if g.deliveries != nil {
+			moved = append(moved, g.deliveries[old]...)
+			delete(g.deliveries, old)
+		}
 		e.renderers[r.ID].conns--
 	}
 	conn := &Conn{kind: c.kind, renderer: r, instance: c.req.Instance, budget: c.req.MaxBytes}

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -24,13 +27,9 @@ func newBenchEngine(b *testing.B) (*Engine, *prometheus.Registry) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	arts, err := store.OpenArtifacts(filepath.Join(dir, "artifacts"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
 	e, err := New(Config{
-		Store: st, Artifacts: arts, Registerer: reg, Seed: 1,
+		Store: st, Registerer: reg, Seed: 1,
 		// Long leases: no expiry may interfere with a run.
 		LeaseTTL: time.Hour,
 		Limits:   jobs.Limits{MaxTeamQueue: 1 << 30},
@@ -126,7 +125,7 @@ func preGrant(b *testing.B, e *Engine, n int) []Grant {
 		if _, err := e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: fmt.Sprintf("batch-%d", batch), Docs: docs}); err != nil {
 			b.Fatal(err)
 		}
-		res, err := e.Acquire(ctx, AcquireRequest{Renderer: "r-1", Max: size, Capacity: n})
+		res, err := e.Acquire(ctx, AcquireRequest{Renderer: rend("r-1"), Max: size, Capacity: n})
 		if err != nil || len(res.Grants) != size {
 			b.Fatalf("Acquire = %d grants, %v; want %d", len(res.Grants), err, size)
 		}
@@ -135,7 +134,8 @@ func preGrant(b *testing.B, e *Engine, n int) []Grant {
 	return grants
 }
 
-// BenchmarkComplete measures Complete through the fencing check, with
+// BenchmarkComplete measures unary Complete (with a small inline
+// preview) through the fencing check, with
 // every completion under the current token, half of them under a token
 // that was never granted (rejected and recorded), or all of them. The
 // sequential runs pay one fsync per command; the parallel runs let group
@@ -182,5 +182,99 @@ func BenchmarkComplete(b *testing.B) {
 				b.ReportMetric(before.since(meanGroupState(b, reg)), "cmds/group")
 			})
 		}
+	}
+}
+
+// BenchmarkSessionPerDocument measures the session path per document:
+// each of N renderer sessions holds one lease at a time, completes it with
+// a ~600-byte preview inline and one credit in the same message, and takes
+// the grant that refills its slot, published by the same commit. One op is
+// one document; the figure includes the caller's side (digest, content read
+// after the commit) as the Session handler does it.
+func BenchmarkSessionPerDocument(b *testing.B) {
+	for _, sessions := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) {
+			e, reg := newBenchEngine(b)
+			ctx := context.Background()
+			submitDocs(b, e, b.N+sessions)
+			conns := make([]*Conn, sessions)
+			for i := range conns {
+				c, _, err := e.OpenSession(ctx, SessionOpen{Renderer: rend(fmt.Sprintf("r-%d", i)), Instance: "i", Capacity: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns[i] = c
+			}
+			page := make([]byte, 600)
+			for i := range page {
+				page[i] = byte(i)
+			}
+			before := meanGroupState(b, reg)
+			var done atomic.Int64
+			var wg sync.WaitGroup
+			b.ReportAllocs()
+			b.ResetTimer()
+			for _, c := range conns {
+				wg.Go(func() {
+					if _, err := e.Send(ctx, c, SessionInput{Credits: 1}); err != nil {
+						b.Error(err)
+						return
+					}
+					for {
+						<-c.Outbox.Ready()
+						grants, _, ended := c.Outbox.Take()
+						if ended != nil {
+							b.Error(ended)
+							return
+						}
+						if err := e.ReadContent(grants); err != nil {
+							b.Error(err)
+							return
+						}
+						for _, g := range grants {
+							if done.Add(1) > int64(b.N) {
+								return
+							}
+							content := append(page[:0:0], page...)
+							binary.BigEndian.PutUint64(content, g.Job.ID)
+							sum := sha256.Sum256(content)
+							req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Success: true},
+								Preview: &Preview{Digest: hex.EncodeToString(sum[:]), ContentType: "image/png", Content: content}}
+							res, err := e.Send(ctx, c, SessionInput{Completions: []CompleteRequest{req}, Credits: 1})
+							if err != nil || res.Completions[0].Err != nil {
+								b.Errorf("completion of job %d: %v, %v", g.Job.ID, err, res.Completions)
+								return
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(before.since(meanGroupState(b, reg)), "cmds/group")
+			for _, c := range conns {
+				if _, err := e.CloseConn(ctx, c, nil, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// submitDocs submits n one-page documents with inline content.
+func submitDocs(b *testing.B, e *Engine, n int) {
+	b.Helper()
+	ctx := context.Background()
+	for batch := 0; n > 0; batch++ {
+		size := min(n, jobs.DefaultMaxDocuments)
+		docs := make([]jobs.DocInput, size)
+		for i := range docs {
+			docs[i] = jobs.DocInput{Document: jobs.Document{Name: fmt.Sprintf("d%d.pdf", i), ContentType: "application/pdf"},
+				Content: []byte("%PDF-1.7 one page")}
+		}
+		if _, err := e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: fmt.Sprintf("batch-%d", batch), Docs: docs}); err != nil {
+			b.Fatal(err)
+		}
+		n -= size
 	}
 }

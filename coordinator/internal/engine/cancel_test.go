@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 func TestCancel(t *testing.T) {
@@ -71,8 +73,10 @@ func TestCancel(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
-		revs, unsubscribe := b.e.SubscribeRevocations("r-1")
-		defer unsubscribe()
+		stream, err := b.e.OpenStream(ctx, rend("r-1"), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
 		g := b.acquire(t, "r-1", 1)[0]
 		tok := g.Job.Lease.Token
 
@@ -90,14 +94,11 @@ func TestCancel(t *testing.T) {
 			t.Errorf("cancellation (-want +got):\n%s", diff)
 		}
 
-		select {
-		case got := <-revs:
-			want := LeaseStatus{Job: id, Token: tok, Reason: "JOB_CANCELLED", CurrentToken: tok, CurrentPhase: jobs.PhaseCancelled}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("revocation (-want +got):\n%s", diff)
-			}
-		case <-time.After(failsafe):
-			t.Fatalf("no revocation for r-1 within %v", failsafe)
+		// The revocation was published before the cancel was answered.
+		_, revoked, ended := take(stream)
+		wantRevoked := []LeaseStatus{{Job: id, Token: tok, Reason: "JOB_CANCELLED", CurrentToken: tok, CurrentPhase: jobs.PhaseCancelled}}
+		if diff := cmp.Diff(wantRevoked, revoked); diff != "" || ended != nil {
+			t.Errorf("revocations on r-1's stream (-want +got):\n%s\nended %v", diff, ended)
 		}
 
 		// The holder finishes anyway: refused, recorded once, no artifact.
@@ -118,26 +119,33 @@ func TestCancel(t *testing.T) {
 			t.Errorf("rejection (-want +got):\n%s", diff)
 		}
 		j := b.job(t, id)
-		if j.Phase != jobs.PhaseCancelled || j.Artifact != (jobs.Artifact{}) || j.CompletedToken != 0 {
-			t.Errorf("after the late completion: phase %v artifact %+v completed token %d; want CANCELLED, none, 0", j.Phase, j.Artifact, j.CompletedToken)
+		wantLeases := []jobs.LeaseRecord{{Token: tok, Renderer: "r-1", Kind: jobs.LeaseRevoked}}
+		if diff := cmp.Diff(wantLeases, j.Leases); j.Phase != jobs.PhaseCancelled || j.Artifact != (jobs.Artifact{}) || diff != "" {
+			t.Errorf("after the late completion: phase %v artifact %+v, leases (-want +got):\n%s\nwant CANCELLED, no artifact, the lease revoked", j.Phase, j.Artifact, diff)
+		}
+		if _, err := b.artifactAt(t, id, tok); !errors.Is(err, store.ErrArtifactNotFound) {
+			t.Errorf("preview of the refused completion: err = %v, want ErrArtifactNotFound", err)
+		}
+		if d := b.document(t, id); d != nil {
+			t.Errorf("a cancelled job kept its document %q", d)
 		}
 		if n := countEvents(j, jobs.EventCompletionRejected); n != 1 {
 			t.Errorf("COMPLETION_REJECTED events = %d, want 1", n)
 		}
 
 		// Its heartbeat learns the lease is lost.
-		st, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Leases: []LeaseRef{{Job: id, Token: tok}}})
+		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: id, Token: tok}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		wantLost := []LeaseStatus{{Job: id, Token: tok, Reason: "JOB_CANCELLED", CurrentToken: tok, CurrentPhase: jobs.PhaseCancelled}}
-		if diff := cmp.Diff(wantLost, st); diff != "" {
+		if diff := cmp.Diff(wantLost, hb.Leases); diff != "" {
 			t.Errorf("heartbeat of the revoked lease (-want +got):\n%s", diff)
 		}
 
 		// An acknowledgement under another token records nothing.
 		before := b.job(t, id)
-		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Acks: []LeaseRef{{Job: id, Token: tok + 1}}}); err != nil {
+		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok + 1}}}); err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(before, b.job(t, id)); diff != "" {
@@ -147,7 +155,7 @@ func TestCancel(t *testing.T) {
 		// The holder acknowledges.
 		b.clock.Advance(time.Second)
 		ackAt := b.clock.Now()
-		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
+		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
 			t.Fatal(err)
 		}
 		acked := b.job(t, id)
@@ -162,7 +170,7 @@ func TestCancel(t *testing.T) {
 		}
 
 		b.clock.Advance(time.Second)
-		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
+		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(acked, b.job(t, id)); diff != "" {
@@ -195,11 +203,11 @@ func TestCancel(t *testing.T) {
 		if len(refused.Events) != len(succeeded.Events)+1 {
 			t.Errorf("refused cancel added %d events, want 1", len(refused.Events)-len(succeeded.Events))
 		}
-		ignoreHistory := cmp.FilterPath(func(p cmp.Path) bool {
-			s := p.String()
-			return s == "Events" || s == "UpdatedAt"
-		}, cmp.Ignore())
-		if diff := cmp.Diff(succeeded, refused, ignoreHistory); diff != "" {
+		if !refused.CancelRejected {
+			t.Errorf("CancelRejected not set after the refused cancel")
+		}
+		historyOnly := cmpopts.IgnoreFields(jobs.Job{}, "Events", "EventSeq", "CancelRejected", "UpdatedAt")
+		if diff := cmp.Diff(succeeded, refused, historyOnly); diff != "" {
 			t.Errorf("refused cancel changed the job beyond its history:\n%s", diff)
 		}
 
@@ -229,7 +237,7 @@ func TestCancel(t *testing.T) {
 		if again.Result != jobs.AlreadyCancelled {
 			t.Errorf("second cancel result = %v, want AlreadyCancelled", again.Result)
 		}
-		if diff := cmp.Diff(first.Job, again.Job); diff != "" {
+		if diff := cmp.Diff(first.Job, again.Job, ignoreHistory); diff != "" {
 			t.Errorf("second cancel answered another job (-first +second):\n%s", diff)
 		}
 		if diff := cmp.Diff(before, b.job(t, id)); diff != "" {
@@ -241,12 +249,14 @@ func TestCancel(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(c *Config) { c.RunningCancel = false })
 		id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
-		revs, unsubscribe := b.e.SubscribeRevocations("r-1")
-		defer unsubscribe()
+		stream, err := b.e.OpenStream(ctx, rend("r-1"), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
 		g := b.acquire(t, "r-1", 1)[0]
 		before := b.job(t, id)
 
-		_, err := b.e.Cancel(ctx, CancelRequest{Job: id, Principal: "alice", Reason: "stop"})
+		_, err = b.e.Cancel(ctx, CancelRequest{Job: id, Principal: "alice", Reason: "stop"})
 		if !errors.Is(err, jobs.ErrRunningCancelDisabled) {
 			t.Fatalf("cancel of a leased job: err = %v, want ErrRunningCancelDisabled", err)
 		}
@@ -257,11 +267,9 @@ func TestCancel(t *testing.T) {
 		if err != nil || res.Job.Phase != jobs.PhaseSucceeded {
 			t.Fatalf("completion after the refused cancel = %v, %v; want SUCCEEDED", res.Job.Phase, err)
 		}
-		// The cancel's group published before the completion's group ran.
-		select {
-		case s := <-revs:
-			t.Errorf("revocation %+v sent for a cancel that was refused", s)
-		default:
+		// The cancel's group published before it was answered.
+		if _, revoked, _ := take(stream); len(revoked) != 0 {
+			t.Errorf("revocations %+v sent for a cancel that was refused", revoked)
 		}
 	})
 
@@ -309,7 +317,7 @@ func TestCancel(t *testing.T) {
 			t.Fatalf("audit = %+v, want one record", audit)
 		}
 		wantAudit := jobs.AuditRecord{ID: audit[0].ID, At: b.clock.Now(), Principal: "ops", Action: jobs.AuditCancelBatch, Reason: "abort import",
-			JobIDs: []uint64{ids[1], ids[3], ids[4]}, Batch: batch.ID}
+			JobIDs: []uint64{ids[1], ids[3], ids[4]}, Batch: batch.ID, Teams: []string{"alpha"}}
 		if diff := cmp.Diff(wantAudit, audit[0]); diff != "" {
 			t.Errorf("audit record (-want +got):\n%s", diff)
 		}
@@ -388,6 +396,9 @@ func TestCancelCompleteRace(t *testing.T) {
 			if rej := b.rejections(t, id); len(rej) != 1 || rej[0].Token != tok || rej[0].Reason != "JOB_CANCELLED" {
 				t.Fatalf("job %d rejections = %+v, want one JOB_CANCELLED for token %d", id, rej, tok)
 			}
+			if _, err := b.artifactAt(t, id, tok); !errors.Is(err, store.ErrArtifactNotFound) {
+				t.Fatalf("job %d cancelled, but its preview is stored (err %v)", id, err)
+			}
 		case jobs.PhaseSucceeded:
 			if o.cerr != nil || o.complete.Job.Phase != jobs.PhaseSucceeded {
 				t.Fatalf("job %d succeeded, but complete answered %v, %v", id, o.complete.Job.Phase, o.cerr)
@@ -403,6 +414,9 @@ func TestCancelCompleteRace(t *testing.T) {
 			}
 			if rej := b.rejections(t, id); len(rej) != 0 {
 				t.Fatalf("job %d rejections = %+v, want none", id, rej)
+			}
+			if a, err := b.artifactAt(t, id, tok); err != nil || a.Digest != digest {
+				t.Fatalf("job %d succeeded, stored preview = %q, %v; want %s", id, a.Digest, err, digest)
 			}
 		default:
 			t.Fatalf("job %d ended %v, want CANCELLED or SUCCEEDED", id, j.Phase)

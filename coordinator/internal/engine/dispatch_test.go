@@ -22,7 +22,7 @@ func names(prefix string, n int) []string {
 // grantOne asks for one lease from a renderer of the given capacity.
 func (b *testBundle) grantOne(t *testing.T, capacity int) (Grant, bool) {
 	t.Helper()
-	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: "r-1", Max: 1, Capacity: capacity})
+	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: capacity})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -73,7 +73,7 @@ func TestFairDispatch(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(c *Config) { c.Dispatch.MaxShare = 0.5 })
 		b.submit(t, "alpha", "r1", names("a", 8)...)
-		res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: "r-1", Max: 8, Capacity: 4})
+		res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: rend("r-1"), Max: 8, Capacity: 4})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,29 +9,58 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is an injected clock the tests move by hand.
+// clock is an injected clock the tests move by hand: a wall clock and a
+// monotonic one, which move together unless a test steps the wall clock
+// alone.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu   sync.Mutex
+	t    time.Time
+	mono time.Duration
 }
 
+// Now is the wall clock.
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
+// Mono is the monotonic clock.
+func (c *clock) Mono() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
+// Advance moves both clocks by d.
 func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	c.mono += d
+}
+
+// StepWall moves the wall clock alone, as an NTP step or an operator does.
+func (c *clock) StepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// fataler is what opening an engine needs of *testing.T, *testing.B and
+// *rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
 }
 
 type testBundle struct {
@@ -40,18 +69,16 @@ type testBundle struct {
 	cfg   Config
 	e     *Engine
 	st    *store.Store
+	// reg is the registry of the engine opened last.
+	reg *prometheus.Registry
 }
+
+// epoch is where every test's clock starts.
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func setup(t *testing.T, mutate ...func(*Config)) *testBundle {
 	t.Helper()
-	b := &testBundle{dir: t.TempDir(), clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
-	b.cfg = Config{
-		Now:           b.clock.Now,
-		LeaseTTL:      15 * time.Second,
-		Retry:         jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 10 * time.Second},
-		RunningCancel: true,
-		Seed:          1,
-	}
+	b := newBundle(t.TempDir())
 	for _, m := range mutate {
 		m(&b.cfg)
 	}
@@ -59,26 +86,47 @@ func setup(t *testing.T, mutate ...func(*Config)) *testBundle {
 	return b
 }
 
-// open (re)opens the store and engine on the bundle's directory.
+// newBundle returns a bundle over dir with the tests' default config:
+// injected wall and monotonic clocks. A test that sets Mono to nil runs
+// with the wall clock as both.
+func newBundle(dir string) *testBundle {
+	b := &testBundle{dir: dir, clock: &clock{t: epoch, mono: time.Hour}}
+	b.cfg = Config{
+		Now:           b.clock.Now,
+		Mono:          b.clock.Mono,
+		LeaseTTL:      15 * time.Second,
+		Retry:         jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 10 * time.Second},
+		RunningCancel: true,
+		Seed:          1,
+	}
+	return b
+}
+
+// open (re)opens the store and engine on the bundle's directory and stops
+// them when the test ends.
 func (b *testBundle) open(t *testing.T, opts ...store.Option) {
+	t.Helper()
+	b.start(t, opts...)
+	t.Cleanup(b.close)
+}
+
+// start opens the store and starts an engine on it; the caller closes.
+func (b *testBundle) start(t fataler, opts ...store.Option) {
 	t.Helper()
 	st, err := store.Open(filepath.Join(b.dir, "leasehold.db"), opts...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	arts, err := store.OpenArtifacts(filepath.Join(b.dir, "artifacts"))
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("store.Open: %v", err)
 	}
 	cfg := b.cfg
-	cfg.Store, cfg.Artifacts = st, arts
+	b.reg = prometheus.NewRegistry()
+	cfg.Store, cfg.Registerer = st, b.reg
 	e, err := New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		st.Close()
+		t.Fatalf("New: %v", err)
 	}
 	e.Start()
 	b.e, b.st = e, st
-	t.Cleanup(b.close)
 }
 
 // close stops the engine and closes the store; safe to call twice.
@@ -93,8 +141,11 @@ func (b *testBundle) close() {
 func (b *testBundle) restart(t *testing.T) {
 	t.Helper()
 	b.close()
-	b.open(t)
+	b.start(t)
 }
+
+// rend is a renderer whose credential is its own id.
+func rend(id string) Renderer { return Renderer{ID: id, Principal: "cred-" + id} }
 
 func docs(names ...string) []jobs.DocInput {
 	out := make([]jobs.DocInput, len(names))
@@ -110,14 +161,19 @@ func (b *testBundle) submit(t *testing.T, team, req string, names ...string) job
 	if err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
-	return res.Batch
+	return res.Batch.Batch
 }
 
+// acquire grants up to n leases to renderer at once and reads their
+// content, as the Acquire handler does.
 func (b *testBundle) acquire(t *testing.T, renderer string, n int) []Grant {
 	t.Helper()
-	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: renderer, Max: n, Capacity: 4})
+	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: rend(renderer), Max: n, Capacity: 4})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
+	}
+	if err := b.e.ReadContent(res.Grants); err != nil {
+		t.Fatalf("ReadContent: %v", err)
 	}
 	return res.Grants
 }
@@ -131,9 +187,24 @@ func (b *testBundle) job(t *testing.T, id uint64) jobs.Job {
 	return j
 }
 
-func success(job, token uint64, renderer, digest string) CompleteRequest {
-	return CompleteRequest{Job: job, Completion: jobs.Completion{Token: token, Renderer: renderer, Success: true, Digest: digest, ContentType: "image/png"}}
+// preview is the inline preview a test renderer makes for digest.
+func preview(digest string) *Preview {
+	return &Preview{Digest: digest, ContentType: "image/png", Content: []byte("png bytes of " + digest)}
 }
+
+// success is a completion with its preview inline.
+func success(job, token uint64, renderer, digest string) CompleteRequest {
+	return CompleteRequest{Job: job, Completion: jobs.Completion{Token: token, Renderer: renderer, Success: true}, Preview: preview(digest)}
+}
+
+// stagedSuccess is a completion naming a preview uploaded before (Stage).
+func stagedSuccess(job, token uint64, renderer, digest string) CompleteRequest {
+	return CompleteRequest{Job: job, Completion: jobs.Completion{Token: token, Renderer: renderer, Success: true, Digest: digest}}
+}
+
+// ignoreHistory compares job records without their history, which the
+// writer's answers carry only in part.
+var ignoreHistory = cmpopts.IgnoreFields(jobs.Job{}, "Events")
 
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
@@ -155,12 +226,12 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("content = %q", g.Content)
 		}
 		b.clock.Advance(10 * time.Second)
-		st, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
+		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !st[0].Held || !st[0].Deadline.Equal(b.clock.Now().Add(15*time.Second)) {
-			t.Fatalf("heartbeat = %+v, want held until now+15s", st[0])
+		if st := hb.Leases[0]; !st.Held || !st.Deadline.Equal(b.clock.Now().Add(15*time.Second)) {
+			t.Fatalf("heartbeat = %+v, want held until now+15s", st)
 		}
 		res, err := b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1"))
 		if err != nil {
@@ -169,11 +240,19 @@ func TestLifecycle(t *testing.T) {
 		if res.Job.Phase != jobs.PhaseSucceeded || res.Job.Artifact.Digest != "d1" || res.Job.Artifact.Token != g.Job.Lease.Token {
 			t.Fatalf("job = %v artifact %+v", res.Job.Phase, res.Job.Artifact)
 		}
+		art, err := b.e.Artifact(res.Job)
+		if err != nil {
+			t.Fatalf("Artifact: %v", err)
+		}
+		want := store.Artifact{Digest: "d1", ContentType: "image/png", Content: preview("d1").Content, Renderer: "r-1"}
+		if diff := cmp.Diff(want, art); diff != "" {
+			t.Errorf("stored preview (-want +got):\n%s", diff)
+		}
 		v, err := b.e.Batch(batch.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(map[jobs.Phase]int{jobs.PhaseSucceeded: 1, jobs.PhaseQueued: 1}, v.Counts); diff != "" || v.Done {
+		if diff := cmp.Diff(store.Counts{jobs.PhaseQueued: 1, jobs.PhaseSucceeded: 1}, v.Counts); diff != "" || v.Done {
 			t.Fatalf("counts (-want +got):\n%s done=%v", diff, v.Done)
 		}
 	})
@@ -186,15 +265,14 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.Replayed || res.Batch.ID != first.ID {
-			t.Fatalf("second submit = %+v, want replay of batch %d", res, first.ID)
+		if !res.Replayed || res.Batch.Batch.ID != first.ID || res.Batch.Counts != (store.Counts{jobs.PhaseQueued: 1}) {
+			t.Fatalf("second submit = %+v, want replay of batch %d with its counts", res, first.ID)
 		}
 		_, err = b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("other.pdf")})
 		if !errors.Is(err, jobs.ErrRequestIDReused) {
 			t.Fatalf("reused id err = %v, want ErrRequestIDReused", err)
 		}
-		all, _ := b.e.ListJobs(JobFilter{})
-		if len(all) != 1 {
+		if all := b.allJobs(t); len(all) != 1 {
 			t.Fatalf("stored %d jobs, want 1", len(all))
 		}
 	})
@@ -222,9 +300,12 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("err = %v, want ErrTeamQueueFull", err)
 		}
 		b.submit(t, "beta", "r2", "c", "d")
-		all, _ := b.e.ListJobs(JobFilter{Teams: []string{"alpha"}})
-		if len(all) != 2 {
-			t.Fatalf("alpha has %d jobs, want 2", len(all))
+		page, err := b.e.ListJobs(JobFilter{Teams: []string{"alpha"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Jobs) != 2 {
+			t.Fatalf("alpha has %d jobs, want 2", len(page.Jobs))
 		}
 	})
 }
@@ -260,18 +341,19 @@ func TestFencing(t *testing.T) {
 			t.Fatalf("A's completion err = %v, want ErrLeaseExpired", err)
 		}
 		after := b.job(t, batch.FirstJob)
-		if diff := cmp.Diff(before, after, cmp.FilterPath(func(p cmp.Path) bool {
-			s := p.String()
-			return s == "Events" || s == "RejectedCompletions" || s == "UpdatedAt"
-		}, cmp.Ignore())); diff != "" {
+		rejectionBookkeeping := cmpopts.IgnoreFields(jobs.Job{}, "Events", "EventSeq", "RejectedCompletions", "Rejected", "UpdatedAt")
+		if diff := cmp.Diff(before, after, rejectionBookkeeping); diff != "" {
 			t.Fatalf("rejected completion changed the job (-before +after):\n%s", diff)
 		}
 		if len(after.Events) != len(before.Events)+1 || after.Events[len(after.Events)-1].Kind != jobs.EventCompletionRejected {
 			t.Fatalf("want exactly one COMPLETION_REJECTED event appended")
 		}
-		rej, err := b.e.ListRejections(RejectionFilter{Job: batch.FirstJob})
-		if err != nil || len(rej) != 1 || rej[0].Reason != "LEASE_EXPIRED" || rej[0].Token != a.Job.Lease.Token {
-			t.Fatalf("rejections = %+v, %v", rej, err)
+		rej := b.rejections(t, batch.FirstJob)
+		if len(rej) != 1 || rej[0].Reason != "LEASE_EXPIRED" || rej[0].Token != a.Job.Lease.Token {
+			t.Fatalf("rejections = %+v", rej)
+		}
+		if _, err := b.artifactAt(t, batch.FirstJob, a.Job.Lease.Token); !errors.Is(err, store.ErrArtifactNotFound) {
+			t.Errorf("preview of the refused completion: err = %v, want ErrArtifactNotFound", err)
 		}
 		replay, err := b.e.Complete(ctx, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
 		if err != nil || !replay.Replayed {
@@ -281,14 +363,8 @@ func TestFencing(t *testing.T) {
 		if diff := cmp.Diff(after, final); diff != "" {
 			t.Fatalf("replay changed the job:\n%s", diff)
 		}
-		terminal := 0
-		for _, ev := range final.Events {
-			if ev.Kind == jobs.EventSucceeded {
-				terminal++
-			}
-		}
-		if terminal != 1 || final.Artifact.Digest != "digest-b" || final.Artifact.Token != bres.Job.Artifact.Token {
-			t.Fatalf("terminal events = %d artifact = %+v", terminal, final.Artifact)
+		if n := countEvents(final, jobs.EventSucceeded); n != 1 || final.Artifact.Digest != "digest-b" || final.Artifact.Token != bres.Job.Artifact.Token {
+			t.Fatalf("terminal events = %d artifact = %+v", n, final.Artifact)
 		}
 	})
 
@@ -297,8 +373,7 @@ func TestFencing(t *testing.T) {
 		b := setup(t)
 		batch := b.submit(t, "alpha", "r1", "a.pdf")
 		g := b.acquire(t, "r-1", 1)[0]
-		missing := success(batch.FirstJob, g.Job.Lease.Token, "r-1", "never-uploaded")
-		missing.ArtifactMissing = true
+		missing := stagedSuccess(batch.FirstJob, g.Job.Lease.Token, "r-1", "never-uploaded")
 		before := b.job(t, batch.FirstJob)
 		if _, err := b.e.Complete(ctx, missing); !errors.Is(err, jobs.ErrArtifactMissing) {
 			t.Fatalf("holder's completion with no upload: err = %v, want ErrArtifactMissing", err)
@@ -311,8 +386,43 @@ func TestFencing(t *testing.T) {
 		if _, err := b.e.Complete(ctx, stale); !errors.Is(err, jobs.ErrStaleLease) {
 			t.Fatalf("stale completion with no upload: err = %v, want ErrStaleLease", err)
 		}
-		if rej, _ := b.e.ListRejections(RejectionFilter{Job: batch.FirstJob}); len(rej) != 1 {
+		if rej := b.rejections(t, batch.FirstJob); len(rej) != 1 {
 			t.Fatalf("rejections = %d, want the stale completion recorded once", len(rej))
+		}
+
+		// An upload under the lease makes the named digest complete; another
+		// digest is still missing.
+		p := preview("uploaded")
+		if err := b.e.Stage(ctx, StageRequest{Job: g.Job.ID, Token: g.Job.Lease.Token, Renderer: "r-1", Preview: *p}); err != nil {
+			t.Fatalf("Stage: %v", err)
+		}
+		if _, err := b.e.Complete(ctx, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "other")); !errors.Is(err, jobs.ErrArtifactMissing) {
+			t.Fatalf("completion naming another digest than the upload: err = %v, want ErrArtifactMissing", err)
+		}
+		res, err := b.e.Complete(ctx, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "uploaded"))
+		if err != nil {
+			t.Fatalf("completion naming the upload: %v", err)
+		}
+		wantArt := jobs.Artifact{Digest: "uploaded", Size: int64(len(p.Content)), ContentType: "image/png", Token: g.Job.Lease.Token, Renderer: "r-1"}
+		if diff := cmp.Diff(wantArt, res.Job.Artifact); diff != "" {
+			t.Errorf("artifact reference (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("AnUploadByAnotherRendererIsRefusedAndStoresNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
+		tok := b.acquire(t, "r-1", 1)[0].Job.Lease.Token
+		err := b.e.Stage(ctx, StageRequest{Job: id, Token: tok, Renderer: "r-2", Preview: *preview("impostor")})
+		if !errors.Is(err, jobs.ErrNotHolder) {
+			t.Fatalf("Stage by another renderer: err = %v, want ErrNotHolder", err)
+		}
+		if _, err := b.artifactAt(t, id, tok); !errors.Is(err, store.ErrArtifactNotFound) {
+			t.Errorf("preview after a refused upload: err = %v, want ErrArtifactNotFound", err)
+		}
+		if err := b.e.Stage(ctx, StageRequest{Job: 999, Token: tok, Renderer: "r-1", Preview: *preview("x")}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Stage for an unknown job: err = %v, want ErrNotFound", err)
 		}
 	})
 
@@ -322,9 +432,9 @@ func TestFencing(t *testing.T) {
 		b.submit(t, "alpha", "r1", "a", "b", "c")
 		first := b.acquire(t, "r-1", 2)
 		b.restart(t)
-		st, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Leases: []LeaseRef{{Job: first[0].Job.ID, Token: first[0].Job.Lease.Token}}})
-		if err != nil || !st[0].Held {
-			t.Fatalf("heartbeat after restart = %+v, %v; want held", st, err)
+		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: first[0].Job.ID, Token: first[0].Job.Lease.Token}}})
+		if err != nil || !hb.Leases[0].Held {
+			t.Fatalf("heartbeat after restart = %+v, %v; want held", hb, err)
 		}
 		later := b.acquire(t, "r-2", 1)
 		if len(later) != 1 || later[0].Job.Lease.Token <= first[1].Job.Lease.Token {
@@ -356,22 +466,24 @@ func TestAtomicAcceptance(t *testing.T) {
 		return nil
 	}))
 	_, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r2", Docs: docs("c", "d", "e", "f")})
-	if !errors.Is(err, ErrStorageFailed) {
-		t.Fatalf("submit during a storage fault: err = %v, want ErrStorageFailed", err)
+	if !errors.Is(err, ErrStorageFailed) || errors.Is(err, ErrStorageFull) {
+		t.Fatalf("submit during a storage fault: err = %v, want ErrStorageFailed (not full)", err)
 	}
 	if b.e.Serving() {
 		t.Fatal("engine still serving after a failed commit")
 	}
+	waitClosed(t, b.e.Failed(), "Failed after a failed commit")
 	if _, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r3", Docs: docs("g")}); !errors.Is(err, ErrStorageFailed) {
 		t.Fatalf("submit after fail-stop: err = %v, want ErrStorageFailed", err)
 	}
 	b.restart(t)
-	all, err := b.e.ListJobs(JobFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := b.allJobs(t)
 	if len(all) != 2 || all[0].BatchID != acked.ID || all[1].BatchID != acked.ID {
 		t.Fatalf("after restart jobs = %d, want only the acknowledged batch's 2", len(all))
+	}
+	v, err := b.e.Batch(acked.ID)
+	if err != nil || v.Counts != (store.Counts{jobs.PhaseQueued: 2}) {
+		t.Fatalf("acknowledged batch after restart = %+v, %v; want 2 QUEUED", v.Counts, err)
 	}
 	if got := len(b.acquire(t, "r", 4)); got != 2 {
 		t.Fatalf("dispatchable after restart = %d, want 2", got)
@@ -381,38 +493,90 @@ func TestAtomicAcceptance(t *testing.T) {
 func TestLiveCapacity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t)
-	capacity := func() int {
-		t.Helper()
-		if err := b.e.Tick(ctx); err != nil {
+
+	t.Run("StreamsCountUntilClosedAndAcquirersUntilSilent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if _, err := b.e.OpenStream(ctx, rend("r-1"), 4); err != nil {
 			t.Fatal(err)
 		}
-		return b.e.m.snap.Load().capacity
-	}
-	if err := b.e.RendererConnected(ctx, "r-1", 4); err != nil {
+		r2, err := b.e.OpenStream(ctx, rend("r-2"), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.capacity(t); got != 6 {
+			t.Fatalf("live capacity with two streams = %d, want 6", got)
+		}
+		if _, err := b.e.CloseConn(ctx, r2, nil, true); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.capacity(t); got != 4 {
+			t.Fatalf("live capacity after r-2's stream closed = %d, want 4", got)
+		}
+		// A renderer seen only through Acquire stays live until it has been
+		// silent for RendererTimeout.
+		b.acquire(t, "r-3", 1)
+		if got := b.capacity(t); got != 8 {
+			t.Fatalf("live capacity after r-3 acquired = %d, want 8", got)
+		}
+		b.clock.Advance(DefaultRendererTimeout + time.Second)
+		b.acquire(t, "r-1", 1)
+		if got := b.capacity(t); got != 4 {
+			t.Fatalf("live capacity after r-3 went silent = %d, want 4", got)
+		}
+	})
+
+	t.Run("RenderersOfOneCredentialCountAtMostItsMaxCapacity", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		shared := func(id string) Renderer { return Renderer{ID: id, Principal: "pool", MaxCapacity: 4} }
+		for _, id := range []string{"p-1", "p-2"} {
+			if _, err := b.e.OpenStream(ctx, shared(id), 100); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := b.capacity(t); got != 4 {
+			t.Fatalf("two renderers of one credential declaring 100 each count %d, want its MaxCapacity 4", got)
+		}
+		if _, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: shared("p-3"), Instance: "i", Capacity: 100}); err != nil {
+			t.Fatal(err)
+		}
+		b.acquire(t, "other", 1) // another credential, unbounded, capacity 4
+		if got := b.capacity(t); got != 8 {
+			t.Fatalf("with a third renderer of the credential and another credential = %d, want 4 + 4", got)
+		}
+	})
+
+	t.Run("TheBoundedCapacityIsWhatTheShareCapUses", func(t *testing.T) {
+		t.Parallel()
+		// With MaxShare 0.5, a live capacity of 4 caps a team at 2 leases
+		// while another waits; counted unbounded (200) it would never bite.
+		b := setup(t, func(c *Config) { c.Dispatch.MaxShare = 0.5 })
+		shared := Renderer{ID: "p-1", Principal: "pool", MaxCapacity: 4}
+		b.submit(t, "alpha", "bulk", names("a", 6)...)
+		res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: shared, Max: 2, Capacity: 200})
+		if err != nil || len(res.Grants) != 2 {
+			t.Fatalf("Acquire = %d grants, %v; want 2", len(res.Grants), err)
+		}
+		b.submit(t, "beta", "small", names("b", 2)...)
+		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: shared, Max: 2, Capacity: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"b1.pdf", "b2.pdf"}, grantedDocs(res.Grants)); diff != "" {
+			t.Errorf("with alpha at the cap of the bounded capacity, grants (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// capacity runs an empty group and returns the live capacity its metrics
+// snapshot saw.
+func (b *testBundle) capacity(t *testing.T) int {
+	t.Helper()
+	if err := b.e.Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.e.RendererConnected(ctx, "r-2", 2); err != nil {
-		t.Fatal(err)
-	}
-	if got := capacity(); got != 6 {
-		t.Fatalf("live capacity with two streams = %d, want 6", got)
-	}
-	b.e.RendererGone("r-2")
-	if got := capacity(); got != 4 {
-		t.Fatalf("live capacity after r-2's stream closed = %d, want 4", got)
-	}
-	// A renderer seen only through Acquire stays live until it has been
-	// silent for RendererTimeout.
-	b.acquire(t, "r-3", 1)
-	if got := capacity(); got != 8 {
-		t.Fatalf("live capacity after r-3 acquired = %d, want 8", got)
-	}
-	b.clock.Advance(DefaultRendererTimeout + time.Second)
-	b.acquire(t, "r-1", 1)
-	if got := capacity(); got != 4 {
-		t.Fatalf("live capacity after r-3 went silent = %d, want 4", got)
-	}
+	return b.e.m.snap.Load().capacity
 }
 
 // TestSubmitLimits checks every batch limit just under and just over through
@@ -450,15 +614,9 @@ func TestSubmitLimits(t *testing.T) {
 			if tt.wantReason == "TEAM_QUEUE_FULL" {
 				b.submit(t, "alpha", "first", "x", "y", "z")
 			}
-			before, err := b.e.ListJobs(JobFilter{Limit: 1000})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = b.e.Submit(context.Background(), SubmitRequest{Team: "alpha", RequestID: "req", Docs: tt.docs})
-			after, lerr := b.e.ListJobs(JobFilter{Limit: 1000})
-			if lerr != nil {
-				t.Fatal(lerr)
-			}
+			before := b.allJobs(t)
+			_, err := b.e.Submit(context.Background(), SubmitRequest{Team: "alpha", RequestID: "req", Docs: tt.docs})
+			after := b.allJobs(t)
 			if tt.wantReason == "" {
 				if err != nil || len(after) != len(before)+len(tt.docs) {
 					t.Fatalf("Submit = %v, stored %d new jobs; want accepted with %d", err, len(after)-len(before), len(tt.docs))

@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // failsafe bounds every wait on a channel the engine should close or send
@@ -39,42 +42,180 @@ func (b *testBundle) tick(t *testing.T, d time.Duration) {
 	}
 }
 
-// allJobs lists every stored job in id order.
+// allJobs lists every stored job, with its history, in id order.
 func (b *testBundle) allJobs(t *testing.T) []jobs.Job {
 	t.Helper()
 	var out []jobs.Job
 	var after uint64
 	for {
-		page, err := b.e.ListJobs(JobFilter{After: after, Limit: 1000})
+		page, err := b.e.ListJobs(JobFilter{After: after, Limit: 1000, History: true})
 		if err != nil {
 			t.Fatalf("ListJobs: %v", err)
 		}
-		out = append(out, page...)
-		if len(page) < 1000 {
+		out = append(out, page.Jobs...)
+		if page.Next == 0 {
 			return out
 		}
-		after = page[len(page)-1].ID
+		after = page.Next
 	}
 }
 
 // allAudit lists every audit record, newest first.
 func (b *testBundle) allAudit(t *testing.T) []jobs.AuditRecord {
 	t.Helper()
-	recs, err := b.e.ListAudit(0, 10_000)
+	page, err := b.e.ListAudit(AuditFilter{Limit: 10_000})
 	if err != nil {
 		t.Fatalf("ListAudit: %v", err)
 	}
-	return recs
+	return page.Records
 }
 
 // rejections lists the recorded rejections of one job, newest first.
 func (b *testBundle) rejections(t *testing.T, job uint64) []jobs.Rejection {
 	t.Helper()
-	rej, err := b.e.ListRejections(RejectionFilter{Job: job, Limit: 10_000})
+	page, err := b.e.ListRejections(RejectionFilter{Job: job, Limit: 10_000})
 	if err != nil {
 		t.Fatalf("ListRejections: %v", err)
 	}
-	return rej
+	return page.Rejections
+}
+
+// artifactAt reads the preview stored under the lease (job, token).
+func (b *testBundle) artifactAt(t *testing.T, job, token uint64) (store.Artifact, error) {
+	t.Helper()
+	var a store.Artifact
+	err := b.st.View(func(tx *store.Tx) error {
+		var err error
+		a, err = tx.Artifact(job, token)
+		return err
+	})
+	return a, err
+}
+
+// document reads a job's stored inline content (nil when none).
+func (b *testBundle) document(t *testing.T, job uint64) []byte {
+	t.Helper()
+	var d []byte
+	if err := b.st.View(func(tx *store.Tx) error { d = tx.Document(job); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// openSession opens a session for renderer (instance "i-1") with the given
+// credit, and fails the test on an error.
+func (b *testBundle) openSession(t *testing.T, renderer string, credits int) *Conn {
+	t.Helper()
+	conn, _, err := b.e.OpenSession(context.Background(), SessionOpen{Renderer: rend(renderer), Instance: "i-1", Capacity: 4})
+	if err != nil {
+		t.Fatalf("OpenSession(%s): %v", renderer, err)
+	}
+	if credits > 0 {
+		b.send(t, conn, SessionInput{Credits: credits})
+	}
+	return conn
+}
+
+// send applies one session message and fails the test on an error.
+func (b *testBundle) send(t *testing.T, conn *Conn, in SessionInput) SessionResult {
+	t.Helper()
+	res, err := b.e.Send(context.Background(), conn, in)
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	return res
+}
+
+// take drains a connection's outbox: the grants and revocations the writer
+// published to it so far, and its end.
+func take(c *Conn) ([]Grant, []LeaseStatus, error) { return c.Outbox.Take() }
+
+// refs names the leases of grants.
+func refs(gs []Grant) []LeaseRef {
+	out := make([]LeaseRef, len(gs))
+	for i, g := range gs {
+		out[i] = LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token}
+	}
+	return out
+}
+
+// grantedIDs returns the job ids of grants in order.
+func grantedIDs(gs []Grant) []uint64 {
+	out := make([]uint64, len(gs))
+	for i, g := range gs {
+		out[i] = g.Job.ID
+	}
+	return out
+}
+
+// block holds the writer inside a group until the returned release is
+// called: the command's apply waits, so every command sent meanwhile queues
+// behind it and is drained into the next group. block returns once the
+// writer is applying it.
+func (b *testBundle) block(t *testing.T) (release func()) {
+	t.Helper()
+	c := &blockCmd{entered: make(chan struct{}), release: make(chan struct{})}
+	errC := make(chan error, 1)
+	go func() { errC <- b.e.do(context.Background(), c) }()
+	waitClosed(t, c.entered, "the blocking command to be applied")
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			close(c.release)
+			if err := <-errC; err != nil {
+				t.Errorf("blocking command: %v", err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// blockCmd waits inside its apply until released.
+type blockCmd struct {
+	base
+	entered, release chan struct{}
+}
+
+func (c *blockCmd) apply(*group) error {
+	close(c.entered)
+	<-c.release
+	return nil
+}
+
+// probeCmd records the group it was applied in.
+type probeCmd struct {
+	base
+	g *group
+}
+
+func (c *probeCmd) apply(g *group) error {
+	c.g = g
+	return nil
+}
+
+// waitQueued waits until n requests wait in the writer's queue. Each was
+// stamped with its send time before it was queued.
+func (b *testBundle) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(failsafe)
+	for len(b.e.reqC) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests queued after %v, want %d", len(b.e.reqC), failsafe, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// async runs fn on its own goroutine and returns a channel closed when it
+// returned.
+func async(fn func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	return done
 }
 
 // countEvents counts the events of kind in j's history.

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,16 +30,30 @@ func (c *inspectCmd) apply(g *group) error {
 	return nil
 }
 
+// teams are the teams the invariants test submits for.
+var teams = []string{"alpha", "beta"}
+
 // checkIndexes asserts the design's invariant 3 and the bookkeeping that
-// rests on it: every non-terminal job is in exactly one of its team's ready
-// queue, the lease index or the retry timers, and the counts the dispatcher
-// and the queue-depth limit use agree with the store.
-func checkIndexes(t *rapid.T, e *Engine) {
+// rests on it, on the writer goroutine: every non-terminal job is in
+// exactly one of its team's ready queue, the lease index or the retry
+// timers, each timer is armed in its heap and not overdue, and the counts
+// the dispatcher, the queue-depth limit and the connection registry keep
+// agree with the store.
+func checkIndexes(t *rapid.T, e *Engine, monoOf func(time.Time) time.Duration) {
 	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	err := e.do(context.Background(), &inspectCmd{fn: func(g *group, tx *store.Tx) {
-		queued, leased, active := map[string]int{}, map[string]int{}, map[string]int{}
+		queued, leased := map[string]int{}, map[string]int{}
+		counts := map[string]*store.Counts{}
 		nLeased, nRetry := 0, 0
+		armed := func(h timerHeap, id, token uint64, at time.Duration) bool {
+			return slices.ContainsFunc(h, func(it timerItem) bool { return it.job == id && it.token == token && it.at == at })
+		}
 		err := tx.ForEachJob(0, func(j jobs.Job) (bool, error) {
+			if counts[j.Team] == nil {
+				counts[j.Team] = &store.Counts{}
+			}
+			counts[j.Team][j.Phase]++
 			le, inLeases := e.leases[j.ID]
 			at, inRetry := e.retryAt[j.ID]
 			switch j.Phase {
@@ -46,48 +62,91 @@ func checkIndexes(t *rapid.T, e *Engine) {
 			case jobs.PhaseLeased:
 				leased[j.Team]++
 				nLeased++
-				if !inLeases || le.token != j.Lease.Token || !le.deadline.Equal(j.Lease.Deadline) {
-					problems = append(problems, fmt.Sprintf("job %d LEASED under %d, lease index %+v (present %v)", j.ID, j.Lease.Token, le, inLeases))
+				switch {
+				case !inLeases || le.token != j.Lease.Token || le.renderer != j.Lease.Renderer:
+					fail("job %d LEASED under %d to %s, lease index %+v (present %v)", j.ID, j.Lease.Token, j.Lease.Renderer, le, inLeases)
+				case le.deadline < monoOf(j.Lease.Deadline) || le.deadline > g.mono+e.cfg.LeaseTTL:
+					fail("job %d lease deadline %v, stored %v (mono %v), now %v", j.ID, le.deadline, j.Lease.Deadline, monoOf(j.Lease.Deadline), g.mono)
+				case le.deadline <= g.mono:
+					fail("job %d lease deadline %v is overdue at %v", j.ID, le.deadline, g.mono)
+				case !armed(e.leaseQ, j.ID, le.token, le.deadline):
+					fail("job %d lease deadline %v is not in the deadline heap", j.ID, le.deadline)
 				}
 			case jobs.PhaseRetryWait:
 				nRetry++
-				if !inRetry || !at.Equal(j.NextAttemptAt) {
-					problems = append(problems, fmt.Sprintf("job %d waits until %v, retry index %v (present %v)", j.ID, j.NextAttemptAt, at, inRetry))
+				switch {
+				case !inRetry:
+					fail("job %d waits until %v but is not in the retry index", j.ID, j.NextAttemptAt)
+				case at != monoOf(j.NextAttemptAt):
+					fail("job %d retries at %v, its NextAttemptAt is %v", j.ID, at, monoOf(j.NextAttemptAt))
+				case at <= g.mono:
+					fail("job %d retry at %v is overdue at %v", j.ID, at, g.mono)
+				case !armed(e.retryQ, j.ID, 0, at):
+					fail("job %d retry at %v is not in the retry heap", j.ID, at)
 				}
 			}
-			if !j.Phase.Terminal() {
-				active[j.Team]++
-			}
 			if j.Phase != jobs.PhaseLeased && inLeases {
-				problems = append(problems, fmt.Sprintf("job %d is %v but in the lease index", j.ID, j.Phase))
+				fail("job %d is %v but in the lease index", j.ID, j.Phase)
 			}
 			if j.Phase != jobs.PhaseRetryWait && inRetry {
-				problems = append(problems, fmt.Sprintf("job %d is %v but in the retry index", j.ID, j.Phase))
+				fail("job %d is %v but in the retry index", j.ID, j.Phase)
 			}
 			if j.Attempt > j.Policy.MaxAttempts {
-				problems = append(problems, fmt.Sprintf("job %d attempt %d over the maximum %d", j.ID, j.Attempt, j.Policy.MaxAttempts))
+				fail("job %d attempt %d over the maximum %d", j.ID, j.Attempt, j.Policy.MaxAttempts)
 			}
 			if (j.Artifact.Digest != "") != (j.Phase == jobs.PhaseSucceeded) {
-				problems = append(problems, fmt.Sprintf("job %d is %v with artifact %q", j.ID, j.Phase, j.Artifact.Digest))
+				fail("job %d is %v with artifact %q", j.ID, j.Phase, j.Artifact.Digest)
 			}
 			return true, nil
 		})
 		if err != nil {
-			problems = append(problems, err.Error())
+			fail("%v", err)
 		}
-		for _, team := range []string{"alpha", "beta"} {
+		for _, team := range teams {
 			if got := e.sched.Depth(team); got != queued[team] {
-				problems = append(problems, fmt.Sprintf("team %s: ready queue depth %d, QUEUED jobs %d", team, got, queued[team]))
+				fail("team %s: ready queue depth %d, QUEUED jobs %d", team, got, queued[team])
 			}
 			if got := e.sched.InFlight(team); got != leased[team] {
-				problems = append(problems, fmt.Sprintf("team %s: in flight %d, LEASED jobs %d", team, got, leased[team]))
+				fail("team %s: in flight %d, LEASED jobs %d", team, got, leased[team])
 			}
-			if got := e.active[team]; got != active[team] {
-				problems = append(problems, fmt.Sprintf("team %s: active count %d, unfinished jobs %d", team, got, active[team]))
+			want, got := store.Counts{}, store.Counts{}
+			if counts[team] != nil {
+				want = *counts[team]
+			}
+			if c := e.teamCounts[team]; c != nil {
+				got = *c
+			}
+			if got != want {
+				fail("team %s: counts in memory %v, recount %v", team, got, want)
 			}
 		}
 		if len(e.leases) != nLeased || len(e.retryAt) != nRetry {
-			problems = append(problems, fmt.Sprintf("index sizes: %d leases for %d LEASED, %d timers for %d RETRY_WAIT", len(e.leases), nLeased, len(e.retryAt), nRetry))
+			fail("index sizes: %d leases for %d LEASED, %d timers for %d RETRY_WAIT", len(e.leases), nLeased, len(e.retryAt), nRetry)
+		}
+		// One session or stream per renderer id, counted once.
+		streams := map[string]int{}
+		for _, c := range e.conns.byID {
+			if c.kind != ConnWaiter {
+				streams[c.renderer.ID]++
+				if e.conns.sessions[c.renderer.ID] != c {
+					fail("connection %d of %s is not its registered session", c.id, c.renderer.ID)
+				}
+			}
+		}
+		for id, c := range e.conns.sessions {
+			if e.conns.byID[c.id] != c {
+				fail("the registered session of %s is not a live connection", id)
+			}
+		}
+		for id, rs := range e.renderers {
+			if rs.conns != streams[id] {
+				fail("renderer %s counts %d connections, %d registered", id, rs.conns, streams[id])
+			}
+		}
+		for id, n := range streams {
+			if n != 1 || e.renderers[id] == nil {
+				fail("renderer %s has %d live sessions or streams (state %v)", id, n, e.renderers[id] != nil)
+			}
 		}
 	}})
 	if err != nil {
@@ -101,10 +160,179 @@ func checkIndexes(t *rapid.T, e *Engine) {
 	}
 }
 
+// storedState is what checkStore learned of the committed state.
+type storedState struct {
+	lastToken uint64
+	tokens    map[uint64]uint64 // token -> job
+	// leasesTo counts the leases ever granted per renderer.
+	leasesTo map[string]int
+}
+
+// checkStore asserts, on a read transaction of the committed state, that
+// the counts, the unfinished index, previews, documents and tokens agree
+// with the stored jobs, and that tokens granted since prev are above every
+// token granted before.
+func checkStore(t *rapid.T, st *store.Store, prev storedState) storedState {
+	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	now := storedState{tokens: map[uint64]uint64{}, leasesTo: map[string]int{}}
+	err := st.View(func(tx *store.Tx) error {
+		now.lastToken = tx.LastToken()
+		batches, teamCounts := map[uint64]*store.Counts{}, map[string]*store.Counts{}
+		var live []uint64
+		err := tx.ForEachJob(0, func(j jobs.Job) (bool, error) {
+			for _, m := range []map[uint64]*store.Counts{batches} {
+				if m[j.BatchID] == nil {
+					m[j.BatchID] = &store.Counts{}
+				}
+				m[j.BatchID][j.Phase]++
+			}
+			if teamCounts[j.Team] == nil {
+				teamCounts[j.Team] = &store.Counts{}
+			}
+			teamCounts[j.Team][j.Phase]++
+			if !j.Phase.Terminal() {
+				live = append(live, j.ID)
+			}
+
+			// Leases: tokens grow within the job, are never shared, and
+			// only the current one is live.
+			var prevTok uint64
+			for _, l := range j.Leases {
+				now.leasesTo[l.Renderer]++
+				if other, dup := now.tokens[l.Token]; dup {
+					fail("token %d granted to jobs %d and %d", l.Token, other, j.ID)
+				}
+				now.tokens[l.Token] = j.ID
+				if l.Token <= prevTok {
+					fail("job %d: token %d after %d", j.ID, l.Token, prevTok)
+				}
+				prevTok = l.Token
+				if _, seen := prev.tokens[l.Token]; !seen && l.Token <= prev.lastToken {
+					fail("job %d: new token %d is not above the last token %d of the previous step", j.ID, l.Token, prev.lastToken)
+				}
+				if l.Token > now.lastToken {
+					fail("job %d: token %d above the stored counter %d", j.ID, l.Token, now.lastToken)
+				}
+				if isLive := l.Kind == jobs.LeaseLive; isLive != (j.Phase == jobs.PhaseLeased && l.Token == j.Lease.Token) {
+					fail("job %d is %v under %d, lease %d is %v", j.ID, j.Phase, j.Lease.Token, l.Token, l.Kind)
+				}
+			}
+			if j.Phase == jobs.PhaseLeased && (len(j.Leases) == 0 || j.Leases[len(j.Leases)-1].Token != j.Lease.Token) {
+				fail("job %d LEASED under %d, which is not its last lease", j.ID, j.Lease.Token)
+			}
+
+			// Previews: a success keeps exactly the one its completion
+			// referenced; an ended job keeps no other.
+			for _, l := range j.Leases {
+				a, err := tx.Artifact(j.ID, l.Token)
+				stored := err == nil
+				if err != nil && !errors.Is(err, store.ErrArtifactNotFound) {
+					return false, err
+				}
+				switch {
+				case j.Phase == jobs.PhaseSucceeded && l.Token == j.Artifact.Token:
+					if !stored || a.Digest != j.Artifact.Digest || a.Renderer != j.Artifact.Renderer || int64(len(a.Content)) != j.Artifact.Size {
+						fail("job %d SUCCEEDED with %+v, stored preview %+v (%v)", j.ID, j.Artifact, a, err)
+					}
+				case j.Phase.Terminal() && stored:
+					fail("job %d is %v and keeps the preview of lease %d", j.ID, j.Phase, l.Token)
+				}
+			}
+			if j.Phase == jobs.PhaseSucceeded && !slices.ContainsFunc(j.Leases, func(l jobs.LeaseRecord) bool {
+				return l.Token == j.Artifact.Token && l.Kind == jobs.LeaseCompleted && l.Outcome == jobs.Outcome(true, j.Artifact.Digest, 0)
+			}) {
+				fail("job %d artifact token %d is not a lease completed with its digest", j.ID, j.Artifact.Token)
+			}
+
+			// Documents: kept while the job may be rendered (again).
+			doc := tx.Document(j.ID)
+			switch {
+			case (j.Phase == jobs.PhaseSucceeded || j.Phase == jobs.PhaseCancelled) && doc != nil:
+				fail("job %d is %v and keeps its document", j.ID, j.Phase)
+			case !j.Phase.Terminal() && j.ContentBytes > 0 && int64(len(doc)) != j.ContentBytes:
+				fail("job %d is %v with %d bytes of document, want %d", j.ID, j.Phase, len(doc), j.ContentBytes)
+			}
+
+			// History: one record per event, in order.
+			evs, err := tx.Events(j.ID, 0)
+			if err != nil {
+				return false, err
+			}
+			if len(evs) != int(j.EventSeq) {
+				fail("job %d: EventSeq %d, %d events stored", j.ID, j.EventSeq, len(evs))
+			}
+			for i, ev := range evs {
+				if ev.Seq != uint32(i+1) {
+					fail("job %d: event %d has seq %d", j.ID, i+1, ev.Seq)
+					break
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for id, want := range batches {
+			got, err := tx.BatchCounts(id)
+			if err != nil {
+				return err
+			}
+			if got != *want {
+				fail("batch %d: stored counts %v, recount %v", id, got, *want)
+			}
+		}
+		for _, team := range teams {
+			want := store.Counts{}
+			if teamCounts[team] != nil {
+				want = *teamCounts[team]
+			}
+			got, err := tx.TeamCounts(team)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				fail("team %s: stored counts %v, recount %v", team, got, want)
+			}
+		}
+		if idx := tx.UnfinishedAfter(0, 1<<30); !slices.Equal(idx, live) {
+			fail("unfinished index %v, non-terminal jobs %v", idx, live)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the store: %v", err)
+	}
+	if now.lastToken < prev.lastToken {
+		fail("token counter went back from %d to %d", prev.lastToken, now.lastToken)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if len(problems) > 0 {
+		t.FailNow()
+	}
+	return now
+}
+
+// testConn is a connection the invariants test holds, with what it took.
+type testConn struct {
+	conn     *Conn
+	renderer string
+	instance string
+	kind     ConnKind
+	// max and budget bound a waiter's grants.
+	max, budget int
+	got         []Grant
+}
+
 // TestWriterInvariants drives the real writer over real bbolt with random
-// sequences of every command, clock moves and restarts, and checks after
-// each step that the in-memory indexes match the store, that tokens only
-// grow, and that each success was set by the completion that made it.
+// sequences of every command (unary calls, renderer sessions and long
+// polls, uploads, clock moves and restarts) and checks after each step
+// that the in-memory indexes match the store, that the stored counts,
+// indexes, previews and documents match the stored jobs, that tokens only
+// grow, that each success was set by the completion that made it, and that
+// connections get no more than their credit and byte budget allow.
 func TestWriterInvariants(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(rt *rapid.T) {
@@ -113,35 +341,119 @@ func TestWriterInvariants(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		b := &testBundle{dir: dir, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
-		b.cfg = Config{
-			Now:           b.clock.Now,
-			LeaseTTL:      10 * time.Second,
-			Retry:         jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 4 * time.Second},
-			RunningCancel: rapid.Bool().Draw(rt, "runningCancel"),
-			Seed:          rapid.Uint64Min(1).Draw(rt, "seed"),
-		}
-		b.open(t)
+		b := newBundle(dir)
+		b.cfg.LeaseTTL = 10 * time.Second
+		b.cfg.Retry = jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 4 * time.Second}
+		b.cfg.RunningCancel = rapid.Bool().Draw(rt, "runningCancel")
+		b.cfg.Seed = rapid.Uint64Min(1).Draw(rt, "seed")
+		b.cfg.Limits.MaxInlineBytes = 64
+		b.start(rt)
 		defer b.close()
 		ctx := context.Background()
+		// The injected clocks move together, so a wall time maps onto the
+		// monotonic clock by a fixed offset.
+		monoOf := func(w time.Time) time.Duration { return w.Sub(epoch) + time.Hour }
 
 		var (
-			granted   []Grant // every grant, in order
-			lastToken uint64
-			requests  int
-			succeeded = map[uint64]uint64{} // job -> token of the accepted success
+			granted  []Grant // every grant seen, in order
+			requests int
+			// succeeded maps a job to the token of its accepted success in
+			// this cycle.
+			succeeded = map[uint64]uint64{}
+			conns     []*testConn
+			// credits counts the credit sent per session renderer; draining
+			// holds the leases granted to a renderer when it began to drain.
+			credits  = map[string]int{}
+			draining = map[string]int{}
+			state    = checkStore(rt, b.st, storedState{})
 		)
+		sessionIDs := []string{"s-1", "s-2"}
+		unaryIDs := []string{"u-1", "u-2"}
+		liveSession := func(renderer string) *testConn {
+			for _, c := range conns {
+				if c.renderer == renderer && c.kind != ConnWaiter {
+					return c
+				}
+			}
+			return nil
+		}
+		dropConn := func(c *testConn) { conns = slices.DeleteFunc(conns, func(x *testConn) bool { return x == c }) }
 		pickGrant := func(label string) (Grant, bool) {
 			if len(granted) == 0 {
 				return Grant{}, false
 			}
 			return granted[rapid.IntRange(0, len(granted)-1).Draw(rt, label)], true
 		}
-		steps := rapid.IntRange(5, 30).Draw(rt, "steps")
+		pickConn := func(label string, kinds ...ConnKind) (*testConn, bool) {
+			var of []*testConn
+			for _, c := range conns {
+				if slices.Contains(kinds, c.kind) {
+					of = append(of, c)
+				}
+			}
+			if len(of) == 0 {
+				return nil, false
+			}
+			return of[rapid.IntRange(0, len(of)-1).Draw(rt, label)], true
+		}
+		// received records grants a connection took.
+		received := func(c *testConn, gs []Grant) {
+			for _, g := range gs {
+				if g.Job.Lease.Renderer != c.renderer {
+					rt.Fatalf("grant of job %d to %s delivered to %s", g.Job.ID, g.Job.Lease.Renderer, c.renderer)
+				}
+			}
+			c.got = append(c.got, gs...)
+			granted = append(granted, gs...)
+		}
+		accept := func(req CompleteRequest, res CompleteResult) {
+			if res.Err != nil || !req.Success || res.Replayed {
+				return
+			}
+			if prev, ok := succeeded[req.Job]; ok {
+				rt.Fatalf("job %d succeeded twice in one cycle: tokens %d and %d", req.Job, prev, req.Token)
+			}
+			succeeded[req.Job] = req.Token
+		}
+		// completion draws a completion of g, sent by renderer.
+		completion := func(g Grant, renderer string) CompleteRequest {
+			req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Renderer: renderer}}
+			digest := fmt.Sprintf("digest-%d", g.Job.Lease.Token)
+			switch rapid.IntRange(0, 3).Draw(rt, "outcome") {
+			case 0:
+				req.Success, req.Preview = true, preview(digest)
+			case 1:
+				req.Success, req.Digest = true, digest // names an upload, if any
+			case 2:
+				req.Class = jobs.ClassTransient
+			default:
+				req.Class = jobs.ClassInvalidDocument
+			}
+			return req
+		}
+		// someRefs draws up to n lease references from the grants seen.
+		someRefs := func(label string, n int) []LeaseRef {
+			var out []LeaseRef
+			for range rapid.IntRange(0, n).Draw(rt, label) {
+				if g, ok := pickGrant(label); ok {
+					out = append(out, LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token})
+				}
+			}
+			return out
+		}
+
+		// Actions by weight: the renderer paths come up most.
+		var actions []int
+		for action, weight := range []int{3, 1, 1, 1, 2, 1, 1, 1, 2, 1, 2, 5, 2, 1, 1, 1} {
+			for range weight {
+				actions = append(actions, action)
+			}
+		}
+		steps := rapid.IntRange(5, 60).Draw(rt, "steps")
 		for range steps {
-			switch rapid.IntRange(0, 8).Draw(rt, "action") {
+			switch rapid.SampledFrom(actions).Draw(rt, "action") {
 			case 0: // submit
-				team := rapid.SampledFrom([]string{"alpha", "beta"}).Draw(rt, "team")
+				team := rapid.SampledFrom(teams).Draw(rt, "team")
 				n := rapid.IntRange(1, 3).Draw(rt, "docs")
 				names := make([]string, n)
 				for i := range names {
@@ -154,51 +466,78 @@ func TestWriterInvariants(t *testing.T) {
 				if _, err := b.e.Submit(ctx, SubmitRequest{Team: team, RequestID: fmt.Sprint(requests), Docs: docs(names...)}); err != nil {
 					rt.Fatalf("Submit: %v", err)
 				}
-			case 1: // acquire
-				renderer := rapid.SampledFrom([]string{"r-1", "r-2"}).Draw(rt, "renderer")
-				res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: renderer, Max: rapid.IntRange(1, 3).Draw(rt, "max"), Capacity: 3})
+			case 1: // unary acquire, or a long poll
+				renderer := rapid.SampledFrom(unaryIDs).Draw(rt, "renderer")
+				req := AcquireRequest{Renderer: rend(renderer), Max: rapid.IntRange(1, 3).Draw(rt, "max"), Capacity: 3,
+					Wait: rapid.IntRange(0, 3).Draw(rt, "wait") == 0}
+				if rapid.Bool().Draw(rt, "budget") {
+					req.MaxBytes = rapid.IntRange(1, 3).Draw(rt, "grants") * b.e.MaxGrantBytes()
+				}
+				res, err := b.e.Acquire(ctx, req)
 				if err != nil {
 					rt.Fatalf("Acquire: %v", err)
 				}
-				for _, g := range res.Grants {
-					if g.Job.Lease.Token <= lastToken {
-						rt.Fatalf("token %d granted after %d", g.Job.Lease.Token, lastToken)
-					}
-					lastToken = g.Job.Lease.Token
-					granted = append(granted, g)
+				w := &testConn{conn: res.Waiter, renderer: renderer, kind: ConnWaiter, max: req.Max, budget: req.MaxBytes}
+				received(w, res.Grants)
+				if res.Waiter != nil {
+					conns = append(conns, w)
+				} else if err := checkWaiter(w); err != nil {
+					rt.Fatal(err)
 				}
-			case 2: // heartbeat
+			case 2: // a long poll ends
+				w, ok := pickConn("waiter", ConnWaiter)
+				if !ok {
+					continue
+				}
+				release := rapid.Bool().Draw(rt, "releaseLeftovers")
+				left, err := b.e.CloseConn(ctx, w.conn, nil, release)
+				if err != nil {
+					rt.Fatalf("CloseConn(waiter): %v", err)
+				}
+				if release && len(left) > 0 {
+					rt.Fatalf("CloseConn handing back leftovers returned %d grants", len(left))
+				}
+				received(w, left)
+				if err := checkWaiter(w); err != nil {
+					rt.Fatal(err)
+				}
+				dropConn(w)
+			case 3: // unary heartbeat, by the holder or another renderer
 				if g, ok := pickGrant("heartbeat"); ok {
-					if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: g.Job.Lease.Renderer, Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}}); err != nil {
+					renderer := rapid.SampledFrom([]string{g.Job.Lease.Renderer, "u-1"}).Draw(rt, "heartbeater")
+					if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend(renderer), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}},
+						HandBacks: someRefs("handbacks", 1), Acks: someRefs("acks", 1)}); err != nil {
 						rt.Fatalf("Heartbeat: %v", err)
 					}
 				}
-			case 3: // complete, from the current holder or a stale one
+			case 4: // unary complete, from the holder, a stale one or an impostor
 				g, ok := pickGrant("complete")
 				if !ok {
 					continue
 				}
-				req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Renderer: g.Job.Lease.Renderer}}
-				switch rapid.IntRange(0, 2).Draw(rt, "outcome") {
-				case 0:
-					req.Success, req.Digest = true, fmt.Sprintf("digest-%d", g.Job.Lease.Token)
-				case 1:
-					req.Class = jobs.ClassTransient
-				default:
-					req.Class = jobs.ClassInvalidDocument
-				}
+				renderer := rapid.SampledFrom([]string{g.Job.Lease.Renderer, "u-2"}).Draw(rt, "completer")
+				req := completion(g, renderer)
 				res, err := b.e.Complete(ctx, req)
-				if err == nil && req.Success && !res.Replayed {
-					if prev, ok := succeeded[g.Job.ID]; ok {
-						rt.Fatalf("job %d succeeded twice in one cycle: tokens %d and %d", g.Job.ID, prev, req.Token)
-					}
-					succeeded[g.Job.ID] = req.Token
+				if err != nil && !jobs.IsFence(err) && !errors.Is(err, jobs.ErrArtifactMissing) {
+					rt.Fatalf("Complete: %v", err)
 				}
-			case 4: // cancel
+				res.Err = err
+				accept(req, res)
+			case 5: // an upload under a lease, by the holder or another renderer
+				if g, ok := pickGrant("stage"); ok {
+					renderer := rapid.SampledFrom([]string{g.Job.Lease.Renderer, "u-1"}).Draw(rt, "uploader")
+					p := preview(fmt.Sprintf("digest-%d", g.Job.Lease.Token))
+					p.Content = append(p.Content, renderer...)
+					err := b.e.Stage(ctx, StageRequest{Job: g.Job.ID, Token: g.Job.Lease.Token, Renderer: renderer, Preview: *p})
+					if err != nil && !jobs.IsFence(err) {
+						rt.Fatalf("Stage: %v", err)
+					}
+				}
+			case 6: // cancel
 				if g, ok := pickGrant("cancel"); ok {
 					_, _ = b.e.Cancel(ctx, CancelRequest{Job: g.Job.ID, Principal: "alice"})
 				}
-			case 5: // replay
+			case 7: // replay
 				if g, ok := pickGrant("replay"); ok {
 					requests++
 					res, err := b.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: fmt.Sprint(requests), Reason: "r",
@@ -210,22 +549,166 @@ func TestWriterInvariants(t *testing.T) {
 						delete(succeeded, g.Job.ID) // a new cycle may succeed again
 					}
 				}
-			case 6: // time passes
+			case 8: // time passes, with or without a tick
 				b.clock.Advance(time.Duration(rapid.IntRange(0, 20).Draw(rt, "seconds")) * time.Second)
-				if err := b.e.Tick(ctx); err != nil {
-					rt.Fatalf("Tick: %v", err)
+				if rapid.Bool().Draw(rt, "tick") {
+					if err := b.e.Tick(ctx); err != nil {
+						rt.Fatalf("Tick: %v", err)
+					}
 				}
-			case 7: // an undelivered grant is handed back
+			case 9: // an undelivered grant is handed back
 				if g, ok := pickGrant("release"); ok {
 					if err := b.e.Release(ctx, []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}); err != nil {
 						rt.Fatalf("Release: %v", err)
 					}
 				}
-			case 8: // restart
+			case 10: // a session or heartbeat stream opens
+				renderer := rapid.SampledFrom(sessionIDs).Draw(rt, "sessionRenderer")
+				instance := rapid.SampledFrom([]string{"i-1", "i-1", "i-1", "i-2"}).Draw(rt, "instance")
+				kind := ConnSession
+				if rapid.IntRange(0, 3).Draw(rt, "stream") == 0 {
+					kind = ConnHeartbeat
+				}
+				old := liveSession(renderer)
+				var conn *Conn
+				var err error
+				if kind == ConnSession {
+					var holding []LeaseRef
+					for _, g := range granted {
+						if g.Job.Lease.Renderer == renderer && rapid.Bool().Draw(rt, "holding") {
+							holding = append(holding, LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token})
+						}
+					}
+					var st []LeaseStatus
+					conn, st, err = b.e.OpenSession(ctx, SessionOpen{Renderer: rend(renderer), Instance: instance, Capacity: 2,
+						MaxBytes: b.e.MaxGrantBytes(), Holding: holding})
+					if err == nil && len(st) != len(holding) {
+						rt.Fatalf("OpenSession answered %d of %d held leases", len(st), len(holding))
+					}
+				} else {
+					conn, err = b.e.OpenStream(ctx, rend(renderer), 2)
+				}
+				replaces := old == nil || (kind == old.kind && (kind == ConnHeartbeat || instance == old.instance))
+				if replaces != (err == nil) || (err != nil && !errors.Is(err, ErrRendererInUse)) {
+					rt.Fatalf("opening a %v of %s/%s beside %+v: err = %v", kind, renderer, instance, old, err)
+				}
+				if err != nil {
+					continue
+				}
+				if old != nil {
+					gs, _, ended := take(old.conn)
+					if len(gs) != 0 || !errors.Is(ended, ErrReplaced) {
+						rt.Fatalf("the replaced connection of %s holds %d grants, ended %v", renderer, len(gs), ended)
+					}
+					dropConn(old)
+				}
+				delete(draining, renderer)
+				conns = append(conns, &testConn{conn: conn, renderer: renderer, instance: instance, kind: kind})
+			case 11: // a session message
+				c, ok := pickConn("session", ConnSession)
+				if !ok {
+					continue
+				}
+				in := SessionInput{Heartbeats: someRefs("heartbeats", 2), HandBacks: someRefs("handbacks", 1), Acks: someRefs("acks", 1),
+					Credits: rapid.IntRange(0, 4).Draw(rt, "credits"), Draining: rapid.IntRange(0, 9).Draw(rt, "drain") == 0}
+				for _, g := range c.got {
+					if rapid.Bool().Draw(rt, "receipt") {
+						in.Received = append(in.Received, LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token})
+					}
+				}
+				for range rapid.IntRange(0, 2).Draw(rt, "completions") {
+					// Mostly its own leases; sometimes any (stale or another's).
+					if len(c.got) > 0 && rapid.IntRange(0, 2).Draw(rt, "own") > 0 {
+						in.Completions = append(in.Completions, completion(c.got[rapid.IntRange(0, len(c.got)-1).Draw(rt, "ownLease")], ""))
+					} else if g, ok := pickGrant("sessionComplete"); ok {
+						in.Completions = append(in.Completions, completion(g, ""))
+					}
+				}
+				res, err := b.e.Send(ctx, c.conn, in)
+				if err != nil {
+					rt.Fatalf("Send: %v", err)
+				}
+				if len(res.Completions) != len(in.Completions) || len(res.Heartbeats) != len(in.Heartbeats) || len(res.HandBacks) != len(in.HandBacks) {
+					rt.Fatalf("Send answered %d/%d completions, %d/%d heartbeats, %d/%d hand-backs", len(res.Completions), len(in.Completions),
+						len(res.Heartbeats), len(in.Heartbeats), len(res.HandBacks), len(in.HandBacks))
+				}
+				for i, req := range in.Completions {
+					req.Renderer = c.renderer
+					accept(req, res.Completions[i])
+				}
+				credits[c.renderer] += in.Credits
+				if _, was := draining[c.renderer]; in.Draining && !was {
+					draining[c.renderer] = state.leasesTo[c.renderer]
+				}
+				if rapid.Bool().Draw(rt, "takeAfterSend") { // as the handler does when its outbox signals
+					gs, _, _ := take(c.conn)
+					received(c, gs)
+				}
+			case 12: // a connection takes what was published to it
+				if c, ok := pickConn("taker", ConnSession, ConnHeartbeat, ConnWaiter); ok {
+					gs, _, _ := take(c.conn)
+					received(c, gs)
+				}
+			case 13: // a session or stream ends
+				c, ok := pickConn("closer", ConnSession, ConnHeartbeat)
+				if !ok {
+					continue
+				}
+				var undelivered []LeaseRef
+				for _, g := range c.got {
+					if rapid.IntRange(0, 3).Draw(rt, "undelivered") == 0 {
+						undelivered = append(undelivered, LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token})
+					}
+				}
+				if rapid.Bool().Draw(rt, "takeBeforeClose") {
+					gs, _, _ := take(c.conn)
+					received(c, gs)
+				}
+				if _, err := b.e.CloseConn(ctx, c.conn, undelivered, true); err != nil {
+					rt.Fatalf("CloseConn: %v", err)
+				}
+				dropConn(c)
+			case 14: // restart: connections die with the process
+				for _, c := range conns {
+					if c.kind == ConnWaiter {
+						gs, _, _ := take(c.conn)
+						received(c, gs)
+						if err := checkWaiter(c); err != nil {
+							rt.Fatal(err)
+						}
+					}
+				}
+				conns = nil
+				draining = map[string]int{}
 				b.close()
-				b.open(t)
+				b.start(rt)
+			case 15: // a session renderer's unary call is refused while its session lives
+				if c, ok := pickConn("inUse", ConnSession); ok {
+					if _, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend(c.renderer), Max: 1}); !errors.Is(err, ErrRendererInUse) {
+						rt.Fatalf("Acquire beside the session of %s: err = %v, want ErrRendererInUse", c.renderer, err)
+					}
+				}
 			}
-			checkIndexes(rt, b.e)
+
+			checkIndexes(rt, b.e, monoOf)
+			state = checkStore(rt, b.st, state)
+			for _, id := range sessionIDs {
+				// A session renderer is granted only through its sessions,
+				// within the credit it sent.
+				if got := state.leasesTo[id]; got > credits[id] {
+					rt.Fatalf("%s was granted %d leases for %d credits", id, got, credits[id])
+				}
+				if n, ok := draining[id]; ok && state.leasesTo[id] > n {
+					rt.Fatalf("%s was granted %d leases while draining, %d before", id, state.leasesTo[id], n)
+				}
+			}
+			for _, c := range conns {
+				if c.kind == ConnWaiter {
+					if err := checkWaiter(c); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			}
 			for id, tok := range succeeded {
 				j, err := b.e.Job(id)
 				if err != nil {
@@ -237,4 +720,17 @@ func TestWriterInvariants(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkWaiter reports a long poll that got more than its Max or byte
+// budget allow.
+func checkWaiter(w *testConn) error {
+	bytes := 0
+	for _, g := range w.got {
+		bytes += int(g.Job.ContentBytes) + GrantOverheadBytes
+	}
+	if len(w.got) > w.max || (w.budget > 0 && bytes > w.budget) {
+		return fmt.Errorf("a long poll of %s for %d leases in %d bytes got %d in %d bytes", w.renderer, w.max, w.budget, len(w.got), bytes)
+	}
+	return nil
 }

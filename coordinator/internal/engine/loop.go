@@ -420,8 +420,10 @@ func (e *Engine) advance(g *group) error {
 		if at, waiting := e.retryAt[it.job]; !waiting || at != it.at {
 			continue
 		}
-		delete(e.retryAt, it.job)
+		// Load before leaving the retry index: load translates the retry
+		// time from the monotonic clock into the wall frame Requeue judges.
 		j, found, err := g.load(it.job)
+		delete(e.retryAt, it.job)
 		if err != nil {
 			return err
 		}

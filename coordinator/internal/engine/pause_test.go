@@ -33,18 +33,18 @@ func TestPauseDispatch(t *testing.T) {
 		if diff := cmp.Diff(want, b.e.DispatchState()); diff != "" {
 			t.Errorf("DispatchState (-want +got):\n%s", diff)
 		}
-		res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: "r-2", Max: 10, Capacity: 4})
+		res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-2"), Max: 10, Capacity: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.Paused || len(res.Grants) != 0 {
+		if !res.Paused || len(res.Grants) != 0 || res.Waiter != nil {
 			t.Fatalf("Acquire while paused = %d grants, paused %v; want none, paused", len(res.Grants), res.Paused)
 		}
 
 		// Everything but granting goes on.
 		c := b.submit(t, "alpha", "r2", "c.pdf")
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Leases: []LeaseRef{{Job: held.Job.ID, Token: held.Job.Lease.Token}}})
-		if err != nil || len(hb) != 1 || !hb[0].Held {
+		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: held.Job.ID, Token: held.Job.Lease.Token}}})
+		if err != nil || len(hb.Leases) != 1 || !hb.Leases[0].Held {
 			t.Fatalf("heartbeat while paused = %+v, %v; want held", hb, err)
 		}
 		done, err := b.e.Complete(ctx, success(held.Job.ID, held.Job.Lease.Token, "r-1", "d"))
@@ -56,13 +56,18 @@ func TestPauseDispatch(t *testing.T) {
 		if diff := cmp.Diff(want, b.e.DispatchState()); diff != "" {
 			t.Errorf("DispatchState after a restart (-want +got):\n%s", diff)
 		}
-		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: "r-2", Max: 10, Capacity: 4})
-		if err != nil || !res.Paused || len(res.Grants) != 0 {
-			t.Fatalf("Acquire after a restart = %d grants, paused %v, %v; want none, paused", len(res.Grants), res.Paused, err)
+		// A long poll waits through the pause.
+		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-2"), Max: 10, Capacity: 4, Wait: true})
+		if err != nil || !res.Paused || len(res.Grants) != 0 || res.Waiter == nil {
+			t.Fatalf("Acquire after a restart = %d grants, paused %v, waiter %v, %v; want none, paused, waiting", len(res.Grants), res.Paused, res.Waiter != nil, err)
 		}
-
-		work := b.e.WorkAvailable()
 		b.clock.Advance(time.Second)
+		if err := b.e.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if gs, _, _ := take(res.Waiter); len(gs) != 0 {
+			t.Fatalf("a waiter was granted %v while paused", grantedIDs(gs))
+		}
 		st, err = b.e.SetPaused(ctx, false, "ops", "rollout done")
 		if err != nil {
 			t.Fatal(err)
@@ -70,10 +75,14 @@ func TestPauseDispatch(t *testing.T) {
 		if st.Paused || b.e.DispatchState().Paused {
 			t.Errorf("after SetPaused(false): answer %+v, state %+v; want running", st, b.e.DispatchState())
 		}
-		waitClosed(t, work, "WorkAvailable after resume")
-		granted := b.acquireAll(t, "r-2")
-		if diff := cmp.Diff([]uint64{ids[1], c.FirstJob}, granted); diff != "" {
-			t.Errorf("grants after resume (-want +got):\n%s", diff)
+		// The resume grants to the waiter in its own commit, all the
+		// waiter asked for, in one delivery.
+		granted, err := b.e.CloseConn(ctx, res.Waiter, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]uint64{ids[1], c.FirstJob}, grantedIDs(granted)); diff != "" {
+			t.Errorf("grants to the waiter at resume (-want +got):\n%s", diff)
 		}
 
 		audit := b.allAudit(t)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // TestConcurrentCommands fires commands that race in production at the
@@ -35,7 +36,7 @@ func TestConcurrentCommands(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for {
-					res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: fmt.Sprintf("r-%d", r), Max: 3, Capacity: 3})
+					res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend(fmt.Sprintf("r-%d", r)), Max: 3, Capacity: 3})
 					if err != nil {
 						t.Error(err)
 						return
@@ -83,7 +84,12 @@ func TestConcurrentCommands(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				ids[i], replayed[i] = res.Batch.ID, res.Replayed
+				ids[i], replayed[i] = res.Batch.Batch.ID, res.Replayed
+				// A replay in the same group as the first submit still
+				// sees its counts.
+				if res.Batch.Counts != (store.Counts{jobs.PhaseQueued: 2}) || res.Batch.Done {
+					t.Errorf("caller %d (replayed %v): counts %v done %v, want 2 QUEUED", i, res.Replayed, res.Batch.Counts, res.Batch.Done)
+				}
 			})
 		}
 		close(start)
@@ -100,8 +106,7 @@ func TestConcurrentCommands(t *testing.T) {
 		if first != 1 {
 			t.Fatalf("%d callers stored the batch, want exactly 1", first)
 		}
-		all, _ := b.e.ListJobs(JobFilter{Limit: 100})
-		if len(all) != 2 {
+		if all := b.allJobs(t); len(all) != 2 {
 			t.Fatalf("stored %d jobs, want 2", len(all))
 		}
 	})
@@ -114,12 +119,12 @@ func TestConcurrentCommands(t *testing.T) {
 		// No Tick: the writer must expire the lease in order, at the start
 		// of the group that carries the late heartbeat.
 		b.clock.Advance(15 * time.Second)
-		st, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: "r-1", Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
+		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st[0].Held || st[0].Reason != "LEASE_EXPIRED" {
-			t.Fatalf("late heartbeat = %+v, want LOST LEASE_EXPIRED", st[0])
+		if st := hb.Leases[0]; st.Held || st.Reason != "LEASE_EXPIRED" {
+			t.Fatalf("late heartbeat = %+v, want LOST LEASE_EXPIRED", st)
 		}
 		if j := b.job(t, batch.FirstJob); j.Phase != jobs.PhaseRetryWait || j.Attempt != 1 {
 			t.Fatalf("job = %v attempt %d, want RETRY_WAIT after one attempt", j.Phase, j.Attempt)

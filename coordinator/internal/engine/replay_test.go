@@ -11,8 +11,10 @@ import (
 )
 
 // replayFixture is a store holding one job in each end state, for replay
-// tests: team alpha has two exhausted failures, a permanent failure, a
-// success and a cancellation; team beta has one exhausted failure.
+// tests: team alpha has two exhausted failures, a document the renderer
+// found invalid (a permanent failure), a format the coordinator knows is
+// unsupported (failed at submission), a success and a cancellation; team
+// beta has one exhausted failure.
 type replayFixture struct {
 	*testBundle
 	alpha, beta jobs.Batch
@@ -26,7 +28,7 @@ func newReplayFixture(t *testing.T, mutate ...func(*Config)) *replayFixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &replayFixture{testBundle: setup(t, append([]func(*Config){func(c *Config) { c.Retry.MaxAttempts = 1 }}, mutate...)...), id: make(map[string]uint64)}
-	f.alpha = f.submit(t, "alpha", "fixture-a", "f1.pdf", "f2.pdf", "perm.docm", "ok.pdf", "cancel.pdf")
+	f.alpha = f.submit(t, "alpha", "fixture-a", "f1.pdf", "f2.pdf", "perm.docm", "ok.pdf", "cancel.pdf", "bad.pdf")
 	f.beta = f.submit(t, "beta", "fixture-b", "bf.pdf")
 	for _, j := range f.allJobs(t) {
 		f.id[j.Doc.Name] = j.ID
@@ -40,6 +42,8 @@ func newReplayFixture(t *testing.T, mutate ...func(*Config)) *replayFixture {
 			_, err = f.e.Complete(ctx, success(g.Job.ID, tok, "r-1", "d"))
 		case "cancel.pdf":
 			_, err = f.e.Cancel(ctx, CancelRequest{Job: g.Job.ID, Principal: "alice"})
+		case "bad.pdf":
+			_, err = f.e.Complete(ctx, failure(g.Job.ID, tok, "r-1", jobs.ClassInvalidDocument, "broken xref table"))
 		default:
 			_, err = f.e.Complete(ctx, failure(g.Job.ID, tok, "r-1", jobs.ClassTransient, "renderer crashed"))
 		}
@@ -48,7 +52,7 @@ func newReplayFixture(t *testing.T, mutate ...func(*Config)) *replayFixture {
 		}
 	}
 	want := map[string]jobs.Phase{"f1.pdf": jobs.PhaseFailed, "f2.pdf": jobs.PhaseFailed, "perm.docm": jobs.PhaseFailed,
-		"ok.pdf": jobs.PhaseSucceeded, "cancel.pdf": jobs.PhaseCancelled, "bf.pdf": jobs.PhaseFailed}
+		"ok.pdf": jobs.PhaseSucceeded, "cancel.pdf": jobs.PhaseCancelled, "bf.pdf": jobs.PhaseFailed, "bad.pdf": jobs.PhaseFailed}
 	for name, phase := range want {
 		if j := f.job(t, f.id[name]); j.Phase != phase {
 			t.Fatalf("fixture: %s is %v, want %v", name, j.Phase, phase)
@@ -147,7 +151,7 @@ func TestReplay(t *testing.T) {
 			t.Fatalf("audit = %+v, want one record", audit)
 		}
 		wantAudit := jobs.AuditRecord{ID: res.AuditID, At: f.clock.Now(), Principal: "ops", Action: jobs.AuditReplay, Reason: "renderer fleet fixed",
-			RequestID: "req-1", JobIDs: []uint64{f.id["f1.pdf"], f.id["f2.pdf"]}, Skipped: 4, OutOfScope: 1, Response: encodeReplay(res)}
+			RequestID: "req-1", JobIDs: []uint64{f.id["f1.pdf"], f.id["f2.pdf"]}, Skipped: 4, OutOfScope: 1, Response: encodeReplay(res), Teams: []string{"alpha"}}
 		if diff := cmp.Diff(wantAudit, audit[0]); diff != "" {
 			t.Errorf("audit (-want +got):\n%s", diff)
 		}
@@ -203,8 +207,15 @@ func TestReplay(t *testing.T) {
 	t.Run("PermanentFailuresNeedIncludePermanent", func(t *testing.T) {
 		t.Parallel()
 		f := newReplayFixture(t)
-		id := f.id["perm.docm"]
-		res, err := f.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: "req-2", InScope: alphaOnly, JobIDs: []uint64{id}, IncludePermanent: true})
+		id := f.id["bad.pdf"]
+		res, err := f.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: "req-1", InScope: alphaOnly, JobIDs: []uint64{id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[string]string{"bad.pdf": "PERMANENT_FAILURE"}, f.items(res)); diff != "" || res.Requeued != 0 {
+			t.Fatalf("replay without IncludePermanent requeued %d, items (-want +got):\n%s", res.Requeued, diff)
+		}
+		res, err = f.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: "req-2", InScope: alphaOnly, JobIDs: []uint64{id}, IncludePermanent: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,10 +223,27 @@ func TestReplay(t *testing.T) {
 			t.Fatalf("replay with IncludePermanent = %+v, want 1 re-queued", res)
 		}
 		if j := f.job(t, id); j.Phase != jobs.PhaseQueued || j.Cycle != 2 {
-			t.Errorf("perm.docm = %v cycle %d, want QUEUED cycle 2", j.Phase, j.Cycle)
+			t.Errorf("bad.pdf = %v cycle %d, want QUEUED cycle 2", j.Phase, j.Cycle)
 		}
-		if audit := f.allAudit(t); len(audit) != 1 || !audit[0].IncludePermanent {
-			t.Errorf("audit = %+v, want one record with IncludePermanent", audit)
+		if audit := f.allAudit(t); len(audit) != 2 || !audit[0].IncludePermanent {
+			t.Errorf("audit = %+v, want the second of two records with IncludePermanent", audit)
+		}
+	})
+
+	t.Run("AFormatKnownUnsupportedIsNeverQueuedAgain", func(t *testing.T) {
+		t.Parallel()
+		f := newReplayFixture(t)
+		id := f.id["perm.docm"]
+		before := f.job(t, id)
+		res, err := f.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: "req-1", JobIDs: []uint64{id}, IncludePermanent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[string]string{"perm.docm": "UNSUPPORTED_FORMAT"}, f.items(res)); diff != "" || res.Requeued != 0 {
+			t.Errorf("replay of a known unsupported format requeued %d, items (-want +got):\n%s", res.Requeued, diff)
+		}
+		if diff := cmp.Diff(before, f.job(t, id)); diff != "" {
+			t.Errorf("replay changed the job:\n%s", diff)
 		}
 	})
 
@@ -283,11 +311,11 @@ func TestReplay(t *testing.T) {
 		t.Parallel()
 		f := newReplayFixture(t)
 		res, err := f.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: "by-reason", Batch: f.alpha.ID,
-			TerminalReason: jobs.ReasonUnsupportedFormat, IncludePermanent: true})
+			TerminalReason: jobs.ReasonInvalidDocument, IncludePermanent: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(map[string]string{"perm.docm": ""}, f.items(res)); diff != "" {
+		if diff := cmp.Diff(map[string]string{"bad.pdf": ""}, f.items(res)); diff != "" {
 			t.Errorf("items (-want +got):\n%s", diff)
 		}
 	})
