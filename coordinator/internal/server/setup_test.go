@@ -89,13 +89,8 @@ func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arts, err := store.OpenArtifacts(filepath.Join(dir, "artifacts"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := engine.Config{
 		Store:         st,
-		Artifacts:     arts,
 		Now:           b.clock.Now,
 		LeaseTTL:      15 * time.Second,
 		Retry:         jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 10 * time.Second},
@@ -114,7 +109,7 @@ func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	if o.wrap != nil {
 		e = o.wrap(e)
 	}
-	b.services, err = New(Config{Engine: e, Artifacts: arts, Now: b.clock.Now, MaxArtifactBytes: o.maxArtifactBytes})
+	b.services, err = New(Config{Engine: e, Now: b.clock.Now, MaxArtifactBytes: o.maxArtifactBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
