@@ -106,6 +106,10 @@ type core struct {
 	maxMsg    int
 	now       func() time.Time
 	log       *slog.Logger
+	// uploadIdle and uploadTotal bound an upload (UploadIdleTimeout and
+	// UploadTimeout); tests shorten them.
+	uploadIdle  time.Duration
+	uploadTotal time.Duration
 	// closing is closed by Shutdown: long polls answer at once and
 	// long-lived streams end, so that a graceful stop does not wait on them.
 	closing   chan struct{}
@@ -132,6 +136,9 @@ func New(cfg Config) (*Services, error) {
 		now:       cfg.Now,
 		log:       cfg.Logger,
 		closing:   make(chan struct{}),
+
+		uploadIdle:  UploadIdleTimeout,
+		uploadTotal: UploadTimeout,
 	}
 	if c.now == nil {
 		c.now = time.Now
