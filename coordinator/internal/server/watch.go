@@ -130,7 +130,14 @@ type watchOut struct {
 	phases       map[uint64]jobs.Phase
 	lastSeq      map[uint64]uint32
 	counts       store.Counts
-	queue        []*leaseholdv1.JobUpdate
+	queue        []queuedUpdate
+}
+
+// queuedUpdate is an update waiting to go out with the batch's counts right
+// after it.
+type queuedUpdate struct {
+	u      *leaseholdv1.JobUpdate
+	counts store.Counts
 }
 
 // event applies one committed event of job id, once, and queues it unless
@@ -152,34 +159,38 @@ func (o *watchOut) event(id uint64, ev jobs.Event) {
 }
 
 func (o *watchOut) add(u *leaseholdv1.JobUpdate) {
-	o.queue = append(o.queue, u)
+	o.queue = append(o.queue, queuedUpdate{u: u, counts: o.counts})
 }
 
 func (o *watchOut) done() bool { return o.counts.Unfinished() == 0 }
 
-func (o *watchOut) batchNow() *leaseholdv1.Batch {
-	return batchToProto(engine.BatchView{Batch: o.batch, Counts: o.counts, Done: o.done()}, false)
+// batchAt returns the batch with counts.
+func (o *watchOut) batchAt(counts store.Counts) *leaseholdv1.Batch {
+	return batchToProto(engine.BatchView{Batch: o.batch, Counts: counts, Done: counts.Unfinished() == 0}, false)
 }
 
 // flush sends the queued updates: one message each, or up to
 // maxUpdatesPerMessage per message when the watcher asked for batches.
+// Each message carries the batch's counts right after its last update, not
+// after everything queued, so that a follower can trust any message.
 func (o *watchOut) flush() error {
 	q := o.queue
 	o.queue = nil
 	for len(q) > 0 {
 		var msg *leaseholdv1.WatchBatchResponse
+		n := 1
 		if o.batched {
-			n := min(len(q), maxUpdatesPerMessage)
-			msg = &leaseholdv1.WatchBatchResponse{Updates: q[:n]}
-			q = q[n:]
+			n = min(len(q), maxUpdatesPerMessage)
+			msg = &leaseholdv1.WatchBatchResponse{}
+			for _, qu := range q[:n] {
+				msg.Updates = append(msg.Updates, qu.u)
+			}
 		} else {
-			u := q[0]
+			u := q[0].u
 			msg = &leaseholdv1.WatchBatchResponse{JobId: u.JobId, Phase: u.Phase, Event: u.Event}
-			q = q[1:]
 		}
-		if len(q) == 0 || !o.batched {
-			msg.Batch = o.batchNow()
-		}
+		msg.Batch = o.batchAt(q[n-1].counts)
+		q = q[n:]
 		if err := o.stream.Send(msg); err != nil {
 			return err
 		}
