@@ -83,7 +83,10 @@ func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseh
 	}
 }
 
-// watchSnapshot sends the opening state of every job of the batch.
+// watchSnapshot sends the opening state of every job of the batch. It
+// first reads every job's phase, a page at a time, so that each snapshot
+// message carries the counts of the whole batch, then sends a snapshot
+// update per job, or for a resumed job its stored events after the cursor.
 func (s *JobServer) watchSnapshot(out *watchOut, resume map[uint64]uint32) error {
 	for after := uint64(0); ; {
 		page, err := s.e.ListJobs(engine.JobFilter{Batch: out.batch.ID, After: after, Limit: maxPageSize})
@@ -93,31 +96,40 @@ func (s *JobServer) watchSnapshot(out *watchOut, resume map[uint64]uint32) error
 		for _, j := range page.Jobs {
 			out.phases[j.ID] = j.Phase
 			out.counts[j.Phase]++
-		}
-		for _, j := range page.Jobs {
-			cursor, resumed := resume[j.ID]
-			if !resumed {
-				out.lastSeq[j.ID] = j.EventSeq
-				out.add(&leaseholdv1.JobUpdate{JobId: JobID(j.ID), Phase: leaseholdv1.Phase(j.Phase)})
-				continue
+			out.lastSeq[j.ID] = j.EventSeq
+			if cursor, resumed := resume[j.ID]; resumed {
+				out.lastSeq[j.ID] = cursor
 			}
-			evs, err := s.e.Events(j.ID, cursor)
-			if err != nil {
-				return s.status(err)
-			}
-			out.lastSeq[j.ID] = cursor
-			for _, ev := range evs {
-				out.event(j.ID, ev)
-			}
-		}
-		if err := out.flush(); err != nil {
-			return err
 		}
 		if page.Next == 0 {
-			return nil
+			break
 		}
 		after = page.Next
 	}
+	b := out.batch
+	for id := b.FirstJob; id < b.FirstJob+uint64(b.Count); id++ {
+		phase, ok := out.phases[id]
+		if !ok {
+			continue
+		}
+		if cursor, resumed := resume[id]; resumed {
+			evs, err := s.e.Events(id, cursor)
+			if err != nil {
+				return s.status(err)
+			}
+			for _, ev := range evs {
+				out.event(id, ev)
+			}
+		} else {
+			out.add(&leaseholdv1.JobUpdate{JobId: JobID(id), Phase: leaseholdv1.Phase(phase)})
+		}
+		if len(out.queue) >= maxPageSize {
+			if err := out.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return out.flush()
 }
 
 // watchOut is what a watch has sent: each job's phase and last event, the

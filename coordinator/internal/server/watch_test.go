@@ -330,4 +330,30 @@ func TestWatchBatchCounts(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("The snapshot of a batch larger than a page counts every job", func(t *testing.T) {
+		t.Parallel()
+		const n = 1500
+		b := setup(t, func(o *options) { o.engine = func(c *engine.Config) { c.Limits.MaxDocuments = n } })
+		docs := make([]*leaseholdv1.Document, n)
+		for i := range docs {
+			docs[i] = &leaseholdv1.Document{Name: fmt.Sprintf("d%04d.pdf", i), Content: []byte("x")}
+		}
+		batch := b.submit(t, alpha, "alpha", "r", docs...)
+		stream, err := b.jobs.WatchBatch(as(t, alpha), &leaseholdv1.WatchBatchRequest{BatchId: batch.GetId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total uint32
+		for _, c := range m.GetBatch().GetCounts() {
+			total += c.GetCount()
+		}
+		if total != n {
+			t.Errorf("the first snapshot message counts %d jobs of %d: %v", total, n, m.GetBatch().GetCounts())
+		}
+	})
 }
