@@ -94,7 +94,8 @@ type Config struct {
 	// SessionRequest accepted (default 16 MiB).
 	MaxSessionMessageBytes int
 	Logger                 *slog.Logger
-	// Now is the clock of upload timeouts; nil means time.Now.
+	// Now is the services' wall clock; nil means time.Now. No lease is
+	// judged by it: deadlines are the writer's, on its monotonic clock.
 	Now func() time.Time
 }
 

@@ -50,8 +50,13 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
 	}
-	// An early answer only; the check that decides runs in the writer.
-	if err := j.CheckLease(md.GetToken(), r.ID, s.now()); err != nil {
+	// An early answer only, on the lease's identity: the job is LEASED
+	// under this token to this renderer. Whether the lease is still live
+	// is judged by the writer when the preview is stored, on its monotonic
+	// clock; the deadline in the record is a wall-clock reading that a step
+	// of the clock, or a restart (which gives live leases a fresh TTL),
+	// leaves behind. The zero time is before any deadline.
+	if err := j.CheckLease(md.GetToken(), r.ID, time.Time{}); err != nil {
 		return s.status(err)
 	}
 	h := sha256.New()
