@@ -156,7 +156,7 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 			if a.err != nil {
 				return ss.s.streamEnd(a.err)
 			}
-			if err := ss.send(a.resp); err != nil {
+			if err := ss.sendAnswers(a.resp); err != nil {
 				return err
 			}
 		case <-ss.conn.Outbox.Ready():
@@ -325,6 +325,42 @@ func (ss *session) send(resp *leaseholdv1.SessionResponse) error {
 		return ss.s.streamEnd(err)
 	}
 	return nil
+}
+
+// sendAnswers sends the answers to one applied command, its results and
+// then its lease statuses, in order, in as many messages as the renderer's
+// limit needs: a request may carry more completions than one message can
+// answer.
+func (ss *session) sendAnswers(resp *leaseholdv1.SessionResponse) error {
+	results, leases := resp.GetResults(), resp.GetLeases()
+	for {
+		msg := &leaseholdv1.SessionResponse{}
+		size := 0
+		for len(results) > 0 {
+			n := proto.Size(results[0]) + 8
+			if len(msg.Results) > 0 && size+n > ss.budget {
+				break
+			}
+			msg.Results = append(msg.Results, results[0])
+			size += n
+			results = results[1:]
+		}
+		for len(results) == 0 && len(leases) > 0 {
+			n := proto.Size(leases[0]) + 8
+			if (len(msg.Results) > 0 || len(msg.Leases) > 0) && size+n > ss.budget {
+				break
+			}
+			msg.Leases = append(msg.Leases, leases[0])
+			size += n
+			leases = leases[1:]
+		}
+		if err := ss.send(msg); err != nil {
+			return err
+		}
+		if len(results) == 0 && len(leases) == 0 {
+			return nil
+		}
+	}
 }
 
 // flush sends the pending grants, with their document content, in messages

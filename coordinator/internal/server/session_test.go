@@ -404,3 +404,40 @@ func (s *breakingStream) SendMsg(m any) error {
 	}
 	return s.ServerStream.SendMsg(m)
 }
+
+// TestSessionAnswersStayWithinTheMessageLimit sends one request whose
+// answers alone outgrow the renderer's message limit.
+func TestSessionAnswersStayWithinTheMessageLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *options) { o.engine = func(c *engine.Config) { c.Limits.MaxInlineBytes = 16 << 10 } })
+	const limit = 25_000
+	h := hello("r-s", "i-1", 1)
+	h.MaxMessageBytes = limit
+	sc := b.openSession(t, h, 0, grpc.MaxCallRecvMsgSize(limit))
+	const n = 1000
+	req := &leaseholdv1.SessionRequest{}
+	for i := range n {
+		req.Completions = append(req.Completions, &leaseholdv1.SessionCompletion{JobId: fmt.Sprintf("x%04d", i), Token: 1,
+			Outcome: &leaseholdv1.SessionCompletion_Failure{Failure: &leaseholdv1.CompleteFailure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT}}})
+	}
+	sc.send(req)
+	var results []*leaseholdv1.CompletionResult
+	sc.until(fmt.Sprintf("%d results", n), func() bool {
+		results = results[:0]
+		for _, a := range sc.answers {
+			results = append(results, a.GetResults()...)
+		}
+		return len(results) >= n
+	})
+	for i, r := range results {
+		if want := fmt.Sprintf("x%04d", i); r.GetJobId() != want || r.GetReason() != reasonInvalidID {
+			t.Fatalf("result %d = %v, want %s INVALID_ID in request order", i, r, want)
+		}
+	}
+	for i, m := range sc.msgs {
+		if size := proto.Size(m); size > limit {
+			t.Errorf("message %d is %d bytes, over the limit of %d", i, size, limit)
+		}
+	}
+	sc.call(&leaseholdv1.SessionRequest{}) // the stream is still open
+}
