@@ -363,8 +363,8 @@ func (ss *session) sendAnswers(resp *leaseholdv1.SessionResponse) error {
 	}
 }
 
-// flush sends the pending grants, with their document content, in messages
-// under the renderer's limit, and the revocations.
+// flush sends the revocations and the pending grants, with their document
+// content, in order, in messages under the renderer's limit.
 func (ss *session) flush(revoked []engine.LeaseStatus) error {
 	if len(ss.pending) > 0 {
 		if err := ss.s.e.ReadContent(ss.pending); err != nil {
@@ -373,16 +373,22 @@ func (ss *session) flush(revoked []engine.LeaseStatus) error {
 	}
 	for len(ss.pending) > 0 || len(revoked) > 0 {
 		resp := &leaseholdv1.SessionResponse{}
-		for _, r := range revoked {
-			resp.Revoked = append(resp.Revoked, leaseStatusToProto(r))
+		size := 0
+		for len(revoked) > 0 {
+			r := leaseStatusToProto(revoked[0])
+			rs := proto.Size(r) + 8
+			if len(resp.Revoked) > 0 && size+rs > ss.budget {
+				break
+			}
+			resp.Revoked = append(resp.Revoked, r)
+			size += rs
+			revoked = revoked[1:]
 		}
-		revoked = nil
-		size := proto.Size(resp)
 		n := 0
-		for n < len(ss.pending) {
+		for len(revoked) == 0 && n < len(ss.pending) {
 			g := grantToProto(ss.pending[n])
 			gs := proto.Size(g) + 8
-			if n > 0 && size+gs > ss.budget {
+			if (n > 0 || len(resp.Revoked) > 0) && size+gs > ss.budget {
 				break
 			}
 			resp.Grants = append(resp.Grants, g)

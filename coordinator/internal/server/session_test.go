@@ -441,3 +441,32 @@ func TestSessionAnswersStayWithinTheMessageLimit(t *testing.T) {
 	}
 	sc.call(&leaseholdv1.SessionRequest{}) // the stream is still open
 }
+
+// TestSessionRevocationsStayWithinTheMessageLimit cancels a batch of many
+// leases held by one session with a small message limit.
+func TestSessionRevocationsStayWithinTheMessageLimit(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	b := setup(t, func(o *options) {
+		o.engine = func(c *engine.Config) { c.Limits.MaxInlineBytes = 16 << 10; c.Limits.MaxDocuments = n }
+	})
+	docs := make([]*leaseholdv1.Document, n)
+	for i := range docs {
+		docs[i] = &leaseholdv1.Document{Name: fmt.Sprintf("d%04d.pdf", i), Content: []byte("x")}
+	}
+	batch := b.submit(t, alpha, "alpha", "r", docs...)
+	const limit = 25_000
+	h := hello("r-s", "i-1", n)
+	h.MaxMessageBytes = limit
+	sc := b.openSession(t, h, n, grpc.MaxCallRecvMsgSize(limit))
+	sc.untilGrants(n)
+	if _, err := b.jobs.CancelBatch(as(t, alpha), &leaseholdv1.CancelBatchRequest{BatchId: batch.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	sc.until(fmt.Sprintf("%d revocations", n), func() bool { return len(sc.revoked) >= n })
+	for i, m := range sc.msgs {
+		if size := proto.Size(m); size > limit {
+			t.Errorf("message %d is %d bytes, over the limit of %d", i, size, limit)
+		}
+	}
+}
