@@ -67,6 +67,11 @@ type testBundle struct {
 	// reg holds the engine's metrics.
 	reg *prometheus.Registry
 	lis *bufconn.Listener
+
+	opts options
+	dir  string
+	// stop stops what start started.
+	stop func()
 }
 
 // options adjust the bundle before it starts.
@@ -90,17 +95,33 @@ type options struct {
 
 func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	t.Helper()
-	o := options{}
+	b := &testBundle{clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}, dir: t.TempDir()}
 	for _, f := range opts {
-		f(&o)
+		f(&b.opts)
 	}
-	dir := t.TempDir()
-	b := &testBundle{clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}, reg: prometheus.NewRegistry()}
+	b.start(t)
+	t.Cleanup(func() { b.stop() })
+	return b
+}
+
+// restart stops the coordinator and starts it again on the same store, as
+// a process restart does; clients connect anew.
+func (b *testBundle) restart(t *testing.T) {
+	t.Helper()
+	b.stop()
+	b.start(t)
+}
+
+// start opens the store, starts the engine and serves the services.
+func (b *testBundle) start(t *testing.T) {
+	t.Helper()
+	o := b.opts
+	b.reg = prometheus.NewRegistry()
 	var storeOpts []store.Option
 	if o.fault != nil {
 		storeOpts = append(storeOpts, store.WithFault(o.fault))
 	}
-	st, err := store.Open(filepath.Join(dir, "leasehold.db"), storeOpts...)
+	st, err := store.Open(filepath.Join(b.dir, "leasehold.db"), storeOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,15 +189,14 @@ func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	b.rend = leaseholdv1.NewRendererServiceClient(b.conn)
 	b.ops = leaseholdv1.NewOperatorServiceClient(b.conn)
 	b.health = healthpb.NewHealthClient(b.conn)
-	t.Cleanup(func() {
+	b.stop = func() {
 		b.conn.Close()
 		b.services.Shutdown()
 		gs.Stop()
 		<-served
 		b.eng.Stop()
 		st.Close()
-	})
-	return b
+	}
 }
 
 // dial opens another client connection to the bundle's server. The
