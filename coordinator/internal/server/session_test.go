@@ -470,3 +470,42 @@ func TestSessionRevocationsStayWithinTheMessageLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionHalfCloseAnswersWhatWasSent closes the renderer's side of a
+// session right after its last completions: they are applied and answered
+// before the stream ends.
+func TestSessionHalfCloseAnswersWhatWasSent(t *testing.T) {
+	t.Parallel()
+	for i := range 5 {
+		t.Run(fmt.Sprintf("Round %d", i), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.submit(t, alpha, "alpha", "r", doc("a.pdf"), doc("b.pdf"))
+			sc := b.openSession(t, hello("r-s", "i-1", 2), 2)
+			sc.untilGrants(2)
+			g := sc.grants
+			sc.send(&leaseholdv1.SessionRequest{Completions: []*leaseholdv1.SessionCompletion{inline(g[0], []byte("png"))}})
+			sc.send(&leaseholdv1.SessionRequest{HandBacks: []*leaseholdv1.LeaseRef{ref(g[1])}})
+			if err := sc.stream.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.end(); err != nil {
+				t.Fatalf("session ended with %v, want OK", err)
+			}
+			var results, leases int
+			for _, a := range sc.answers {
+				results += len(a.GetResults())
+				leases += len(a.GetLeases())
+			}
+			if results != 1 || leases != 1 {
+				t.Errorf("answers before the end: %d results, %d lease statuses; want 1 and 1", results, leases)
+			}
+			if j := b.getJob(t, g[0].GetJobId()); j.GetPhase() != leaseholdv1.Phase_PHASE_SUCCEEDED {
+				t.Errorf("completed job = %v, want SUCCEEDED", j.GetPhase())
+			}
+			if j := b.getJob(t, g[1].GetJobId()); j.GetPhase() != leaseholdv1.Phase_PHASE_QUEUED || j.GetAttempt() != 0 {
+				t.Errorf("handed-back job = %v attempt %d, want QUEUED attempt 0", j.GetPhase(), j.GetAttempt())
+			}
+		})
+	}
+}
