@@ -25,6 +25,9 @@ func TestAuthorization(t *testing.T) {
 		call func(ctx context.Context) error
 		// want maps a token ("" for none) to the expected code.
 		want map[string]codes.Code
+		// notFound is the reason of a NOT_FOUND answer: what the caller may
+		// not see is answered as an id that does not exist.
+		notFound string
 	}{
 		{
 			name: "GetJob of an alpha job",
@@ -32,8 +35,9 @@ func TestAuthorization(t *testing.T) {
 				_, err := b.jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: alphaJob})
 				return err
 			},
-			want: map[string]codes.Code{"": codes.Unauthenticated, "bogus-token": codes.Unauthenticated, alpha: codes.OK, beta: codes.PermissionDenied,
-				renderer: codes.PermissionDenied, operator: codes.OK, opAlpha: codes.OK},
+			want: map[string]codes.Code{"": codes.Unauthenticated, "bogus-token": codes.Unauthenticated, alpha: codes.OK, beta: codes.NotFound,
+				renderer: codes.NotFound, operator: codes.OK, opAlpha: codes.OK},
+			notFound: reasonJobNotFound,
 		},
 		{
 			name: "GetBatch of a beta batch",
@@ -41,7 +45,8 @@ func TestAuthorization(t *testing.T) {
 				_, err := b.jobs.GetBatch(ctx, &leaseholdv1.GetBatchRequest{BatchId: betaBatch.GetId()})
 				return err
 			},
-			want: map[string]codes.Code{"": codes.Unauthenticated, alpha: codes.PermissionDenied, beta: codes.OK, operator: codes.OK, opAlpha: codes.PermissionDenied},
+			want:     map[string]codes.Code{"": codes.Unauthenticated, alpha: codes.NotFound, beta: codes.OK, operator: codes.OK, opAlpha: codes.NotFound},
+			notFound: reasonBatchNotFound,
 		},
 		{
 			name: "ListJobs of team beta",
@@ -80,8 +85,10 @@ func TestAuthorization(t *testing.T) {
 				return err
 			},
 			// alpha gets past authorization and is refused because the job
-			// has not succeeded; operators never read previews.
-			want: map[string]codes.Code{alpha: codes.FailedPrecondition, beta: codes.PermissionDenied, operator: codes.PermissionDenied, opAlpha: codes.PermissionDenied},
+			// has not succeeded; beta may not see the job; operators never
+			// read previews.
+			want:     map[string]codes.Code{alpha: codes.FailedPrecondition, beta: codes.NotFound, operator: codes.PermissionDenied, opAlpha: codes.PermissionDenied},
+			notFound: reasonJobNotFound,
 		},
 		{
 			name: "PauseDispatch and ResumeDispatch",
@@ -119,6 +126,9 @@ func TestAuthorization(t *testing.T) {
 			if want == codes.Unauthenticated {
 				wantError(t, err, codes.Unauthenticated, reasonUnauthenticated)
 			}
+			if want == codes.NotFound {
+				wantError(t, err, codes.NotFound, c.notFound)
+			}
 		}
 	}
 
@@ -127,9 +137,9 @@ func TestAuthorization(t *testing.T) {
 			t.Errorf("health Check without a token: %v", err)
 		}
 	})
-	t.Run("A submitter may not cancel another team's job", func(t *testing.T) {
+	t.Run("A submitter's cancel of another team's job is NOT_FOUND and changes nothing", func(t *testing.T) {
 		_, err := b.jobs.CancelJob(as(t, alpha), &leaseholdv1.CancelJobRequest{JobId: betaJob})
-		wantError(t, err, codes.PermissionDenied, reasonPermissionDenied)
+		wantError(t, err, codes.NotFound, reasonJobNotFound)
 		j, err := b.jobs.GetJob(as(t, beta), &leaseholdv1.GetJobRequest{JobId: betaJob})
 		if err != nil {
 			t.Fatal(err)
@@ -138,9 +148,9 @@ func TestAuthorization(t *testing.T) {
 			t.Errorf("a refused cancel changed the job to %v", got)
 		}
 	})
-	t.Run("An operator out of scope is refused and the refusal is audited", func(t *testing.T) {
+	t.Run("An operator out of scope is answered NOT_FOUND and the refusal is audited", func(t *testing.T) {
 		_, err := b.jobs.CancelJob(as(t, opAlpha), &leaseholdv1.CancelJobRequest{JobId: betaJob, Reason: "cleanup"})
-		wantError(t, err, codes.PermissionDenied, reasonPermissionDenied)
+		wantError(t, err, codes.NotFound, reasonJobNotFound)
 		audit, err := b.ops.GetAudit(as(t, operator), &leaseholdv1.GetAuditRequest{})
 		if err != nil {
 			t.Fatal(err)

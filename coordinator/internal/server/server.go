@@ -94,7 +94,8 @@ type Config struct {
 	// SessionRequest accepted (default 16 MiB).
 	MaxSessionMessageBytes int
 	Logger                 *slog.Logger
-	// Now is the clock of upload timeouts; nil means time.Now.
+	// Now is the services' wall clock; nil means time.Now. No lease is
+	// judged by it: deadlines are the writer's, on its monotonic clock.
 	Now func() time.Time
 }
 
@@ -106,6 +107,10 @@ type core struct {
 	maxMsg    int
 	now       func() time.Time
 	log       *slog.Logger
+	// uploadIdle and uploadTotal bound an upload (UploadIdleTimeout and
+	// UploadTimeout); tests shorten them.
+	uploadIdle  time.Duration
+	uploadTotal time.Duration
 	// closing is closed by Shutdown: long polls answer at once and
 	// long-lived streams end, so that a graceful stop does not wait on them.
 	closing   chan struct{}
@@ -132,6 +137,9 @@ func New(cfg Config) (*Services, error) {
 		now:       cfg.Now,
 		log:       cfg.Logger,
 		closing:   make(chan struct{}),
+
+		uploadIdle:  UploadIdleTimeout,
+		uploadTotal: UploadTimeout,
 	}
 	if c.now == nil {
 		c.now = time.Now

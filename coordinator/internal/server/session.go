@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -28,8 +29,10 @@ const sessionQueue = 256
 // commit. The handler's own goroutine sends: the answers in request order,
 // the grants the writer published (document content read after the commit,
 // packed under the renderer's message limit) and revocations. When the
-// session ends, grants taken but not sent, and grants never taken, are
-// handed back without counting the attempt.
+// renderer closes its side, everything it sent is applied and answered, and
+// the stream then ends with OK. When the session ends, grants taken but not
+// sent, and grants never taken, are handed back without counting the
+// attempt.
 func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServer) error {
 	ctx := stream.Context()
 	p, err := require(ctx, auth.RoleRenderer)
@@ -107,6 +110,9 @@ type session struct {
 	// pending are grants taken from the outbox and not yet sent; they are
 	// handed back if the session ends first.
 	pending []engine.Grant
+	// halfClosed is set once the renderer closed its side: it is sent no
+	// more grants.
+	halfClosed atomic.Bool
 }
 
 // applied is the answer to one merged writer command.
@@ -148,15 +154,17 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 		case <-ctx.Done():
 			return ss.s.streamEnd(ctx.Err())
 		case err := <-recvErr:
-			if err == io.EOF {
+			return ss.s.streamEnd(err)
+		case a, ok := <-results:
+			if !ok {
+				// The renderer closed its side and everything it sent
+				// before has been applied and answered.
 				return nil
 			}
-			return ss.s.streamEnd(err)
-		case a := <-results:
 			if a.err != nil {
 				return ss.s.streamEnd(a.err)
 			}
-			if err := ss.send(a.resp); err != nil {
+			if err := ss.sendAnswers(a.resp); err != nil {
 				return err
 			}
 		case <-ss.conn.Outbox.Ready():
@@ -172,10 +180,17 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 	}
 }
 
-// receive reads requests until the stream ends, converting each.
+// receive reads requests until the stream ends, converting each. When the
+// renderer closes its side, it closes items, so that what was received is
+// still applied and answered before the session ends.
 func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- error) {
 	for {
 		m, err := ss.stream.Recv()
+		if err == io.EOF {
+			ss.halfClosed.Store(true)
+			close(items)
+			return
+		}
 		if err == nil && m.GetHello() != nil {
 			err = invalidArg("hello", reasonMissingHello, "hello may be sent only in the first message")
 		}
@@ -196,12 +211,17 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 }
 
 // apply merges every received request into one writer command at a time
-// and hands the answers, in request order, to the sender.
+// and hands the answers, in request order, to the sender. Once items is
+// closed and drained it closes results.
 func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- applied) {
 	for {
 		var batch []item
 		select {
-		case it := <-items:
+		case it, ok := <-items:
+			if !ok {
+				close(results)
+				return
+			}
 			batch = append(batch, it)
 		case <-ctx.Done():
 			return
@@ -209,7 +229,10 @@ func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- 
 	more:
 		for len(batch) < sessionQueue {
 			select {
-			case it := <-items:
+			case it, ok := <-items:
+				if !ok {
+					break more
+				}
 				batch = append(batch, it)
 			default:
 				break more
@@ -327,26 +350,72 @@ func (ss *session) send(resp *leaseholdv1.SessionResponse) error {
 	return nil
 }
 
-// flush sends the pending grants, with their document content, in messages
-// under the renderer's limit, and the revocations.
+// sendAnswers sends the answers to one applied command, its results and
+// then its lease statuses, in order, in as many messages as the renderer's
+// limit needs: a request may carry more completions than one message can
+// answer.
+func (ss *session) sendAnswers(resp *leaseholdv1.SessionResponse) error {
+	results, leases := resp.GetResults(), resp.GetLeases()
+	for {
+		msg := &leaseholdv1.SessionResponse{}
+		size := 0
+		for len(results) > 0 {
+			n := proto.Size(results[0]) + 8
+			if len(msg.Results) > 0 && size+n > ss.budget {
+				break
+			}
+			msg.Results = append(msg.Results, results[0])
+			size += n
+			results = results[1:]
+		}
+		for len(results) == 0 && len(leases) > 0 {
+			n := proto.Size(leases[0]) + 8
+			if (len(msg.Results) > 0 || len(msg.Leases) > 0) && size+n > ss.budget {
+				break
+			}
+			msg.Leases = append(msg.Leases, leases[0])
+			size += n
+			leases = leases[1:]
+		}
+		if err := ss.send(msg); err != nil {
+			return err
+		}
+		if len(results) == 0 && len(leases) == 0 {
+			return nil
+		}
+	}
+}
+
+// flush sends the revocations and the pending grants, with their document
+// content, in order, in messages under the renderer's limit.
 func (ss *session) flush(revoked []engine.LeaseStatus) error {
-	if len(ss.pending) > 0 {
+	// A renderer that closed its side can send no receipt or hand-back any
+	// more: its grants stay pending and are handed back when the session
+	// ends.
+	grants := !ss.halfClosed.Load()
+	if grants && len(ss.pending) > 0 {
 		if err := ss.s.e.ReadContent(ss.pending); err != nil {
 			return ss.s.status(err)
 		}
 	}
-	for len(ss.pending) > 0 || len(revoked) > 0 {
+	for (grants && len(ss.pending) > 0) || len(revoked) > 0 {
 		resp := &leaseholdv1.SessionResponse{}
-		for _, r := range revoked {
-			resp.Revoked = append(resp.Revoked, leaseStatusToProto(r))
+		size := 0
+		for len(revoked) > 0 {
+			r := leaseStatusToProto(revoked[0])
+			rs := proto.Size(r) + 8
+			if len(resp.Revoked) > 0 && size+rs > ss.budget {
+				break
+			}
+			resp.Revoked = append(resp.Revoked, r)
+			size += rs
+			revoked = revoked[1:]
 		}
-		revoked = nil
-		size := proto.Size(resp)
 		n := 0
-		for n < len(ss.pending) {
+		for grants && len(revoked) == 0 && n < len(ss.pending) {
 			g := grantToProto(ss.pending[n])
 			gs := proto.Size(g) + 8
-			if n > 0 && size+gs > ss.budget {
+			if (n > 0 || len(resp.Revoked) > 0) && size+gs > ss.budget {
 				break
 			}
 			resp.Grants = append(resp.Grants, g)

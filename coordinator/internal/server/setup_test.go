@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -61,6 +64,14 @@ type testBundle struct {
 	rend     leaseholdv1.RendererServiceClient
 	ops      leaseholdv1.OperatorServiceClient
 	health   healthpb.HealthClient
+	// reg holds the engine's metrics.
+	reg *prometheus.Registry
+	lis *bufconn.Listener
+
+	opts options
+	dir  string
+	// stop stops what start started.
+	stop func()
 }
 
 // options adjust the bundle before it starts.
@@ -71,36 +82,57 @@ type options struct {
 	fault func(op string) error
 	// wrap, when set, wraps the engine the services call.
 	wrap func(Engine) Engine
+	// principals replaces the development principals.
+	principals *auth.Set
+	// server adjusts the services' configuration.
+	server func(*Config)
+	// services adjusts the services before they serve.
+	services func(*Services)
+	// intercept, when set, runs inside the authentication interceptor of
+	// every stream.
+	intercept grpc.StreamServerInterceptor
 }
 
 func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	t.Helper()
-	o := options{}
+	b := &testBundle{clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}, dir: t.TempDir()}
 	for _, f := range opts {
-		f(&o)
+		f(&b.opts)
 	}
-	dir := t.TempDir()
-	b := &testBundle{clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	b.start(t)
+	t.Cleanup(func() { b.stop() })
+	return b
+}
+
+// restart stops the coordinator and starts it again on the same store, as
+// a process restart does; clients connect anew.
+func (b *testBundle) restart(t *testing.T) {
+	t.Helper()
+	b.stop()
+	b.start(t)
+}
+
+// start opens the store, starts the engine and serves the services.
+func (b *testBundle) start(t *testing.T) {
+	t.Helper()
+	o := b.opts
+	b.reg = prometheus.NewRegistry()
 	var storeOpts []store.Option
 	if o.fault != nil {
 		storeOpts = append(storeOpts, store.WithFault(o.fault))
 	}
-	st, err := store.Open(filepath.Join(dir, "leasehold.db"), storeOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	arts, err := store.OpenArtifacts(filepath.Join(dir, "artifacts"))
+	st, err := store.Open(filepath.Join(b.dir, "leasehold.db"), storeOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := engine.Config{
 		Store:         st,
-		Artifacts:     arts,
 		Now:           b.clock.Now,
 		LeaseTTL:      15 * time.Second,
 		Retry:         jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 10 * time.Second},
 		RunningCancel: true,
 		Seed:          1,
+		Registerer:    b.reg,
 	}
 	if o.engine != nil {
 		o.engine(&cfg)
@@ -114,45 +146,72 @@ func setup(t *testing.T, opts ...func(*options)) *testBundle {
 	if o.wrap != nil {
 		e = o.wrap(e)
 	}
-	b.services, err = New(Config{Engine: e, Artifacts: arts, Now: b.clock.Now, MaxArtifactBytes: o.maxArtifactBytes})
+	scfg := Config{Engine: e, Now: b.clock.Now, MaxArtifactBytes: o.maxArtifactBytes}
+	if o.server != nil {
+		o.server(&scfg)
+	}
+	b.services, err = New(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.services != nil {
+		o.services(b.services)
+	}
 	principals := auth.DevPrincipals()
+	if o.principals != nil {
+		principals = o.principals
+	}
+	streams := []grpc.StreamServerInterceptor{principals.StreamServerInterceptor()}
+	if o.intercept != nil {
+		streams = append(streams, o.intercept)
+	}
 	gs := grpc.NewServer(
 		// Stop waits for handlers, so none outlives the engine.
 		grpc.WaitForHandlers(true),
+		// As the coordinator does, receive the largest batch the limits
+		// allow.
+		grpc.MaxRecvMsgSize(32<<20),
 		grpc.ChainUnaryInterceptor(principals.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(principals.StreamServerInterceptor()),
+		grpc.ChainStreamInterceptor(streams...),
 	)
 	b.services.Register(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	lis := bufconn.Listen(1 << 20)
+	b.lis = lis
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		_ = gs.Serve(lis)
 	}()
-	b.conn, err = grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b.conn = b.dial(t)
 	b.jobs = leaseholdv1.NewJobServiceClient(b.conn)
 	b.rend = leaseholdv1.NewRendererServiceClient(b.conn)
 	b.ops = leaseholdv1.NewOperatorServiceClient(b.conn)
 	b.health = healthpb.NewHealthClient(b.conn)
-	t.Cleanup(func() {
+	b.stop = func() {
 		b.conn.Close()
 		b.services.Shutdown()
 		gs.Stop()
 		<-served
 		b.eng.Stop()
 		st.Close()
-	})
-	return b
+	}
+}
+
+// dial opens another client connection to the bundle's server. The
+// bundle closes the first one; the caller closes the others.
+func (b *testBundle) dial(t *testing.T, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	opts = append([]grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return b.lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}, opts...)
+	conn, err := grpc.NewClient("passthrough:///bufnet", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 // as returns a context carrying token as its bearer token.
@@ -209,7 +268,7 @@ func (b *testBundle) acquire(t *testing.T, n uint32) []*leaseholdv1.Grant {
 // leaseOne submits one alpha document and leases it.
 func (b *testBundle) leaseOne(t *testing.T) *leaseholdv1.Grant {
 	t.Helper()
-	b.submit(t, alpha, "alpha", "req-"+t.Name(), doc("a.pdf"))
+	b.submit(t, alpha, "alpha", "one-"+sha([]byte(t.Name()))[:16], doc("a.pdf"))
 	grants := b.acquire(t, 1)
 	if len(grants) != 1 {
 		t.Fatalf("Acquire granted %d leases, want 1", len(grants))
@@ -293,4 +352,52 @@ func wantError(t *testing.T, err error, code codes.Code, reason string) map[stri
 		t.Errorf("ErrorInfo domain = %q, want %q", info.GetDomain(), ErrorDomain)
 	}
 	return info.GetMetadata()
+}
+
+// cmpDiff is cmp.Diff for plain values.
+func cmpDiff(want, got any) string { return cmp.Diff(want, got) }
+
+// state is what a refused call must leave as it was: every job with its
+// history, every batch's counts, the audit trail, the rejections and the
+// dispatch switch, read from the engine.
+type state struct {
+	Jobs       map[string]string
+	Batches    map[string]string
+	Audit      []string
+	Rejections int
+	Paused     bool
+}
+
+func (b *testBundle) snapshot(t *testing.T) state {
+	t.Helper()
+	s := state{Jobs: map[string]string{}, Batches: map[string]string{}}
+	page, err := b.eng.ListJobs(engine.JobFilter{Limit: 10_000, History: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range page.Jobs {
+		s.Jobs[JobID(j.ID)] = prototext.Format(jobToProto(j, viewFull, true))
+		if _, ok := s.Batches[BatchID(j.BatchID)]; ok {
+			continue
+		}
+		bv, err := b.eng.Batch(j.BatchID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Batches[BatchID(j.BatchID)] = prototext.Format(batchToProto(bv, true))
+	}
+	audit, err := b.eng.ListAudit(engine.AuditFilter{Limit: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range audit.Records {
+		s.Audit = append(s.Audit, prototext.Format(auditToProto(a)))
+	}
+	rej, err := b.eng.ListRejections(engine.RejectionFilter{Limit: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Rejections = len(rej.Rejections)
+	s.Paused = b.eng.DispatchState().Paused
+	return s
 }

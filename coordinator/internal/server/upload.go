@@ -20,7 +20,7 @@ import (
 // reference it. The upload is bounded in bytes, in idle time between
 // messages and in total time, and ends when the coordinator shuts down.
 func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_UploadArtifactServer) error {
-	ctx, cancel := context.WithTimeout(stream.Context(), UploadTimeout)
+	ctx, cancel := context.WithTimeout(stream.Context(), s.uploadTotal)
 	defer cancel()
 	p, err := require(ctx, auth.RoleRenderer)
 	if err != nil {
@@ -50,8 +50,13 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
 	}
-	// An early answer only; the check that decides runs in the writer.
-	if err := j.CheckLease(md.GetToken(), r.ID, s.now()); err != nil {
+	// An early answer only, on the lease's identity: the job is LEASED
+	// under this token to this renderer. Whether the lease is still live
+	// is judged by the writer when the preview is stored, on its monotonic
+	// clock; the deadline in the record is a wall-clock reading that a step
+	// of the clock, or a restart (which gives live leases a fresh TTL),
+	// leaves behind. The zero time is before any deadline.
+	if err := j.CheckLease(md.GetToken(), r.ID, time.Time{}); err != nil {
 		return s.status(err)
 	}
 	h := sha256.New()
@@ -95,10 +100,10 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 
 // nextUpload returns the upload's next message, io.EOF at its end, or the
 // error that ends it: UPLOAD_TIMEOUT when nothing came for
-// UploadIdleTimeout or the whole upload ran out of time, SHUTTING_DOWN when
-// the coordinator stops.
+// UploadIdleTimeout or the whole upload ran out of time (UploadTimeout),
+// SHUTTING_DOWN when the coordinator stops.
 func (s *RendererServer) nextUpload(ctx context.Context, msgs <-chan *leaseholdv1.UploadArtifactRequest, errC <-chan error) (*leaseholdv1.UploadArtifactRequest, error) {
-	idle := time.NewTimer(UploadIdleTimeout)
+	idle := time.NewTimer(s.uploadIdle)
 	defer idle.Stop()
 	select {
 	case m := <-msgs:
@@ -107,11 +112,11 @@ func (s *RendererServer) nextUpload(ctx context.Context, msgs <-chan *leaseholdv
 		return nil, err
 	case <-idle.C:
 		return nil, &requestError{code: codes.DeadlineExceeded, reason: reasonUploadTimeout,
-			msg: "the upload sent nothing for " + UploadIdleTimeout.String()}
+			msg: "the upload sent nothing for " + s.uploadIdle.String()}
 	case <-ctx.Done():
 		if ctx.Err() == context.DeadlineExceeded {
 			return nil, &requestError{code: codes.DeadlineExceeded, reason: reasonUploadTimeout,
-				msg: "the upload took longer than " + UploadTimeout.String()}
+				msg: "the upload took longer than " + s.uploadTotal.String()}
 		}
 		return nil, ctx.Err()
 	case <-s.closing:

@@ -83,7 +83,10 @@ func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseh
 	}
 }
 
-// watchSnapshot sends the opening state of every job of the batch.
+// watchSnapshot sends the opening state of every job of the batch. It
+// first reads every job's phase, a page at a time, so that each snapshot
+// message carries the counts of the whole batch, then sends a snapshot
+// update per job, or for a resumed job its stored events after the cursor.
 func (s *JobServer) watchSnapshot(out *watchOut, resume map[uint64]uint32) error {
 	for after := uint64(0); ; {
 		page, err := s.e.ListJobs(engine.JobFilter{Batch: out.batch.ID, After: after, Limit: maxPageSize})
@@ -93,31 +96,40 @@ func (s *JobServer) watchSnapshot(out *watchOut, resume map[uint64]uint32) error
 		for _, j := range page.Jobs {
 			out.phases[j.ID] = j.Phase
 			out.counts[j.Phase]++
-		}
-		for _, j := range page.Jobs {
-			cursor, resumed := resume[j.ID]
-			if !resumed {
-				out.lastSeq[j.ID] = j.EventSeq
-				out.add(&leaseholdv1.JobUpdate{JobId: JobID(j.ID), Phase: leaseholdv1.Phase(j.Phase)})
-				continue
+			out.lastSeq[j.ID] = j.EventSeq
+			if cursor, resumed := resume[j.ID]; resumed {
+				out.lastSeq[j.ID] = cursor
 			}
-			evs, err := s.e.Events(j.ID, cursor)
-			if err != nil {
-				return s.status(err)
-			}
-			out.lastSeq[j.ID] = cursor
-			for _, ev := range evs {
-				out.event(j.ID, ev)
-			}
-		}
-		if err := out.flush(); err != nil {
-			return err
 		}
 		if page.Next == 0 {
-			return nil
+			break
 		}
 		after = page.Next
 	}
+	b := out.batch
+	for id := b.FirstJob; id < b.FirstJob+uint64(b.Count); id++ {
+		phase, ok := out.phases[id]
+		if !ok {
+			continue
+		}
+		if cursor, resumed := resume[id]; resumed {
+			evs, err := s.e.Events(id, cursor)
+			if err != nil {
+				return s.status(err)
+			}
+			for _, ev := range evs {
+				out.event(id, ev)
+			}
+		} else {
+			out.add(&leaseholdv1.JobUpdate{JobId: JobID(id), Phase: leaseholdv1.Phase(phase)})
+		}
+		if len(out.queue) >= maxPageSize {
+			if err := out.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return out.flush()
 }
 
 // watchOut is what a watch has sent: each job's phase and last event, the
@@ -130,7 +142,14 @@ type watchOut struct {
 	phases       map[uint64]jobs.Phase
 	lastSeq      map[uint64]uint32
 	counts       store.Counts
-	queue        []*leaseholdv1.JobUpdate
+	queue        []queuedUpdate
+}
+
+// queuedUpdate is an update waiting to go out with the batch's counts right
+// after it.
+type queuedUpdate struct {
+	u      *leaseholdv1.JobUpdate
+	counts store.Counts
 }
 
 // event applies one committed event of job id, once, and queues it unless
@@ -152,34 +171,38 @@ func (o *watchOut) event(id uint64, ev jobs.Event) {
 }
 
 func (o *watchOut) add(u *leaseholdv1.JobUpdate) {
-	o.queue = append(o.queue, u)
+	o.queue = append(o.queue, queuedUpdate{u: u, counts: o.counts})
 }
 
 func (o *watchOut) done() bool { return o.counts.Unfinished() == 0 }
 
-func (o *watchOut) batchNow() *leaseholdv1.Batch {
-	return batchToProto(engine.BatchView{Batch: o.batch, Counts: o.counts, Done: o.done()}, false)
+// batchAt returns the batch with counts.
+func (o *watchOut) batchAt(counts store.Counts) *leaseholdv1.Batch {
+	return batchToProto(engine.BatchView{Batch: o.batch, Counts: counts, Done: counts.Unfinished() == 0}, false)
 }
 
 // flush sends the queued updates: one message each, or up to
 // maxUpdatesPerMessage per message when the watcher asked for batches.
+// Each message carries the batch's counts right after its last update, not
+// after everything queued, so that a follower can trust any message.
 func (o *watchOut) flush() error {
 	q := o.queue
 	o.queue = nil
 	for len(q) > 0 {
 		var msg *leaseholdv1.WatchBatchResponse
+		n := 1
 		if o.batched {
-			n := min(len(q), maxUpdatesPerMessage)
-			msg = &leaseholdv1.WatchBatchResponse{Updates: q[:n]}
-			q = q[n:]
+			n = min(len(q), maxUpdatesPerMessage)
+			msg = &leaseholdv1.WatchBatchResponse{}
+			for _, qu := range q[:n] {
+				msg.Updates = append(msg.Updates, qu.u)
+			}
 		} else {
-			u := q[0]
+			u := q[0].u
 			msg = &leaseholdv1.WatchBatchResponse{JobId: u.JobId, Phase: u.Phase, Event: u.Event}
-			q = q[1:]
 		}
-		if len(q) == 0 || !o.batched {
-			msg.Batch = o.batchNow()
-		}
+		msg.Batch = o.batchAt(q[n-1].counts)
+		q = q[n:]
 		if err := o.stream.Send(msg); err != nil {
 			return err
 		}
