@@ -72,4 +72,29 @@
 // attempt; a lease left in place shows in every later GetJob, CancelJob or
 // replay of that job), so leaving it out of the other partitions loses no
 // violation.
+//
+// # Running
+//
+// The tests start a coordinator in-process on a loopback TCP port with a
+// data directory under t.TempDir and the development tokens, with a lease
+// TTL of an hour, three attempts and millisecond backoffs. Twelve clients
+// (three submitters, an operator, eight renderers) call it over gRPC;
+// about 2% of calls get a deadline of a few milliseconds so that some
+// answers are lost. Renderers upload each preview with UploadArtifact and
+// complete with its digest, a path that stays valid when Complete also
+// takes the preview inline. Lost completions and submissions are repeated
+// (the repeat is a replay; a submission's repeat, with the same request
+// id, reveals its job ids).
+//
+//	go test ./coordinator/lincheck                          # 2,000 calls
+//	go test ./coordinator/lincheck -run Linearizable -long  # 50,000 calls
+//	LEASEHOLD_LINCHECK_OPS=200000 go test ./coordinator/lincheck -run Linearizable -timeout 1h
+//
+// By default the model also accepts two answers of the coordinator as
+// built before the current contract (see Spec);
+// LEASEHOLD_LINCHECK_STRICT=1 accepts only the contract's own.
+// LEASEHOLD_LINCHECK_WRONG_HOLDER=1 adds completions of current leases
+// under another renderer's id. When a check fails, the failing jobs are
+// logged and porcupine's visualisation is written (with go test -artifacts
+// -outputdir DIR, into the test's artifact directory).
 package lincheck

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +26,7 @@ var long = flag.Bool("long", false, "record and check a long history (50,000 cal
 // Defaults of the two modes. The short one is for CI: a few thousand calls,
 // well under 30 s under -race on two cores.
 const (
-	shortOps = 3000
+	shortOps = 2000
 	longOps  = 50000
 )
 
@@ -112,8 +113,14 @@ func check(t *testing.T, records []lincheck.Record, spec lincheck.Spec) {
 	start := time.Now()
 	res := porcupine.CheckOperationsTimeout(model, ops, 10*time.Minute)
 	took := time.Since(start)
-	jobs := len(model.Partition(ops))
-	t.Logf("porcupine: %d operations on %d jobs: %s in %v", len(ops), jobs, res, took.Round(time.Millisecond))
+	jobs, lost := len(model.Partition(ops)), 0
+	for _, op := range ops {
+		if op.Input.(lincheck.Input).Kind == lincheck.Acquire && op.Output.(lincheck.Output).Pending {
+			lost++
+		}
+	}
+	t.Logf("porcupine: %d operations on %d jobs (%d placements of Acquires whose answer was lost): %s in %v",
+		len(ops), jobs, lost, res, took.Round(time.Millisecond))
 	if res == porcupine.Ok {
 		return
 	}
@@ -121,7 +128,9 @@ func check(t *testing.T, records []lincheck.Record, spec lincheck.Spec) {
 	if res == porcupine.Illegal {
 		bad := failing(model, ops)
 		logPartitions(t, model, bad, 3)
-		visualize(t, model, bad)
+		if path := visualize(t, model, bad, outputDir(t)); path != "" {
+			t.Logf("visualisation of the failing jobs: %s", path)
+		}
 	}
 }
 
@@ -164,29 +173,35 @@ func failing(model porcupine.Model, ops []porcupine.Operation) []porcupine.Opera
 	return out
 }
 
-// visualize writes porcupine's HTML visualisation of ops and logs where.
-// With -artifacts (go test -artifacts -outputdir DIR) it goes to the
-// test's artifact directory; otherwise to a directory under os.TempDir
-// that is kept.
-func visualize(t *testing.T, model porcupine.Model, ops []porcupine.Operation) string {
+// outputDir returns where a failing check writes its visualisation: the
+// test's artifact directory with -artifacts (go test -artifacts
+// -outputdir DIR), else a new directory under os.TempDir that is kept.
+func outputDir(t *testing.T) string {
 	t.Helper()
-	_, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
-	dir := ""
 	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
-		dir = t.ArtifactDir()
-	} else {
-		var err error
-		if dir, err = os.MkdirTemp("", "lincheck-"); err != nil {
-			t.Errorf("visualisation: %v", err)
-			return ""
-		}
+		return t.ArtifactDir()
 	}
-	path := dir + string(os.PathSeparator) + "linearizability.html"
+	dir, err := os.MkdirTemp("", "lincheck-")
+	if err != nil {
+		t.Errorf("visualisation: %v", err)
+		return ""
+	}
+	return dir
+}
+
+// visualize writes porcupine's HTML visualisation of ops into dir and
+// returns its path ("" when it could not).
+func visualize(t *testing.T, model porcupine.Model, ops []porcupine.Operation, dir string) string {
+	t.Helper()
+	if dir == "" {
+		return ""
+	}
+	_, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
+	path := filepath.Join(dir, "linearizability.html")
 	if err := porcupine.VisualizePath(model, info, path); err != nil {
 		t.Errorf("visualisation: %v", err)
 		return ""
 	}
-	t.Logf("visualisation of the failing jobs: %s", path)
 	return path
 }
 
