@@ -1,0 +1,254 @@
+package lincheck_test
+
+import (
+	"cmp"
+	"flag"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/leasehold/leasehold/coordinator/lincheck"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+)
+
+var long = flag.Bool("long", false, "record and check a long history (50,000 calls; see LEASEHOLD_LINCHECK_OPS)")
+
+// Defaults of the two modes. The short one is for CI: a few thousand calls,
+// well under 30 s under -race on two cores.
+const (
+	shortOps = 2000
+	longOps  = 50000
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// envInt reads a positive integer from the environment, or returns def.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, s)
+	}
+	return n
+}
+
+// TestLinearizable runs concurrent submitters, renderers and an operator
+// against one coordinator over real gRPC, records every call, and checks
+// the history against the model.
+//
+// Environment: LEASEHOLD_LINCHECK_OPS (calls to record; -long means
+// 50,000), LEASEHOLD_LINCHECK_CLIENTS (8 to 16), LEASEHOLD_LINCHECK_SEED,
+// LEASEHOLD_LINCHECK_STRICT=1 (accept only the current contract's answers:
+// a replay of any applied completion is recognised, not only the latest,
+// and a job the caller may not see is NOT_FOUND, not PERMISSION_DENIED;
+// see lincheck.Spec),
+// LEASEHOLD_LINCHECK_WRONG_HOLDER=1 (also complete current leases under
+// another renderer's id).
+func TestLinearizable(t *testing.T) {
+	ops := shortOps
+	if *long {
+		ops = longOps
+	}
+	opts := options{
+		ops:         envInt(t, "LEASEHOLD_LINCHECK_OPS", ops),
+		clients:     envInt(t, "LEASEHOLD_LINCHECK_CLIENTS", 12),
+		cutRate:     0.02,
+		liveJobs:    64,
+		wrongHolder: os.Getenv("LEASEHOLD_LINCHECK_WRONG_HOLDER") == "1",
+		seed:        uint64(envInt(t, "LEASEHOLD_LINCHECK_SEED", int(time.Now().UnixNano()%(1<<31)))),
+	}
+	if opts.clients < 8 || opts.clients > 16 {
+		t.Fatalf("LEASEHOLD_LINCHECK_CLIENTS=%d: want 8 to 16", opts.clients)
+	}
+	strict := os.Getenv("LEASEHOLD_LINCHECK_STRICT") == "1"
+	spec := lincheck.Spec{MaxAttempts: maxAttempts, LatestReplayOnly: !strict, ForeignDenied: !strict}
+	t.Logf("seed %d, %d clients, %d calls, strict %v, wrong holders %v",
+		opts.seed, opts.clients, opts.ops, strict, opts.wrongHolder)
+
+	logs := &syncBuffer{}
+	addr, stop := startCoordinator(t, t.TempDir(), slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	start := time.Now()
+	w := run(t, addr, opts)
+	elapsed := time.Since(start)
+	stop()
+	records := w.rec.Records()
+	t.Logf("recorded %d calls in %v (%.0f calls/s)", len(records), elapsed.Round(time.Millisecond), float64(len(records))/elapsed.Seconds())
+	t.Logf("calls: %s", summarize(records))
+	t.Logf("calls cut short on purpose: %v", w.cuts)
+
+	check(t, records, spec)
+	if len(w.faults) > 0 {
+		t.Errorf("calls that lost their answer without being cut short: %v", w.faults)
+	}
+	if t.Failed() {
+		t.Logf("coordinator warnings and errors:\n%s", logs.String())
+	}
+}
+
+// check checks records with porcupine and the cross-job checks, and writes
+// the visualisation of the partitions that fail.
+func check(t *testing.T, records []lincheck.Record, spec lincheck.Spec) {
+	t.Helper()
+	if err := lincheck.CheckHistory(records); err != nil {
+		t.Errorf("cross-job checks failed:\n%v", err)
+	}
+	model := lincheck.Model(spec)
+	ops := lincheck.Operations(records)
+	start := time.Now()
+	res := porcupine.CheckOperationsTimeout(model, ops, 10*time.Minute)
+	took := time.Since(start)
+	jobs, lost := len(model.Partition(ops)), 0
+	for _, op := range ops {
+		if op.Input.(lincheck.Input).Kind == lincheck.Acquire && op.Output.(lincheck.Output).Pending {
+			lost++
+		}
+	}
+	t.Logf("porcupine: %d operations on %d jobs (%d placements of Acquires whose answer was lost): %s in %v",
+		len(ops), jobs, lost, res, took.Round(time.Millisecond))
+	if res == porcupine.Ok {
+		return
+	}
+	t.Errorf("the history is not linearizable (%s)", res)
+	if res == porcupine.Illegal {
+		bad := failing(model, ops)
+		logPartitions(t, model, bad, 3)
+		if path := visualize(t, model, bad, outputDir(t)); path != "" {
+			t.Logf("visualisation of the failing jobs: %s", path)
+		}
+	}
+}
+
+// logPartitions logs the operations of the first n jobs of ops in call
+// order, so that a failure can be read from the test log alone.
+func logPartitions(t *testing.T, model porcupine.Model, ops []porcupine.Operation, n int) {
+	t.Helper()
+	for i, part := range model.Partition(ops) {
+		if i == n {
+			break
+		}
+		part = slices.Clone(part)
+		slices.SortStableFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		var b strings.Builder
+		for _, op := range part {
+			ret := "never"
+			if op.Return != lincheck.Never {
+				ret = time.Duration(op.Return).String()
+			}
+			fmt.Fprintf(&b, "\n  client %2d [%v, %s] %s", op.ClientId, time.Duration(op.Call), ret, model.DescribeOperation(op.Input, op.Output))
+		}
+		t.Logf("job %s:%s", part[0].Input.(lincheck.Input).Job, b.String())
+	}
+}
+
+// failing returns the operations of the partitions (jobs) that fail on
+// their own, at most 20 of them, so that the visualisation stays readable.
+func failing(model porcupine.Model, ops []porcupine.Operation) []porcupine.Operation {
+	var out []porcupine.Operation
+	n := 0
+	for _, part := range model.Partition(ops) {
+		if porcupine.CheckOperations(model, part) {
+			continue
+		}
+		out = append(out, part...)
+		if n++; n == 20 {
+			break
+		}
+	}
+	return out
+}
+
+// outputDir returns where a failing check writes its visualisation: the
+// test's artifact directory with -artifacts (go test -artifacts
+// -outputdir DIR), else a new directory under os.TempDir that is kept.
+func outputDir(t *testing.T) string {
+	t.Helper()
+	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
+		return t.ArtifactDir()
+	}
+	dir, err := os.MkdirTemp("", "lincheck-")
+	if err != nil {
+		t.Errorf("visualisation: %v", err)
+		return ""
+	}
+	return dir
+}
+
+// visualize writes porcupine's HTML visualisation of ops into dir and
+// returns its path ("" when it could not).
+func visualize(t *testing.T, model porcupine.Model, ops []porcupine.Operation, dir string) string {
+	t.Helper()
+	if dir == "" {
+		return ""
+	}
+	_, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
+	path := filepath.Join(dir, "linearizability.html")
+	if err := porcupine.VisualizePath(model, info, path); err != nil {
+		t.Errorf("visualisation: %v", err)
+		return ""
+	}
+	return path
+}
+
+// summarize counts records by kind and answer.
+func summarize(records []lincheck.Record) string {
+	counts := map[string]int{}
+	for _, r := range records {
+		k := r.Kind.String()
+		switch {
+		case r.Pending:
+			k += " lost"
+		case r.Code != codes.OK:
+			k += " " + cmp.Or(r.Reason, r.Code.String())
+		case r.Kind == lincheck.Acquire:
+			k += fmt.Sprintf(" %d grants", len(r.Grants))
+		case r.Replayed:
+			k += " replayed"
+		case r.Kind == lincheck.Cancel && r.AlreadyCancelled:
+			k += " already"
+		case r.Kind == lincheck.Cancel && r.RunningRenderer != "":
+			k += " running"
+		default:
+			k += " OK"
+		}
+		counts[k]++
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
