@@ -90,11 +90,8 @@
 //	go test ./coordinator/lincheck -run Linearizable -long  # 50,000 calls
 //	LEASEHOLD_LINCHECK_OPS=200000 go test ./coordinator/lincheck -run Linearizable -timeout 1h
 //
-// By default the model also accepts two answers of the coordinator as
-// built before the current contract (see Spec);
-// LEASEHOLD_LINCHECK_STRICT=1 accepts only the contract's own.
-// LEASEHOLD_LINCHECK_WRONG_HOLDER=1 adds completions of current leases
-// under another renderer's id. When a check fails, the failing jobs are
+// The workload also completes current leases under another renderer's id
+// now and then (LEASEHOLD_LINCHECK_WRONG_HOLDER=0 turns that off). When a check fails, the failing jobs are
 // logged and porcupine's visualisation is written (with go test -artifacts
 // -outputdir DIR, into the test's artifact directory).
 package lincheck

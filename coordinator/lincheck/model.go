@@ -44,20 +44,6 @@ type Spec struct {
 	// MaxAttempts is the attempts per cycle (the coordinator's default
 	// retry policy; the workload never overrides it per batch).
 	MaxAttempts uint32
-
-	// The fields below tolerate answers of the coordinator as built before
-	// the current API contract, as well as the contract's own; the strict
-	// model leaves them false.
-
-	// LatestReplayOnly tolerates a coordinator that recognises only the
-	// job's latest applied completion as a replay: a replay of an earlier
-	// applied completion may then also be refused as a stale token. The
-	// contract (RendererService.Complete) promises any applied one.
-	LatestReplayOnly bool
-	// ForeignDenied tolerates PERMISSION_DENIED for a caller who may not
-	// see the job. The contract (JobService) answers NOT_FOUND
-	// JOB_NOT_FOUND, exactly as for an id that does not exist.
-	ForeignDenied bool
 }
 
 // Input is one operation on one job, as porcupine sees it.
@@ -340,9 +326,6 @@ func (m model) upload(s State, in Input, out Output) []State {
 func (m model) complete(s State, in Input, out Output) []State {
 	outcome := in.Outcome.String()
 	if prev, ok := s.applied(in.Token); ok {
-		if m.spec.LatestReplayOnly && in.Token != s.Latest && out.Code != codes.OK {
-			return refuse(s, out, append(refusals(s, in.Token, in.Renderer), OutcomeMismatch)...)
-		}
 		if prev != outcome {
 			return refuse(s, out, OutcomeMismatch)
 		}
@@ -443,11 +426,9 @@ func refuseWith(s State, out Output, code codes.Code, reason string) []State {
 	return nil
 }
 
-// notFound accepts the answer to a caller who may not see the job.
+// notFound accepts the answer to a caller who may not see the job: exactly
+// that of an id that does not exist.
 func (m model) notFound(s State, out Output) []State {
-	if m.spec.ForeignDenied && out.Code == codes.PermissionDenied {
-		return []State{s}
-	}
 	return refuseWith(s, out, codes.NotFound, JobNotFound)
 }
 

@@ -26,7 +26,7 @@ const (
 	transient = leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT
 )
 
-var strictSpec = lincheck.Spec{MaxAttempts: maxAttempts}
+var spec = lincheck.Spec{MaxAttempts: maxAttempts}
 
 func success(digest string) lincheck.Outcome { return lincheck.Outcome{Success: true, Digest: digest} }
 
@@ -171,7 +171,7 @@ func TestModelAcceptsLegalHistories(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			res, err := verdict(t, strictSpec, tt.records)
+			res, err := verdict(t, spec, tt.records)
 			if res != porcupine.Ok || err != nil {
 				t.Errorf("got %s, %v; want Ok, no cross-job error", res, err)
 			}
@@ -240,7 +240,7 @@ func TestModelRejectsInjectedViolations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			res, err := verdict(t, strictSpec, tt.inject(baseHistory()))
+			res, err := verdict(t, spec, tt.inject(baseHistory()))
 			if tt.crossJob {
 				if err == nil {
 					t.Errorf("CheckHistory accepted the injected violation")
@@ -254,10 +254,11 @@ func TestModelRejectsInjectedViolations(t *testing.T) {
 	}
 }
 
-// TestModelToleratesTheEarlierContract checks the two tolerances of Spec:
-// off, the answers of the coordinator built before the current contract
-// are violations; on, they pass.
-func TestModelToleratesTheEarlierContract(t *testing.T) {
+// TestModelRefusesTheEarlierContract checks that the answers of the
+// coordinator as built before the current contract are violations: a
+// PERMISSION_DENIED that reveals another team's job exists, and an earlier
+// applied completion refused as stale instead of answered as a replay.
+func TestModelRefusesTheEarlierContract(t *testing.T) {
 	t.Parallel()
 	h := baseHistory()
 	foreign := lincheck.Record{Kind: lincheck.Get, Job: "j-1", Foreign: true, Code: codes.PermissionDenied, Reason: "PERMISSION_DENIED"}
@@ -265,12 +266,8 @@ func TestModelToleratesTheEarlierContract(t *testing.T) {
 		at(120, 130, foreign),
 		// j-3's first transient failure, replayed after a later one was applied.
 		at(120, 130, completed("j-3", 7, "r3", failure(transient), codes.Aborted, lincheck.StaleLease, nil)))
-	if res, _ := verdict(t, strictSpec, h); res != porcupine.Illegal {
-		t.Errorf("strict: got %s, want Illegal", res)
-	}
-	lenient := lincheck.Spec{MaxAttempts: maxAttempts, LatestReplayOnly: true, ForeignDenied: true}
-	if res, _ := verdict(t, lenient, h); res != porcupine.Ok {
-		t.Errorf("lenient: got %s, want Ok", res)
+	if res, _ := verdict(t, spec, h); res != porcupine.Illegal {
+		t.Errorf("got %s, want Illegal", res)
 	}
 }
 
@@ -284,7 +281,6 @@ func TestRecordedHistoryWithInjectedViolation(t *testing.T) {
 	w := run(t, addr, options{ops: 400, clients: 8, cutRate: 0.02, liveJobs: 32, seed: 1})
 	stop()
 	records := w.rec.Records()
-	spec := lincheck.Spec{MaxAttempts: maxAttempts, LatestReplayOnly: true, ForeignDenied: true}
 	if res, err := verdict(t, spec, records); res != porcupine.Ok || err != nil {
 		t.Fatalf("the recorded history: got %s, %v; want Ok", res, err)
 	}
