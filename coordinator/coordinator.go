@@ -280,9 +280,10 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.services, err = server.New(server.Config{
 		Engine:           c.eng,
-		Now:              cfg.Now,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
-		Logger:           log.With("component", "server"),
+		// A session request can be as large as the transport receives.
+		MaxSessionMessageBytes: min(server.DefaultMaxSessionMessageBytes, cfg.MaxRecvMsgSize()),
+		Logger:                 log.With("component", "server"),
 	})
 	if err != nil {
 		return nil, err

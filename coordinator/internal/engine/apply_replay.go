@@ -49,6 +49,8 @@ func (c *replayCmd) apply(g *group) error {
 	if err != nil || c.err != nil {
 		return err
 	}
+	// A job outside the operator's scope is answered exactly as one that
+	// does not exist, so that a replay reveals no other team's ids.
 	var inScope []jobs.Job
 	teams := map[string]bool{}
 	for _, j := range candidates {
@@ -56,9 +58,10 @@ func (c *replayCmd) apply(g *group) error {
 			inScope = append(inScope, j)
 			teams[j.Team] = true
 		} else {
-			c.res.OutOfScope++
+			missing = append(missing, j.ID)
 		}
 	}
+	slices.Sort(missing)
 	c.res.Selected = len(inScope) + len(missing)
 	for _, id := range missing {
 		c.res.Items = append(c.res.Items, ReplayItem{ID: id, SkipReason: "JOB_NOT_FOUND"})
@@ -118,7 +121,7 @@ func (c *replayCmd) select_(g *group) (candidates []jobs.Job, missing []uint64, 
 		if err != nil {
 			return nil, nil, err
 		}
-		if !found {
+		if !found || !c.req.InScope(b.Team) {
 			c.err = ErrNotFound
 			return nil, nil, nil
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/testing/protocmp"
 )
 
 // TestRenderLifecycle follows one job from submission to its preview.
@@ -354,14 +355,23 @@ func TestReplayJobs(t *testing.T) {
 			t.Errorf("after a dry run the job is %v, want FAILED", j.GetJob().GetPhase())
 		}
 	})
-	t.Run("An operator out of scope sees the job counted, not listed", func(t *testing.T) {
+	t.Run("An operator out of scope sees the job exactly as one that does not exist", func(t *testing.T) {
 		b.submit(t, beta, "beta", "rb", doc("z.pdf"))
-		resp, err := b.ops.ReplayJobs(as(t, opAlpha), &leaseholdv1.ReplayJobsRequest{JobIds: []string{"j-2"}, DryRun: true})
+		hidden, err := b.ops.ReplayJobs(as(t, opAlpha), &leaseholdv1.ReplayJobsRequest{JobIds: []string{"j-2"}, DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.GetOutOfScope() != 1 || len(resp.GetItems()) != 0 {
-			t.Errorf("out of scope %d items %v, want 1 and none", resp.GetOutOfScope(), resp.GetItems())
+		absent, err := b.ops.ReplayJobs(as(t, opAlpha), &leaseholdv1.ReplayJobsRequest{JobIds: []string{"j-999"}, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []*leaseholdv1.ReplayItem{{JobId: "j-2", Action: leaseholdv1.ReplayAction_REPLAY_ACTION_SKIP, SkipReason: "JOB_NOT_FOUND"}}
+		if diff := cmp.Diff(want, hidden.GetItems(), protocmp.Transform()); diff != "" || hidden.GetOutOfScope() != 0 {
+			t.Errorf("out of scope %d, items (-want +got):\n%s", hidden.GetOutOfScope(), diff)
+		}
+		absent.Items[0].JobId = "j-2"
+		if diff := cmp.Diff(absent, hidden, protocmp.Transform()); diff != "" {
+			t.Errorf("a hidden job answered unlike a missing one (-missing +hidden):\n%s", diff)
 		}
 	})
 	t.Run("A real run re-queues and a repeat returns the first answer", func(t *testing.T) {

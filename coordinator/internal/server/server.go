@@ -94,9 +94,6 @@ type Config struct {
 	// SessionRequest accepted (default 16 MiB).
 	MaxSessionMessageBytes int
 	Logger                 *slog.Logger
-	// Now is the services' wall clock; nil means time.Now. No lease is
-	// judged by it: deadlines are the writer's, on its monotonic clock.
-	Now func() time.Time
 }
 
 // core is the state the three services share.
@@ -105,7 +102,6 @@ type core struct {
 	maxBytes  int64
 	maxInline int
 	maxMsg    int
-	now       func() time.Time
 	log       *slog.Logger
 	// uploadIdle and uploadTotal bound an upload (UploadIdleTimeout and
 	// UploadTimeout); tests shorten them.
@@ -134,15 +130,11 @@ func New(cfg Config) (*Services, error) {
 		maxBytes:  cmp.Or(cfg.MaxArtifactBytes, DefaultMaxArtifactBytes),
 		maxInline: cmp.Or(cfg.MaxInlineArtifactBytes, DefaultMaxInlineArtifactBytes),
 		maxMsg:    cmp.Or(cfg.MaxSessionMessageBytes, DefaultMaxSessionMessageBytes),
-		now:       cfg.Now,
 		log:       cfg.Logger,
 		closing:   make(chan struct{}),
 
 		uploadIdle:  UploadIdleTimeout,
 		uploadTotal: UploadTimeout,
-	}
-	if c.now == nil {
-		c.now = time.Now
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)

@@ -146,7 +146,7 @@ func (b *testBundle) start(t *testing.T) {
 	if o.wrap != nil {
 		e = o.wrap(e)
 	}
-	scfg := Config{Engine: e, Now: b.clock.Now, MaxArtifactBytes: o.maxArtifactBytes}
+	scfg := Config{Engine: e, MaxArtifactBytes: o.maxArtifactBytes}
 	if o.server != nil {
 		o.server(&scfg)
 	}

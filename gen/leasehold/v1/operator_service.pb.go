@@ -419,11 +419,14 @@ func (x *ReplayItem) GetSkipReason() string {
 type ReplayJobsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	DryRun bool                   `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	// Jobs in scope (out-of-scope jobs are counted, not listed).
-	Items      []*ReplayItem `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
-	Requeued   uint32        `protobuf:"varint,3,opt,name=requeued,proto3" json:"requeued,omitempty"`
-	Skipped    uint32        `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	OutOfScope uint32        `protobuf:"varint,5,opt,name=out_of_scope,json=outOfScope,proto3" json:"out_of_scope,omitempty"`
+	// The selected jobs; one outside the caller's scope is listed exactly as
+	// one that does not exist (SKIP, JOB_NOT_FOUND).
+	Items    []*ReplayItem `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	Requeued uint32        `protobuf:"varint,3,opt,name=requeued,proto3" json:"requeued,omitempty"`
+	Skipped  uint32        `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Always 0: jobs outside the caller's scope are answered as not found,
+	// so that a replay reveals no other team's ids. Kept for compatibility.
+	OutOfScope uint32 `protobuf:"varint,5,opt,name=out_of_scope,json=outOfScope,proto3" json:"out_of_scope,omitempty"`
 	// The selection was larger than limit and was cut.
 	Truncated bool   `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	Selected  uint32 `protobuf:"varint,7,opt,name=selected,proto3" json:"selected,omitempty"`
@@ -779,15 +782,16 @@ type AuditRecord struct {
 	At        *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
 	Principal string                 `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
 	// REPLAY, PAUSE_DISPATCH, RESUME_DISPATCH, CANCEL_JOB, CANCEL_BATCH, DENIED.
-	Action           string         `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
-	Reason           string         `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	RequestId        string         `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	JobIds           []string       `protobuf:"bytes,7,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
-	IncludePermanent bool           `protobuf:"varint,8,opt,name=include_permanent,json=includePermanent,proto3" json:"include_permanent,omitempty"`
-	Skipped          uint32         `protobuf:"varint,9,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	OutOfScope       uint32         `protobuf:"varint,10,opt,name=out_of_scope,json=outOfScope,proto3" json:"out_of_scope,omitempty"`
-	BatchId          string         `protobuf:"bytes,11,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
-	TerminalReason   TerminalReason `protobuf:"varint,12,opt,name=terminal_reason,json=terminalReason,proto3,enum=leasehold.v1.TerminalReason" json:"terminal_reason,omitempty"`
+	Action           string   `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	Reason           string   `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestId        string   `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	JobIds           []string `protobuf:"bytes,7,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	IncludePermanent bool     `protobuf:"varint,8,opt,name=include_permanent,json=includePermanent,proto3" json:"include_permanent,omitempty"`
+	Skipped          uint32   `protobuf:"varint,9,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Always 0 (see ReplayJobsResponse.out_of_scope).
+	OutOfScope     uint32         `protobuf:"varint,10,opt,name=out_of_scope,json=outOfScope,proto3" json:"out_of_scope,omitempty"`
+	BatchId        string         `protobuf:"bytes,11,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	TerminalReason TerminalReason `protobuf:"varint,12,opt,name=terminal_reason,json=terminalReason,proto3,enum=leasehold.v1.TerminalReason" json:"terminal_reason,omitempty"`
 	// The teams whose jobs the action touched; empty for pause and resume.
 	Teams         []string `protobuf:"bytes,13,rep,name=teams,proto3" json:"teams,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -34,8 +34,8 @@ const (
 //
 // Every call needs a principal with the operator role; anything else is
 // PERMISSION_DENIED. An operator's scope is the list of teams it may act on
-// ("*" for all); jobs outside the scope are skipped and counted, never
-// touched or shown. Responses carry job metadata only (ids, team, phases,
+// ("*" for all); jobs and batches outside the scope are answered exactly as
+// ones that do not exist, never touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
 // Free-text reasons are required where noted, must not be blank, and are at
 // most 1,024 bytes (INVALID_ARGUMENT MISSING_REASON / INVALID_REASON).
@@ -143,8 +143,8 @@ func (c *operatorServiceClient) GetAudit(ctx context.Context, in *GetAuditReques
 //
 // Every call needs a principal with the operator role; anything else is
 // PERMISSION_DENIED. An operator's scope is the list of teams it may act on
-// ("*" for all); jobs outside the scope are skipped and counted, never
-// touched or shown. Responses carry job metadata only (ids, team, phases,
+// ("*" for all); jobs and batches outside the scope are answered exactly as
+// ones that do not exist, never touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
 // Free-text reasons are required where noted, must not be blank, and are at
 // most 1,024 bytes (INVALID_ARGUMENT MISSING_REASON / INVALID_REASON).
