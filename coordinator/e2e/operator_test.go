@@ -128,11 +128,8 @@ func TestReplayFailedJobs(t *testing.T) {
 
 	t.Run("an operator scoped to another team touches nothing", func(t *testing.T) {
 		res := runCLI(t, coord.addr, tokenOperatorAlpha, "replay", "--batch", betaID, "--reason", "not mine", "--yes", "-o", "json")
-		if res.code != 0 {
-			t.Fatalf("replay: exit %d\n%s%s", res.code, res.stdout, res.stderr)
-		}
-		if !strings.Contains(res.stdout, `"out_of_scope":2`) {
-			t.Errorf("replay output = %q, want out_of_scope 2", res.stdout)
+		if res.code != 1 || !strings.Contains(res.stderr, "NOT_FOUND BATCH_NOT_FOUND") || strings.Contains(res.stderr, "beta") {
+			t.Errorf("replay of another team's batch: exit %d\n%s%s\nwant exit 1, NOT_FOUND BATCH_NOT_FOUND and no team named", res.code, res.stdout, res.stderr)
 		}
 		var ids []string
 		for _, j := range batchJobs(t, beta, betaID) {
@@ -142,8 +139,13 @@ func TestReplayFailedJobs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ReplayJobs: %v", err)
 		}
-		if resp.GetOutOfScope() != 2 || resp.GetRequeued() != 0 || len(resp.GetItems()) != 0 {
-			t.Errorf("ReplayJobs = %d out of scope, %d requeued, %d items; want 2, 0, 0", resp.GetOutOfScope(), resp.GetRequeued(), len(resp.GetItems()))
+		if resp.GetOutOfScope() != 0 || resp.GetRequeued() != 0 || len(resp.GetItems()) != len(ids) {
+			t.Errorf("ReplayJobs = %d out of scope, %d requeued, %d items; want 0, 0, %d", resp.GetOutOfScope(), resp.GetRequeued(), len(resp.GetItems()), len(ids))
+		}
+		for _, it := range resp.GetItems() {
+			if it.GetSkipReason() != "JOB_NOT_FOUND" || it.GetTeam() != "" {
+				t.Errorf("item %v: want JOB_NOT_FOUND with no team, as for an id that does not exist", it)
+			}
 		}
 		for _, j := range batchJobs(t, beta, betaID) {
 			if j.GetPhase() != leaseholdv1.Phase_PHASE_FAILED || j.GetCycle() != 1 {

@@ -92,6 +92,10 @@ type State struct {
 	Lost bool
 	// LastToken is the largest token the job is known to have been granted.
 	LastToken uint64
+	// Grants lists the leases the job is known to have been granted,
+	// "token@renderer;" each: a fenced call under a token granted to
+	// another renderer is NOT_LEASE_HOLDER, whatever became of that lease.
+	Grants string
 	Reason    leaseholdv1.TerminalReason
 	// ArtifactToken and ArtifactDigest are the artifact reference.
 	ArtifactToken  uint64
@@ -144,6 +148,24 @@ func (s State) String() string {
 }
 
 // applied returns the outcome applied under token, if any.
+// grantedTo returns the renderer the lease under token was granted to, if
+// the model knows it.
+func (s State) grantedTo(token uint64) (string, bool) {
+	prefix := strconv.FormatUint(token, 10) + "@"
+	for _, e := range strings.Split(s.Grants, ";") {
+		if rest, ok := strings.CutPrefix(e, prefix); ok {
+			return rest, true
+		}
+	}
+	return "", false
+}
+
+// granted returns s with the lease under token known to be renderer's.
+func (s State) granted(token uint64, renderer string) State {
+	s.Grants += strconv.FormatUint(token, 10) + "@" + renderer + ";"
+	return s
+}
+
 func (s State) applied(token uint64) (string, bool) {
 	prefix := strconv.FormatUint(token, 10) + "="
 	for _, e := range strings.Split(s.Applied, ";") {
@@ -286,7 +308,7 @@ func (m model) acquire(s State, in Input, out Output) []State {
 		return nil
 	}
 	next.Token, next.LastToken = g.Token, g.Token
-	return []State{next}
+	return []State{next.granted(g.Token, in.Renderer)}
 }
 
 // holds reports whether renderer holds the job's lease under token.
@@ -298,7 +320,10 @@ func holds(s State, token uint64, renderer string) bool {
 // token that is not renderer's current lease (and, for a completion, not
 // an applied one).
 func refusals(s State, token uint64, renderer string) []string {
+	holder, known := s.grantedTo(token)
 	switch {
+	case known && holder != renderer:
+		return []string{NotLeaseHolder}
 	case s.Phase == leased && s.Token == token && s.Holder != renderer:
 		return []string{NotLeaseHolder}
 	case s.Phase == cancelled && s.CancelFrom == leased && s.Revoked == token:
@@ -325,6 +350,9 @@ func (m model) upload(s State, in Input, out Output) []State {
 
 func (m model) complete(s State, in Input, out Output) []State {
 	outcome := in.Outcome.String()
+	if holder, known := s.grantedTo(in.Token); known && holder != in.Renderer {
+		return refuse(s, out, NotLeaseHolder)
+	}
 	if prev, ok := s.applied(in.Token); ok {
 		if prev != outcome {
 			return refuse(s, out, OutcomeMismatch)
@@ -456,12 +484,14 @@ func observe(s State, v *View) []State {
 			return nil
 		}
 		s.Token, s.LastToken = v.LeaseToken, v.LeaseToken
+		s = s.granted(v.LeaseToken, s.Holder)
 	}
 	if s.Phase == cancelled && s.CancelFrom == leased && s.Revoked == 0 && v.Phase == cancelled {
 		if v.RevokedToken <= s.LastToken {
 			return nil
 		}
 		s.Revoked, s.LastToken = v.RevokedToken, v.RevokedToken
+		s = s.granted(v.RevokedToken, s.RevokedBy)
 	}
 	want := View{Phase: s.Phase, Attempt: s.Attempt, Reason: s.Reason}
 	if s.Phase == leased {

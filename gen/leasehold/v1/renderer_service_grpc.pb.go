@@ -54,7 +54,8 @@ const (
 // and the deadline has not passed. Anything else is ABORTED with ErrorInfo
 // reason STALE_LEASE (a newer lease exists or the job moved on),
 // LEASE_EXPIRED (the deadline passed), JOB_CANCELLED, or NOT_LEASE_HOLDER
-// (the token is current but was granted to another renderer), and metadata
+// (the token was granted to another renderer, whatever became of that
+// lease), and metadata
 // current_token and current_phase. ABORTED means: drop this work, it is not
 // yours any more.
 //
@@ -257,7 +258,8 @@ func (c *rendererServiceClient) Complete(ctx context.Context, in *CompleteReques
 // and the deadline has not passed. Anything else is ABORTED with ErrorInfo
 // reason STALE_LEASE (a newer lease exists or the job moved on),
 // LEASE_EXPIRED (the deadline passed), JOB_CANCELLED, or NOT_LEASE_HOLDER
-// (the token is current but was granted to another renderer), and metadata
+// (the token was granted to another renderer, whatever became of that
+// lease), and metadata
 // current_token and current_phase. ABORTED means: drop this work, it is not
 // yours any more.
 //
