@@ -96,7 +96,7 @@ type State struct {
 	// "token@renderer;" each: a fenced call under a token granted to
 	// another renderer is NOT_LEASE_HOLDER, whatever became of that lease.
 	Grants string
-	Reason    leaseholdv1.TerminalReason
+	Reason leaseholdv1.TerminalReason
 	// ArtifactToken and ArtifactDigest are the artifact reference.
 	ArtifactToken  uint64
 	ArtifactDigest string
