@@ -161,7 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.tmp, "tmp", os.TempDir(), "parent of the temporary directory (data directory, logs, record files)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory")
 	fs.IntVar(&cfg.renderers, "renderers", 4, "renderer processes")
-	fs.IntVar(&cfg.capacity, "capacity", 16, "leases each renderer holds at most (its --capacity)")
+	fs.IntVar(&cfg.capacity, "capacity", 64, "leases each renderer holds at most (its --capacity)")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, of "+strings.Join(allPhases, ","))
 	fs.IntVar(&cfg.drainDocs, "drain-docs", 50000, "documents of a drain")
 	fs.IntVar(&cfg.batch, "batch", 500, "documents per batch when submitting a drain or filling a store")

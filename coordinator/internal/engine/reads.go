@@ -69,6 +69,25 @@ func (e *Engine) Batch(id uint64) (BatchView, error) {
 	return v, err
 }
 
+// BatchStates returns the phase and last event seq of every job of a batch,
+// in id order, read from the records without decoding them whole: what a
+// watch needs to open.
+func (e *Engine) BatchStates(id uint64) ([]store.JobState, error) {
+	var out []store.JobState
+	err := e.st.View(func(tx *store.Tx) error {
+		b, found, err := tx.Batch(id)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return ErrNotFound
+		}
+		out, err = tx.JobStates(b.FirstJob, int(b.Count))
+		return err
+	})
+	return out, err
+}
+
 // ListJobs returns one page of the jobs with ids above f.After that match
 // f, in id order. It walks the narrowest index for the filter (the batch's
 // id range, the teams' job indexes, the unfinished-jobs index for a live

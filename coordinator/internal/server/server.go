@@ -43,6 +43,7 @@ type Engine interface {
 	Job(id uint64) (jobs.Job, error)
 	Events(id uint64, after uint32) ([]jobs.Event, error)
 	Batch(id uint64) (engine.BatchView, error)
+	BatchStates(id uint64) ([]store.JobState, error)
 	ListJobs(f engine.JobFilter) (engine.JobPage, error)
 	ListRejections(f engine.RejectionFilter) (engine.RejectionPage, error)
 	ListAudit(f engine.AuditFilter) (engine.AuditPage, error)

@@ -84,27 +84,22 @@ func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseh
 }
 
 // watchSnapshot sends the opening state of every job of the batch. It
-// first reads every job's phase, a page at a time, so that each snapshot
+// first reads every job's phase (straight from the records, not decoding
+// them whole), so that each snapshot
 // message carries the counts of the whole batch, then sends a snapshot
 // update per job, or for a resumed job its stored events after the cursor.
 func (s *JobServer) watchSnapshot(out *watchOut, resume map[uint64]uint32) error {
-	for after := uint64(0); ; {
-		page, err := s.e.ListJobs(engine.JobFilter{Batch: out.batch.ID, After: after, Limit: maxPageSize})
-		if err != nil {
-			return s.status(err)
+	states, err := s.e.BatchStates(out.batch.ID)
+	if err != nil {
+		return s.status(notFound(err, reasonBatchNotFound, "batch %s not found", BatchID(out.batch.ID)))
+	}
+	for _, j := range states {
+		out.phases[j.ID] = j.Phase
+		out.counts[j.Phase]++
+		out.lastSeq[j.ID] = j.EventSeq
+		if cursor, resumed := resume[j.ID]; resumed {
+			out.lastSeq[j.ID] = cursor
 		}
-		for _, j := range page.Jobs {
-			out.phases[j.ID] = j.Phase
-			out.counts[j.Phase]++
-			out.lastSeq[j.ID] = j.EventSeq
-			if cursor, resumed := resume[j.ID]; resumed {
-				out.lastSeq[j.ID] = cursor
-			}
-		}
-		if page.Next == 0 {
-			break
-		}
-		after = page.Next
 	}
 	b := out.batch
 	for id := b.FirstJob; id < b.FirstJob+uint64(b.Count); id++ {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -241,4 +242,56 @@ func (t *Tx) ForEachJobID(after uint64, fn func(uint64) bool) error {
 		}
 	}
 	return nil
+}
+
+// JobState is what a watch needs of a job: its phase and its last event.
+type JobState struct {
+	ID       uint64
+	Phase    jobs.Phase
+	EventSeq uint32
+}
+
+// Job record field numbers read by JobStates (leasehold.storage.v1.JobRecord).
+const (
+	fieldPhase    = 9
+	fieldEventSeq = 43
+)
+
+// JobStates returns the phase and last event seq of the jobs first to
+// first+n-1, in id order, skipping ids without a record. It reads those two
+// fields straight from the encoded records, without decoding the rest.
+func (t *Tx) JobStates(first uint64, n int) ([]JobState, error) {
+	out := make([]JobState, 0, n)
+	c := t.tx.Bucket(bucketJobs).Cursor()
+	end := first + uint64(n)
+	for k, v := c.Seek(itob(first)); k != nil && btoi(k) < end; k, v = c.Next() {
+		st := JobState{ID: btoi(k)}
+		for b := v; len(b) > 0; {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				return nil, fmt.Errorf("decoding job %d: %w", st.ID, protowire.ParseError(n))
+			}
+			b = b[n:]
+			if typ == protowire.VarintType && (num == fieldPhase || num == fieldEventSeq) {
+				x, n := protowire.ConsumeVarint(b)
+				if n < 0 {
+					return nil, fmt.Errorf("decoding job %d: %w", st.ID, protowire.ParseError(n))
+				}
+				b = b[n:]
+				if num == fieldPhase {
+					st.Phase = jobs.Phase(int32(x))
+				} else {
+					st.EventSeq = uint32(x)
+				}
+				continue
+			}
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return nil, fmt.Errorf("decoding job %d: %w", st.ID, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }

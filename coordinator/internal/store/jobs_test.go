@@ -450,3 +450,27 @@ func TestTeamIndexes(t *testing.T) {
 		}
 	})
 }
+
+func TestJobStatesReadsPhaseAndEventSeqOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	full := fullJob(7, 1, "alpha")
+	other := jobs.Job{ID: 9, BatchID: 1, Team: "alpha", Phase: jobs.PhaseQueued}
+	b.update(t, func(tx *store.Tx) error {
+		if err := tx.PutJob(full); err != nil {
+			return err
+		}
+		return tx.PutJob(other)
+	})
+	b.view(t, func(tx *store.Tx) error {
+		got, err := tx.JobStates(6, 5)
+		if err != nil {
+			return err
+		}
+		want := []store.JobState{{ID: 7, Phase: full.Phase, EventSeq: full.EventSeq}, {ID: 9, Phase: jobs.PhaseQueued}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("JobStates (-want +got):\n%s", diff)
+		}
+		return nil
+	})
+}
