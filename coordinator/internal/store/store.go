@@ -114,10 +114,15 @@ func WithLegacyArtifacts(dir string) Option { return func(s *Store) { s.legacyAr
 // file to schema 2. It waits at most one second for the file lock and then
 // fails with ErrLocked.
 func Open(path string, opts ...Option) (*Store, error) {
+	// The freelist is written at every commit, so that opening reads it
+	// instead of scanning every page of the file: a scan would make
+	// start-up time and memory follow the whole history (at a million jobs,
+	// 2 s and the whole 1.5 GiB file mapped in). The array freelist keeps
+	// its ids sorted as it goes; the hashmap one sorts them at every commit,
+	// which cost a tenth of the writer's time.
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		Timeout:         lockTimeout,
-		FreelistType:    bbolt.FreelistMapType,
-		NoFreelistSync:  true,
+		FreelistType:    bbolt.FreelistArrayType,
 		InitialMmapSize: initialMmapSize,
 	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
@@ -289,6 +294,13 @@ func key2(a, b uint64) []byte {
 	return k
 }
 
+// appendFill is how full bbolt fills a page before splitting it. Every
+// bucket's keys mostly grow (ids come from counters) and a page that splits
+// at the end of the key range is never written again, so the default of
+// half-full pages would leave half of it empty for good: twice the pages to
+// write at each commit, twice the file, twice the memory mapped.
+const appendFill = 0.95
+
 func (t *Tx) put(bucket, key, val []byte) error {
 	if t.fault != nil {
 		if err := t.fault(string(bucket)); err != nil {
@@ -296,7 +308,9 @@ func (t *Tx) put(bucket, key, val []byte) error {
 		}
 	}
 	t.dirty = true
-	return t.tx.Bucket(bucket).Put(key, val)
+	b := t.tx.Bucket(bucket)
+	b.FillPercent = appendFill
+	return b.Put(key, val)
 }
 
 func (t *Tx) del(bucket, key []byte) error {
