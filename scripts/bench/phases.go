@@ -77,6 +77,11 @@ func runPhases(ctx context.Context, cfg config, lg *logger) (rep *report, err er
 			return nil, err
 		}
 	}
+	if cfg.has("dos") {
+		if rep.DoS, err = r.dos(ctx); err != nil {
+			return nil, err
+		}
+	}
 	rep.Groups = groupsBetween(first, r.scrapeGroups(ctx))
 	if m, err := readMemory(st.coord.pid()); err == nil {
 		rep.CoordinatorMemory = &m

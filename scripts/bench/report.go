@@ -22,6 +22,7 @@ type report struct {
 	Groups            *groupResult    `json:"writer_group_commands,omitempty"`
 	CoordinatorMemory *memory         `json:"coordinator_memory,omitempty"`
 	Store             *storeResult    `json:"store,omitempty"`
+	DoS               *dosResult      `json:"dos,omitempty"`
 	Targets           []targetOutcome `json:"targets"`
 }
 
@@ -306,6 +307,14 @@ func writeText(w io.Writer, r *report) error {
 	}
 	if x := r.Steady; x != nil && x.CPU != nil {
 		cpuLine(line, "CPU steady", x.CPU, "phase start to last level end", verdict(figureSteadyCPU))
+	}
+	if x := r.DoS; x != nil {
+		reads := func(x readsResult) string { return fmt.Sprintf("p50 %s  p99 %s", msText(x.P50MS), msText(x.P99MS)) }
+		line("GetJob, alone", reads(x.Baseline), fmt.Sprintf("another team's reads, %d sequential calls, max %s", x.Baseline.N, msText(x.Baseline.MaxMS)), "")
+		line("GetJob, flood", reads(x.Flood.Reads), fmt.Sprintf("while %d unauthenticated callers made %.0f refused calls/s; coordinator log grew %.0f bytes/s; max %s",
+			x.Flood.Callers, x.Flood.CallsPerSecond, x.Flood.LogBytesPerSecond, msText(x.Flood.Reads.MaxMS)), "")
+		line("GetJob, streams", reads(x.Streams.Reads), fmt.Sprintf("while one submitter holds %d watch streams (%d of %d asked refused TOO_MANY_STREAMS); coordinator RSS %.0f → %.0f MiB; max %s",
+			x.Streams.Opened, x.Streams.Refused, x.Streams.Asked, x.Streams.RSSBeforeMiB, x.Streams.RSSAfterMiB, msText(x.Streams.Reads.MaxMS)), "")
 	}
 	if m := r.CoordinatorMemory; m != nil {
 		line("coordinator memory", memoryText(m), "at the end of the run", "")
