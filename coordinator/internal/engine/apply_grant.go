@@ -173,35 +173,36 @@ func (e *Engine) ReadContent(grants []Grant) error {
 	})
 }
 
-// Release returns granted leases that never reached their renderer (the
+// Release returns leases granted to renderer that never reached it (the
 // call or stream that was to carry them ended first) to their ready
 // queues, without counting the attempt. A lease that has meanwhile moved
 // on is left alone.
-func (e *Engine) Release(ctx context.Context, leases []LeaseRef) error {
-	return e.do(ctx, &releaseCmd{leases: leases})
+func (e *Engine) Release(ctx context.Context, renderer string, leases []LeaseRef) error {
+	return e.do(ctx, &releaseCmd{renderer: renderer, leases: leases})
 }
 
 type releaseCmd struct {
 	base
-	leases []LeaseRef
+	renderer string
+	leases   []LeaseRef
 }
 
 func (c *releaseCmd) apply(g *group) error {
 	for _, ref := range c.leases {
-		if err := g.e.release(g, ref, jobs.ReleaseUndelivered); err != nil {
+		if err := g.e.release(g, c.renderer, ref, jobs.ReleaseUndelivered); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// release re-queues a lease that never reached its renderer.
-func (e *Engine) release(g *group, ref LeaseRef, reason string) error {
+// release re-queues a lease granted to renderer that never reached it.
+func (e *Engine) release(g *group, renderer string, ref LeaseRef, reason string) error {
 	j, found, err := g.load(ref.Job)
 	if err != nil || !found {
 		return err
 	}
-	next, err := j.Release(ref.Token, g.now, reason)
+	next, err := j.Release(ref.Token, renderer, g.now, reason)
 	if err != nil {
 		return nil // the lease moved on: nothing to hand back
 	}

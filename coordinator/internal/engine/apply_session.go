@@ -128,7 +128,7 @@ func (c *closeCmd) apply(g *group) error {
 		}
 	}
 	for _, ref := range refs {
-		if err := e.release(g, ref, jobs.ReleaseUndelivered); err != nil {
+		if err := e.release(g, c.conn.renderer.ID, ref, jobs.ReleaseUndelivered); err != nil {
 			return err
 		}
 	}

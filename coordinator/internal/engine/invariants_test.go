@@ -558,7 +558,7 @@ func TestWriterInvariants(t *testing.T) {
 				}
 			case 9: // an undelivered grant is handed back
 				if g, ok := pickGrant("release"); ok {
-					if err := b.e.Release(ctx, []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}); err != nil {
+					if err := b.e.Release(ctx, g.Job.Lease.Renderer, []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}); err != nil {
 						rt.Fatalf("Release: %v", err)
 					}
 				}

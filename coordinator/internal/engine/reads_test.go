@@ -203,7 +203,7 @@ func TestWatch(t *testing.T) {
 		// Each round adds two events per job: LEASED, then REQUEUED.
 		for events := 0; events <= WatchLimit; events += 2 * jobs.DefaultMaxDocuments {
 			gs := b.acquire(t, "r-1", jobs.DefaultMaxDocuments)
-			if err := b.e.Release(ctx, refs(gs)); err != nil {
+			if err := b.e.Release(ctx, "r-1", refs(gs)); err != nil {
 				t.Fatal(err)
 			}
 		}

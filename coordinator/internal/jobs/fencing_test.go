@@ -121,7 +121,7 @@ func TestCheckLease(t *testing.T) {
 		{
 			name: "A token released as undelivered is stale",
 			job: func(t testing.TB) Job {
-				return mustJob(t)(leased(t, 1).Release(1, at(2*time.Second), ReleaseUndelivered))
+				return mustJob(t)(leased(t, 1).Release(1, "r1", at(2*time.Second), ReleaseUndelivered))
 			},
 			token: 1, renderer: "r1", now: at(3 * time.Second),
 			wantErr: ErrStaleLease, want: fence{1, PhaseQueued},

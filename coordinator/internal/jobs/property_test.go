@@ -262,10 +262,11 @@ func (m *model) handBack(t *rapid.T) {
 func (m *model) release(t *rapid.T) {
 	before := m.j
 	token := m.anyToken(t)
-	next, err := m.j.Release(token, m.now, ReleaseUndelivered)
-	if before.Phase != PhaseLeased || before.Lease.Token != token {
-		if !errors.Is(err, ErrIllegalTransition) {
-			t.Fatalf("Release(%d) in %v = %v, want ErrIllegalTransition", token, before.Phase, err)
+	renderer := m.anyRenderer(t, token)
+	next, err := m.j.Release(token, renderer, m.now, ReleaseUndelivered)
+	if held := before.CheckLease(token, renderer, m.now); held != nil {
+		if !IsFence(err) || ReasonCode(err) != ReasonCode(held) {
+			t.Fatalf("Release(%d, %s) in %v = %v, want the fencing refusal %v", token, renderer, before.Phase, err, held)
 		}
 		m.unchanged(t, "refused release", before, next)
 		return

@@ -35,7 +35,7 @@ func TestRelease(t *testing.T) {
 
 	t.Run("An undelivered lease returns the job to QUEUED without counting the attempt", func(t *testing.T) {
 		now := t0.Add(time.Second)
-		got, err := leased.Release(9, now, ReleaseUndelivered)
+		got, err := leased.Release(9, "r-1", now, ReleaseUndelivered)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,15 +53,21 @@ func TestRelease(t *testing.T) {
 			t.Fatalf("the released token afterwards: %v, want ErrStaleLease", err)
 		}
 	})
-	t.Run("Another token or another phase is refused and changes nothing", func(t *testing.T) {
+	t.Run("Another token, renderer or phase is refused by the fencing check and changes nothing", func(t *testing.T) {
 		for _, tc := range []struct {
-			name  string
-			job   Job
-			token uint64
-		}{{"wrong token", leased, 8}, {"queued job", queued, 9}} {
-			got, err := tc.job.Release(tc.token, t0, ReleaseUndelivered)
-			if !errors.Is(err, ErrIllegalTransition) {
-				t.Errorf("%s: err = %v, want ErrIllegalTransition", tc.name, err)
+			name     string
+			job      Job
+			token    uint64
+			renderer string
+			want     error
+		}{
+			{"wrong token", leased, 8, "r-1", ErrStaleLease},
+			{"another renderer", leased, 9, "r-2", ErrNotHolder},
+			{"queued job", queued, 9, "r-1", ErrStaleLease},
+		} {
+			got, err := tc.job.Release(tc.token, tc.renderer, t0, ReleaseUndelivered)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 			}
 			if diff := cmp.Diff(tc.job, got); diff != "" {
 				t.Errorf("%s: refused release changed the job:\n%s", tc.name, diff)

@@ -96,14 +96,15 @@ const (
 	ReleaseHandedBack = "HANDED_BACK"
 )
 
-// Release returns a lease that never reached its renderer to the queue:
-// the job returns to QUEUED and the attempt is not counted. The token is
-// spent and never reused, so should the grant have escaped after all, its
-// completion is stale. reason is recorded in the history
-// (ReleaseUndelivered).
-func (j Job) Release(token uint64, now time.Time, reason string) (Job, error) {
-	if j.Phase != PhaseLeased || j.Lease.Token != token {
-		return j, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "release"}
+// Release returns a lease granted to renderer that never reached it to the
+// queue: the job returns to QUEUED and the attempt is not counted. The
+// token is spent and never reused, so should the grant have escaped after
+// all, its completion is stale. It decides through CheckLease, so a lease
+// that has meanwhile moved on is left alone (the fencing error says why).
+// reason is recorded in the history (ReleaseUndelivered).
+func (j Job) Release(token uint64, renderer string, now time.Time, reason string) (Job, error) {
+	if err := j.CheckLease(token, renderer, now); err != nil {
+		return j, err
 	}
 	return j.release(reason, now), nil
 }

@@ -26,7 +26,7 @@ func handBack(token uint64, renderer string, now time.Time) apply {
 }
 
 func release(token uint64, now time.Time) apply {
-	return func(t *testing.T, j Job) (Job, error) { return j.Release(token, now, ReleaseUndelivered) }
+	return func(t *testing.T, j Job) (Job, error) { return j.Release(token, "r1", now, ReleaseUndelivered) }
 }
 
 func complete(c Completion, now time.Time, wantReplayed bool) apply {
@@ -571,8 +571,8 @@ func refusals() []struct {
 		{"A hand-back with an older token is stale", func(t testing.TB) Job { return leased(t, 5) }, handBack(4, "r1", at(2*time.Second)), ErrStaleLease},
 		{"A hand-back at the deadline is too late", func(t testing.TB) Job { return leased(t, 1) }, handBack(1, "r1", at(time.Second+testTTL)), ErrLeaseExpired},
 		{"A hand-back of a revoked lease is cancelled", cancelled, handBack(1, "r1", at(3*time.Second)), ErrJobCancelled},
-		{"A release of another token is illegal", func(t testing.TB) Job { return leased(t, 5) }, release(4, at(2*time.Second)), ErrIllegalTransition},
-		{"A release of a job waiting to retry is illegal", retryWaiting, release(1, at(3*time.Second)), ErrIllegalTransition},
+		{"A release of another token is fenced off", func(t testing.TB) Job { return leased(t, 5) }, release(4, at(2*time.Second)), ErrStaleLease},
+		{"A release of a job waiting to retry is fenced off", retryWaiting, release(1, at(3*time.Second)), ErrStaleLease},
 		{"Expire before the deadline is refused", func(t testing.TB) Job { return leased(t, 1) }, expire(at(time.Second+testTTL-time.Nanosecond), true), ErrLeaseStillValid},
 		{"Expire of a lease never heard from before the deadline is refused", func(t testing.TB) Job { return leased(t, 1) }, expire(at(time.Second+testTTL-time.Nanosecond), false), ErrLeaseStillValid},
 		{"Expire on a queued job is illegal", func(testing.TB) Job { return queued() }, expire(at(time.Hour), true), ErrIllegalTransition},
@@ -859,7 +859,7 @@ func TestTransitionsDecideTheSameWithoutTheHistory(t *testing.T) {
 			return mustJob(t)(j.Grant(2, "r2", at(21*time.Second), testTTL))
 		}, complete(successBy(1, "r1"), at(22*time.Second), false)},
 		named{"A completion of a released lease names the released token as the last", func(t testing.TB) Job {
-			return mustJob(t)(leased(t, 1).Release(1, at(2*time.Second), ReleaseUndelivered))
+			return mustJob(t)(leased(t, 1).Release(1, "r1", at(2*time.Second), ReleaseUndelivered))
 		}, complete(successBy(1, "r1"), at(3*time.Second), false)},
 	)
 	for _, tt := range all {

@@ -177,44 +177,8 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 	var total, inline int64
 	seen := make(map[string]int, len(docs))
 	for i, d := range docs {
-		f := func(name string) string { return fmt.Sprintf("documents[%d].%s", i, name) }
-		switch {
-		case d.Name == "":
-			add(f("name"), "INVALID_NAME", "document %d has no name", i)
-		case len(d.Name) > l.MaxNameBytes:
-			add(f("name"), "INVALID_NAME", "document %d name is %d bytes, at most %d", i, len(d.Name), l.MaxNameBytes)
-		case !validName(d.Name):
-			add(f("name"), "INVALID_NAME", "document %d name must be UTF-8 without control characters", i)
-		default:
-			if prev, dup := seen[d.Name]; dup {
-				add(f("name"), "DUPLICATE_NAME", "document %d name %q repeats document %d", i, d.Name, prev)
-			} else {
-				seen[d.Name] = i
-			}
-		}
-		if d.SizeBytes < 0 {
-			add(f("size_bytes"), "INVALID_SIZE", "document %q has a negative size", d.Name)
-		}
-		size := max(d.SizeBytes, int64(len(d.Content)))
-		if d.SizeBytes > 0 && d.SizeBytes < int64(len(d.Content)) {
-			add(f("size_bytes"), "INVALID_SIZE", "document %q declares %d bytes but carries %d inline", d.Name, d.SizeBytes, len(d.Content))
-		}
-		if size > l.MaxDocumentBytes {
-			add(f("size_bytes"), "DOCUMENT_TOO_LARGE", "document %q is %d bytes, at most %d", d.Name, size, l.MaxDocumentBytes)
-		}
-		if len(d.Content) > l.MaxInlineBytes {
-			add(f("content"), "CONTENT_TOO_LARGE", "document %q has %d bytes inline, at most %d", d.Name, len(d.Content), l.MaxInlineBytes)
-		}
-		if len(d.Content) == 0 && d.SourceURI == "" {
-			add(f("content"), "MISSING_CONTENT", "document %q has neither content nor source_uri", d.Name)
-		}
-		if len(d.SourceURI) > maxURIBytes || (d.SourceURI != "" && !validName(d.SourceURI)) {
-			add(f("source_uri"), "INVALID_SOURCE_URI", "document %q source_uri must be at most %d bytes of UTF-8", d.Name, maxURIBytes)
-		}
-		if len(d.ContentType) > maxContentTypeBytes || !validName(d.ContentType) {
-			add(f("content_type"), "INVALID_CONTENT_TYPE", "document %q content_type must be at most %d bytes of UTF-8", d.Name, maxContentTypeBytes)
-		}
-		total += size
+		vs = validateDocument(vs, i, d, seen, l)
+		total += max(d.SizeBytes, int64(len(d.Content)))
 		inline += int64(len(d.Content))
 	}
 	if total > l.MaxBatchBytes {
@@ -227,6 +191,51 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 		return nil
 	}
 	return &ValidationError{Err: ErrInvalidBatch, Reason: vs[0].Reason, Violations: vs}
+}
+
+// validateDocument appends the violations of document i to vs. seen maps
+// the names of earlier documents to their index.
+func validateDocument(vs []Violation, i int, d DocInput, seen map[string]int, l Limits) []Violation {
+	add := func(field, reason, format string, args ...any) {
+		vs = append(vs, Violation{Field: fmt.Sprintf("documents[%d].%s", i, field), Reason: reason, Description: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case d.Name == "":
+		add("name", "INVALID_NAME", "document %d has no name", i)
+	case len(d.Name) > l.MaxNameBytes:
+		add("name", "INVALID_NAME", "document %d name is %d bytes, at most %d", i, len(d.Name), l.MaxNameBytes)
+	case !validName(d.Name):
+		add("name", "INVALID_NAME", "document %d name must be UTF-8 without control characters", i)
+	default:
+		if prev, dup := seen[d.Name]; dup {
+			add("name", "DUPLICATE_NAME", "document %d name %q repeats document %d", i, d.Name, prev)
+		} else {
+			seen[d.Name] = i
+		}
+	}
+	if d.SizeBytes < 0 {
+		add("size_bytes", "INVALID_SIZE", "document %q has a negative size", d.Name)
+	}
+	size := max(d.SizeBytes, int64(len(d.Content)))
+	if d.SizeBytes > 0 && d.SizeBytes < int64(len(d.Content)) {
+		add("size_bytes", "INVALID_SIZE", "document %q declares %d bytes but carries %d inline", d.Name, d.SizeBytes, len(d.Content))
+	}
+	if size > l.MaxDocumentBytes {
+		add("size_bytes", "DOCUMENT_TOO_LARGE", "document %q is %d bytes, at most %d", d.Name, size, l.MaxDocumentBytes)
+	}
+	if len(d.Content) > l.MaxInlineBytes {
+		add("content", "CONTENT_TOO_LARGE", "document %q has %d bytes inline, at most %d", d.Name, len(d.Content), l.MaxInlineBytes)
+	}
+	if len(d.Content) == 0 && d.SourceURI == "" {
+		add("content", "MISSING_CONTENT", "document %q has neither content nor source_uri", d.Name)
+	}
+	if len(d.SourceURI) > maxURIBytes || (d.SourceURI != "" && !validName(d.SourceURI)) {
+		add("source_uri", "INVALID_SOURCE_URI", "document %q source_uri must be at most %d bytes of UTF-8", d.Name, maxURIBytes)
+	}
+	if len(d.ContentType) > maxContentTypeBytes || !validName(d.ContentType) {
+		add("content_type", "INVALID_CONTENT_TYPE", "document %q content_type must be at most %d bytes of UTF-8", d.Name, maxContentTypeBytes)
+	}
+	return vs
 }
 
 // ValidTeam reports whether team is a well-formed team name.

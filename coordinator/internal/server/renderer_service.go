@@ -145,7 +145,7 @@ func (c *core) release(grants []engine.Grant) {
 	if len(grants) == 0 {
 		return
 	}
-	if err := c.e.Release(context.Background(), grantRefs(grants)); err != nil {
+	if err := c.e.Release(context.Background(), grants[0].Job.Lease.Renderer, grantRefs(grants)); err != nil {
 		c.log.Warn("undelivered leases left to expire", "leases", len(grants), "err", err)
 	}
 }
@@ -204,38 +204,10 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			s.log.Debug("closing a heartbeat stream", "renderer", r.ID, "err", err)
 		}
 	}()
-	reqC, errC := receive(ctx, stream.Recv)
-	answer := func(m *leaseholdv1.HeartbeatRequest) error {
-		if id := m.GetRendererId(); id != "" && id != r.ID {
-			return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id changed from %q to %q on one stream", r.ID, id)
-		}
-		if m.GetCapacity() > maxCapacity {
-			return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
-		}
-		hr := engine.HeartbeatRequest{Renderer: r, Capacity: int(m.GetCapacity())}
-		var err error
-		if hr.Leases, err = leaseRefs(m.GetLeases(), "leases"); err != nil {
-			return err
-		}
-		if hr.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
-			return err
-		}
-		if hr.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
-			return err
-		}
-		res, err := s.e.Heartbeat(ctx, hr)
-		if err != nil {
-			return err
-		}
-		resp := &leaseholdv1.HeartbeatResponse{}
-		for _, st := range append(res.Leases, res.HandBacks...) {
-			resp.Leases = append(resp.Leases, leaseStatusToProto(st))
-		}
-		return stream.Send(resp)
-	}
-	if err := answer(first); err != nil {
+	if err := s.answerHeartbeat(ctx, stream, r, first); err != nil {
 		return s.streamEnd(err)
 	}
+	reqC, errC := receive(ctx, stream.Recv)
 	for {
 		select {
 		case <-s.closing:
@@ -248,25 +220,65 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			}
 			return s.streamEnd(err)
 		case m := <-reqC:
-			if err := answer(m); err != nil {
+			if err := s.answerHeartbeat(ctx, stream, r, m); err != nil {
 				return s.streamEnd(err)
 			}
 		case <-conn.Outbox.Ready():
-			_, revoked, ended := conn.Outbox.Take()
-			if len(revoked) > 0 {
-				resp := &leaseholdv1.HeartbeatResponse{}
-				for _, r := range revoked {
-					resp.Revoked = append(resp.Revoked, leaseStatusToProto(r))
-				}
-				if err := stream.Send(resp); err != nil {
-					return s.streamEnd(err)
-				}
-			}
-			if ended != nil {
-				return s.status(ended)
+			if err := s.forwardRevocations(stream, conn); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// answerHeartbeat applies one HeartbeatRequest through the writer and sends
+// its answer: the heartbeated leases, then the hand-backs, in order.
+func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1.RendererService_HeartbeatServer, r engine.Renderer, m *leaseholdv1.HeartbeatRequest) error {
+	if id := m.GetRendererId(); id != "" && id != r.ID {
+		return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id changed from %q to %q on one stream", r.ID, id)
+	}
+	if m.GetCapacity() > maxCapacity {
+		return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
+	}
+	hr := engine.HeartbeatRequest{Renderer: r, Capacity: int(m.GetCapacity())}
+	var err error
+	if hr.Leases, err = leaseRefs(m.GetLeases(), "leases"); err != nil {
+		return err
+	}
+	if hr.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
+		return err
+	}
+	if hr.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
+		return err
+	}
+	res, err := s.e.Heartbeat(ctx, hr)
+	if err != nil {
+		return err
+	}
+	resp := &leaseholdv1.HeartbeatResponse{}
+	for _, st := range append(res.Leases, res.HandBacks...) {
+		resp.Leases = append(resp.Leases, leaseStatusToProto(st))
+	}
+	return stream.Send(resp)
+}
+
+// forwardRevocations sends the revocations the writer published to a
+// heartbeat stream, and ends the stream when the writer ended it.
+func (s *RendererServer) forwardRevocations(stream leaseholdv1.RendererService_HeartbeatServer, conn *engine.Conn) error {
+	_, revoked, ended := conn.Outbox.Take()
+	if len(revoked) > 0 {
+		resp := &leaseholdv1.HeartbeatResponse{}
+		for _, r := range revoked {
+			resp.Revoked = append(resp.Revoked, leaseStatusToProto(r))
+		}
+		if err := stream.Send(resp); err != nil {
+			return s.streamEnd(err)
+		}
+	}
+	if ended != nil {
+		return s.status(ended)
+	}
+	return nil
 }
 
 // receive runs a stream's receive loop on its own goroutine: messages on

@@ -26,7 +26,7 @@ type Engine interface {
 	// Commands.
 	Submit(ctx context.Context, req engine.SubmitRequest) (engine.SubmitResult, error)
 	Acquire(ctx context.Context, req engine.AcquireRequest) (engine.AcquireResult, error)
-	Release(ctx context.Context, leases []engine.LeaseRef) error
+	Release(ctx context.Context, renderer string, leases []engine.LeaseRef) error
 	OpenSession(ctx context.Context, req engine.SessionOpen) (*engine.Conn, []engine.LeaseStatus, error)
 	OpenStream(ctx context.Context, r engine.Renderer, capacity int) (*engine.Conn, error)
 	Send(ctx context.Context, conn *engine.Conn, in engine.SessionInput) (engine.SessionResult, error)

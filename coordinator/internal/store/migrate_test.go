@@ -661,7 +661,7 @@ func TestMigrateDerivesWhatTheTransitionsKeep(t *testing.T) {
 			h.grant(1, "r-1")
 			h.must(h.j.HandBack(1, "r-1", h.step()))
 			h.grant(2, "r-1")
-			h.must(h.j.Release(2, h.step(), jobs.ReleaseUndelivered))
+			h.must(h.j.Release(2, "r-1", h.step(), jobs.ReleaseUndelivered))
 			h.grant(3, "r-2")
 			h.complete(success(3, "r-2"))
 		}},
