@@ -179,32 +179,19 @@ func candidates(tx *store.Tx, f JobFilter) ([]uint64, bool, error) {
 // that match f, newest first, examining at most ScanBudget records; Next is
 // the id to continue below, or 0 at the end.
 func (e *Engine) ListRejections(f RejectionFilter) (RejectionPage, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
 	var page RejectionPage
-	err := e.st.View(func(tx *store.Tx) error {
-		examined := 0
-		return tx.ForEachRejection(f.Before, func(r jobs.Rejection) (bool, error) {
-			if !f.Since.IsZero() && r.At.Before(f.Since) {
-				return false, nil
-			}
-			examined++
-			ok := (f.Job == 0 || r.Job == f.Job) && (f.Renderer == "" || r.Renderer == f.Renderer) &&
-				(f.Until.IsZero() || r.At.Before(f.Until)) && (f.Teams == nil || slices.Contains(f.Teams, r.Team))
-			if ok {
-				page.Rejections = append(page.Rejections, r)
-			}
-			if len(page.Rejections) == f.Limit || examined == ScanBudget {
-				page.Next = r.ID
-				return false, nil
-			}
-			return true, nil
-		})
+	err := e.st.View(func(tx *store.Tx) (err error) {
+		page.Rejections, page.Next, err = newestFirst(tx.ForEachRejection, f.Before, f.Limit,
+			func(r jobs.Rejection) uint64 { return r.ID },
+			func(r jobs.Rejection) (keep, stop bool) {
+				if !f.Since.IsZero() && r.At.Before(f.Since) {
+					return false, true
+				}
+				return (f.Job == 0 || r.Job == f.Job) && (f.Renderer == "" || r.Renderer == f.Renderer) &&
+					(f.Until.IsZero() || r.At.Before(f.Until)) && (f.Teams == nil || slices.Contains(f.Teams, r.Team)), false
+			})
+		return err
 	})
-	if err == nil && page.Next == 1 {
-		page.Next = 0
-	}
 	return page, err
 }
 
@@ -212,28 +199,45 @@ func (e *Engine) ListRejections(f RejectionFilter) (RejectionPage, error) {
 // f.Visible allows, newest first, examining at most ScanBudget records;
 // Next is the id to continue below, or 0 at the end.
 func (e *Engine) ListAudit(f AuditFilter) (AuditPage, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
 	var page AuditPage
-	err := e.st.View(func(tx *store.Tx) error {
-		examined := 0
-		return tx.ForEachAudit(f.Before, func(a jobs.AuditRecord) (bool, error) {
-			examined++
-			if f.Visible == nil || f.Visible(a.Teams) {
-				page.Records = append(page.Records, a)
-			}
-			if len(page.Records) == f.Limit || examined == ScanBudget {
-				page.Next = a.ID
-				return false, nil
-			}
-			return true, nil
-		})
+	err := e.st.View(func(tx *store.Tx) (err error) {
+		page.Records, page.Next, err = newestFirst(tx.ForEachAudit, f.Before, f.Limit,
+			func(a jobs.AuditRecord) uint64 { return a.ID },
+			func(a jobs.AuditRecord) (keep, stop bool) { return f.Visible == nil || f.Visible(a.Teams), false })
+		return err
 	})
-	if err == nil && page.Next == 1 {
-		page.Next = 0
-	}
 	return page, err
+}
+
+// newestFirst pages an append-only log newest first: up to limit (0: 100)
+// records below before that keep accepts, examining at most ScanBudget, and
+// stopping early where keep says so. next is the id to continue below, or
+// 0 when the log has nothing more to examine.
+func newestFirst[T any](forEach func(uint64, func(T) (bool, error)) error, before uint64, limit int,
+	id func(T) uint64, keep func(T) (keep, stop bool)) (out []T, next uint64, err error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	examined := 0
+	err = forEach(before, func(r T) (bool, error) {
+		ok, stop := keep(r)
+		if stop {
+			return false, nil
+		}
+		examined++
+		if ok {
+			out = append(out, r)
+		}
+		if len(out) == limit || examined == ScanBudget {
+			next = id(r)
+			return false, nil
+		}
+		return true, nil
+	})
+	if next == 1 {
+		next = 0 // ids start at 1: nothing lies below
+	}
+	return out, next, err
 }
 
 // IsNotFound reports whether err says a job or batch does not exist.
