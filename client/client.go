@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,12 +12,15 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/security"
+	"github.com/leasehold/leasehold/internal/tracing"
 )
 
 // Client is a connection to a coordinator. It is safe for concurrent use.
@@ -40,20 +44,57 @@ const DefaultMaxMessageBytes = 64 << 20
 type Option func(*dialConfig)
 
 type dialConfig struct {
-	token    string
+	security security.Client
+	tracer   trace.TracerProvider
 	limits   BatchLimits
 	dialOpts []grpc.DialOption
 }
 
-// WithToken sends "authorization: Bearer <token>" with every call. The
-// token is sent over the plain transport Dial uses by default; supply
-// transport credentials with WithDialOptions to protect it.
+// WithToken sends "authorization: Bearer <token>" with every call. Dial
+// refuses to send it without TLS to a coordinator that is not on this
+// machine (ErrPlaintextToken): give WithTLS, or WithInsecurePlaintext where
+// the network encrypts on its own. On loopback it may go in plaintext.
 func WithToken(token string) Option {
-	return func(c *dialConfig) { c.token = token }
+	return func(c *dialConfig) { c.security.Token = token }
 }
 
-// WithDialOptions appends gRPC dial options after the defaults (insecure
-// transport), so they can override them.
+// ErrPlaintextToken is returned by Dial when the bearer token would go
+// without TLS to a coordinator that is not on loopback, and is wrapped in
+// the error of a call whose connection reached another host in plaintext.
+var ErrPlaintextToken = security.ErrPlaintextToken
+
+// WithTLS connects over TLS with cfg: its RootCAs verify the coordinator
+// (the system's roots when nil), and its Certificates, if any, are the
+// client certificate a coordinator requiring mutual TLS asks for.
+func WithTLS(cfg *tls.Config) Option {
+	return WithTransportCredentials(credentials.NewTLS(cfg))
+}
+
+// WithTransportCredentials connects with creds, such as TLS; a bearer
+// token is then sent only on connections whose handshake gave privacy and
+// integrity.
+func WithTransportCredentials(creds credentials.TransportCredentials) Option {
+	return func(c *dialConfig) { c.security.Creds = creds }
+}
+
+// WithInsecurePlaintext allows sending the bearer token without TLS to a
+// coordinator that is not on loopback. Use it only where the network
+// itself encrypts and authenticates, such as a service mesh with mutual TLS
+// between sidecars; it excludes WithTLS.
+func WithInsecurePlaintext() Option {
+	return func(c *dialConfig) { c.security.InsecurePlaintext = true }
+}
+
+// WithTracerProvider traces every call with tp (otelgrpc) and sends the
+// trace context to the coordinator, which hands a submission's context on
+// to the renderers of its jobs. Without it the client installs no
+// tracing.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *dialConfig) { c.tracer = tp }
+}
+
+// WithDialOptions appends gRPC dial options after the defaults, so they
+// can override them.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *dialConfig) { c.dialOpts = append(c.dialOpts, opts...) }
 }
@@ -67,21 +108,11 @@ func WithBatchLimits(l BatchLimits) Option {
 	return func(c *dialConfig) { c.limits = l }
 }
 
-// bearerToken is per-RPC credentials carrying a bearer token.
-type bearerToken string
-
-// GetRequestMetadata implements credentials.PerRPCCredentials.
-func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity implements credentials.PerRPCCredentials; the
-// coordinator is reached over a plain connection inside the cluster.
-func (bearerToken) RequireTransportSecurity() bool { return false }
-
 // Dial creates a client for the coordinator at addr ("host:port" or any
 // gRPC target). It does not wait for the connection: the first call does.
-// It fails only on a bad target or invalid options (negative batch limits).
+// It fails only on a bad target, invalid options (negative batch limits,
+// WithTLS together with WithInsecurePlaintext), or a token that would go in
+// plaintext to another host (ErrPlaintextToken; see WithToken).
 //
 // The connection receives messages of up to DefaultMaxMessageBytes and
 // sends up to the larger of that and the largest batch the batch limits
@@ -97,8 +128,11 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	if err := cfg.limits.Validate(); err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}
-	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	dialOpts, err := cfg.security.DialOptions(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
+	}
+	dialOpts = append(dialOpts,
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes),
 			grpc.MaxCallSendMsgSize(int(max(DefaultMaxMessageBytes, cfg.limits.requestBytes()))),
@@ -112,9 +146,9 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 			},
 			MinConnectTimeout: 20 * time.Second,
 		}),
-	}
-	if cfg.token != "" {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearerToken(cfg.token)))
+	)
+	if cfg.tracer != nil {
+		dialOpts = append(dialOpts, tracing.DialOption(cfg.tracer))
 	}
 	dialOpts = append(dialOpts, cfg.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)

@@ -22,6 +22,14 @@
 //		fmt.Println(u.JobID, u.Phase)
 //	}
 //
-// The package depends only on the generated API (leaseholdv1), gRPC and
-// protobuf, never on the coordinator's internals.
+// WithToken's bearer token goes without TLS only to a coordinator on
+// loopback: Dial refuses another host with ErrPlaintextToken unless WithTLS
+// (mutual TLS with a client certificate in its tls.Config) or, where the
+// network encrypts on its own, WithInsecurePlaintext. WithTracerProvider
+// traces the calls and sends their trace context, which the coordinator
+// hands on to the renderers of a submission's jobs.
+//
+// The package depends only on the generated API (leaseholdv1), gRPC,
+// protobuf and the OpenTelemetry trace API, never on the coordinator's
+// internals.
 package client

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,12 +28,15 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/internal/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	berrors "go.etcd.io/bbolt/errors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -105,6 +109,16 @@ type Config struct {
 	// TokensFile is the principals file (see package auth). Empty means the
 	// development tokens, allowed only on a loopback address.
 	TokensFile string
+	// TLS, when set, makes the server speak TLS only: a plaintext client
+	// fails its handshake before any call, so no bearer token is read off a
+	// plaintext connection. With ClientCAs and ClientAuth set (see
+	// security.ServerTLS) it requires mutual TLS. Nil serves plaintext.
+	TLS *tls.Config
+	// TracerProvider, when set, traces every call but health checks and
+	// reflection (otelgrpc), continuing the caller's trace, and stores the
+	// SubmitBatch span's context with each job for its renderers. Nil
+	// installs no tracing at all.
+	TracerProvider trace.TracerProvider
 
 	// LeaseTTL is how long a lease lives without a heartbeat.
 	LeaseTTL time.Duration
@@ -388,17 +402,21 @@ func (c *Coordinator) startEngine(reg prometheus.Registerer, undo *undoStack) er
 // the edge codec, the interceptor chains, the services, health and
 // reflection.
 //
-// The interceptors run in this order: Prometheus, refusal counting,
-// logging (refusals rate-limited), authentication, stream caps (streams
-// only), the malformed-request check, recovery. Counting and logging come
-// before authentication so that they see its refusals; the stream caps
-// need the principal that authentication puts in the context.
+// The interceptors run in this order: Prometheus, refusal counting, the
+// caller slot, logging (refusals rate-limited), authentication, stream caps
+// (streams only), the malformed-request check, recovery. Counting and
+// logging come before authentication so that they see its refusals; the
+// caller slot lets the log line name the principal authentication found;
+// the stream caps need the principal that authentication puts in the
+// context. TLS and tracing, when configured, sit below the interceptors
+// (transport credentials and a stats handler).
 func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Registry) {
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(srvMetrics)
 	rpcLog := interceptorLogger(c.log.With("component", "grpc"))
 	c.refusals = edge.NewRefusals(edge.RefusalsConfig{Logger: rpcLog, Registerer: reg})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel),
+		logging.WithFieldsFromContext(callerFields)}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		c.log.ErrorContext(ctx, "panic in a handler", "panic", p, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
@@ -408,7 +426,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 	if c.cfg.keepalive != nil {
 		kp = *c.cfg.keepalive
 	}
-	c.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		// Stop waits for handlers, so none outlives the engine it calls.
 		grpc.WaitForHandlers(true),
 		grpc.MaxRecvMsgSize(c.cfg.MaxRecvMsgSize()),
@@ -420,6 +438,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		grpc.ChainUnaryInterceptor(
 			srvMetrics.UnaryServerInterceptor(),
 			c.refusals.UnaryServerInterceptor(),
+			auth.CallerUnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(c.refusals.Logger(), logOpts...),
 			principals.UnaryServerInterceptor(),
 			edge.MalformedUnaryInterceptor(),
@@ -428,13 +447,21 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		grpc.ChainStreamInterceptor(
 			srvMetrics.StreamServerInterceptor(),
 			c.refusals.StreamServerInterceptor(),
+			auth.CallerStreamServerInterceptor(),
 			logging.StreamServerInterceptor(c.refusals.Logger(), logOpts...),
 			principals.StreamServerInterceptor(),
 			streamCaps.StreamServerInterceptor(),
 			edge.MalformedStreamInterceptor(),
 			recovery.StreamServerInterceptor(recoverOpt),
 		),
-	)
+	}
+	if c.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.cfg.TLS)))
+	}
+	if c.cfg.TracerProvider != nil {
+		opts = append(opts, tracing.ServerOption(c.cfg.TracerProvider))
+	}
+	c.grpc = grpc.NewServer(opts...)
 	c.services.Register(c.grpc)
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(c.grpc, c.health)
@@ -584,12 +611,27 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 			}()
 		})
 	}
-	attrs := []any{"addr", lis.Addr().String()}
+	attrs := []any{"addr", lis.Addr().String(), "tls", c.tlsMode(), "tracing", c.cfg.TracerProvider != nil}
 	if c.metricsLis != nil {
 		attrs = append(attrs, "metrics", c.metricsLis.Addr().String())
 	}
 	c.log.Info("coordinator listening", attrs...)
+	if c.cfg.TLS == nil && !localAddr(lis.Addr()) {
+		c.log.Warn("serving without TLS on a network address: bearer tokens cross the network in the clear; pass --tls-cert and --tls-key")
+	}
 	return c.grpc.Serve(lis)
+}
+
+// tlsMode names the transport security for the log: "off", "tls" or
+// "mtls" (client certificates required).
+func (c *Coordinator) tlsMode() string {
+	switch {
+	case c.cfg.TLS == nil:
+		return "off"
+	case c.cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert:
+		return "mtls"
+	}
+	return "tls"
 }
 
 // MetricsAddr returns the bound metrics address, or "" without one.
@@ -648,6 +690,22 @@ func interceptorLogger(l *slog.Logger) logging.Logger {
 	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		l.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
+}
+
+// callerFields names the principal of a call, and its team if it has one,
+// on the call's "finished call" line. The Caller is empty for calls that
+// need no token (health, reflection) and for those refused before
+// authentication succeeded; the token itself is never logged.
+func callerFields(ctx context.Context) logging.Fields {
+	p, ok := auth.CallerFromContext(ctx).Principal()
+	if !ok {
+		return nil
+	}
+	f := logging.Fields{"principal", p.Name}
+	if p.Team != "" {
+		f = append(f, "team", p.Team)
+	}
+	return f
 }
 
 // codeToLevel logs successful calls at Debug (Acquire and heartbeats are

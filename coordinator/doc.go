@@ -37,6 +37,17 @@
 // 1000 concurrent streams per connection, and pings an idle connection
 // after 10 s, dropping it 5 s later if unanswered.
 //
+// # Transport, logs and traces
+//
+// With Config.TLS the server speaks TLS only, so no bearer token is read
+// off a plaintext connection; with client CAs it requires mutual TLS.
+// Every call writes one "finished call" line: method, code, duration
+// (grpc.time_ms), and the principal and team authentication found (Debug
+// for successes, Info for refusals, Error for server faults); tokens and
+// document content never appear. With Config.TracerProvider every call but
+// health and reflection is traced, continuing the caller's trace, and each
+// job keeps its SubmitBatch span context to send in its grants.
+//
 // # Development tokens
 //
 // Without a principals file the coordinator uses the public development

@@ -72,6 +72,17 @@
 // which the coordinator re-queues without counting the attempt, waits
 // briefly for the answers, closes the stream and returns nil.
 //
+// # Transport and traces
+//
+// Config.TLS connects over TLS, with a client certificate for a coordinator
+// that requires mutual TLS. Without it the token goes only to a
+// coordinator on loopback (New refuses another host) unless
+// Config.InsecurePlaintext. With Config.TracerProvider the worker traces
+// its calls and, for each lease, a "leasehold.render" span around the
+// provider and a "leasehold.complete" span from the render's end to the
+// coordinator's answer (uploads included), both children of the trace
+// context the grant carries: the job's submission.
+//
 // # Logs
 //
 // Log messages and their keys are stable; scripts match on them. The three

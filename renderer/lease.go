@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,6 +50,11 @@ type lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// span is the completion span, started when the render ends; it is
+	// set and read on the lease's own goroutine only, then handed to the
+	// completion.
+	span trace.Span
+
 	lost       bool // answered LOST or revoked: the result is dropped
 	revoked    bool // revoked: acknowledged once the work stops
 	paused     bool // in a simulated stall: not heartbeated meanwhile
@@ -65,6 +71,8 @@ type completion struct {
 	// uploadRefused is the reason an upload under this lease was refused
 	// with ABORTED, if it was.
 	uploadRefused string
+	// span is the lease's completion span, ended with the answer.
+	span trace.Span
 }
 
 // Cancellation causes of a lease's context.
@@ -86,7 +94,8 @@ var errUploadRefused = errors.New("upload refused")
 func (w *Worker) work(l *lease) {
 	defer w.wg.Done()
 	doc := l.grant.GetDocument()
-	out, err := w.cfg.Provider.Render(l.ctx, mock.Input{
+	rctx, rspan := w.startSpan(l.ctx, l, spanRender)
+	out, err := w.cfg.Provider.Render(rctx, mock.Input{
 		JobID:      l.key.jobID,
 		Token:      l.key.token,
 		RendererID: w.cfg.ID,
@@ -103,6 +112,7 @@ func (w *Worker) work(l *lease) {
 			w.mu.Unlock()
 		},
 	})
+	endRender(rspan, err)
 	w.mu.Lock()
 	l.paused = false
 	w.mu.Unlock()
@@ -112,6 +122,7 @@ func (w *Worker) work(l *lease) {
 		w.finish(l, nil)
 		return
 	}
+	_, l.span = w.startSpan(l.ctx, l, spanComplete)
 	if err == nil && len(out.Content) == 0 {
 		err = errors.New("the provider rendered an empty preview")
 	}
@@ -196,6 +207,7 @@ func (w *Worker) finish(l *lease, c *completion) {
 	delete(w.leases, l.key)
 	queued := c != nil && !l.lost && !l.handedBack
 	if queued {
+		c.span = l.span
 		w.outbox = append(w.outbox, c)
 	}
 	if l.revoked {
@@ -206,6 +218,9 @@ func (w *Worker) finish(l *lease, c *completion) {
 	}
 	w.metrics.leasesHeld.Set(float64(len(w.leases)))
 	w.mu.Unlock()
+	if !queued {
+		endDropped(l.span, context.Cause(l.ctx))
+	}
 	l.cancel(nil)
 	if c != nil && !queued {
 		w.log.Debug("result dropped", "job", l.key.jobID, "token", l.key.token, "cause", context.Cause(l.ctx))
@@ -258,7 +273,7 @@ func (w *Worker) upload(l *lease, out mock.Output, digest string) (string, error
 
 // uploadOnce makes one UploadArtifact call: the metadata, then the chunks.
 func (w *Worker) uploadOnce(l *lease, out mock.Output, digest string) (string, error) {
-	ctx, cancel := context.WithTimeout(l.ctx, rpcTimeout)
+	ctx, cancel := context.WithTimeout(w.spanContext(l.ctx, l.span), rpcTimeout)
 	defer cancel()
 	stream, err := w.client.UploadArtifact(ctx, grpc.WaitForReady(true))
 	if err != nil {

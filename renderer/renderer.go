@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,15 +12,19 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/security"
+	"github.com/leasehold/leasehold/internal/tracing"
 	"github.com/leasehold/leasehold/renderer/mock"
 )
 
@@ -103,7 +108,22 @@ type Config struct {
 	// New.
 	InstanceID string
 	// Token is the bearer token sent on every call; empty sends none.
+	// Without TLS it is sent only to a coordinator on loopback, unless
+	// InsecurePlaintext is set: New refuses a Coordinator naming another
+	// host (security.ErrPlaintextToken).
 	Token string
+	// TLS, when set, connects over TLS: RootCAs verify the coordinator
+	// (the system's roots when nil), and Certificates hold the client
+	// certificate of mutual TLS. Nil connects in plaintext.
+	TLS *tls.Config
+	// InsecurePlaintext allows sending Token without TLS to a coordinator
+	// that is not on loopback, where the network itself encrypts (a
+	// service mesh). It excludes TLS.
+	InsecurePlaintext bool
+	// TracerProvider, when set, traces the worker's calls (otelgrpc) and
+	// its work on each lease: a render span and a completion span, children
+	// of the trace context the grant carries. Nil traces nothing.
+	TracerProvider trace.TracerProvider
 	// Capacity is how many leases the worker holds at most (default 2, at
 	// most MaxCapacity).
 	Capacity int
@@ -148,6 +168,10 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	// transport holds the dial options of the transport and the token.
+	transport []grpc.DialOption
+	// tracer starts the lease spans; nil when not tracing.
+	tracer trace.Tracer
 
 	// record, client and workCtx are set by Run before the session loop
 	// starts, and never change afterwards.
@@ -235,6 +259,14 @@ func New(cfg Config) (*Worker, error) {
 	case cfg.DrainTimeout < 0:
 		return nil, fmt.Errorf("renderer: drain timeout %v is negative", cfg.DrainTimeout)
 	}
+	var creds credentials.TransportCredentials
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	transport, err := security.Client{Creds: creds, Token: cfg.Token, InsecurePlaintext: cfg.InsecurePlaintext}.DialOptions(cfg.Coordinator)
+	if err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
 	closing, closeStream := context.WithCancel(context.Background())
 	w := &Worker{
 		cfg:         cfg,
@@ -248,6 +280,10 @@ func New(cfg Config) (*Worker, error) {
 		leases:      make(map[leaseKey]*lease),
 		awaiting:    make(map[leaseKey]bool),
 		budget:      cfg.MaxRequestBytes,
+		transport:   transport,
+	}
+	if cfg.TracerProvider != nil {
+		w.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	return w, nil
 }
@@ -303,19 +339,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
-// dialOptions returns the options of the worker's one connection: reconnect
-// tuned to find a returning coordinator within about a second, the receive
-// limit declared in hello, the bearer token, then Config.DialOptions.
+// dialOptions returns the options of the worker's one connection: the
+// transport (TLS or plaintext) with the bearer token, reconnect tuned to
+// find a returning coordinator within about a second, the receive limit
+// declared in hello, tracing if configured, then Config.DialOptions.
 func (w *Worker) dialOptions() []grpc.DialOption {
 	bo := grpcbackoff.DefaultConfig
 	bo.BaseDelay, bo.MaxDelay = connectBaseDelay, connectMaxDelay
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := append(slices.Clip(w.transport),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: minConnectTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(w.cfg.MaxReceiveBytes)),
-	}
-	if w.cfg.Token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(w.cfg.Token)))
+	)
+	if w.cfg.TracerProvider != nil {
+		opts = append(opts, tracing.DialOption(w.cfg.TracerProvider))
 	}
 	return append(opts, w.cfg.DialOptions...)
 }
@@ -418,15 +454,3 @@ func signal(ch chan<- struct{}) {
 	default:
 	}
 }
-
-// bearerToken sends "authorization: Bearer <token>" on every call.
-type bearerToken string
-
-// GetRequestMetadata implements credentials.PerRPCCredentials.
-func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity implements credentials.PerRPCCredentials. The
-// coordinator is reached over a trusted network without TLS.
-func (bearerToken) RequireTransportSecurity() bool { return false }

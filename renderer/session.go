@@ -444,7 +444,7 @@ func (w *Worker) grant(g *leaseholdv1.Grant) {
 		w.log.Warn("lease handed back", "job", key.jobID, "token", key.token, "why", "over capacity")
 		return
 	}
-	ctx, cancel := context.WithCancelCause(w.workCtx)
+	ctx, cancel := context.WithCancelCause(w.leaseContext(g))
 	l := &lease{key: key, grant: g, ctx: ctx, cancel: cancel}
 	w.leases[key] = l
 	w.metrics.leasesHeld.Set(float64(len(w.leases)))
@@ -495,6 +495,7 @@ func (w *Worker) result(s *session, r *leaseholdv1.CompletionResult) {
 	s.inflight = s.inflight[1:]
 	w.mu.Unlock()
 	defer signal(w.changed)
+	endCompleted(c.span, c, r)
 	if c.key.jobID != r.GetJobId() || c.key.token != r.GetToken() {
 		w.log.Error("completion result out of order", "job", c.key.jobID, "token", c.key.token,
 			"result_job", r.GetJobId(), "result_token", r.GetToken())
@@ -561,6 +562,7 @@ func (w *Worker) lose(st *leaseholdv1.LeaseStatus, revoked bool) {
 	}
 	i := slices.IndexFunc(w.outbox, func(c *completion) bool { return c.key == key })
 	if i >= 0 {
+		endDropped(w.outbox[i].span, errLeaseLost)
 		w.outbox = slices.Delete(w.outbox, i, i+1)
 	}
 	if revoked {

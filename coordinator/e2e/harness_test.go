@@ -166,7 +166,8 @@ type proc struct {
 }
 
 // startProc starts bin with args, its stdout and stderr read through one
-// pipe. It is killed with SIGKILL when the test ends.
+// pipe, logging in slog's text format, which the tests read. It is killed
+// with SIGKILL when the test ends.
 func startProc(t testing.TB, name, bin string, args ...string) *proc {
 	t.Helper()
 	r, w, err := os.Pipe()
@@ -174,7 +175,7 @@ func startProc(t testing.TB, name, bin string, args ...string) *proc {
 		t.Fatalf("pipe for %s: %v", name, err)
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), "LEASEHOLD_LOG_FORMAT=text")
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		r.Close()

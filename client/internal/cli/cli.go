@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/term"
 
 	"github.com/leasehold/leasehold/client"
@@ -68,6 +69,10 @@ type Env struct {
 	// BuildInfo returns the binary's build information; nil means
 	// runtime/debug.ReadBuildInfo.
 	BuildInfo func() (*debug.BuildInfo, bool)
+	// TracerProvider traces the command and its calls; nil means the one
+	// the OTEL_* variables configure, if any (see package
+	// internal/tracing).
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultEnv returns the environment of a real process writing to the
@@ -257,10 +262,18 @@ func Run(ctx context.Context, env Env, args []string) int {
 		return code
 	}
 	a := &app{env: env, g: inv.g, out: env.Stdout}
+	endSpan := func(error) {}
 	if !inv.c.offline {
-		cl, err := dialFor(env, inv)
+		tp, flush, err := startTracing(ctx, env)
 		if err != nil {
 			return report(env.Stderr, err)
+		}
+		defer flush()
+		ctx, endSpan = startCommandSpan(ctx, tp, inv.c.name)
+		cl, err := dialFor(env, inv, tp)
+		if err != nil {
+			endSpan(err)
+			return report(env.Stderr, plaintextHint(err))
 		}
 		defer cl.Close()
 		a.c = cl
@@ -271,6 +284,7 @@ func Run(ctx context.Context, env Env, args []string) int {
 		defer cancel()
 	}
 	err := inv.sub.run(ctx, a)
+	endSpan(err)
 	var ee *exitError
 	if err != nil && interrupted(ctx) && !errors.As(err, &ee) {
 		err = &exitError{code: ExitInterrupted, msg: "interrupted"}
@@ -300,7 +314,7 @@ func parseCommandLine(env Env, args []string) (inv invocation, code int, ok bool
 			printUsage(env.Stdout)
 			return inv, ExitOK, false
 		}
-		fmt.Fprintf(env.Stderr, "leasehold: %v\nOnly the global flags (--addr, --token, -o, --timeout) may come before the command.\nRun 'leasehold help' for usage.\n", err)
+		fmt.Fprintf(env.Stderr, "leasehold: %v\nOnly the global flags (--addr, --token, --tls*, --insecure-plaintext, -o, --timeout) may come before the command.\nRun 'leasehold help' for usage.\n", err)
 		return inv, ExitUsage, false
 	}
 	args = pre.Args()
@@ -354,12 +368,16 @@ func runHelp(env Env, args []string) int {
 	return ExitOK
 }
 
-// dialFor connects to the coordinator with the invocation's token and the
-// client options its subcommand asks for.
-func dialFor(env Env, inv invocation) (*client.Client, error) {
-	var opts []client.Option
+// dialFor connects to the coordinator with the invocation's token and
+// transport, tracing with tp when set, and the client options its
+// subcommand asks for.
+func dialFor(env Env, inv invocation, tp trace.TracerProvider) (*client.Client, error) {
+	opts := inv.g.tr.clientOptions()
 	if inv.g.Token != "" {
 		opts = append(opts, client.WithToken(inv.g.Token))
+	}
+	if tp != nil {
+		opts = append(opts, client.WithTracerProvider(tp))
 	}
 	if co, ok := inv.sub.(clientOptioner); ok {
 		opts = append(opts, co.clientOptions()...)
@@ -399,12 +417,14 @@ type globalOpts struct {
 	Token   string
 	Output  string
 	Timeout time.Duration
+	// tr holds the transport flags (TLS).
+	tr transportOpts
 }
 
 // newGlobalOpts returns the global options before any flag: the address
 // and token from the environment, table output, no timeout.
 func newGlobalOpts(env Env) globalOpts {
-	g := globalOpts{Addr: DefaultAddr, Token: getenv(env, "LEASEHOLD_TOKEN"), Output: "table"}
+	g := globalOpts{Addr: DefaultAddr, Token: getenv(env, "LEASEHOLD_TOKEN"), Output: "table", tr: newTransportOpts(env)}
 	if v := getenv(env, "LEASEHOLD_ADDR"); v != "" {
 		g.Addr = v
 	}
@@ -420,6 +440,7 @@ func (g *globalOpts) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.Output, "output", g.Output, "output `format`: table or json (one JSON object per line)")
 	fs.StringVar(&g.Output, "o", g.Output, "shorthand for --output")
 	fs.DurationVar(&g.Timeout, "timeout", g.Timeout, "give up after this `duration` (0: no limit)")
+	g.tr.register(fs)
 }
 
 // Validate checks the global flags.
@@ -433,7 +454,7 @@ func (g *globalOpts) Validate() error {
 	if g.Addr == "" {
 		return usagef("--addr must not be empty")
 	}
-	return nil
+	return g.tr.Validate()
 }
 
 func getenv(env Env, key string) string {
@@ -487,6 +508,10 @@ global flags (before or after the command):
   --token TOKEN      bearer token (env LEASEHOLD_TOKEN)
   -o, --output FMT   table (default) or json: one JSON object per line, snake_case field names
   --timeout DUR      give up after DUR, e.g. 30s (default: no limit)
+  --tls-ca FILE      connect over TLS, verifying the coordinator with these CAs (env LEASEHOLD_TLS_CA);
+                     --tls alone uses the system's; --tls-cert/--tls-key add a client certificate (mutual TLS),
+                     --tls-server-name the name to verify. Without TLS the token goes only to loopback,
+                     unless --insecure-plaintext (a network that encrypts on its own, such as a service mesh)
 
 exit status: 0 success, 1 error, 2 usage error, 3 submit --wait saw jobs end FAILED or CANCELLED,
 130 interrupted (Ctrl-C); what the coordinator accepted goes on.

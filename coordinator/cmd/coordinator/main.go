@@ -8,12 +8,21 @@
 // Every flag is checked before anything is opened: an invalid value, from
 // the command line or the environment, prints one line naming the flag (or
 // the variable) and what is wrong with it, and exits with status 2 without
-// creating the data directory or binding a port. Other failures to start
-// exit with status 1.
+// creating the data directory or binding a port. TLS files that cannot be
+// read or parsed, and OTEL_* variables asking for an exporter this build
+// does not have, are invalid values too. Other failures to start exit with
+// status 1.
+//
+// With --tls-cert and --tls-key the coordinator serves TLS only; with
+// --tls-client-ca as well, every client must present a certificate signed
+// by one of those CAs (mutual TLS). Logs are JSON lines unless stderr is a
+// terminal (--log-format). Traces are exported over OTLP when the standard
+// OTEL_* variables ask for it (see package internal/tracing).
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +41,9 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/leasehold/leasehold/internal/logformat"
+	"github.com/leasehold/leasehold/internal/security"
+	"github.com/leasehold/leasehold/internal/tracing"
 )
 
 // Exit statuses.
@@ -82,15 +94,21 @@ func usagef(format string, args ...any) error {
 // run parses and checks flags, starts the coordinator and serves until
 // SIGINT or SIGTERM.
 func run(args []string, stderr io.Writer) error {
-	cfg, level, err := parseFlags(args, stderr)
+	cfg, _, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Logger = log
+	log := cfg.Logger
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	tr, err := tracing.Setup(ctx, "leasehold-coordinator", os.LookupEnv)
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	defer shutdownTracing(tr, log)
+	cfg.TracerProvider = tr.Provider
 
 	c, err := coordinator.New(cfg)
 	if err != nil {
@@ -115,6 +133,18 @@ func run(args []string, stderr io.Writer) error {
 	}
 }
 
+// tracingShutdownTimeout bounds the export of the last spans at exit.
+const tracingShutdownTimeout = 5 * time.Second
+
+// shutdownTracing exports the spans still buffered, if tracing is on.
+func shutdownTracing(tr *tracing.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		log.Warn("exporting the last spans", "err", err)
+	}
+}
+
 // Bounds the flags are checked against.
 const (
 	// minLeaseTTL is the shortest lease TTL: renderers heartbeat every
@@ -132,16 +162,23 @@ type flagValues struct {
 	runningCancel  bool
 	maxAttempts    uint
 	maxInlineBytes int
+	tlsCert        string
+	tlsKey         string
+	tlsClientCA    string
 }
 
 // parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
-// checks every value. All its errors but flag.ErrHelp are usageErrors.
+// checks every value. The Config's Logger writes to stderr in the format
+// and at the level the flags ask for, and its TLS holds the certificates
+// the TLS flags name, read and checked. All its errors but flag.ErrHelp
+// are usageErrors.
 func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level, error) {
 	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
 	var (
-		cfg   coordinator.Config
-		fv    flagValues
-		level slog.Level
+		cfg    coordinator.Config
+		fv     flagValues
+		level  slog.Level
+		format = logformat.Auto
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC listen address")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "directory of the bbolt file and the artifacts")
@@ -169,6 +206,10 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", coordinator.DefaultShutdownTimeout, "how long a shutdown waits for calls in flight before cutting them")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.Var(&format, "log-format", "log format: text, json, or auto (the default: JSON unless stderr is a terminal)")
+	fs.StringVar(&fv.tlsCert, "tls-cert", "", "PEM certificate chain of the gRPC server; with --tls-key, serve TLS only")
+	fs.StringVar(&fv.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&fv.tlsClientCA, "tls-client-ca", "", "PEM CA certificates that sign client certificates; requires every client to present one (mutual TLS)")
 
 	// source names where each flag's value came from, for the messages.
 	source := make(map[string]string)
@@ -212,7 +253,38 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	if err := checkFlags(cfg, fv, source); err != nil {
 		return cfg, level, err
 	}
+	tlsCfg, err := loadTLS(fv, source)
+	if err != nil {
+		return cfg, level, err
+	}
+	cfg.TLS = tlsCfg
+	cfg.Logger = slog.New(logformat.NewHandler(stderr, format, level))
 	return cfg, level, nil
+}
+
+// loadTLS reads the server's TLS configuration from the files the TLS
+// flags name: none of them means plaintext (nil); --tls-cert and --tls-key
+// go together, and --tls-client-ca needs them. A file that cannot be read
+// or parsed is a usageError naming its flag.
+func loadTLS(fv flagValues, source map[string]string) (*tls.Config, error) {
+	switch {
+	case fv.tlsCert == "" && fv.tlsKey == "" && fv.tlsClientCA == "":
+		return nil, nil
+	case fv.tlsCert == "" && fv.tlsKey == "":
+		return nil, usagef("%s needs --tls-cert and --tls-key: the server's own certificate comes first", source["tls-client-ca"])
+	case fv.tlsCert == "" || fv.tlsKey == "":
+		return nil, usagef("%s and %s go together: give both or neither", source["tls-cert"], source["tls-key"])
+	}
+	if fv.tlsClientCA != "" {
+		if _, err := security.LoadCertPool(fv.tlsClientCA); err != nil {
+			return nil, usagef("%s=%q: %v", source["tls-client-ca"], fv.tlsClientCA, err)
+		}
+	}
+	cfg, err := security.ServerTLS(fv.tlsCert, fv.tlsKey, fv.tlsClientCA)
+	if err != nil {
+		return nil, usagef("%s=%q, %s=%q: %v", source["tls-cert"], fv.tlsCert, source["tls-key"], fv.tlsKey, err)
+	}
+	return cfg, nil
 }
 
 // envName is the environment variable of a flag.

@@ -377,7 +377,8 @@ func Unauthenticated(msg string) error {
 }
 
 // AuthFunc authenticates the bearer token in ctx's metadata and returns ctx
-// carrying the principal, or an UNAUTHENTICATED error.
+// carrying the principal, or an UNAUTHENTICATED error. It also records the
+// principal in ctx's Caller, if any.
 func (s *Set) AuthFunc(ctx context.Context) (context.Context, error) {
 	token, err := grpcauth.AuthFromMD(ctx, "bearer")
 	if err != nil {
@@ -387,6 +388,7 @@ func (s *Set) AuthFunc(ctx context.Context) (context.Context, error) {
 	if !ok {
 		return nil, Unauthenticated("unknown bearer token")
 	}
+	record(ctx, p)
 	return NewContext(ctx, p), nil
 }
 

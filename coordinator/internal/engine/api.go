@@ -38,6 +38,10 @@ type SubmitRequest struct {
 	RequestID string
 	Docs      []jobs.DocInput
 	Policy    jobs.PolicyInput
+	// TraceParent is the W3C traceparent of the submitting call, stored
+	// with each job (jobs.Job.TraceParent); it is not part of the request's
+	// identity for idempotency.
+	TraceParent string
 }
 
 // SubmitResult is the stored batch with its counts; Replayed is set when

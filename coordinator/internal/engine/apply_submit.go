@@ -127,6 +127,7 @@ func (c *submitCmd) apply(g *group) error {
 		j := jobs.New(first+uint64(i), batchID, b.Team, doc, c.policy, e.cfg.Unsupported.Unsupported(doc), g.now)
 		content := c.req.Docs[i].Content
 		j.ContentBytes = int64(len(content))
+		j.TraceParent = c.req.TraceParent
 		if err := g.save(jobs.Job{}, j); err != nil {
 			return err
 		}

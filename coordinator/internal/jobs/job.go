@@ -290,6 +290,10 @@ type Job struct {
 	// Undelivered counts this cycle's uncharged expiries of leases never
 	// heard from.
 	Undelivered uint32
+	// TraceParent is the W3C traceparent of the submission, set once when
+	// the job is stored and sent with every grant; empty when the
+	// submission was not traced. Transitions never read or change it.
+	TraceParent string
 }
 
 // withEvent returns j with ev appended to a fresh copy of its history, so

@@ -341,6 +341,7 @@ func grantToProto(g engine.Grant) *leaseholdv1.Grant {
 			Content:     g.Content,
 			SourceUri:   j.Doc.SourceURI,
 		},
+		TraceParent: j.TraceParent,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/tracing"
 	"google.golang.org/grpc/codes"
 )
 
@@ -48,6 +49,8 @@ func (s *JobServer) SubmitBatch(ctx context.Context, req *leaseholdv1.SubmitBatc
 		RequestID: req.GetRequestId(),
 		Docs:      docs,
 		Policy:    policyFromProto(req.GetRetryPolicy()),
+		// The SubmitBatch span's context, when the call is traced.
+		TraceParent: tracing.TraceParent(ctx),
 	})
 	if err != nil {
 		return nil, s.status(err)

@@ -66,6 +66,7 @@ func jobToRecord(j jobs.Job) *storagev1.JobRecord {
 		CancelRejected:      j.CancelRejected,
 		ContentBytes:        j.ContentBytes,
 		Undelivered:         j.Undelivered,
+		TraceParent:         j.TraceParent,
 	}
 	if len(j.Leases) > 0 {
 		r.Leases = make([]*storagev1.LeaseEnd, len(j.Leases))
@@ -131,6 +132,7 @@ func jobFromRecord(r *storagev1.JobRecord) jobs.Job {
 		CancelRejected:      r.CancelRejected,
 		ContentBytes:        r.ContentBytes,
 		Undelivered:         r.Undelivered,
+		TraceParent:         r.TraceParent,
 	}
 	if len(r.Leases) > 0 {
 		j.Leases = make([]jobs.LeaseRecord, len(r.Leases))

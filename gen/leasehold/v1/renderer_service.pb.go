@@ -223,11 +223,16 @@ func (x *AcquireResponse) GetHeartbeatInterval() *durationpb.Duration {
 
 // Grant is a lease handed to a renderer together with what it needs to work.
 type Grant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Team          string                 `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
-	Lease         *Lease                 `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
-	Document      *Document              `protobuf:"bytes,4,opt,name=document,proto3" json:"document,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	JobId    string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Team     string                 `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	Lease    *Lease                 `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	Document *Document              `protobuf:"bytes,4,opt,name=document,proto3" json:"document,omitempty"`
+	// The W3C traceparent of the SubmitBatch call that submitted the job,
+	// when the coordinator traced it; empty otherwise. A renderer that traces
+	// starts the spans of its work on this lease as its children, so that a
+	// job's render belongs to the trace of its submission.
+	TraceParent   string `protobuf:"bytes,5,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -288,6 +293,13 @@ func (x *Grant) GetDocument() *Document {
 		return x.Document
 	}
 	return nil
+}
+
+func (x *Grant) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 // LeaseRef names a lease by job and token.
@@ -1663,12 +1675,13 @@ const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"\x0fAcquireResponse\x12+\n" +
 	"\x06leases\x18\x01 \x03(\v2\x13.leasehold.v1.GrantR\x06leases\x12'\n" +
 	"\x0fdispatch_paused\x18\x02 \x01(\bR\x0edispatchPaused\x12H\n" +
-	"\x12heartbeat_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\x91\x01\n" +
+	"\x12heartbeat_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xb4\x01\n" +
 	"\x05Grant\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04team\x18\x02 \x01(\tR\x04team\x12)\n" +
 	"\x05lease\x18\x03 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\x122\n" +
-	"\bdocument\x18\x04 \x01(\v2\x16.leasehold.v1.DocumentR\bdocument\"7\n" +
+	"\bdocument\x18\x04 \x01(\v2\x16.leasehold.v1.DocumentR\bdocument\x12!\n" +
+	"\ftrace_parent\x18\x05 \x01(\tR\vtraceParent\"7\n" +
 	"\bLeaseRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\xef\x01\n" +

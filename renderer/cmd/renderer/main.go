@@ -11,10 +11,22 @@
 // SIGTERM or SIGINT drains: the renderer takes no new work, lets the renders
 // in flight finish for up to --drain-timeout, hands back the rest and exits
 // 0. A second signal hands back at once; a third kills the process.
+//
+// A command line or environment that does not parse or check (TLS files
+// included, and OTEL_* variables asking for an exporter this build does
+// not have) prints one line and exits 2; other failures exit 1.
+//
+// Transport: with any of --tls, --tls-ca, --tls-cert/--tls-key or
+// --tls-server-name the renderer connects over TLS (mutual TLS with a
+// client certificate). Without TLS it sends its token only to a coordinator
+// on loopback, unless --insecure-plaintext says the network encrypts. Logs
+// are JSON lines unless stderr is a terminal (--log-format); traces are
+// exported over OTLP when the standard OTEL_* variables ask for it.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,6 +43,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/logformat"
+	"github.com/leasehold/leasehold/internal/security"
+	"github.com/leasehold/leasehold/internal/tracing"
 	"github.com/leasehold/leasehold/renderer"
 	"github.com/leasehold/leasehold/renderer/mock"
 )
@@ -50,9 +65,19 @@ func main() {
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "renderer:", err)
+		if _, ok := errors.AsType[*usageError](err); ok {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
+
+// usageError is a command line or environment that does not parse or
+// check: main exits 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
 
 // options is the parsed command line.
 type options struct {
@@ -60,14 +85,25 @@ type options struct {
 	mock       mock.Config
 	httpListen string
 	logLevel   slog.Level
+	logFormat  logformat.Format
 }
 
 // errHelp reports that --help was asked for and printed.
 var errHelp = errors.New("help requested")
 
 // parseOptions parses args with lookupEnv as the environment; usage and
-// parse errors are written to stderr.
+// parse errors are written to stderr. Its errors other than errHelp are
+// *usageError.
 func parseOptions(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (*options, error) {
+	o, err := parseArgs(args, lookupEnv, stderr)
+	if err != nil && !errors.Is(err, errHelp) {
+		return nil, &usageError{err: err}
+	}
+	return o, err
+}
+
+// parseArgs does the work of parseOptions.
+func parseArgs(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("renderer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	e := &envReader{lookup: lookupEnv}
@@ -90,6 +126,13 @@ func parseOptions(args []string, lookupEnv func(string) (string, bool), stderr i
 	seed := fs.Uint64("seed", envUint("LEASEHOLD_SEED", 0), "seed of every injected random decision (LEASEHOLD_SEED)")
 	record := fs.String("record", env("LEASEHOLD_RECORD", ""), "append every lease handed to this renderer as \"job_id token\" lines to this file (LEASEHOLD_RECORD)")
 	logLevel := fs.String("log-level", env("LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (LEASEHOLD_LOG_LEVEL)")
+	logFormat := fs.String("log-format", env("LEASEHOLD_LOG_FORMAT", string(logformat.Auto)), "text, json, or auto: JSON unless stderr is a terminal (LEASEHOLD_LOG_FORMAT)")
+	useTLS := fs.Bool("tls", envBool(e, "LEASEHOLD_TLS"), "connect over TLS, verifying the coordinator with the system's roots unless --tls-ca is given; implied by the other --tls-* flags (LEASEHOLD_TLS)")
+	tlsCA := fs.String("tls-ca", env("LEASEHOLD_TLS_CA", ""), "PEM CA certificates that verify the coordinator (LEASEHOLD_TLS_CA)")
+	tlsCert := fs.String("tls-cert", env("LEASEHOLD_TLS_CERT", ""), "PEM client certificate, for a coordinator that requires mutual TLS (LEASEHOLD_TLS_CERT)")
+	tlsKey := fs.String("tls-key", env("LEASEHOLD_TLS_KEY", ""), "PEM private key of --tls-cert (LEASEHOLD_TLS_KEY)")
+	tlsServerName := fs.String("tls-server-name", env("LEASEHOLD_TLS_SERVER_NAME", ""), "name the coordinator's certificate must carry, if not the host of --coordinator (LEASEHOLD_TLS_SERVER_NAME)")
+	insecurePlaintext := fs.Bool("insecure-plaintext", envBool(e, "LEASEHOLD_INSECURE_PLAINTEXT"), "send the token without TLS to a coordinator not on loopback; only where the network itself encrypts, such as a service mesh (LEASEHOLD_INSECURE_PLAINTEXT)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, errHelp
@@ -105,6 +148,15 @@ func parseOptions(args []string, lookupEnv func(string) (string, bool), stderr i
 	o := &options{httpListen: *httpListen}
 	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	format, err := logformat.Parse(*logFormat)
+	if err != nil {
+		return nil, fmt.Errorf("--log-format: %w", err)
+	}
+	o.logFormat = format
+	tlsCfg, err := clientTLS(*useTLS, *tlsCA, *tlsCert, *tlsKey, *tlsServerName, *insecurePlaintext)
+	if err != nil {
+		return nil, err
 	}
 	formats := []string{}
 	for f := range strings.SplitSeq(*unsupported, ",") {
@@ -130,8 +182,30 @@ func parseOptions(args []string, lookupEnv func(string) (string, bool), stderr i
 		RecordFile:        *record,
 		MaxReceiveBytes:   *maxMessage,
 		DrainTimeout:      *drainTimeout,
+		TLS:               tlsCfg,
+		InsecurePlaintext: *insecurePlaintext,
 	}
 	return o, nil
+}
+
+// clientTLS returns the TLS configuration the TLS flags ask for, nil for
+// plaintext. TLS is on with --tls or any other --tls-* flag; it excludes
+// --insecure-plaintext, and --tls-cert and --tls-key go together.
+func clientTLS(on bool, ca, cert, key, serverName string, insecurePlaintext bool) (*tls.Config, error) {
+	on = on || ca != "" || cert != "" || key != "" || serverName != ""
+	switch {
+	case !on:
+		return nil, nil
+	case insecurePlaintext:
+		return nil, errors.New("--insecure-plaintext excludes --tls and the --tls-* flags")
+	case (cert == "") != (key == ""):
+		return nil, errors.New("--tls-cert and --tls-key go together: give both or neither")
+	}
+	cfg, err := security.ClientTLS(ca, cert, key, serverName)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca=%q, --tls-cert=%q, --tls-key=%q: %w", ca, cert, key, err)
+	}
+	return cfg, nil
 }
 
 func run(args []string) error {
@@ -142,16 +216,26 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	logger := slog.New(logformat.NewHandler(os.Stderr, o.logFormat, o.logLevel))
 	provider, err := mock.New(o.mock)
 	if err != nil {
-		return err
+		return &usageError{err: err}
 	}
+	tr, err := tracing.Setup(context.Background(), "leasehold-renderer", os.LookupEnv)
+	if err != nil {
+		return &usageError{err: err}
+	}
+	defer shutdownTracing(tr, logger)
+	o.worker.TracerProvider = tr.Provider
 	o.worker.Provider = provider
 	o.worker.Logger = logger
 	w, err := renderer.New(o.worker)
+	if errors.Is(err, security.ErrPlaintextToken) {
+		err = fmt.Errorf("%w (pass --tls-ca or --tls, or --insecure-plaintext)", err)
+	}
 	if err != nil {
-		return err
+		// New only checks the configuration.
+		return &usageError{err: err}
 	}
 
 	if o.httpListen != "" {
@@ -179,6 +263,16 @@ func run(args []string) error {
 	defer close(done)
 	go cutDrainOnSecondSignal(ctx, stop, w, logger, done)
 	return w.Run(ctx)
+}
+
+// shutdownTracing exports the spans still buffered, if tracing is on,
+// within five seconds.
+func shutdownTracing(tr *tracing.Tracing, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		logger.Warn("exporting the last spans", "err", err)
+	}
 }
 
 // cutDrainOnSecondSignal waits for the first signal (ctx done), then for a
@@ -236,6 +330,11 @@ func (e *envReader) dur(name string, def time.Duration) time.Duration {
 
 func (e *envReader) uint(name string, def uint64) uint64 {
 	return parsed(e, name, def, func(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) })
+}
+
+// envBool returns the boolean variable name, false when unset.
+func envBool(e *envReader, name string) bool {
+	return parsed(e, name, false, strconv.ParseBool)
 }
 
 func (e *envReader) num(name string, def float64) float64 {

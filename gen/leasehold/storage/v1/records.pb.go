@@ -100,7 +100,10 @@ type JobRecord struct {
 	ContentBytes int64 `protobuf:"varint,47,opt,name=content_bytes,json=contentBytes,proto3" json:"content_bytes,omitempty"`
 	// Expiries of leases never heard from, re-queued without counting the
 	// attempt, in this cycle.
-	Undelivered   uint32 `protobuf:"varint,48,opt,name=undelivered,proto3" json:"undelivered,omitempty"`
+	Undelivered uint32 `protobuf:"varint,48,opt,name=undelivered,proto3" json:"undelivered,omitempty"`
+	// The W3C traceparent of the submission (see leasehold.v1.Grant), sent
+	// with every grant of the job; empty when the submission was not traced.
+	TraceParent   string `protobuf:"bytes,49,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -469,6 +472,13 @@ func (x *JobRecord) GetUndelivered() uint32 {
 		return x.Undelivered
 	}
 	return 0
+}
+
+func (x *JobRecord) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 // LeaseEnd is one lease of a job and how it ended.
@@ -1355,7 +1365,7 @@ var File_leasehold_storage_v1_records_proto protoreflect.FileDescriptor
 
 const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\x9a\x0e\n" +
+	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\xbd\x0e\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x12\n" +
@@ -1411,7 +1421,8 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\brejected\x18- \x03(\v2\".leasehold.storage.v1.RejectionKeyR\brejected\x12'\n" +
 	"\x0fcancel_rejected\x18. \x01(\bR\x0ecancelRejected\x12#\n" +
 	"\rcontent_bytes\x18/ \x01(\x03R\fcontentBytes\x12 \n" +
-	"\vundelivered\x180 \x01(\rR\vundelivered\"j\n" +
+	"\vundelivered\x180 \x01(\rR\vundelivered\x12!\n" +
+	"\ftrace_parent\x181 \x01(\tR\vtraceParent\"j\n" +
 	"\bLeaseEnd\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x1a\n" +
 	"\brenderer\x18\x02 \x01(\tR\brenderer\x12\x12\n" +
