@@ -10,6 +10,10 @@
 // the variable) and what is wrong with it, and exits with status 2 without
 // creating the data directory or binding a port. Other failures to start
 // exit with status 1.
+//
+// "coordinator check [--data-dir DIR] [--json]" serves nothing: it checks the
+// database of a stopped coordinator, read-only, and exits 0 when it is
+// consistent and 1 otherwise (see coordinator.Check).
 package main
 
 import (
@@ -51,7 +55,12 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	err := run(os.Args[1:], os.Stderr)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		err = runCheck(os.Args[2:], os.Stdout, os.Stderr)
+	} else {
+		err = run(os.Args[1:], os.Stderr)
+	}
 	var uerr *usageError
 	switch {
 	case err == nil:
@@ -197,6 +206,7 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 			fs.SetOutput(stderr)
 			fmt.Fprintln(stderr, "Usage of coordinator:")
 			fs.PrintDefaults()
+			fmt.Fprintln(stderr, "\n\"coordinator check --data-dir DIR\" checks the database of a stopped coordinator (see \"coordinator check --help\").")
 			return cfg, level, err
 		}
 		return cfg, level, &usageError{msg: err.Error()}
