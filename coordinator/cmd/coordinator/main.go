@@ -18,6 +18,10 @@
 // by one of those CAs (mutual TLS). Logs are JSON lines unless stderr is a
 // terminal (--log-format). Traces are exported over OTLP when the standard
 // OTEL_* variables ask for it (see package internal/tracing).
+//
+// "coordinator check [--data-dir DIR] [--json]" serves nothing: it checks the
+// database of a stopped coordinator, read-only, and exits 0 when it is
+// consistent and 1 otherwise (see coordinator.Check).
 package main
 
 import (
@@ -63,7 +67,12 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	err := run(os.Args[1:], os.Stderr)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		err = runCheck(os.Args[2:], os.Stdout, os.Stderr)
+	} else {
+		err = run(os.Args[1:], os.Stderr)
+	}
 	var uerr *usageError
 	switch {
 	case err == nil:
@@ -238,6 +247,7 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 			fs.SetOutput(stderr)
 			fmt.Fprintln(stderr, "Usage of coordinator:")
 			fs.PrintDefaults()
+			fmt.Fprintln(stderr, "\n\"coordinator check --data-dir DIR\" checks the database of a stopped coordinator (see \"coordinator check --help\").")
 			return cfg, level, err
 		}
 		return cfg, level, &usageError{msg: err.Error()}

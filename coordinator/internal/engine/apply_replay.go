@@ -188,6 +188,7 @@ func (c *replayCmd) replayOne(g *group, j jobs.Job) (ReplayItem, error) {
 	if err := g.save(j, next); err != nil {
 		return item, err
 	}
+	failpointReplayMidway()
 	e.sched.Push(next.Team, next.ID)
 	g.work = true
 	item.Job = next

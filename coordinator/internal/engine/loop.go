@@ -331,9 +331,12 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	if err == nil {
 		err = g.flushCounts()
 	}
+	committed := false
 	if err == nil && g.tx != nil {
 		if g.tx.Dirty() {
+			failpointBeforeCommit()
 			err = g.tx.Commit()
+			committed = err == nil
 		} else {
 			err = g.tx.Rollback()
 		}
@@ -342,9 +345,15 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 		e.failStop(g, batch, err)
 		return err
 	}
+	if committed && len(g.deliveries) > 0 {
+		failpointGrantsUnpublished()
+	}
 	// Publish before answering, so that a caller who sees its answer can
 	// rely on watchers, renderers' streams and health having been told.
 	e.publish(g)
+	if committed {
+		failpointAfterCommit()
+	}
 	for _, r := range batch {
 		r.done <- r.cmd.outcome()
 	}

@@ -1,0 +1,248 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+)
+
+// maxProblems bounds the problems Verify lists; it counts the rest.
+const maxProblems = 100
+
+// OpenReadOnly opens an existing database file for reading only, as an
+// operator's check does: it creates, stamps and migrates nothing, and it
+// shares the file lock with other readers only, so it fails with ErrLocked
+// (after a second) while a coordinator has the file open. Only View, Check
+// and Verify may be used on the Store it returns.
+func OpenReadOnly(path string) (*Store, error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:      lockTimeout,
+		ReadOnly:     true,
+		FreelistType: bbolt.FreelistArrayType,
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("opening %s: %w (%w)", path, ErrLocked, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Summary is what Verify found in a store.
+type Summary struct {
+	// Schema is the file's schema version (0 when it has none).
+	Schema uint64
+	// Jobs, Unfinished and Batches count the job records, the entries of
+	// the index of unfinished jobs, and the batch records.
+	Jobs, Unfinished, Batches int
+	// LastToken is the token counter: the largest fencing token granted.
+	LastToken uint64
+	// Problems lists what is wrong, at most maxProblems entries; Omitted
+	// counts the ones left out. None means the store is consistent.
+	Problems []string
+	Omitted  int
+}
+
+// problemf records a problem.
+func (s *Summary) problemf(format string, args ...any) {
+	if len(s.Problems) == maxProblems {
+		s.Omitted++
+		return
+	}
+	s.Problems = append(s.Problems, fmt.Sprintf(format, args...))
+}
+
+// Verify checks the store's consistency in one read transaction: first
+// bbolt's own check of the file (every page reachable or free, none twice,
+// keys in order), then, on a file of the current schema, that the records
+// agree with one another as every commit leaves them:
+//
+//   - a job is in the index of unfinished jobs exactly when its phase is not
+//     terminal;
+//   - every batch's jobs exist and name it, and every job belongs to a
+//     batch: a batch is stored whole or not at all;
+//   - the counts per phase of every batch and every team are those of its
+//     jobs;
+//   - every lease token is at most the token counter, increases along each
+//     job's leases and belongs to one lease only.
+//
+// It reads every job record, so its cost follows the whole store, not the
+// live work, and it keeps every lease token in memory. A problem found is
+// listed in Summary.Problems; the error reports only a file that could not
+// be read at all.
+func (s *Store) Verify() (Summary, error) {
+	var sum Summary
+	err := s.db.View(func(btx *bbolt.Tx) error {
+		for err := range btx.Check() {
+			sum.problemf("bbolt: %v", err)
+		}
+		meta := btx.Bucket(bucketMeta)
+		if meta == nil || meta.Get(keySchema) == nil {
+			sum.problemf("the file has no schema version: no coordinator wrote it")
+			return nil
+		}
+		sum.Schema = btoi(meta.Get(keySchema))
+		if sum.Schema != SchemaVersion {
+			return nil // an earlier schema is migrated on start; its records are not read here
+		}
+		for _, b := range allBuckets {
+			if btx.Bucket(b) == nil {
+				sum.problemf("bucket %q is missing", b)
+			}
+		}
+		if len(sum.Problems) > 0 {
+			return nil
+		}
+		verifyRecords(&Tx{tx: btx}, &sum)
+		return nil
+	})
+	return sum, err
+}
+
+// verifyRecords checks that the records of a schema 2 file agree; see
+// Verify.
+func verifyRecords(tx *Tx, sum *Summary) {
+	sum.LastToken = tx.LastToken()
+	lastJobID := tx.tx.Bucket(bucketJobs).Sequence()
+	unfinished := map[uint64]bool{}
+	c := tx.tx.Bucket(bucketUnfinished).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		unfinished[btoi(k)] = true
+	}
+	sum.Unfinished = len(unfinished)
+
+	batchCounts := map[uint64]*Counts{}
+	teamCounts := map[string]*Counts{}
+	tokens := map[uint64]uint64{} // token -> job
+	jc := tx.tx.Bucket(bucketJobs).Cursor()
+	for k, v := jc.First(); k != nil; k, v = jc.Next() {
+		id := btoi(k)
+		sum.Jobs++
+		j, err := decodeJob(id, v)
+		if err != nil {
+			sum.problemf("job %d: %v", id, err)
+			continue
+		}
+		if id > lastJobID {
+			sum.problemf("job %d: above the job id counter %d", id, lastJobID)
+		}
+		if live := !j.Phase.Terminal(); live != unfinished[id] {
+			sum.problemf("job %d: phase %s, but in the index of unfinished jobs: %t", id, j.Phase, unfinished[id])
+		}
+		delete(unfinished, id)
+		countIn(batchCounts, j.BatchID, j.Phase)
+		countIn(teamCounts, j.Team, j.Phase)
+		verifyLeases(j, sum, tokens)
+	}
+	for _, id := range slices.Sorted(maps.Keys(unfinished)) {
+		sum.problemf("job %d: in the index of unfinished jobs, but has no record", id)
+	}
+	verifyBatches(tx, sum, batchCounts)
+	verifyTeams(tx, sum, teamCounts)
+}
+
+// verifyLeases checks j's lease tokens against the counter and the tokens
+// of the jobs seen before it.
+func verifyLeases(j jobs.Job, sum *Summary, tokens map[uint64]uint64) {
+	var prev uint64
+	for _, l := range j.Leases {
+		switch other, dup := tokens[l.Token]; {
+		case l.Token == 0 || l.Token > sum.LastToken:
+			sum.problemf("job %d: lease token %d is not between 1 and the token counter %d", j.ID, l.Token, sum.LastToken)
+		case dup:
+			sum.problemf("job %d: lease token %d was also granted to job %d", j.ID, l.Token, other)
+		case l.Token <= prev:
+			sum.problemf("job %d: lease token %d follows token %d", j.ID, l.Token, prev)
+		}
+		tokens[l.Token] = j.ID
+		prev = max(prev, l.Token)
+	}
+	if j.Phase == jobs.PhaseLeased {
+		if n := len(j.Leases); n == 0 || j.Leases[n-1].Token != j.Lease.Token || j.Leases[n-1].Kind != jobs.LeaseLive {
+			sum.problemf("job %d: LEASED under token %d, which is not its last, live lease", j.ID, j.Lease.Token)
+		}
+	}
+}
+
+// verifyBatches checks every batch record against its jobs: all present,
+// each naming the batch, and counted as the batch's counts say. counts
+// holds the counts of the jobs per batch; it is emptied.
+func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) {
+	bc := tx.tx.Bucket(bucketBatches).Cursor()
+	for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
+		id := btoi(k)
+		sum.Batches++
+		b, _, err := tx.Batch(id)
+		if err != nil {
+			sum.problemf("batch %d: %v", id, err)
+			continue
+		}
+		for _, jid := range b.JobIDs() {
+			j, found, err := tx.Job(jid)
+			switch {
+			case err != nil:
+				// Reported with the job.
+			case !found:
+				sum.problemf("batch %d: job %d is missing", id, jid)
+			case j.BatchID != id:
+				sum.problemf("batch %d: job %d names batch %d", id, jid, j.BatchID)
+			}
+		}
+		stored, err := tx.BatchCounts(id)
+		if err != nil {
+			sum.problemf("batch %d: counts: %v", id, err)
+		}
+		var got Counts
+		if c := counts[id]; c != nil {
+			got = *c
+		}
+		if err == nil && stored != got {
+			sum.problemf("batch %d: counts per phase %v, its jobs' phases %v", id, stored, got)
+		}
+		delete(counts, id)
+	}
+	for _, id := range slices.Sorted(maps.Keys(counts)) {
+		sum.problemf("batch %d: %d jobs name it, but there is no such batch", id, counts[id].Total())
+	}
+}
+
+// verifyTeams checks every team's stored counts against its jobs'. counts
+// holds the counts of the jobs per team; it is emptied.
+func verifyTeams(tx *Tx, sum *Summary, counts map[string]*Counts) {
+	err := tx.ForEachTeamCounts(func(team string, stored Counts) error {
+		var got Counts
+		if c := counts[team]; c != nil {
+			got = *c
+		}
+		if stored != got {
+			sum.problemf("team %s: counts per phase %v, its jobs' phases %v", team, stored, got)
+		}
+		delete(counts, team)
+		return nil
+	})
+	if err != nil {
+		sum.problemf("team counts: %v", err)
+	}
+	for _, team := range slices.Sorted(maps.Keys(counts)) {
+		sum.problemf("team %s: has %d jobs, but no counts", team, counts[team].Total())
+	}
+}
+
+// countIn counts one job of phase p under key.
+func countIn[K comparable](m map[K]*Counts, key K, p jobs.Phase) {
+	c := m[key]
+	if c == nil {
+		c = &Counts{}
+		m[key] = c
+	}
+	if p >= 0 && int(p) < len(c) {
+		c[p]++
+	}
+}

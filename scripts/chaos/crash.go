@@ -1,0 +1,524 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+// failpoints are the writer's failpoints (coordinator/internal/engine,
+// failpoints.go), armed in turn, each with the most times it lets pass
+// before it fires: the count is drawn below it, so that it fires at a
+// different moment each time.
+var failpoints = []struct {
+	name    string
+	maxSkip int
+}{
+	{"beforeCommit", 200},
+	{"grantsUnpublished", 20},
+	{"afterCommit", 200},
+	{"replayMidway", 3},
+}
+
+// Settings of the stack that the checks rely on.
+const (
+	maxAttempts     = 3
+	rendererCap     = 8
+	stopGrace       = 15 * time.Second
+	finalReadBudget = 30 * time.Second
+)
+
+// harness runs one crash run: the processes, the kill schedule, the checks
+// between crashes.
+type harness struct {
+	cfg  config
+	bins binaries
+	dir  string
+	data string
+	addr string
+	logw io.Writer
+	rng  *rand.Rand
+
+	// ctx ends when the run must stop: the caller's context, or a renderer
+	// that exited on its own (its cause says which).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	renderers []*proc
+	// stopping is set once the harness stops the renderers itself.
+	stopping atomic.Bool
+	runs     []lifetime
+}
+
+// result is what a crash run found.
+type result struct {
+	cfg      config
+	dir      string
+	runs     []lifetime
+	fired    map[string]int
+	armed    map[string]int
+	loadErrs []error
+	f        *findings
+}
+
+// crash runs the crash mode: see the package documentation.
+func crash(ctx context.Context, cfg config, logw io.Writer) (res *result, err error) {
+	dir, err := os.MkdirTemp(cfg.tmp, "leasehold-chaos-*")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cfg.keep || err != nil || (res != nil && !res.passed()) {
+			fmt.Fprintf(logw, "chaos: kept %s (data, process logs, journal.jsonl)\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+	fmt.Fprintf(logw, "chaos: building the coordinator (with failpoints) and the renderer into %s\n", dir)
+	bins, err := build(ctx, filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	h := &harness{cfg: cfg, bins: bins, dir: dir, data: filepath.Join(dir, "data"), addr: addr, logw: logw,
+		rng: rand.New(rand.NewPCG(cfg.seed, 0))}
+	h.ctx, h.cancel = context.WithCancelCause(ctx)
+	defer h.cancel(nil)
+	fmt.Fprintf(logw, "chaos: seed %d, %d cycles, coordinator on %s\n", cfg.seed, cfg.cycles, addr)
+	return h.crashRun()
+}
+
+// crashRun starts the stack, crashes and restarts the coordinator
+// cfg.cycles times under load, drains, and examines what happened.
+func (h *harness) crashRun() (*result, error) {
+	f, err := os.Create(filepath.Join(h.dir, "journal.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	j := &journal{f: f}
+	ld, err := newLoad(h.addr, j, h.cfg.seed)
+	if err != nil {
+		return nil, err
+	}
+	defer ld.close()
+	// On the way out, whatever happened (deferred calls run last first):
+	// the renderers stop, the load's contexts end, the load is waited for
+	// (it writes the journal), its connections close.
+	defer ld.wait()
+	stopLoad, endStop := context.WithCancel(h.ctx)
+	defer endStop()
+	followCtx, endFollow := context.WithCancel(h.ctx)
+	defer endFollow()
+	defer h.stopRenderers()
+
+	res := &result{cfg: h.cfg, dir: h.dir, fired: map[string]int{}, armed: map[string]int{}}
+	for n := 1; n <= h.cfg.cycles; n++ {
+		fp := h.failpointFor(n)
+		p, r, err := h.startCoordinator(n, fp)
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			if err := h.startRenderers(); err != nil {
+				p.kill()
+				return nil, err
+			}
+			ld.start(stopLoad, followCtx)
+		}
+		if err := h.crashOnce(p, &r); err != nil {
+			return nil, err
+		}
+		if fp != "" {
+			res.armed[fp]++
+			if r.Fired {
+				res.fired[fp]++
+			}
+		}
+		if err := h.check(&r); err != nil {
+			return nil, err
+		}
+		h.runs = append(h.runs, r)
+		fmt.Fprintf(h.logw, "cycle %d/%d: %s, then %s; check: %d jobs, last token %d, %d problems\n",
+			n, h.cfg.cycles, r.serving(), r.End, r.Jobs, r.Counter, len(r.Problems))
+	}
+
+	p, r, err := h.startCoordinator(h.cfg.cycles+1, "")
+	if err != nil {
+		return nil, err
+	}
+	ev, err := h.drain(ld, stopLoad, endStop, endFollow)
+	if err != nil {
+		p.kill()
+		return nil, err
+	}
+	r.End = "SIGTERM"
+	if err := p.terminate(stopGrace); err != nil {
+		r.End = fmt.Sprintf("SIGTERM, then: %v", err)
+		r.Problems = append(r.Problems, "the coordinator did not stop cleanly: "+err.Error())
+	}
+	if err := h.check(&r); err != nil {
+		return nil, err
+	}
+	h.runs = append(h.runs, r)
+	fmt.Fprintf(h.logw, "final: %s, drained, then %s; check: %d jobs, last token %d, %d problems\n",
+		r.serving(), r.End, r.Jobs, r.Counter, len(r.Problems))
+
+	ev.runs = h.runs
+	j.mu.Lock()
+	ev.submits, ev.terminals, ev.cancels, ev.replays = j.submits, j.terminals, j.cancels, j.replays
+	j.mu.Unlock()
+	res.runs = h.runs
+	res.loadErrs = ld.failures()
+	res.f = examine(ev)
+	return res, nil
+}
+
+// failpointFor names the failpoint crash n arms, or "" for a SIGKILL.
+func (h *harness) failpointFor(n int) string {
+	if every := h.cfg.failpointEvery; every > 0 && n%every == 0 {
+		return failpoints[(n/every-1)%len(failpoints)].name
+	}
+	return ""
+}
+
+// startCoordinator starts coordinator process n, with failpoint fp armed
+// if not empty, and waits until it serves.
+func (h *harness) startCoordinator(n int, fp string) (*proc, lifetime, error) {
+	r := lifetime{N: n, Failpoint: fp}
+	args := []string{"--listen", h.addr, "--data-dir", h.data, "--metrics-listen", "",
+		"--lease-ttl", h.cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
+		"--backoff-base", "20ms", "--backoff-cap", "200ms"}
+	var env []string
+	if fp != "" {
+		for _, f := range failpoints {
+			if f.name == fp {
+				// The panic names the failpoint: gofail's bare panic says "{}".
+				env = append(env, fmt.Sprintf("GOFAIL_FAILPOINTS=%s=%d*off->panic(%q)", fp, h.rng.IntN(f.maxSkip), fp))
+			}
+		}
+	}
+	p, err := startProc(fmt.Sprintf("coordinator %d", n), h.bins.coordinator, args, env,
+		filepath.Join(h.dir, fmt.Sprintf("coordinator-%03d.log", n)))
+	if err != nil {
+		return nil, r, err
+	}
+	r.Exec = p.exec
+	at, err := waitServing(h.ctx, h.addr, p)
+	if err != nil && p.exited() && fired(p, fp) {
+		// A call waiting for the restart reached the failpoint before the
+		// health check did: no restart time, the crash is the failpoint's.
+		return p, r, nil
+	}
+	if err != nil {
+		p.kill()
+		return nil, r, fmt.Errorf("%s: %w\n%s", p.name, errors.Join(err, context.Cause(h.ctx)), p.tail(20))
+	}
+	r.Ready = at.Sub(p.exec)
+	return p, r, nil
+}
+
+// crashOnce ends process p as its run says: SIGKILL after a random uptime,
+// or its armed failpoint, killed if the failpoint is not reached in time.
+// A process that exits otherwise is an error.
+func (h *harness) crashOnce(p *proc, r *lifetime) error {
+	wait := h.cfg.fireTimeout
+	if r.Failpoint == "" {
+		span := int64(h.cfg.maxUptime - h.cfg.minUptime)
+		wait = h.cfg.minUptime + time.Duration(h.rng.Int64N(span+1))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-h.ctx.Done():
+		p.kill()
+		return context.Cause(h.ctx)
+	case <-p.done:
+		if fired(p, r.Failpoint) {
+			r.End, r.Fired = "failpoint "+r.Failpoint, true
+			return nil
+		}
+		return fmt.Errorf("%s exited on its own: %v\n%s", p.name, p.err, p.tail(30))
+	case <-t.C:
+		p.kill()
+		r.End = fmt.Sprintf("SIGKILL after %v", wait.Round(time.Millisecond))
+		if r.Failpoint != "" {
+			r.End = fmt.Sprintf("failpoint %s not reached in %v; SIGKILL", r.Failpoint, wait)
+		}
+		return nil
+	}
+}
+
+// serving says how soon the process served.
+func (r lifetime) serving() string {
+	if r.Ready == 0 {
+		return "not yet serving"
+	}
+	return fmt.Sprintf("serving %v after exec", r.Ready.Round(time.Millisecond))
+}
+
+// fired reports whether process p died of failpoint fp's panic.
+func fired(p *proc, fp string) bool {
+	return fp != "" && p.exited() && strings.Contains(p.logText(), "failpoint panic: "+fp)
+}
+
+// check runs the consistency check on the data file of the stopped
+// coordinator and records what it found in r.
+func (h *harness) check(r *lifetime) error {
+	rep, err := checkStore(h.ctx, h.bins.coordinator, h.data)
+	if err != nil {
+		return fmt.Errorf("after %s: %w", r.End, err)
+	}
+	r.Counter, r.Jobs = rep.LastToken, rep.Jobs
+	r.Problems = append(r.Problems, rep.Problems...)
+	return nil
+}
+
+// startRenderers starts the renderers, each recording the grants it
+// receives. One that exits on its own ends the run.
+func (h *harness) startRenderers() error {
+	for i := 1; i <= h.cfg.renderers; i++ {
+		args := []string{"--coordinator", h.addr, "--id", fmt.Sprintf("chaos-%d", i), "--token", "dev-renderer",
+			"--capacity", strconv.Itoa(rendererCap), "--record", h.recordPath(i),
+			"--latency", "2ms", "--latency-jitter", "20ms", "--fail-rate", "0.15",
+			"--seed", strconv.FormatUint(h.cfg.seed+uint64(i), 10)}
+		name := fmt.Sprintf("renderer-%d", i)
+		p, err := startProc(name, h.bins.renderer, args, nil, filepath.Join(h.dir, name+".log"))
+		if err != nil {
+			return err
+		}
+		h.renderers = append(h.renderers, p)
+		go func() {
+			<-p.done
+			if !h.stopping.Load() {
+				h.cancel(fmt.Errorf("%s exited on its own: %v\n%s", p.name, p.err, p.tail(20)))
+			}
+		}()
+	}
+	return nil
+}
+
+// stopRenderers stops the renderers with SIGTERM (they drain) and waits
+// for them.
+func (h *harness) stopRenderers() error {
+	h.stopping.Store(true)
+	rs := h.renderers
+	h.renderers = nil
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, p := range rs {
+		wg.Go(func() {
+			if err := p.terminate(stopGrace); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", p.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (h *harness) recordPath(i int) string {
+	return filepath.Join(h.dir, fmt.Sprintf("renderer-%d.record", i))
+}
+
+// drain lets the load finish on a coordinator left running: no new
+// submits, cancels or replays; the ones under way answered; every batch
+// followed to its end, within cfg.drainTimeout. It then stops the
+// renderers and reads the final state: every job with its history, the
+// audit trail and the grants the renderers recorded.
+func (h *harness) drain(ld *load, stopLoad context.Context, endStop, endFollow context.CancelFunc) (*evidence, error) {
+	endStop()
+	done := make(chan struct{})
+	go func() {
+		ld.wait()
+		close(done)
+	}()
+	t := time.NewTimer(h.cfg.drainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		fmt.Fprintf(h.logw, "chaos: the load did not drain within %v; reading what is left\n", h.cfg.drainTimeout)
+		endFollow()
+		<-done
+	case <-h.ctx.Done():
+		endFollow()
+		<-done
+		return nil, context.Cause(h.ctx)
+	}
+	endFollow()
+	if err := h.stopRenderers(); err != nil {
+		return nil, fmt.Errorf("stopping the renderers: %w", err)
+	}
+	ev := &evidence{}
+	ctx, cancel := context.WithTimeout(h.ctx, finalReadBudget)
+	defer cancel()
+	for j, err := range ld.sub.AllJobs(ctx, &leaseholdv1.ListJobsRequest{Team: team, PageSize: 1000}) {
+		if err != nil {
+			return nil, fmt.Errorf("listing the jobs: %w", err)
+		}
+		ev.jobs = append(ev.jobs, j)
+	}
+	for a, err := range ld.op.AllAudit(ctx, &leaseholdv1.GetAuditRequest{PageSize: 1000}) {
+		if err != nil {
+			return nil, fmt.Errorf("reading the audit trail: %w", err)
+		}
+		ev.audit = append(ev.audit, a)
+	}
+	for i := 1; i <= h.cfg.renderers; i++ {
+		gs, err := readRecord(h.recordPath(i), fmt.Sprintf("chaos-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		ev.grants = append(ev.grants, gs...)
+	}
+	return ev, nil
+}
+
+// readRecord reads a renderer's --record file of "job_id token" lines.
+func readRecord(path, renderer string) ([]grant, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []grant
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		job, tok, ok := strings.Cut(sc.Text(), " ")
+		n, err := strconv.ParseUint(tok, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%s: malformed line %q", path, sc.Text())
+		}
+		out = append(out, grant{Renderer: renderer, Job: job, Token: n})
+	}
+	return out, sc.Err()
+}
+
+// passed reports whether the run found no violation, met no unexpected
+// refusal, and saw every failpoint it armed fire.
+func (r *result) passed() bool {
+	if r.f == nil || r.f.violations() > 0 || len(r.loadErrs) > 0 {
+		return false
+	}
+	for fp, n := range r.armed {
+		if n > 0 && r.fired[fp] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// restartTimes returns the times from exec to SERVING of every process
+// started on a crashed one's data file (but those a failpoint killed before
+// they answered the health check).
+func (r *result) restartTimes() []time.Duration {
+	var ds []time.Duration
+	for _, run := range r.runs[1:] {
+		if run.Ready > 0 {
+			ds = append(ds, run.Ready)
+		}
+	}
+	slices.Sort(ds)
+	return ds
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(float64(len(ds))*p/100+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// print writes the report.
+func (r *result) print(w io.Writer) {
+	f := r.f
+	kills, fpCrashes := 0, 0
+	for _, run := range r.runs {
+		switch {
+		case run.Fired:
+			fpCrashes++
+		case strings.HasPrefix(run.End, "SIGKILL") || strings.Contains(run.End, "; SIGKILL"):
+			kills++
+		}
+	}
+	fmt.Fprintf(w, "chaos crash: %d crash cycles (%d SIGKILL, %d failpoint), seed %d\n", kills+fpCrashes, kills, fpCrashes, r.cfg.seed)
+	var fps []string
+	for _, fp := range failpoints {
+		switch {
+		case r.armed[fp.name] == 0:
+			fps = append(fps, fp.name+" not armed")
+		default:
+			fps = append(fps, fmt.Sprintf("%s fired %d of %d", fp.name, r.fired[fp.name], r.armed[fp.name]))
+		}
+	}
+	fmt.Fprintf(w, "failpoints: %s\n", strings.Join(fps, ", "))
+	if f == nil {
+		return
+	}
+	fmt.Fprintf(w, "acknowledged: %d batches, %d jobs (%d submits answered on a retry, %d of them already stored); "+
+		"%d grants received; %d terminal events watched; %d cancels; %d replays re-queuing %d jobs\n",
+		f.AckedBatches, f.AckedJobs, f.RetriedSubmits, f.ReplayedSubmits, f.Grants, f.Terminals, f.Cancels, f.Replays, f.ReplayedJobs)
+	for _, line := range []struct {
+		what string
+		n    int
+	}{
+		{"lost jobs", f.Lost},
+		{"stored jobs never acknowledged", f.Unacknowledged},
+		{"duplicated tokens", f.DuplicateTokens},
+		{"tokens that did not grow across restarts", f.TokensBack},
+		{"grants received but not stored", f.GrantsNotStored},
+		{"double terminal transitions", f.DoubleTerminal},
+		{"stuck jobs", f.Stuck},
+		{"attempts over the maximum", f.AttemptsOver},
+		{"answers or events the store contradicts", f.Contradicted},
+	} {
+		fmt.Fprintf(w, "%-48s %d\n", line.what+":", line.n)
+	}
+	fmt.Fprintf(w, "%-48s %d opens, %d problems\n", "consistency checks (bbolt and records):", f.Checks, f.CheckProblems)
+	ds := r.restartTimes()
+	if len(ds) > 0 {
+		fmt.Fprintf(w, "restart, exec to SERVING (%d restarts): p50 %v, p99 %v, max %v\n",
+			len(ds), percentile(ds, 50).Round(time.Millisecond), percentile(ds, 99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+	}
+	for _, p := range f.Problems {
+		fmt.Fprintln(w, "violation:", p)
+	}
+	if f.omitted > 0 {
+		fmt.Fprintf(w, "violation: %d more not listed\n", f.omitted)
+	}
+	for _, err := range r.loadErrs {
+		fmt.Fprintln(w, "unexpected refusal:", err)
+	}
+	for fp, n := range r.armed {
+		if n > 0 && r.fired[fp] == 0 {
+			fmt.Fprintf(w, "failpoint %s was armed %d times and never fired\n", fp, n)
+		}
+	}
+	if r.passed() {
+		fmt.Fprintln(w, "PASS")
+	} else {
+		fmt.Fprintf(w, "FAIL (data and logs kept in %s)\n", r.dir)
+	}
+}
