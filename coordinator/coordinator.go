@@ -471,7 +471,7 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, undo *undoStack) e
 }
 
 // serviceNames are the names the health service reports on.
-var serviceNames = []string{"", server.JobServiceName, server.RendererServiceName, server.OperatorServiceName}
+var serviceNames = []string{"", server.JobServiceName, server.RendererServiceName, server.OperatorServiceName, server.OverviewServiceName}
 
 // DispatchHealthName is the health entry that reports dispatch: SERVING
 // while leases are granted, NOT_SERVING while an operator has paused
