@@ -164,6 +164,7 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the metrics address")
+	fs.BoolVar(&cfg.Console, "console", false, "serve the web console under /console/ on the metrics address (loopback only unless TLS is on)")
 	fs.BoolVar(&fv.runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", 1000, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
