@@ -182,12 +182,16 @@ func (s *artifactSink) Send(m *leaseholdv1.GetArtifactResponse) error {
 	s.data = append(s.data, m.GetChunk()...)
 	return nil
 }
-func (s *artifactSink) Context() context.Context       { return s.ctx }
-func (s *artifactSink) SetHeader(metadata.MD) error    { return nil }
-func (s *artifactSink) SendHeader(metadata.MD) error   { return nil }
-func (s *artifactSink) SetTrailer(metadata.MD)         {}
-func (s *artifactSink) SendMsg(any) error              { return errors.New("console: SendMsg on an in-process stream") }
-func (s *artifactSink) RecvMsg(any) error              { return errors.New("console: RecvMsg on an in-process stream") }
+func (s *artifactSink) Context() context.Context     { return s.ctx }
+func (s *artifactSink) SetHeader(metadata.MD) error  { return nil }
+func (s *artifactSink) SendHeader(metadata.MD) error { return nil }
+func (s *artifactSink) SetTrailer(metadata.MD)       {}
+func (s *artifactSink) SendMsg(any) error {
+	return errors.New("console: SendMsg on an in-process stream")
+}
+func (s *artifactSink) RecvMsg(any) error {
+	return errors.New("console: RecvMsg on an in-process stream")
+}
 
 // renderersView is the renderer list.
 type renderersView struct {
