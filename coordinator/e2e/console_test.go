@@ -37,7 +37,8 @@ func browserFlags(userDataDir string) []chromedp.ExecAllocatorOption {
 	}
 }
 
-// chromiumPath returns Debian's chromium, or skips the test without it.
+// chromiumPath returns Debian's chromium, or skips the test without it
+// (fails, when LEASEHOLD_REQUIRE_BROWSER is set, as scripts/test sets it).
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	for _, p := range []string{os.Getenv("LEASEHOLD_CHROMIUM"), "/usr/bin/chromium"} {
@@ -50,6 +51,9 @@ func chromiumPath(t *testing.T) string {
 	}
 	if p, err := exec.LookPath("chromium"); err == nil {
 		return p
+	}
+	if os.Getenv("LEASEHOLD_REQUIRE_BROWSER") != "" {
+		t.Fatal("chromium is not installed and LEASEHOLD_REQUIRE_BROWSER is set")
 	}
 	t.Skip("chromium is not installed (scripts/test installs it: apt-get install -y --no-install-recommends chromium)")
 	return ""
