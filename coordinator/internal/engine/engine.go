@@ -13,6 +13,8 @@
 // and the grant that wakes an idle renderer, commit together.
 //
 // Reads (Job, ListJobs, ...) use bbolt read transactions from any goroutine.
+// The overview (Overview) is read from a snapshot the writer publishes after
+// its groups, never from the writer's own state.
 package engine
 
 import (

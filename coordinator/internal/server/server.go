@@ -85,7 +85,7 @@ const (
 	defaultClientMessageBytes = 4 << 20
 )
 
-// Config configures the three services.
+// Config configures the services.
 type Config struct {
 	Engine Engine
 	// MaxArtifactBytes bounds one preview (default 8 MiB).
@@ -99,7 +99,7 @@ type Config struct {
 	Logger                 *slog.Logger
 }
 
-// core is the state the three services share.
+// core is the state the services share.
 type core struct {
 	e         Engine
 	maxBytes  int64
@@ -124,7 +124,7 @@ type Services struct {
 	Overview  *OverviewServer
 }
 
-// New returns the three services over cfg.Engine.
+// New returns the services over cfg.Engine.
 func New(cfg Config) (*Services, error) {
 	if cfg.Engine == nil {
 		return nil, errors.New("server: Config.Engine is required")
