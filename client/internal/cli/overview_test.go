@@ -18,7 +18,7 @@ func withOverview(s *fakeserver.Server) {
 	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	s.Overview = &leaseholdv1.Overview{AsOf: at, PublishedAt: at, LiveCapacity: 4, Teams: []*leaseholdv1.TeamOverview{{
 		Team: "alpha", QueueDepth: 7, LeasesInFlight: 2, OldestQueuedAge: durationpb.New(90 * time.Second),
-		Counts: []*leaseholdv1.PhaseCount{{Phase: leaseholdv1.Phase_PHASE_QUEUED, Count: 7}, {Phase: leaseholdv1.Phase_PHASE_SUCCEEDED, Count: 30}},
+		Counts:     []*leaseholdv1.PhaseCount{{Phase: leaseholdv1.Phase_PHASE_QUEUED, Count: 7}, {Phase: leaseholdv1.Phase_PHASE_SUCCEEDED, Count: 30}},
 		Throughput: []*leaseholdv1.Throughput{{Window: durationpb.New(5 * time.Minute), Succeeded: 30, Failed: 10, PerMinute: 8, FailureRate: 0.25}},
 	}}}
 	s.Renderers = []*leaseholdv1.Renderer{{RendererId: "r-1", Capacity: 4, Connected: true, LastSeenAt: at,
