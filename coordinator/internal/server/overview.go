@@ -156,8 +156,8 @@ func (s *OverviewServer) WatchOverview(req *leaseholdv1.WatchOverviewRequest, st
 		return s.status(err)
 	}
 	interval := DefaultOverviewInterval
-	if req.Interval != nil {
-		interval = req.GetInterval().AsDuration()
+	if d := req.GetInterval().AsDuration(); d != 0 {
+		interval = d
 		if interval < MinOverviewInterval || interval > MaxOverviewInterval {
 			return s.status(invalidArg("interval", reasonInvalidInterval, "interval must be %v to %v (unset for %v)",
 				MinOverviewInterval, MaxOverviewInterval, DefaultOverviewInterval))

@@ -302,6 +302,18 @@ func TestWatchOverview(t *testing.T) {
 		}
 	})
 
+	t.Run("A zero interval is the default", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stream, err := b.ov.WatchOverview(as(t, operator), &leaseholdv1.WatchOverviewRequest{Interval: durationpb.New(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Errorf("first message with a zero interval: %v", err)
+		}
+	})
+
 	t.Run("A renderer may not watch", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
