@@ -29,6 +29,8 @@ type Client struct {
 	Jobs leaseholdv1.JobServiceClient
 	// Operator is the OperatorService stub.
 	Operator leaseholdv1.OperatorServiceClient
+	// Overview is the OverviewService stub.
+	Overview leaseholdv1.OverviewServiceClient
 
 	conn   *grpc.ClientConn
 	limits BatchLimits
@@ -158,6 +160,7 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	return &Client{
 		Jobs:     leaseholdv1.NewJobServiceClient(conn),
 		Operator: leaseholdv1.NewOperatorServiceClient(conn),
+		Overview: leaseholdv1.NewOverviewServiceClient(conn),
 		conn:     conn,
 		limits:   cfg.limits,
 	}, nil

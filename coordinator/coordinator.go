@@ -22,6 +22,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -106,6 +107,15 @@ type Config struct {
 	// Pprof serves Go's runtime profiles under /debug/pprof/ on the metrics
 	// address.
 	Pprof bool
+	// Console serves the web console under /console/ on the metrics
+	// address (see package console). It needs MetricsListen, and is
+	// refused on an address other machines can reach unless HTTPTLS is
+	// set: the console signs in with bearer tokens.
+	Console bool
+	// HTTPTLS, when set, makes the metrics address serve HTTPS with it
+	// (metrics, profiles and the console alike); the console's session
+	// cookie is then Secure. The coordinator's TLS flags fill it in.
+	HTTPTLS *tls.Config
 	// TokensFile is the principals file (see package auth). Empty means the
 	// development tokens, allowed only on a loopback address.
 	TokensFile string
@@ -304,7 +314,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.newGRPCServer(principals, reg)
 	undo.push(c.grpc.Stop)
-	if err := c.listenMetrics(reg, &undo); err != nil {
+	if err := c.listenMetrics(reg, principals, &undo); err != nil {
 		return nil, err
 	}
 
@@ -473,9 +483,13 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 	c.setDispatchHealth(c.eng.DispatchState().Paused)
 }
 
-// listenMetrics binds the metrics address, if any; Serve serves it.
-func (c *Coordinator) listenMetrics(reg *prometheus.Registry, undo *undoStack) error {
+// listenMetrics binds the metrics address, if any, with the console
+// behind it when asked for; Serve serves it.
+func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.Set, undo *undoStack) error {
 	if c.cfg.MetricsListen == "" {
+		if c.cfg.Console {
+			return errors.New("the console is served on the metrics address: set one (--metrics-listen)")
+		}
 		return nil
 	}
 	lis, err := net.Listen("tcp", c.cfg.MetricsListen)
@@ -483,6 +497,13 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, undo *undoStack) e
 		return fmt.Errorf("listening for metrics on %s: %w", c.cfg.MetricsListen, err)
 	}
 	undo.push(func() { lis.Close() })
+	if c.cfg.Console && c.cfg.HTTPTLS == nil && !localAddr(lis.Addr()) {
+		return fmt.Errorf("refusing to serve the console on %s without TLS: it signs in with bearer tokens; "+
+			"serve it on a loopback address or turn TLS on", lis.Addr())
+	}
+	if c.cfg.HTTPTLS != nil {
+		lis = tls.NewListener(lis, c.cfg.HTTPTLS)
+	}
 	c.metricsLis = lis
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -493,12 +514,20 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, undo *undoStack) e
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	if c.cfg.Console {
+		con, err := console.New(console.Config{Services: c.services, Principals: principals, Secure: c.cfg.HTTPTLS != nil,
+			Logger: c.log.With("component", "console")})
+		if err != nil {
+			return err
+		}
+		mux.Handle(console.Prefix, con)
+	}
 	c.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return nil
 }
 
 // serviceNames are the names the health service reports on.
-var serviceNames = []string{"", server.JobServiceName, server.RendererServiceName, server.OperatorServiceName}
+var serviceNames = []string{"", server.JobServiceName, server.RendererServiceName, server.OperatorServiceName, server.OverviewServiceName}
 
 // DispatchHealthName is the health entry that reports dispatch: SERVING
 // while leases are granted, NOT_SERVING while an operator has paused
@@ -615,6 +644,9 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	if c.metricsLis != nil {
 		attrs = append(attrs, "metrics", c.metricsLis.Addr().String())
 	}
+	if u := c.ConsoleURL(); u != "" {
+		attrs = append(attrs, "console", u)
+	}
 	c.log.Info("coordinator listening", attrs...)
 	if c.cfg.TLS == nil && !localAddr(lis.Addr()) {
 		c.log.Warn("serving without TLS on a network address: bearer tokens cross the network in the clear; pass --tls-cert and --tls-key")
@@ -640,6 +672,18 @@ func (c *Coordinator) MetricsAddr() string {
 		return ""
 	}
 	return c.metricsLis.Addr().String()
+}
+
+// ConsoleURL returns the console's address, or "" when it is off.
+func (c *Coordinator) ConsoleURL() string {
+	if !c.cfg.Console || c.metricsLis == nil {
+		return ""
+	}
+	scheme := "http"
+	if c.cfg.HTTPTLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + c.metricsLis.Addr().String() + console.Prefix
 }
 
 // Close stops the coordinator: health turns NOT_SERVING, long polls and

@@ -1,7 +1,8 @@
 // Package coordinator wires the Leasehold coordinator together: the bbolt
-// store and artifact directory, the single-writer engine, the three gRPC
+// store and artifact directory, the single-writer engine, the gRPC
 // services behind authentication, logging, recovery and Prometheus
-// interceptors, gRPC reflection, grpc.health.v1, and a /metrics endpoint.
+// interceptors, gRPC reflection, grpc.health.v1, and an HTTP listener with
+// /metrics and, with Config.Console, the web console under /console/.
 //
 // It holds no logic of its own. New opens everything (and, when it fails,
 // closes what it opened, the database's file lock included), Serve serves
@@ -13,7 +14,8 @@
 // # Health
 //
 // The health service reports SERVING for "" and for each of
-// leasehold.v1.JobService, RendererService and OperatorService while the
+// leasehold.v1.JobService, RendererService, OperatorService and
+// OverviewService while the
 // writer accepts commands. It turns NOT_SERVING when a commit fails (the
 // writer fail-stops and acknowledges nothing more) and when the coordinator
 // shuts down. Pausing dispatch does not change health: a paused coordinator
@@ -29,7 +31,7 @@
 //
 // In front of the services (see package edge): requests that do not decode
 // are INVALID_ARGUMENT MALFORMED_REQUEST, not INTERNAL; each principal may
-// hold at most 64 WatchBatch and 256 renderer streams (RESOURCE_EXHAUSTED
+// hold at most 64 WatchBatch, 16 WatchOverview and 256 renderer streams (RESOURCE_EXHAUSTED
 // TOO_MANY_STREAMS); refused calls are counted in
 // leasehold_refused_calls_total{code} and logged at most 10 lines per
 // second per code, with a summary of the rest. The transport accepts
@@ -53,4 +55,10 @@
 // Without a principals file the coordinator uses the public development
 // tokens of auth.DevPrincipals, and only on a loopback (or non-network)
 // listener; on any other address it refuses to start.
+//
+// # The console
+//
+// The console signs in with bearer tokens, so it is served only on a
+// loopback metrics address unless Config.HTTPTLS is set, in which case the
+// whole HTTP listener serves TLS and the session cookie is Secure.
 package coordinator

@@ -44,6 +44,13 @@ type Artifact struct {
 type Server struct {
 	leaseholdv1.UnimplementedJobServiceServer
 	leaseholdv1.UnimplementedOperatorServiceServer
+	leaseholdv1.UnimplementedOverviewServiceServer
+
+	// Overview, when set, is what GetOverview and WatchOverview answer;
+	// Renderers is what ListRenderers (and WatchOverview with renderers)
+	// answer.
+	Overview  *leaseholdv1.Overview
+	Renderers []*leaseholdv1.Renderer
 
 	// Outcome decides the terminal phase a job reaches while its batch is
 	// watched. The default fails documents whose name contains "fail" and
@@ -95,6 +102,7 @@ type Server struct {
 var (
 	_ leaseholdv1.JobServiceServer      = (*Server)(nil)
 	_ leaseholdv1.OperatorServiceServer = (*Server)(nil)
+	_ leaseholdv1.OverviewServiceServer = (*Server)(nil)
 )
 
 // Limits are the batch limits the fake enforces; a zero field is no limit.
@@ -202,6 +210,7 @@ func (e *Endpoint) Start() {
 	srv := grpc.NewServer(opts...)
 	leaseholdv1.RegisterJobServiceServer(srv, s)
 	leaseholdv1.RegisterOperatorServiceServer(srv, s)
+	leaseholdv1.RegisterOverviewServiceServer(srv, s)
 	lis := bufconn.Listen(1 << 20)
 	done := make(chan struct{})
 	go func() {
@@ -763,6 +772,80 @@ func (s *Server) GetAudit(context.Context, *leaseholdv1.GetAuditRequest) (*lease
 	resp := &leaseholdv1.GetAuditResponse{}
 	for i := len(s.audit) - 1; i >= 0; i-- {
 		resp.Records = append(resp.Records, s.audit[i])
+	}
+	return resp, nil
+}
+
+// GetOverview implements `service OverviewService`: Server.Overview.
+func (s *Server) GetOverview(ctx context.Context, _ *leaseholdv1.GetOverviewRequest) (*leaseholdv1.GetOverviewResponse, error) {
+	s.recordAuth(ctx)
+	return &leaseholdv1.GetOverviewResponse{Overview: s.Overview}, nil
+}
+
+// ListRenderers implements `service OverviewService`: Server.Renderers.
+func (s *Server) ListRenderers(ctx context.Context, _ *leaseholdv1.ListRenderersRequest) (*leaseholdv1.ListRenderersResponse, error) {
+	s.recordAuth(ctx)
+	return &leaseholdv1.ListRenderersResponse{Renderers: s.Renderers}, nil
+}
+
+// WatchOverview implements `service OverviewService`: it sends
+// Server.Overview (and Server.Renderers when asked), one message after
+// another, until the client goes away.
+func (s *Server) WatchOverview(req *leaseholdv1.WatchOverviewRequest, stream leaseholdv1.OverviewService_WatchOverviewServer) error {
+	s.recordAuth(stream.Context())
+	msg := &leaseholdv1.WatchOverviewResponse{Overview: s.Overview}
+	if req.GetIncludeRenderers() {
+		msg.Renderers = s.Renderers
+	}
+	for {
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		if err := stream.Context().Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// ListBatches implements `service OverviewService`: the stored batches,
+// newest first, filtered by team and state, paged by MaxPageSize.
+func (s *Server) ListBatches(ctx context.Context, req *leaseholdv1.ListBatchesRequest) (*leaseholdv1.ListBatchesResponse, error) {
+	s.recordAuth(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all []*leaseholdv1.Batch
+	for id := range s.batches {
+		b := s.batchLocked(id)
+		switch {
+		case req.GetTeam() != "" && b.GetTeam() != req.GetTeam():
+		case req.GetState() == leaseholdv1.BatchState_BATCH_STATE_RUNNING && b.GetDone():
+		case req.GetState() == leaseholdv1.BatchState_BATCH_STATE_DONE && !b.GetDone():
+		default:
+			b.JobIds = nil
+			all = append(all, b)
+		}
+	}
+	num := func(b *leaseholdv1.Batch) int { n, _ := strconv.Atoi(strings.TrimPrefix(b.GetId(), "b-")); return n }
+	slices.SortFunc(all, func(a, b *leaseholdv1.Batch) int { return num(b) - num(a) })
+	start := 0
+	if tok := req.GetPageToken(); tok != "" {
+		n, err := strconv.Atoi(tok)
+		if err != nil {
+			return nil, statusError(codes.InvalidArgument, "INVALID_PAGE_TOKEN", "bad page token", nil)
+		}
+		start = n
+	}
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = 100
+	}
+	if s.MaxPageSize > 0 {
+		size = min(size, s.MaxPageSize)
+	}
+	end := min(start+size, len(all))
+	resp := &leaseholdv1.ListBatchesResponse{Batches: all[min(start, len(all)):end]}
+	if end < len(all) {
+		resp.NextPageToken = strconv.Itoa(end)
 	}
 	return resp, nil
 }

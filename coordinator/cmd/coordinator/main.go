@@ -191,7 +191,7 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC listen address")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "directory of the bbolt file and the artifacts")
-	fs.StringVar(&cfg.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of /metrics (empty: none); not 9090, which is Prometheus's own")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of /metrics, profiles and the console, HTTPS with --tls-cert (empty: none); not 9090, which is Prometheus's own")
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON); without it the development tokens are used, on loopback only")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
 	fs.UintVar(&fv.maxAttempts, "max-attempts", 5, "attempts per job cycle, including the first (at least 1)")
@@ -210,6 +210,7 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the metrics address")
+	fs.BoolVar(&cfg.Console, "console", false, "serve the web console under /console/ on the metrics address (loopback only unless TLS is on)")
 	fs.BoolVar(&fv.runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", 1000, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
@@ -268,6 +269,15 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 		return cfg, level, err
 	}
 	cfg.TLS = tlsCfg
+	if tlsCfg != nil {
+		// The metrics address (metrics, profiles, the console) serves
+		// HTTPS with the same certificate, but asks for no client
+		// certificate: Prometheus and browsers come without one, and the
+		// console signs in with bearer tokens.
+		h := tlsCfg.Clone()
+		h.ClientAuth, h.ClientCAs = tls.NoClientCert, nil
+		cfg.HTTPTLS = h
+	}
 	cfg.Logger = slog.New(logformat.NewHandler(stderr, format, level))
 	return cfg, level, nil
 }

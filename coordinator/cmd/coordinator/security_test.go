@@ -27,8 +27,8 @@ func TestTLSAndLogFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.TLS != nil {
-			t.Errorf("TLS = %+v, want nil", cfg.TLS)
+		if cfg.TLS != nil || cfg.HTTPTLS != nil {
+			t.Errorf("TLS = %+v, HTTPTLS = %+v, want nil", cfg.TLS, cfg.HTTPTLS)
 		}
 	})
 	t.Run("Certificate and key serve TLS without client certificates", func(t *testing.T) {
@@ -50,6 +50,11 @@ func TestTLSAndLogFlags(t *testing.T) {
 		}
 		if cfg.TLS == nil || cfg.TLS.ClientAuth != tls.RequireAndVerifyClientCert || cfg.TLS.ClientCAs == nil {
 			t.Errorf("TLS = %+v, want client certificates required", cfg.TLS)
+		}
+		// The metrics address asks for none: Prometheus and browsers
+		// come without one.
+		if cfg.HTTPTLS == nil || len(cfg.HTTPTLS.Certificates) != 1 || cfg.HTTPTLS.ClientAuth != tls.NoClientCert {
+			t.Errorf("HTTPTLS = %+v, want the certificate and no client authentication", cfg.HTTPTLS)
 		}
 	})
 	for _, tc := range []struct {

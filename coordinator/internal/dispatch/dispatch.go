@@ -257,6 +257,17 @@ func (s *Scheduler) InFlight(team string) int {
 	return 0
 }
 
+// Head returns the oldest job in team's ready queue, the one its next turn
+// takes, and false when the queue is empty. It costs O(1): the queue keeps
+// its head live.
+func (s *Scheduler) Head(team string) (job uint64, ok bool) {
+	t := s.teams[team]
+	if t == nil || t.q.len() == 0 {
+		return 0, false
+	}
+	return t.q.front().job, true
+}
+
 // Ready returns the number of ready jobs over all teams.
 func (s *Scheduler) Ready() int { return s.ready }
 

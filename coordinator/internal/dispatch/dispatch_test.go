@@ -526,3 +526,54 @@ func TestWeightsAreCopied(t *testing.T) {
 		t.Errorf("pick order (-want +got):\n%s", diff)
 	}
 }
+
+func TestHead(t *testing.T) {
+	t.Parallel()
+
+	t.Run("an unknown or empty team has no head", func(t *testing.T) {
+		t.Parallel()
+		s := New(Config{})
+		if job, ok := s.Head("alpha"); ok {
+			t.Errorf("Head(alpha) = %d, true on a new scheduler, want false", job)
+		}
+		s.Push("alpha", 1)
+		s.Acquired("alpha")
+		if _, _, ok := s.Next(wide); !ok {
+			t.Fatal("Next found no work")
+		}
+		if job, ok := s.Head("alpha"); ok {
+			t.Errorf("Head(alpha) = %d, true after its only job was taken, want false", job)
+		}
+	})
+
+	t.Run("the head follows pops and removals from the front", func(t *testing.T) {
+		t.Parallel()
+		s := New(Config{})
+		pushAll(s, "alpha", 5, 6, 7, 8)
+		pushAll(s, "beta", 9)
+		check := func(want uint64) {
+			t.Helper()
+			if got, ok := s.Head("alpha"); !ok || got != want {
+				t.Errorf("Head(alpha) = %d, %v, want %d, true", got, ok, want)
+			}
+		}
+		check(5)
+		s.Remove("alpha", 6) // a tombstone behind the head
+		check(5)
+		s.Remove("alpha", 5) // the head itself: the next live job takes its place
+		check(7)
+		for {
+			team, job, ok := s.Next(wide)
+			if !ok || team == "alpha" {
+				if job != 7 {
+					t.Fatalf("Next = %s %d, want alpha 7", team, job)
+				}
+				break
+			}
+		}
+		check(8)
+		if got, ok := s.Head("beta"); !ok || got != 9 {
+			t.Errorf("Head(beta) = %d, %v, want 9, true", got, ok)
+		}
+	})
+}

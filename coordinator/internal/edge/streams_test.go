@@ -135,6 +135,7 @@ func TestDefaultStreamCaps(t *testing.T) {
 		leaseholdv1.RendererService_Session_FullMethodName:        DefaultRendererStreams,
 		leaseholdv1.RendererService_Heartbeat_FullMethodName:      DefaultRendererStreams,
 		leaseholdv1.RendererService_UploadArtifact_FullMethodName: DefaultRendererStreams,
+		leaseholdv1.OverviewService_WatchOverview_FullMethodName:  DefaultOverviewStreams,
 	}
 	s := NewStreamCaps(DefaultStreamCaps()...)
 	if len(s.byMethod) != len(want) {

@@ -322,6 +322,40 @@ type AuditFilter struct {
 	Visible func(teams []string) bool
 }
 
+// BatchState selects batches by whether every job of theirs is terminal.
+type BatchState int
+
+// The batch states ListBatches filters on.
+const (
+	// BatchAny selects every batch.
+	BatchAny BatchState = iota
+	// BatchRunning selects batches with a job not yet terminal.
+	BatchRunning
+	// BatchDone selects batches whose jobs are all terminal.
+	BatchDone
+)
+
+// BatchFilter selects batches for ListBatches, newest first.
+type BatchFilter struct {
+	// Teams limits the listing to these teams; nil means every team.
+	Teams []string
+	State BatchState
+	// CreatedAfter and CreatedBefore bound the creation time (either may be
+	// zero): after is inclusive, before exclusive.
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
+	// Before is the last id of the previous page (0 for the first).
+	Before uint64
+	Limit  int
+}
+
+// BatchPage is one page of ListBatches; Next is the id to continue below,
+// or 0 at the end.
+type BatchPage struct {
+	Batches []BatchView
+	Next    uint64
+}
+
 // BatchView is a batch with its job counts per phase.
 type BatchView struct {
 	Batch  jobs.Batch

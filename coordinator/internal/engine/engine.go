@@ -13,6 +13,8 @@
 // and the grant that wakes an idle renderer, commit together.
 //
 // Reads (Job, ListJobs, ...) use bbolt read transactions from any goroutine.
+// The overview (Overview) is read from a snapshot the writer publishes after
+// its groups, never from the writer's own state.
 package engine
 
 import (
@@ -83,6 +85,10 @@ type Config struct {
 	// OnDispatch, when set, is called on the writer goroutine after a
 	// commit that paused or resumed dispatch. It must not block.
 	OnDispatch func(jobs.DispatchState)
+	// OverviewEvery is how often at most the writer publishes the overview
+	// (Engine.Overview) while commands keep coming; it is measured on the
+	// process's own clock. Zero means DefaultOverviewEvery.
+	OverviewEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -109,6 +115,7 @@ func (c Config) withDefaults() Config {
 	c.MaxGroup = cmp.Or(c.MaxGroup, DefaultMaxGroup)
 	c.MaxGroupBytes = cmp.Or(c.MaxGroupBytes, DefaultMaxGroupBytes)
 	c.RendererTimeout = cmp.Or(c.RendererTimeout, DefaultRendererTimeout)
+	c.OverviewEvery = cmp.Or(c.OverviewEvery, DefaultOverviewEvery)
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
@@ -145,7 +152,9 @@ type Engine struct {
 	teamCounts map[string]*store.Counts
 	renderers  map[string]*rendererState
 	conns      connSet
-	rng        *rand.Rand
+	// rings are each team's per-minute figures for the overview.
+	rings map[string]*minuteRing
+	rng   *rand.Rand
 	// clockMono is the monotonic time of the last command applied; the
 	// writer's clock never goes backwards.
 	clockMono time.Duration
@@ -156,6 +165,7 @@ type Engine struct {
 	dispatchSt jobs.DispatchState
 
 	hub hub
+	ov  overviewPub
 }
 
 // leaseEntry is the writer's view of a live lease: its deadline on the
@@ -200,6 +210,7 @@ func New(cfg Config) (*Engine, error) {
 		retryAt:    make(map[uint64]time.Duration),
 		teamCounts: make(map[string]*store.Counts),
 		renderers:  make(map[string]*rendererState),
+		rings:      make(map[string]*minuteRing),
 		conns:      newConnSet(),
 		rng:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}
@@ -210,6 +221,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.m = newMetrics(cfg.Registerer, e)
+	e.publishOverview(cfg.Now(), e.clockMono)
 	return e, nil
 }
 

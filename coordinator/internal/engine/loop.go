@@ -144,14 +144,14 @@ func (g *group) save(before, after jobs.Job) error {
 	case !live && wasLive:
 		err = g.finish(tx, after)
 	case !live && isNew:
-		g.e.m.finished(after.Team, after.TerminalReason)
+		g.e.finished(after, g.now)
 	}
 	return err
 }
 
 // finish drops what a job that just ended no longer needs.
 func (g *group) finish(tx *store.Tx, j jobs.Job) error {
-	g.e.m.finished(j.Team, j.TerminalReason)
+	g.e.finished(j, g.now)
 	if err := tx.SetUnfinished(j.ID, false); err != nil {
 		return err
 	}
@@ -294,7 +294,8 @@ func (e *Engine) drain(err error) {
 	}
 }
 
-// resetTimer arms timer for the earliest lease deadline or retry time.
+// resetTimer arms timer for the earliest lease deadline or retry time, or
+// for when an overview left dirty is due.
 func (e *Engine) resetTimer(t *time.Timer) {
 	next := time.Hour
 	now := e.cfg.Mono()
@@ -302,6 +303,9 @@ func (e *Engine) resetTimer(t *time.Timer) {
 		if it, ok := q.peek(); ok {
 			next = min(next, it.at-now)
 		}
+	}
+	if d, ok := e.overviewDue(); ok {
+		next = min(next, d)
 	}
 	t.Reset(max(next, 0))
 }
@@ -354,6 +358,10 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	if committed {
 		failpointAfterCommit()
 	}
+	// Before the answers, like the rest: a caller that sees its answer
+	// sees it in the overview too, unless the overview was published less
+	// than Config.OverviewEvery ago (then the writer's timer publishes it).
+	e.maybePublishOverview(len(batch) > 0 || g.tx != nil, g.now, g.mono)
 	for _, r := range batch {
 		r.done <- r.cmd.outcome()
 	}

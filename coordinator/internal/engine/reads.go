@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 
@@ -238,6 +239,67 @@ func newestFirst[T any](forEach func(uint64, func(T) (bool, error)) error, befor
 		next = 0 // ids start at 1: nothing lies below
 	}
 	return out, next, err
+}
+
+// ListBatches returns one page of the batches below f.Before that match f,
+// newest first, each with its counts per phase from the batch_counts
+// bucket. It walks the batches by id (the team_batches index when f.Teams
+// is set, merged across the teams) and examines at most ScanBudget
+// batches; a page that runs out of budget returns what it found with a
+// cursor. Batch ids follow the order the writer stored the batches in, so
+// the listing ends at the first batch created before f.CreatedAfter.
+func (e *Engine) ListBatches(f BatchFilter) (BatchPage, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	var page BatchPage
+	err := e.st.View(func(tx *store.Tx) error {
+		var ids []uint64
+		if f.Teams == nil {
+			ids = tx.BatchesBefore(f.Before, ScanBudget)
+		} else {
+			for _, t := range f.Teams {
+				ids = append(ids, tx.TeamBatchesBefore(t, f.Before, ScanBudget)...)
+			}
+			slices.SortFunc(ids, func(a, b uint64) int { return cmp.Compare(b, a) })
+			ids = slices.Compact(ids)
+			ids = ids[:min(len(ids), ScanBudget)]
+		}
+		for _, id := range ids {
+			b, found, err := tx.Batch(id)
+			if err != nil {
+				return err
+			}
+			if !found {
+				continue
+			}
+			if !f.CreatedAfter.IsZero() && b.CreatedAt.Before(f.CreatedAfter) {
+				return nil
+			}
+			c, err := tx.BatchCounts(id)
+			if err != nil {
+				return err
+			}
+			v := BatchView{Batch: b, Counts: c, Done: c.Unfinished() == 0}
+			ok := (f.CreatedBefore.IsZero() || b.CreatedAt.Before(f.CreatedBefore)) &&
+				(f.State == BatchAny || (f.State == BatchDone) == v.Done)
+			if ok {
+				page.Batches = append(page.Batches, v)
+			}
+			if len(page.Batches) == f.Limit {
+				page.Next = id
+				return nil
+			}
+		}
+		if len(ids) == ScanBudget {
+			page.Next = ids[len(ids)-1]
+		}
+		return nil
+	})
+	if err == nil && page.Next == 1 {
+		page.Next = 0
+	}
+	return page, err
 }
 
 // IsNotFound reports whether err says a job or batch does not exist.

@@ -1,6 +1,6 @@
-// Package server implements the coordinator's three gRPC services,
-// leasehold.v1.JobService, RendererService and OperatorService, over the
-// single-writer engine.
+// Package server implements the coordinator's gRPC services,
+// leasehold.v1.JobService, RendererService, OperatorService and the
+// read-only OverviewService, over the single-writer engine.
 //
 // Handlers are thin: they authorize the caller (the principal the auth
 // interceptor put in the context), validate and convert the request, call

@@ -62,6 +62,8 @@ const (
 	reasonInvalidMessage     = "INVALID_MESSAGE"
 	reasonTooManyJobIDs      = "TOO_MANY_JOB_IDS"
 	reasonInvalidInstance    = "INVALID_INSTANCE_ID"
+	reasonInvalidBatchState  = "INVALID_BATCH_STATE"
+	reasonInvalidInterval    = "INVALID_INTERVAL"
 )
 
 // requestError is a refusal a handler decides itself, before or after

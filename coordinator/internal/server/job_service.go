@@ -273,11 +273,11 @@ func (s *JobServer) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leas
 	if err != nil {
 		return s.status(err)
 	}
-	j, v, err := s.job(p, req.GetJobId())
+	j, _, err := s.job(p, req.GetJobId())
 	if err != nil {
 		return s.status(err)
 	}
-	if v != viewFull {
+	if !CanReadArtifact(p, j.Team) {
 		return s.status(denied("%s may not read previews of team %q", p.Name, j.Team))
 	}
 	if j.Phase != jobs.PhaseSucceeded {

@@ -133,7 +133,7 @@ func requireAllTeams(ctx context.Context) (auth.Principal, error) {
 	if err != nil {
 		return p, err
 	}
-	if !p.AllScope() {
+	if !CanPause(p) {
 		return p, denied("%s may act only on some teams; dispatch is paused and resumed for all", p.Name)
 	}
 	return p, nil

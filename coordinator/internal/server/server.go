@@ -51,6 +51,8 @@ type Engine interface {
 	ReadContent(grants []engine.Grant) error
 	WatchBatch(batch uint64) (*engine.Watch, error)
 	DispatchState() jobs.DispatchState
+	Overview() (engine.Overview, <-chan struct{}, error)
+	ListBatches(f engine.BatchFilter) (engine.BatchPage, error)
 
 	// Settings.
 	HeartbeatInterval() time.Duration
@@ -83,7 +85,7 @@ const (
 	defaultClientMessageBytes = 4 << 20
 )
 
-// Config configures the three services.
+// Config configures the services.
 type Config struct {
 	Engine Engine
 	// MaxArtifactBytes bounds one preview (default 8 MiB).
@@ -97,7 +99,7 @@ type Config struct {
 	Logger                 *slog.Logger
 }
 
-// core is the state the three services share.
+// core is the state the services share.
 type core struct {
 	e         Engine
 	maxBytes  int64
@@ -119,9 +121,10 @@ type Services struct {
 	Jobs      *JobServer
 	Renderers *RendererServer
 	Operators *OperatorServer
+	Overview  *OverviewServer
 }
 
-// New returns the three services over cfg.Engine.
+// New returns the services over cfg.Engine.
 func New(cfg Config) (*Services, error) {
 	if cfg.Engine == nil {
 		return nil, errors.New("server: Config.Engine is required")
@@ -141,18 +144,20 @@ func New(cfg Config) (*Services, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
-	return &Services{Jobs: &JobServer{core: c}, Renderers: &RendererServer{core: c}, Operators: &OperatorServer{core: c}}, nil
+	return &Services{Jobs: &JobServer{core: c}, Renderers: &RendererServer{core: c}, Operators: &OperatorServer{core: c},
+		Overview: &OverviewServer{core: c}}, nil
 }
 
-// Register registers the three services on s.
+// Register registers the services on s.
 func (sv *Services) Register(s grpc.ServiceRegistrar) {
 	leaseholdv1.RegisterJobServiceServer(s, sv.Jobs)
 	leaseholdv1.RegisterRendererServiceServer(s, sv.Renderers)
 	leaseholdv1.RegisterOperatorServiceServer(s, sv.Operators)
+	leaseholdv1.RegisterOverviewServiceServer(s, sv.Overview)
 }
 
 // Shutdown makes pending and future Acquire long polls answer at once
-// without leases and ends Heartbeat and WatchBatch streams with
+// without leases and ends Heartbeat, WatchBatch and WatchOverview streams with
 // UNAVAILABLE, so that a graceful stop of the gRPC server is not held up
 // by them. Unary calls keep working. It is safe to call more than once.
 func (sv *Services) Shutdown() {
@@ -193,6 +198,31 @@ func require(ctx context.Context, role auth.Role) (auth.Principal, error) {
 		return p, denied("%s does not have the %s role", p.Name, role)
 	}
 	return p, nil
+}
+
+// CanSee reports whether p may see and act on team's jobs and batches
+// (read, cancel): a submitter of the team, or an operator whose scope
+// covers it. It is the rule access applies in every handler; the console
+// asks it only to decide what to offer, and the handlers enforce it.
+func CanSee(p auth.Principal, team string) bool {
+	_, ok := access(p, team)
+	return ok
+}
+
+// CanOperate reports whether p holds the operator role, which
+// OperatorService requires (rejections, replay, audit).
+func CanOperate(p auth.Principal) bool { return p.Can(auth.RoleOperator) }
+
+// CanPause reports whether p may pause and resume dispatch: an operator
+// whose scope is every team, as PauseDispatch and ResumeDispatch require.
+func CanPause(p auth.Principal) bool { return p.AllScope() }
+
+// CanReadArtifact reports whether p may read the previews of team's jobs:
+// only a submitter of the team, as GetArtifact requires; operators never
+// see document data.
+func CanReadArtifact(p auth.Principal, team string) bool {
+	v, ok := access(p, team)
+	return ok && v == viewFull && p.Can(auth.RoleSubmitter)
 }
 
 // access decides whether p may see and act on team's jobs, and how they are

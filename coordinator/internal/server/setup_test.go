@@ -63,6 +63,7 @@ type testBundle struct {
 	jobs     leaseholdv1.JobServiceClient
 	rend     leaseholdv1.RendererServiceClient
 	ops      leaseholdv1.OperatorServiceClient
+	ov       leaseholdv1.OverviewServiceClient
 	health   healthpb.HealthClient
 	// reg holds the engine's metrics.
 	reg *prometheus.Registry
@@ -188,6 +189,7 @@ func (b *testBundle) start(t *testing.T) {
 	b.jobs = leaseholdv1.NewJobServiceClient(b.conn)
 	b.rend = leaseholdv1.NewRendererServiceClient(b.conn)
 	b.ops = leaseholdv1.NewOperatorServiceClient(b.conn)
+	b.ov = leaseholdv1.NewOverviewServiceClient(b.conn)
 	b.health = healthpb.NewHealthClient(b.conn)
 	b.stop = func() {
 		b.conn.Close()

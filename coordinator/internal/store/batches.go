@@ -49,3 +49,14 @@ func (t *Tx) BatchByRequest(team, requestID string) (jobs.Batch, bool, error) {
 	}
 	return t.Batch(btoi(v))
 }
+
+// BatchesBefore returns up to limit batch ids below before (0 for the
+// newest), newest first, over every team. It decodes nothing.
+func (t *Tx) BatchesBefore(before uint64, limit int) []uint64 {
+	var out []uint64
+	_ = reverse(t.tx.Bucket(bucketBatches).Cursor(), before, func(k, _ []byte) (bool, error) {
+		out = append(out, btoi(k))
+		return len(out) < limit, nil
+	})
+	return out
+}

@@ -450,6 +450,29 @@ func TestTeamIndexes(t *testing.T) {
 			})
 		}
 	})
+
+	t.Run("Batches of every team, newest first, paged by before", func(t *testing.T) {
+		for _, tc := range []struct {
+			before uint64
+			limit  int
+			want   []uint64
+		}{
+			{0, 10, []uint64{256, 5, 4, 3, 2, 1}},
+			{0, 2, []uint64{256, 5}},
+			{256, 3, []uint64{5, 4, 3}},
+			{100, 10, []uint64{5, 4, 3, 2, 1}},
+			{1000, 1, []uint64{256}},
+			{2, 10, []uint64{1}},
+			{1, 10, nil},
+		} {
+			b.view(t, func(tx *store.Tx) error {
+				if diff := cmp.Diff(tc.want, tx.BatchesBefore(tc.before, tc.limit)); diff != "" {
+					t.Errorf("BatchesBefore(%d, %d) (-want +got):\n%s", tc.before, tc.limit, diff)
+				}
+				return nil
+			})
+		}
+	})
 }
 
 func TestJobStatesReadsPhaseAndEventSeqOnly(t *testing.T) {
