@@ -18,6 +18,9 @@ const (
 	// DefaultRendererStreams bounds one principal's concurrent Session,
 	// Heartbeat and UploadArtifact streams, counted together.
 	DefaultRendererStreams = 256
+	// DefaultBackupStreams bounds one principal's concurrent Backup
+	// streams: each reads the whole database in a read transaction.
+	DefaultBackupStreams = 1
 )
 
 // StreamCap bounds the concurrent streams one principal holds on a group of
@@ -34,8 +37,9 @@ type StreamCap struct {
 }
 
 // DefaultStreamCaps returns the coordinator's caps: DefaultWatchStreams
-// WatchBatch streams and DefaultRendererStreams renderer streams (Session,
-// Heartbeat, UploadArtifact) per principal.
+// WatchBatch streams, DefaultRendererStreams renderer streams (Session,
+// Heartbeat, UploadArtifact) and DefaultBackupStreams Backup streams per
+// principal.
 func DefaultStreamCaps() []StreamCap {
 	return []StreamCap{
 		{Name: "watch", Methods: []string{leaseholdv1.JobService_WatchBatch_FullMethodName}, PerPrincipal: DefaultWatchStreams},
@@ -44,6 +48,7 @@ func DefaultStreamCaps() []StreamCap {
 			leaseholdv1.RendererService_Heartbeat_FullMethodName,
 			leaseholdv1.RendererService_UploadArtifact_FullMethodName,
 		}, PerPrincipal: DefaultRendererStreams},
+		{Name: "backup", Methods: []string{leaseholdv1.OperatorService_Backup_FullMethodName}, PerPrincipal: DefaultBackupStreams},
 	}
 }
 

@@ -135,6 +135,7 @@ func TestDefaultStreamCaps(t *testing.T) {
 		leaseholdv1.RendererService_Session_FullMethodName:        DefaultRendererStreams,
 		leaseholdv1.RendererService_Heartbeat_FullMethodName:      DefaultRendererStreams,
 		leaseholdv1.RendererService_UploadArtifact_FullMethodName: DefaultRendererStreams,
+		leaseholdv1.OperatorService_Backup_FullMethodName:         DefaultBackupStreams,
 	}
 	s := NewStreamCaps(DefaultStreamCaps()...)
 	if len(s.byMethod) != len(want) {

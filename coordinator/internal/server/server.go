@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -51,6 +52,7 @@ type Engine interface {
 	ReadContent(grants []engine.Grant) error
 	WatchBatch(batch uint64) (*engine.Watch, error)
 	DispatchState() jobs.DispatchState
+	Backup(w io.Writer, start func(engine.BackupInfo) error) (int64, error)
 
 	// Settings.
 	HeartbeatInterval() time.Duration
