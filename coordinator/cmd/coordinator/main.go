@@ -10,6 +10,12 @@
 // the variable) and what is wrong with it, and exits with status 2 without
 // creating the data directory or binding a port. Other failures to start
 // exit with status 1.
+//
+// Two subcommands work on a data directory offline, and refuse one a
+// running coordinator holds:
+//
+//	coordinator compact --data-dir DIR              rewrite the database without its free pages
+//	coordinator restore --data-dir DIR --from FILE  put a backup (leasehold backup) in place
 package main
 
 import (
@@ -80,8 +86,13 @@ func usagef(format string, args ...any) error {
 }
 
 // run parses and checks flags, starts the coordinator and serves until
-// SIGINT or SIGTERM.
+// SIGINT or SIGTERM; or runs an offline subcommand.
 func run(args []string, stderr io.Writer) error {
+	if len(args) > 0 {
+		if sub, ok := offlineCommands[args[0]]; ok {
+			return sub(args[1:], stderr)
+		}
+	}
 	cfg, level, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -120,6 +131,14 @@ const (
 	// minLeaseTTL is the shortest lease TTL: renderers heartbeat every
 	// third of it.
 	minLeaseTTL = 100 * time.Millisecond
+	// minRetention is the shortest retention but 0 (forever): a client
+	// must find its finished batch a while after it ended.
+	minRetention = time.Hour
+	// Retention defaults.
+	day                       = 24 * time.Hour
+	defaultRetention          = 7 * day
+	defaultRejectionRetention = 30 * day
+	defaultAuditRetention     = 365 * day
 	// defaultMetricsListen is the default metrics address. It is not 9090,
 	// the port of Prometheus itself, which often runs on the same host.
 	defaultMetricsListen = "127.0.0.1:7071"
@@ -168,9 +187,31 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", 1000, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", coordinator.DefaultShutdownTimeout, "how long a shutdown waits for calls in flight before cutting them")
+	cfg.Retention, cfg.RejectionRetention, cfg.AuditRetention = defaultRetention, defaultRejectionRetention, defaultAuditRetention
+	fs.Var((*days)(&cfg.Retention), "retention", "how long a terminal job is kept after it ended, with its history, preview and document (a `duration` such as 7d or 36h; 0: forever)")
+	fs.Var((*days)(&cfg.RejectionRetention), "rejection-retention", "how long a rejected completion is listed (a `duration`; 0: forever)")
+	fs.Var((*days)(&cfg.AuditRetention), "audit-retention", "how long an audit record is kept; a replay's request id is remembered as long (a `duration`; 0: forever)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 
-	// source names where each flag's value came from, for the messages.
+	source, err := parseWithEnv(fs, args, "coordinator", stderr)
+	if err != nil {
+		return cfg, level, err
+	}
+
+	if err := fillConfig(&cfg, fv); err != nil {
+		return cfg, level, usagef("%s=%q: %v", source["team-weights"], fv.teamWeights, err)
+	}
+	if err := checkFlags(cfg, fv, source); err != nil {
+		return cfg, level, err
+	}
+	return cfg, level, nil
+}
+
+// parseWithEnv sets fs's flags from their LEASEHOLD_* variables, then
+// from args, and returns where each value came from (the flag or the
+// variable), for the messages. --help prints the usage of the command
+// named name; any other error is a one-line usageError.
+func parseWithEnv(fs *flag.FlagSet, args []string, name string, stderr io.Writer) (map[string]string, error) {
 	source := make(map[string]string)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -186,7 +227,7 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 		}
 	})
 	if envErr != nil {
-		return cfg, level, envErr
+		return source, envErr
 	}
 	// The flag package would print its error and the whole usage; print
 	// the usage for --help only, and the error on one line.
@@ -195,24 +236,17 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
-			fmt.Fprintln(stderr, "Usage of coordinator:")
+			fmt.Fprintf(stderr, "Usage of %s:\n", name)
 			fs.PrintDefaults()
-			return cfg, level, err
+			return source, err
 		}
-		return cfg, level, &usageError{msg: err.Error()}
+		return source, &usageError{msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return cfg, level, usagef("unexpected arguments: %v", fs.Args())
+		return source, usagef("unexpected arguments: %v", fs.Args())
 	}
 	fs.Visit(func(f *flag.Flag) { source[f.Name] = "--" + f.Name })
-
-	if err := fillConfig(&cfg, fv); err != nil {
-		return cfg, level, usagef("%s=%q: %v", source["team-weights"], fv.teamWeights, err)
-	}
-	if err := checkFlags(cfg, fv, source); err != nil {
-		return cfg, level, err
-	}
-	return cfg, level, nil
+	return source, nil
 }
 
 // envName is the environment variable of a flag.
@@ -275,6 +309,9 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
 		{"shutdown-timeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout > 0, "a positive duration"},
+		{"retention", days(cfg.Retention), validRetention(cfg.Retention), retentionWant},
+		{"rejection-retention", days(cfg.RejectionRetention), validRetention(cfg.RejectionRetention), retentionWant},
+		{"audit-retention", days(cfg.AuditRetention), validRetention(cfg.AuditRetention), retentionWant},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -305,4 +342,92 @@ func parseWeights(s string) (map[string]int, error) {
 		out[strings.TrimSpace(team)] = n
 	}
 	return out, nil
+}
+
+// days is a duration flag that also takes whole days ("7d").
+type days time.Duration
+
+// String implements flag.Value: whole days as "7d", other durations as Go
+// writes them.
+func (d days) String() string {
+	if v := time.Duration(d); v != 0 && v%day == 0 {
+		return strconv.FormatInt(int64(v/day), 10) + "d"
+	}
+	return time.Duration(d).String()
+}
+
+// Set implements flag.Value.
+func (d *days) Set(s string) error {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		v, err := strconv.ParseUint(n, 10, 16)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number of days", s)
+		}
+		*d = days(time.Duration(v) * day)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is neither a number of days (7d) nor a duration (36h)", s)
+	}
+	*d = days(v)
+	return nil
+}
+
+// validRetention reports whether d is 0 (forever) or at least minRetention.
+func validRetention(d time.Duration) bool { return d == 0 || d >= minRetention }
+
+// retentionWant is what a retention flag takes.
+const retentionWant = "0 (keep forever) or at least 1h"
+
+// offlineCommands are the subcommands that work on a data directory
+// without serving.
+var offlineCommands = map[string]func(args []string, stderr io.Writer) error{
+	"compact": runCompact,
+	"restore": runRestore,
+}
+
+// runCompact runs "coordinator compact --data-dir DIR".
+func runCompact(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("coordinator compact", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "./data", "data directory of the database to compact; no coordinator may be running on it")
+	source, err := parseWithEnv(fs, args, "coordinator compact", stderr)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(*dataDir) == "" {
+		return usagef("%s=\"\": want a directory", source["data-dir"])
+	}
+	res, err := coordinator.Compact(*dataDir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "compacted %s: %d bytes, now %d\n", res.Path, res.Before, res.After)
+	return nil
+}
+
+// runRestore runs "coordinator restore --data-dir DIR --from FILE".
+func runRestore(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("coordinator restore", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "./data", "data directory to restore into; no coordinator may be running on it")
+	from := fs.String("from", "", "the backup file, as written by leasehold backup (required)")
+	source, err := parseWithEnv(fs, args, "coordinator restore", stderr)
+	if err != nil {
+		return err
+	}
+	switch {
+	case strings.TrimSpace(*dataDir) == "":
+		return usagef("%s=\"\": want a directory", source["data-dir"])
+	case *from == "":
+		return usagef("--from is required: the backup file to restore")
+	}
+	res, err := coordinator.Restore(*dataDir, *from, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "restored %s into %s (%d bytes); fencing tokens and ids go on from %d\n", *from, res.Path, res.Size, res.NextToken)
+	if res.MovedAside != "" {
+		fmt.Fprintf(stderr, "the database that was there is kept as %s\n", res.MovedAside)
+	}
+	return nil
 }
