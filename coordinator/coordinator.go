@@ -166,6 +166,16 @@ type Config struct {
 	Unsupported []string
 	// MaxArtifactBytes bounds one uploaded preview (default 8 MiB).
 	MaxArtifactBytes int64
+
+	// Retention is how long a terminal job is kept after it ended, with
+	// its history, previews, document and its batch once the batch's last
+	// job goes; RejectionRetention and AuditRetention are how long rejected
+	// completions and audit records are kept. Zero keeps them forever (the
+	// command's flags default to 7, 30 and 365 days). Expired records are
+	// deleted in bounded steps through the writer (engine.Purge).
+	Retention          time.Duration
+	RejectionRetention time.Duration
+	AuditRetention     time.Duration
 	// ShutdownTimeout bounds the graceful part of Close.
 	ShutdownTimeout time.Duration
 
@@ -176,6 +186,8 @@ type Config struct {
 
 	// storeOptions are passed to store.Open; tests inject faults with them.
 	storeOptions []store.Option
+	// purgeEvery, when set, replaces purgeInterval.
+	purgeEvery time.Duration
 	// keepalive, when set, replaces keepaliveParams; tests shorten it.
 	keepalive *keepalive.ServerParameters
 }
@@ -223,6 +235,9 @@ func (cfg Config) validate() error {
 		{"ReplayLimit", cfg.ReplayLimit, cfg.ReplayLimit >= 0},
 		{"MaxArtifactBytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 0},
 		{"ShutdownTimeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout >= 0},
+		{"Retention", cfg.Retention, cfg.Retention >= 0},
+		{"RejectionRetention", cfg.RejectionRetention, cfg.RejectionRetention >= 0},
+		{"AuditRetention", cfg.AuditRetention, cfg.AuditRetention >= 0},
 		{"TeamShare", cfg.TeamShare, cfg.TeamShare >= 0}, // false for NaN too
 	}
 	var errs []error
@@ -298,7 +313,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(debug.ReadBuildInfo))
 	if err := c.startEngine(reg, &undo); err != nil {
 		return nil, err
 	}
@@ -323,6 +338,10 @@ func New(cfg Config) (*Coordinator, error) {
 	c.watcher.Add(2)
 	go c.watchFailure()
 	go c.flushRefusals()
+	if c.retention().On() {
+		c.watcher.Add(1)
+		go c.purge()
+	}
 	return c, nil
 }
 
@@ -396,6 +415,7 @@ func (c *Coordinator) startEngine(reg prometheus.Registerer, undo *undoStack) er
 		Dispatch:      dispatch.Config{Weights: cfg.TeamWeights, MaxShare: cfg.TeamShare, FIFO: cfg.FIFO},
 		RunningCancel: !cfg.DisableRunningCancel,
 		ReplayLimit:   cfg.ReplayLimit,
+		Retention:     c.retention(),
 		Registerer:    reg,
 		Logger:        c.log.With("component", "engine"),
 		OnDispatch:    func(st jobs.DispatchState) { c.setDispatchHealth(st.Paused) },
@@ -619,6 +639,70 @@ func (c *Coordinator) flushRefusals() {
 			c.refusals.Flush()
 		case <-c.done:
 			c.refusals.Flush()
+			return
+		}
+	}
+}
+
+// retention is the engine's retention from the configuration.
+func (c *Coordinator) retention() engine.Retention {
+	return engine.Retention{Jobs: c.cfg.Retention, Rejections: c.cfg.RejectionRetention, Audit: c.cfg.AuditRetention}
+}
+
+// Retention pacing. A step deletes at most engine.DefaultPurgeStep jobs
+// (and as many rejections and audit records) in one writer group; the
+// pause between steps lets the commands queued meanwhile commit without
+// one, so a backlog is worked off at a bounded share of the writer's time.
+const (
+	// purgeInterval is how often retention looks for what is due.
+	purgeInterval = time.Minute
+	// purgePause separates two steps of one run.
+	purgePause = 50 * time.Millisecond
+)
+
+// purge runs retention until Close: every purge interval, purge steps
+// until none has more to do.
+func (c *Coordinator) purge() {
+	defer c.watcher.Done()
+	t := time.NewTicker(cmp.Or(c.cfg.purgeEvery, purgeInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.purgeDue()
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// purgeDue sends purge steps to the writer while the last one had more to
+// do, pausing between them, and logs what they deleted. A writer that
+// stopped or failed ends the run; the failure is reported elsewhere.
+func (c *Coordinator) purgeDue() {
+	var sum engine.PurgeResult
+	defer func() {
+		if sum != (engine.PurgeResult{}) {
+			c.log.Info("retention purged expired records", "jobs", sum.Jobs, "batches", sum.Batches,
+				"rejections", sum.Rejections, "audit_records", sum.Audit, "jobs_indexed", sum.Indexed)
+		}
+	}()
+	for {
+		r, err := c.eng.Purge(context.Background())
+		if err != nil {
+			if !errors.Is(err, engine.ErrStopped) && !errors.Is(err, engine.ErrStorageFailed) {
+				c.log.Error("retention step failed", "err", err)
+			}
+			return
+		}
+		sum.Jobs, sum.Batches, sum.Rejections, sum.Audit, sum.Indexed = sum.Jobs+r.Jobs, sum.Batches+r.Batches,
+			sum.Rejections+r.Rejections, sum.Audit+r.Audit, sum.Indexed+r.Indexed
+		if !r.More {
+			return
+		}
+		select {
+		case <-time.After(purgePause):
+		case <-c.done:
 			return
 		}
 	}

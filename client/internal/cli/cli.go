@@ -226,6 +226,7 @@ var commands = []command{
 	{"renderers", "", "List the renderers with their capacity, leases and last contact.", func() subcommand { return &renderersOpts{} }, false},
 	{"pause", "--reason R", "Pause dispatch: no new leases are granted.", func() subcommand { return &pauseOpts{} }, false},
 	{"resume", "--reason R", "Resume dispatch.", func() subcommand { return &resumeOpts{} }, false},
+	{"backup", "-f FILE [--force]", "Download a consistent copy of the coordinator's database and verify its size and SHA-256 digest.", func() subcommand { return &backupOpts{} }, false},
 	{"version", "", "Print the version and VCS revision this binary was built from.", func() subcommand { return &versionOpts{} }, true},
 	{"completion", "bash|zsh|fish", "Print a shell completion script for leasehold.", func() subcommand { return &completionOpts{} }, true},
 }

@@ -566,6 +566,74 @@ func TestArtifact(t *testing.T) {
 	})
 }
 
+func TestBackup(t *testing.T) {
+	t.Parallel()
+	payload := bytes.Repeat([]byte("bbolt page "), 3000)
+	sum := sha256.Sum256(payload)
+	digest := hex.EncodeToString(sum[:])
+	takenAt := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	good := fakeserver.Backup{Bytes: payload, SizeBytes: int64(len(payload)), SHA256: digest, LastToken: 41, TakenAt: takenAt}
+
+	t.Run("a verified backup is written to the file, readable by its owner only", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.SetBackup(good)
+		path := filepath.Join(t.TempDir(), "leasehold.backup")
+		code, out, errOut := b.run(t, "backup", "-f", path)
+		if code != ExitOK {
+			t.Fatalf("exit status = %d; stderr:\n%s", code, errOut)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(got, payload) {
+			t.Errorf("file holds %d bytes (err %v), want the %d-byte payload", len(got), err, len(payload))
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("file mode = %v (%v), want 0600", fi.Mode().Perm(), err)
+		}
+		if want := path + "\tsha256 " + digest + ", 33000 bytes, schema 2, last token 41, taken at 2026-03-04T05:06:07Z\n"; out != want {
+			t.Errorf("output = %q, want %q", out, want)
+		}
+	})
+
+	t.Run("an existing file is kept unless forced", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.SetBackup(good)
+		path := filepath.Join(t.TempDir(), "leasehold.backup")
+		if err := os.WriteFile(path, []byte("yesterday's"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, errOut := b.run(t, "backup", "-f", path); code != ExitError || !strings.Contains(errOut, "--force") {
+			t.Errorf("exit status = %d, stderr %q; want 1 naming --force", code, errOut)
+		}
+		if got, _ := os.ReadFile(path); string(got) != "yesterday's" {
+			t.Errorf("the existing file was changed")
+		}
+		if code, _, errOut := b.run(t, "backup", "-f", path, "--force"); code != ExitOK {
+			t.Errorf("with --force: exit status = %d; stderr:\n%s", code, errOut)
+		}
+	})
+
+	for name, bad := range map[string]fakeserver.Backup{
+		"a digest mismatch": {Bytes: payload, SizeBytes: int64(len(payload)), SHA256: strings.Repeat("0", 64)},
+		"a short stream":    {Bytes: payload[:1000], SizeBytes: int64(len(payload)), SHA256: digest},
+	} {
+		t.Run(name+" is an error and leaves no file", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.fake.SetBackup(bad)
+			dir := t.TempDir()
+			code, _, errOut := b.run(t, "backup", "--file", filepath.Join(dir, "leasehold.backup"))
+			if code != ExitError || !strings.Contains(errOut, "digest mismatch") {
+				t.Errorf("exit status = %d, stderr %q; want 1 and a digest mismatch", code, errOut)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("directory holds %d entries after a failed backup, want none", len(entries))
+			}
+		})
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
@@ -90,6 +92,7 @@ type Server struct {
 	docs        map[string]*leaseholdv1.Document
 	batches     map[string]*leaseholdv1.Batch
 	artifacts   map[string]Artifact
+	backup      *Backup
 	rejections  []*leaseholdv1.RejectedCompletion
 	audit       []*leaseholdv1.AuditRecord
 	submits     []*leaseholdv1.SubmitBatchRequest
@@ -260,6 +263,23 @@ func (s *Server) SetArtifact(jobID string, a Artifact) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.artifacts[jobID] = a
+}
+
+// Backup is what the fake's Backup streams: Bytes, announced as SizeBytes
+// and digested as SHA256 (which a test may make disagree with Bytes).
+type Backup struct {
+	Bytes     []byte
+	SizeBytes int64
+	SHA256    string
+	LastToken uint64
+	TakenAt   time.Time
+}
+
+// SetBackup sets what Backup streams; without it Backup is NOT_FOUND.
+func (s *Server) SetBackup(b Backup) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.backup = &b
 }
 
 // AddRejection stores a rejected completion.
@@ -686,6 +706,28 @@ func (s *Server) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leaseho
 		}
 		msg = &leaseholdv1.GetArtifactResponse{}
 	}
+}
+
+// Backup implements `service OperatorService`: the header, 4 KiB chunks
+// and the trailer of what SetBackup set.
+func (s *Server) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1.OperatorService_BackupServer) error {
+	s.mu.Lock()
+	b := s.backup
+	s.mu.Unlock()
+	if b == nil {
+		return statusError(codes.NotFound, "NOT_FOUND", "no backup set", nil)
+	}
+	err := stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Header{Header: &leaseholdv1.BackupHeader{
+		SizeBytes: b.SizeBytes, SchemaVersion: 2, LastToken: b.LastToken, TakenAt: timestamppb.New(b.TakenAt)}}})
+	for data := b.Bytes; err == nil && len(data) > 0; {
+		n := min(len(data), 4096)
+		err = stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Chunk{Chunk: data[:n]}})
+		data = data[n:]
+	}
+	if err != nil {
+		return err
+	}
+	return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Trailer{Trailer: &leaseholdv1.BackupTrailer{Sha256: b.SHA256}}})
 }
 
 // ListRejectedCompletions implements `service OperatorService`, one page of

@@ -19,9 +19,12 @@
 // terminal (--log-format). Traces are exported over OTLP when the standard
 // OTEL_* variables ask for it (see package internal/tracing).
 //
-// "coordinator check [--data-dir DIR] [--json]" serves nothing: it checks the
-// database of a stopped coordinator, read-only, and exits 0 when it is
-// consistent and 1 otherwise (see coordinator.Check).
+// Three subcommands work on the data directory of a stopped coordinator,
+// and refuse one a running coordinator holds:
+//
+//	coordinator check [--data-dir DIR] [--json]     check the database, read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
+//	coordinator compact --data-dir DIR              rewrite the database without its free pages
+//	coordinator restore --data-dir DIR --from FILE  put a backup (leasehold backup) in place
 package main
 
 import (
@@ -101,8 +104,13 @@ func usagef(format string, args ...any) error {
 }
 
 // run parses and checks flags, starts the coordinator and serves until
-// SIGINT or SIGTERM.
+// SIGINT or SIGTERM; or runs an offline subcommand.
 func run(args []string, stderr io.Writer) error {
+	if len(args) > 0 {
+		if sub, ok := offlineCommands[args[0]]; ok {
+			return sub(args[1:], stderr)
+		}
+	}
 	cfg, _, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -159,6 +167,14 @@ const (
 	// minLeaseTTL is the shortest lease TTL: renderers heartbeat every
 	// third of it.
 	minLeaseTTL = 100 * time.Millisecond
+	// minRetention is the shortest retention but 0 (forever): a client
+	// must find its finished batch a while after it ended.
+	minRetention = time.Hour
+	// Retention defaults.
+	day                       = 24 * time.Hour
+	defaultRetention          = 7 * day
+	defaultRejectionRetention = 30 * day
+	defaultAuditRetention     = 365 * day
 	// defaultMetricsListen is the default metrics address. It is not 9090,
 	// the port of Prometheus itself, which often runs on the same host.
 	defaultMetricsListen = "127.0.0.1:7071"
@@ -215,48 +231,23 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", 1000, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", coordinator.DefaultShutdownTimeout, "how long a shutdown waits for calls in flight before cutting them")
+	cfg.Retention, cfg.RejectionRetention, cfg.AuditRetention = defaultRetention, defaultRejectionRetention, defaultAuditRetention
+	fs.Var((*days)(&cfg.Retention), "retention", "how long a terminal job is kept after it ended, with its history, preview and document (a `duration` such as 7d or 36h; 0: forever)")
+	fs.Var((*days)(&cfg.RejectionRetention), "rejection-retention", "how long a rejected completion is listed (a `duration`; 0: forever)")
+	fs.Var((*days)(&cfg.AuditRetention), "audit-retention", "how long an audit record is kept; a replay's request id is remembered as long (a `duration`; 0: forever)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Var(&format, "log-format", "log format: text, json, or auto (the default: JSON unless stderr is a terminal)")
 	fs.StringVar(&fv.tlsCert, "tls-cert", "", "PEM certificate chain of the gRPC server; with --tls-key, serve TLS only")
 	fs.StringVar(&fv.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&fv.tlsClientCA, "tls-client-ca", "", "PEM CA certificates that sign client certificates; requires every client to present one (mutual TLS)")
 
-	// source names where each flag's value came from, for the messages.
-	source := make(map[string]string)
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		source[f.Name] = "--" + f.Name
-		name := envName(f.Name)
-		f.Usage += " (env " + name + ")"
-		if v, ok := os.LookupEnv(name); ok {
-			source[f.Name] = name
-			if err := f.Value.Set(v); err != nil && envErr == nil {
-				envErr = usagef("%s=%q: %v", name, v, err)
-			}
-			f.DefValue = v
-		}
-	})
-	if envErr != nil {
-		return cfg, level, envErr
+	source, err := parseWithEnv(fs, args, "coordinator", stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stderr, "\nOn the data directory of a stopped coordinator: \"coordinator check\", \"coordinator compact\" and \"coordinator restore\" (each takes --help).")
 	}
-	// The flag package would print its error and the whole usage; print
-	// the usage for --help only, and the error on one line.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fmt.Fprintln(stderr, "Usage of coordinator:")
-			fs.PrintDefaults()
-			fmt.Fprintln(stderr, "\n\"coordinator check --data-dir DIR\" checks the database of a stopped coordinator (see \"coordinator check --help\").")
-			return cfg, level, err
-		}
-		return cfg, level, &usageError{msg: err.Error()}
+	if err != nil {
+		return cfg, level, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, level, usagef("unexpected arguments: %v", fs.Args())
-	}
-	fs.Visit(func(f *flag.Flag) { source[f.Name] = "--" + f.Name })
 
 	if err := fillConfig(&cfg, fv); err != nil {
 		return cfg, level, usagef("%s=%q: %v", source["team-weights"], fv.teamWeights, err)
@@ -280,6 +271,48 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	}
 	cfg.Logger = slog.New(logformat.NewHandler(stderr, format, level))
 	return cfg, level, nil
+}
+
+// parseWithEnv sets fs's flags from their LEASEHOLD_* variables, then
+// from args, and returns where each value came from (the flag or the
+// variable), for the messages. --help prints the usage of the command
+// named name; any other error is a one-line usageError.
+func parseWithEnv(fs *flag.FlagSet, args []string, name string, stderr io.Writer) (map[string]string, error) {
+	source := make(map[string]string)
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		source[f.Name] = "--" + f.Name
+		name := envName(f.Name)
+		f.Usage += " (env " + name + ")"
+		if v, ok := os.LookupEnv(name); ok {
+			source[f.Name] = name
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = usagef("%s=%q: %v", name, v, err)
+			}
+			f.DefValue = v
+		}
+	})
+	if envErr != nil {
+		return source, envErr
+	}
+	// The flag package would print its error and the whole usage; print
+	// the usage for --help only, and the error on one line.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintf(stderr, "Usage of %s:\n", name)
+			fs.PrintDefaults()
+			return source, err
+		}
+		return source, &usageError{msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return source, usagef("unexpected arguments: %v", fs.Args())
+	}
+	fs.Visit(func(f *flag.Flag) { source[f.Name] = "--" + f.Name })
+	return source, nil
 }
 
 // loadTLS reads the server's TLS configuration from the files the TLS
@@ -367,6 +400,9 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
 		{"shutdown-timeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout > 0, "a positive duration"},
+		{"retention", days(cfg.Retention), validRetention(cfg.Retention), retentionWant},
+		{"rejection-retention", days(cfg.RejectionRetention), validRetention(cfg.RejectionRetention), retentionWant},
+		{"audit-retention", days(cfg.AuditRetention), validRetention(cfg.AuditRetention), retentionWant},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -397,4 +433,92 @@ func parseWeights(s string) (map[string]int, error) {
 		out[strings.TrimSpace(team)] = n
 	}
 	return out, nil
+}
+
+// days is a duration flag that also takes whole days ("7d").
+type days time.Duration
+
+// String implements flag.Value: whole days as "7d", other durations as Go
+// writes them.
+func (d days) String() string {
+	if v := time.Duration(d); v != 0 && v%day == 0 {
+		return strconv.FormatInt(int64(v/day), 10) + "d"
+	}
+	return time.Duration(d).String()
+}
+
+// Set implements flag.Value.
+func (d *days) Set(s string) error {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		v, err := strconv.ParseUint(n, 10, 16)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number of days", s)
+		}
+		*d = days(time.Duration(v) * day)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is neither a number of days (7d) nor a duration (36h)", s)
+	}
+	*d = days(v)
+	return nil
+}
+
+// validRetention reports whether d is 0 (forever) or at least minRetention.
+func validRetention(d time.Duration) bool { return d == 0 || d >= minRetention }
+
+// retentionWant is what a retention flag takes.
+const retentionWant = "0 (keep forever) or at least 1h"
+
+// offlineCommands are the subcommands that work on a data directory
+// without serving.
+var offlineCommands = map[string]func(args []string, stderr io.Writer) error{
+	"compact": runCompact,
+	"restore": runRestore,
+}
+
+// runCompact runs "coordinator compact --data-dir DIR".
+func runCompact(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("coordinator compact", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "./data", "data directory of the database to compact; no coordinator may be running on it")
+	source, err := parseWithEnv(fs, args, "coordinator compact", stderr)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(*dataDir) == "" {
+		return usagef("%s=\"\": want a directory", source["data-dir"])
+	}
+	res, err := coordinator.Compact(*dataDir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "compacted %s: %d bytes, now %d\n", res.Path, res.Before, res.After)
+	return nil
+}
+
+// runRestore runs "coordinator restore --data-dir DIR --from FILE".
+func runRestore(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("coordinator restore", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "./data", "data directory to restore into; no coordinator may be running on it")
+	from := fs.String("from", "", "the backup file, as written by leasehold backup (required)")
+	source, err := parseWithEnv(fs, args, "coordinator restore", stderr)
+	if err != nil {
+		return err
+	}
+	switch {
+	case strings.TrimSpace(*dataDir) == "":
+		return usagef("%s=\"\": want a directory", source["data-dir"])
+	case *from == "":
+		return usagef("--from is required: the backup file to restore")
+	}
+	res, err := coordinator.Restore(*dataDir, *from, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "restored %s into %s (%d bytes); fencing tokens and ids go on from %d\n", *from, res.Path, res.Size, res.NextToken)
+	if res.MovedAside != "" {
+		fmt.Fprintf(stderr, "the database that was there is kept as %s\n", res.MovedAside)
+	}
+	return nil
 }

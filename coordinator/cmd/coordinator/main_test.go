@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/leasehold/leasehold/coordinator"
 	"go.uber.org/goleak"
 )
 
@@ -48,6 +49,19 @@ func TestParseFlags(t *testing.T) {
 		}
 		if len(cfg.Unsupported) == 0 {
 			t.Errorf("no default unsupported formats")
+		}
+		if got, want := []time.Duration{cfg.Retention, cfg.RejectionRetention, cfg.AuditRetention}, []time.Duration{7 * day, 30 * day, 365 * day}; !cmp.Equal(got, want) {
+			t.Errorf("retention of jobs, rejections, audit = %v, want %v", got, want)
+		}
+	})
+	t.Run("Retention takes days, durations and 0 for forever", func(t *testing.T) {
+		t.Setenv("LEASEHOLD_AUDIT_RETENTION", "0")
+		cfg, _, err := parseFlags([]string{"--retention", "14d", "--rejection-retention", "36h"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := []time.Duration{cfg.Retention, cfg.RejectionRetention, cfg.AuditRetention}, []time.Duration{14 * day, 36 * time.Hour, 0}; !cmp.Equal(got, want) {
+			t.Errorf("retention = %v, want %v", got, want)
 		}
 	})
 	t.Run("The environment sets defaults and flags override them", func(t *testing.T) {
@@ -148,6 +162,9 @@ func TestInvalidConfigurationExitsTwo(t *testing.T) {
 		{"an unknown log level", []string{"--log-level", "loud"}, nil, "-log-level"},
 		{"an unknown flag", []string{"--no-such-flag"}, nil, "no-such-flag"},
 		{"a stray argument", []string{"serve"}, nil, "unexpected arguments"},
+		{"a retention under an hour", []string{"--retention", "30m"}, nil, "--retention=30m0s: want 0 (keep forever) or at least 1h"},
+		{"a retention that does not parse", []string{"--audit-retention", "1y"}, nil, "-audit-retention"},
+		{"a negative retention from the environment", nil, []string{"LEASEHOLD_REJECTION_RETENTION=-1h"}, "LEASEHOLD_REJECTION_RETENTION=-1h0m0s: want 0"},
 		{"a negative team share from the environment", nil, []string{"LEASEHOLD_TEAM_SHARE=-0.5"}, "LEASEHOLD_TEAM_SHARE=-0.5"},
 		{"a malformed number from the environment", nil, []string{"LEASEHOLD_MAX_ATTEMPTS=many"}, "LEASEHOLD_MAX_ATTEMPTS"},
 		{"a zero lease TTL from the environment", nil, []string{"LEASEHOLD_LEASE_TTL=0s"}, "LEASEHOLD_LEASE_TTL=0s"},
@@ -205,4 +222,62 @@ func runCommand(t *testing.T, dir string, args, env []string) (int, string) {
 	}
 	t.Fatalf("running the command: %v", err)
 	return 0, ""
+}
+
+// TestOfflineCommands runs compact and restore on a data directory, and on
+// one a running coordinator holds.
+func TestOfflineCommands(t *testing.T) {
+	t.Parallel()
+	// A data directory with a database in it, closed.
+	dir := t.TempDir()
+	c, err := coordinator.New(coordinator.Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	data, err := os.ReadFile(filepath.Join(dir, coordinator.DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(backup, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("Compact and restore work offline", func(t *testing.T) {
+		var out strings.Builder
+		if err := run([]string{"compact", "--data-dir", dir}, &out); err != nil {
+			t.Fatalf("compact: %v", err)
+		}
+		if err := run([]string{"restore", "--data-dir", dir, "--from", backup}, &out); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		for _, want := range []string{"compacted " + filepath.Join(dir, coordinator.DBFile), "restored " + backup, "is kept as"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("output %q lacks %q", out.String(), want)
+			}
+		}
+	})
+	t.Run("A running coordinator's directory is refused", func(t *testing.T) {
+		held := t.TempDir()
+		c, err := coordinator.New(coordinator.Config{DataDir: held, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, args := range [][]string{{"compact", "--data-dir", held}, {"restore", "--data-dir", held, "--from", backup}} {
+			err := run(args, io.Discard)
+			if !errors.Is(err, coordinator.ErrDataDirInUse) || !strings.Contains(err.Error(), "locked by a running coordinator") {
+				t.Errorf("%s: %v, want ErrDataDirInUse saying the database is locked by a running coordinator", args[0], err)
+			}
+		}
+	})
+	t.Run("Restore needs a backup file", func(t *testing.T) {
+		var uerr *usageError
+		if err := run([]string{"restore", "--data-dir", dir}, io.Discard); !errors.As(err, &uerr) {
+			t.Errorf("restore without --from: %v, want a usage error", err)
+		}
+	})
 }

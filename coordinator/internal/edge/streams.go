@@ -21,6 +21,9 @@ const (
 	// DefaultOverviewStreams bounds one principal's concurrent
 	// WatchOverview streams.
 	DefaultOverviewStreams = 16
+	// DefaultBackupStreams bounds one principal's concurrent Backup
+	// streams: each reads the whole database in a read transaction.
+	DefaultBackupStreams = 1
 )
 
 // StreamCap bounds the concurrent streams one principal holds on a group of
@@ -38,8 +41,8 @@ type StreamCap struct {
 
 // DefaultStreamCaps returns the coordinator's caps: DefaultWatchStreams
 // WatchBatch streams, DefaultRendererStreams renderer streams (Session,
-// Heartbeat, UploadArtifact) and DefaultOverviewStreams WatchOverview
-// streams per principal.
+// Heartbeat, UploadArtifact), DefaultOverviewStreams WatchOverview streams
+// and DefaultBackupStreams Backup streams per principal.
 func DefaultStreamCaps() []StreamCap {
 	return []StreamCap{
 		{Name: "watch", Methods: []string{leaseholdv1.JobService_WatchBatch_FullMethodName}, PerPrincipal: DefaultWatchStreams},
@@ -49,6 +52,7 @@ func DefaultStreamCaps() []StreamCap {
 			leaseholdv1.RendererService_UploadArtifact_FullMethodName,
 		}, PerPrincipal: DefaultRendererStreams},
 		{Name: "overview", Methods: []string{leaseholdv1.OverviewService_WatchOverview_FullMethodName}, PerPrincipal: DefaultOverviewStreams},
+		{Name: "backup", Methods: []string{leaseholdv1.OperatorService_Backup_FullMethodName}, PerPrincipal: DefaultBackupStreams},
 	}
 }
 

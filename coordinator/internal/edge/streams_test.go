@@ -136,6 +136,7 @@ func TestDefaultStreamCaps(t *testing.T) {
 		leaseholdv1.RendererService_Heartbeat_FullMethodName:      DefaultRendererStreams,
 		leaseholdv1.RendererService_UploadArtifact_FullMethodName: DefaultRendererStreams,
 		leaseholdv1.OverviewService_WatchOverview_FullMethodName:  DefaultOverviewStreams,
+		leaseholdv1.OperatorService_Backup_FullMethodName:         DefaultBackupStreams,
 	}
 	s := NewStreamCaps(DefaultStreamCaps()...)
 	if len(s.byMethod) != len(want) {

@@ -278,3 +278,55 @@ func submitDocs(b *testing.B, e *Engine, n int) {
 		n -= size
 	}
 }
+
+// BenchmarkPurgeStep measures one retention step: one op deletes
+// DefaultPurgeStep succeeded jobs, each with its history (four events) and
+// a 2 KiB preview, in one writer group with its fsync. It is what the
+// commands queued behind a step wait for at most.
+func BenchmarkPurgeStep(b *testing.B) {
+	dir := b.TempDir()
+	st, err := store.Open(filepath.Join(dir, "leasehold.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := &clock{t: epoch, mono: time.Hour}
+	e, err := New(Config{Store: st, Seed: 1, Now: clk.Now, Mono: clk.Mono, LeaseTTL: time.Hour,
+		Limits: jobs.Limits{MaxTeamQueue: 1 << 30}, Retention: Retention{Jobs: time.Hour}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.Start()
+	b.Cleanup(func() {
+		e.Stop()
+		st.Close()
+	})
+	ctx := context.Background()
+	png := make([]byte, 2<<10)
+	grants := preGrant(b, e, b.N*DefaultPurgeStep)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(grants); i = int(next.Add(1) - 1) {
+				g := grants[i]
+				req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Renderer: "r-1", Success: true},
+					Preview: &Preview{Digest: fmt.Sprint(i), ContentType: "image/png", Content: png}}
+				if _, err := e.Complete(ctx, req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	clk.Advance(2 * time.Hour)
+	b.ResetTimer()
+	for range b.N {
+		r, err := e.Purge(ctx)
+		if err != nil || r.Jobs != DefaultPurgeStep {
+			b.Fatalf("Purge = %+v, %v; want %d jobs", r, err, DefaultPurgeStep)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*DefaultPurgeStep)/b.Elapsed().Seconds(), "jobs/s")
+}

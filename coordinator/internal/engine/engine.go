@@ -12,9 +12,12 @@
 // so that a completion and the grant that refills its slot, or a submit
 // and the grant that wakes an idle renderer, commit together.
 //
-// Reads (Job, ListJobs, ...) use bbolt read transactions from any goroutine.
-// The overview (Overview) is read from a snapshot the writer publishes after
-// its groups, never from the writer's own state.
+// Retention is a command too: Purge deletes a bounded number of expired
+// records per group, so the commands queued behind it wait only for that.
+//
+// Reads (Job, ListJobs, Backup, ...) use bbolt read transactions from any
+// goroutine. The overview (Overview) is read from a snapshot the writer
+// publishes after its groups, never from the writer's own state.
 package engine
 
 import (
@@ -78,6 +81,10 @@ type Config struct {
 	// RendererTimeout drops a renderer without a session or stream from
 	// live capacity after this long without an Acquire.
 	RendererTimeout time.Duration
+	// Retention says how long terminal jobs, rejections and audit records
+	// are kept; Purge deletes what is older. The zero value keeps
+	// everything.
+	Retention Retention
 	// Seed seeds the backoff jitter; 0 picks a random seed.
 	Seed       uint64
 	Registerer prometheus.Registerer
@@ -116,6 +123,7 @@ func (c Config) withDefaults() Config {
 	c.MaxGroupBytes = cmp.Or(c.MaxGroupBytes, DefaultMaxGroupBytes)
 	c.RendererTimeout = cmp.Or(c.RendererTimeout, DefaultRendererTimeout)
 	c.OverviewEvery = cmp.Or(c.OverviewEvery, DefaultOverviewEvery)
+	c.Retention.Step = cmp.Or(c.Retention.Step, DefaultPurgeStep)
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}

@@ -33,13 +33,22 @@ func (c *inspectCmd) apply(g *group) error {
 // teams are the teams the invariants test submits for.
 var teams = []string{"alpha", "beta"}
 
+// tester is what the checks need of *testing.T and *rapid.T.
+type tester interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Error(args ...any)
+	FailNow()
+}
+
 // checkIndexes asserts the design's invariant 3 and the bookkeeping that
 // rests on it, on the writer goroutine: every non-terminal job is in
 // exactly one of its team's ready queue, the lease index or the retry
 // timers, each timer is armed in its heap and not overdue, and the counts
 // the dispatcher, the queue-depth limit and the connection registry keep
 // agree with the store.
-func checkIndexes(t *rapid.T, e *Engine, monoOf func(time.Time) time.Duration) {
+func checkIndexes(t tester, e *Engine, monoOf func(time.Time) time.Duration) {
+	t.Helper()
 	var problems []string
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	err := e.do(context.Background(), &inspectCmd{fn: func(g *group, tx *store.Tx) {
@@ -169,10 +178,11 @@ type storedState struct {
 }
 
 // checkStore asserts, on a read transaction of the committed state, that
-// the counts, the unfinished index, previews, documents and tokens agree
-// with the stored jobs, and that tokens granted since prev are above every
-// token granted before.
-func checkStore(t *rapid.T, st *store.Store, prev storedState) storedState {
+// the counts, the indexes (store.CheckIndexes), previews, documents and
+// tokens agree with the stored jobs, and that tokens granted since prev are
+// above every token granted before.
+func checkStore(t tester, st *store.Store, prev storedState) storedState {
+	t.Helper()
 	var problems []string
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	now := storedState{tokens: map[uint64]uint64{}, leasesTo: map[string]int{}}
@@ -298,6 +308,9 @@ func checkStore(t *rapid.T, st *store.Store, prev storedState) storedState {
 		if idx := tx.UnfinishedAfter(0, 1<<30); !slices.Equal(idx, live) {
 			fail("unfinished index %v, non-terminal jobs %v", idx, live)
 		}
+		if err := tx.CheckIndexes(); err != nil {
+			fail("%v", err)
+		}
 		return nil
 	})
 	if err != nil {
@@ -347,6 +360,10 @@ func TestWriterInvariants(t *testing.T) {
 		b.cfg.RunningCancel = rapid.Bool().Draw(rt, "runningCancel")
 		b.cfg.Seed = rapid.Uint64Min(1).Draw(rt, "seed")
 		b.cfg.Limits.MaxInlineBytes = 64
+		// Retention short enough for the clock moves below to reach, in
+		// steps small enough to stop at their bound.
+		step := rapid.IntRange(1, 3).Draw(rt, "purgeStep")
+		b.cfg.Retention = Retention{Jobs: 30 * time.Second, Rejections: time.Minute, Audit: time.Minute, Step: step}
 		b.start(rt)
 		defer b.close()
 		ctx := context.Background()
@@ -444,7 +461,7 @@ func TestWriterInvariants(t *testing.T) {
 
 		// Actions by weight: the renderer paths come up most.
 		var actions []int
-		for action, weight := range []int{3, 1, 1, 1, 2, 1, 1, 1, 2, 1, 2, 5, 2, 1, 1, 1} {
+		for action, weight := range []int{3, 1, 1, 1, 2, 1, 1, 1, 2, 1, 2, 5, 2, 1, 1, 1, 2} {
 			for range weight {
 				actions = append(actions, action)
 			}
@@ -518,7 +535,7 @@ func TestWriterInvariants(t *testing.T) {
 				renderer := rapid.SampledFrom([]string{g.Job.Lease.Renderer, "u-2"}).Draw(rt, "completer")
 				req := completion(g, renderer)
 				res, err := b.e.Complete(ctx, req)
-				if err != nil && !jobs.IsFence(err) && !errors.Is(err, jobs.ErrArtifactMissing) {
+				if err != nil && !jobs.IsFence(err) && !errors.Is(err, jobs.ErrArtifactMissing) && !errors.Is(err, ErrNotFound) {
 					rt.Fatalf("Complete: %v", err)
 				}
 				res.Err = err
@@ -529,7 +546,7 @@ func TestWriterInvariants(t *testing.T) {
 					p := preview(fmt.Sprintf("digest-%d", g.Job.Lease.Token))
 					p.Content = append(p.Content, renderer...)
 					err := b.e.Stage(ctx, StageRequest{Job: g.Job.ID, Token: g.Job.Lease.Token, Renderer: renderer, Preview: *p})
-					if err != nil && !jobs.IsFence(err) {
+					if err != nil && !jobs.IsFence(err) && !errors.Is(err, ErrNotFound) {
 						rt.Fatalf("Stage: %v", err)
 					}
 				}
@@ -682,6 +699,20 @@ func TestWriterInvariants(t *testing.T) {
 				draining = map[string]int{}
 				b.close()
 				b.start(rt)
+			case 16: // a retention step: time passes, then one bounded purge
+				b.clock.Advance(time.Duration(rapid.IntRange(0, 40).Draw(rt, "purgeSeconds")) * time.Second)
+				res, err := b.e.Purge(ctx)
+				if err != nil {
+					rt.Fatalf("Purge: %v", err)
+				}
+				if res.Jobs > step || res.Rejections > step || res.Audit > step {
+					rt.Fatalf("a purge step of %d deleted %+v", step, res)
+				}
+				for _, g := range granted {
+					if _, err := b.e.Job(g.Job.ID); errors.Is(err, ErrNotFound) {
+						delete(succeeded, g.Job.ID)
+					}
+				}
 			case 15: // a session renderer's unary call is refused while its session lives
 				if c, ok := pickConn("inUse", ConnSession); ok {
 					if _, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend(c.renderer), Max: 1}); !errors.Is(err, ErrRendererInUse) {

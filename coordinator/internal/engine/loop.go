@@ -52,10 +52,13 @@ type group struct {
 	tx   *store.Tx
 
 	events      []JobEvent
+	tallies     []tally
 	revocations map[string][]LeaseStatus
 	deliveries  map[*Conn][]Grant
 	batchDelta  map[uint64]*store.Counts
 	teamDelta   map[string]*store.Counts
+	// purged is what the group's purge steps deleted.
+	purged PurgeResult
 	// work: something may have become dispatchable; credit: a connection
 	// got credit; dispatch: the pause switch changed.
 	work, credit, dispatch bool
@@ -131,6 +134,7 @@ func (g *group) save(before, after jobs.Job) error {
 	}
 	for _, ev := range fresh {
 		g.events = append(g.events, JobEvent{Job: after.ID, Batch: after.BatchID, Event: ev})
+		g.tallies = append(g.tallies, tally{team: after.Team, kind: ev.Kind, reason: ev.Reason})
 	}
 	isNew := before.ID == 0
 	if !isNew && before.Phase == after.Phase {
@@ -141,18 +145,28 @@ func (g *group) save(before, after jobs.Job) error {
 	switch live := !after.Phase.Terminal(); {
 	case live && !wasLive:
 		err = tx.SetUnfinished(after.ID, true)
+		if err == nil && !isNew {
+			// A replay: the job ended before, and is no longer due for
+			// retention.
+			err = tx.UnindexFinished(before)
+		}
 	case !live && wasLive:
 		err = g.finish(tx, after)
 	case !live && isNew:
 		g.e.finished(after, g.now)
+		err = tx.IndexFinished(after)
 	}
 	return err
 }
 
-// finish drops what a job that just ended no longer needs.
+// finish drops what a job that just ended no longer needs, and indexes it
+// for retention.
 func (g *group) finish(tx *store.Tx, j jobs.Job) error {
 	g.e.finished(j, g.now)
 	if err := tx.SetUnfinished(j.ID, false); err != nil {
+		return err
+	}
+	if err := tx.IndexFinished(j); err != nil {
 		return err
 	}
 	// A success under the job's only lease can have no other preview: only
@@ -200,14 +214,19 @@ func (g *group) count(j jobs.Job, from, to jobs.Phase, isNew bool) {
 		td[from]--
 		tc[from]--
 	}
-	bd[to]++
-	td[to]++
-	tc[to]++
+	if to != jobs.PhaseUnspecified {
+		bd[to]++
+		td[to]++
+		tc[to]++
+	}
 }
+
+// uncount removes a purged job from its batch's and team's counts.
+func (g *group) uncount(j jobs.Job) { g.count(j, j.Phase, jobs.PhaseUnspecified, false) }
 
 // flushCounts adds the group's count changes to the stored counts.
 func (g *group) flushCounts() error {
-	if len(g.batchDelta) == 0 {
+	if len(g.batchDelta) == 0 && len(g.teamDelta) == 0 {
 		return nil
 	}
 	tx, err := g.txn()
@@ -353,7 +372,8 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 		failpointGrantsUnpublished()
 	}
 	// Publish before answering, so that a caller who sees its answer can
-	// rely on watchers, renderers' streams and health having been told.
+	// rely on watchers, renderers' streams, health and metrics having been
+	// told.
 	e.publish(g)
 	if committed {
 		failpointAfterCommit()
@@ -362,10 +382,13 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	// sees it in the overview too, unless the overview was published less
 	// than Config.OverviewEvery ago (then the writer's timer publishes it).
 	e.maybePublishOverview(len(batch) > 0 || g.tx != nil, g.now, g.mono)
+	// A timer that found nothing due is no group.
+	if len(batch) > 0 || committed {
+		e.m.group(len(batch), time.Since(start))
+	}
 	for _, r := range batch {
 		r.done <- r.cmd.outcome()
 	}
-	e.m.group(len(batch), time.Since(start))
 	return nil
 }
 
@@ -394,6 +417,10 @@ func (e *Engine) failStop(g *group, batch []*request, err error) {
 func (e *Engine) publish(g *group) {
 	for _, ev := range g.events {
 		e.hub.publishJob(ev)
+	}
+	e.m.tally(g.tallies)
+	if g.purged != (PurgeResult{}) {
+		e.m.purgedN(g.purged)
 	}
 	for r, list := range g.revocations {
 		if c := e.conns.sessions[r]; c != nil {

@@ -211,10 +211,9 @@ func (e *Engine) ring(team string) *minuteRing {
 	return r
 }
 
-// finished counts a job that just reached a terminal phase, in the
-// metrics and in its team's minute ring.
+// finished counts a job that just reached a terminal phase in its team's
+// minute ring (the metrics count it from the group's tallies).
 func (e *Engine) finished(j jobs.Job, now time.Time) {
-	e.m.finished(j.Team, j.TerminalReason)
 	e.ring(j.Team).finished(now, j.Phase)
 }
 

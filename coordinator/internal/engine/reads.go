@@ -3,7 +3,9 @@ package engine
 import (
 	"cmp"
 	"errors"
+	"io"
 	"slices"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
@@ -304,3 +306,20 @@ func (e *Engine) ListBatches(f BatchFilter) (BatchPage, error) {
 
 // IsNotFound reports whether err says a job or batch does not exist.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// BackupInfo describes a backup as it starts; TakenAt is the writer's
+// wall clock then.
+type BackupInfo struct {
+	store.BackupInfo
+	TakenAt time.Time
+}
+
+// Backup writes a consistent copy of the whole database to w, from one
+// read transaction, calling start first with what it is about to write
+// (see store.WriteBackup). It does not go through the writer, which goes
+// on meanwhile.
+func (e *Engine) Backup(w io.Writer, start func(BackupInfo) error) (int64, error) {
+	return e.st.WriteBackup(w, func(info store.BackupInfo) error {
+		return start(BackupInfo{BackupInfo: info, TakenAt: e.cfg.Now()})
+	})
+}

@@ -254,6 +254,11 @@ var matrixRPCs = []matrixRPC{
 			_, err := b.ops.ResumeDispatch(ctx, &leaseholdv1.ResumeDispatchRequest{Reason: "matrix"})
 			return err
 		}},
+	{name: "Backup", want: byRole(func(c matrixCaller) bool { return c.allScope }),
+		call: func(ctx context.Context, t *testing.T, b *testBundle, f teamFixture) error {
+			_, _, err := readBackup(ctx, b)
+			return err
+		}},
 	{name: "Acquire", want: byRole(func(c matrixCaller) bool { return c.renderer }),
 		call: func(ctx context.Context, t *testing.T, b *testBundle, f teamFixture) error {
 			_, err := b.rend.Acquire(ctx, &leaseholdv1.AcquireRequest{RendererId: "r-1", MaxLeases: 1})

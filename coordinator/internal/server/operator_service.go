@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"hash"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -127,22 +130,25 @@ func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.Replay
 }
 
 // requireAllTeams refuses an operator whose scope does not cover every
-// team: pausing dispatch acts on all of them.
-func requireAllTeams(ctx context.Context) (auth.Principal, error) {
+// team, for an action that touches all of them (why says how).
+func requireAllTeams(ctx context.Context, why string) (auth.Principal, error) {
 	p, err := require(ctx, auth.RoleOperator)
 	if err != nil {
 		return p, err
 	}
-	if !CanPause(p) {
-		return p, denied("%s may act only on some teams; dispatch is paused and resumed for all", p.Name)
+	if !p.AllScope() {
+		return p, denied("%s may act only on some teams; %s", p.Name, why)
 	}
 	return p, nil
 }
 
+// dispatchForAll is why pausing and resuming need every team.
+const dispatchForAll = "dispatch is paused and resumed for all"
+
 // PauseDispatch implements OperatorService.PauseDispatch. It needs an
 // operator whose scope is every team.
 func (s *OperatorServer) PauseDispatch(ctx context.Context, req *leaseholdv1.PauseDispatchRequest) (*leaseholdv1.PauseDispatchResponse, error) {
-	p, err := requireAllTeams(ctx)
+	p, err := requireAllTeams(ctx, dispatchForAll)
 	if err != nil {
 		return nil, s.status(err)
 	}
@@ -159,7 +165,7 @@ func (s *OperatorServer) PauseDispatch(ctx context.Context, req *leaseholdv1.Pau
 // ResumeDispatch implements OperatorService.ResumeDispatch. It needs an
 // operator whose scope is every team.
 func (s *OperatorServer) ResumeDispatch(ctx context.Context, req *leaseholdv1.ResumeDispatchRequest) (*leaseholdv1.ResumeDispatchResponse, error) {
-	p, err := requireAllTeams(ctx)
+	p, err := requireAllTeams(ctx, dispatchForAll)
 	if err != nil {
 		return nil, s.status(err)
 	}
@@ -213,4 +219,75 @@ func (s *OperatorServer) GetAudit(ctx context.Context, req *leaseholdv1.GetAudit
 		resp.Records = append(resp.Records, auditToProto(a))
 	}
 	return resp, nil
+}
+
+// backupChunkBytes is the most bytes one Backup message carries.
+const backupChunkBytes = 1 << 20
+
+// Backup implements OperatorService.Backup. It needs an operator whose
+// scope is every team. The copy comes from one read transaction (see
+// engine.Backup); the header goes first, the chunks as the transaction
+// writes them, and the trailer with their SHA-256 last.
+func (s *OperatorServer) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1.OperatorService_BackupServer) error {
+	if _, err := requireAllTeams(stream.Context(), "a backup holds every team's jobs"); err != nil {
+		return s.status(err)
+	}
+	w := &chunkWriter{send: func(b []byte) error {
+		return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Chunk{Chunk: b}})
+	}, hash: sha256.New(), buf: make([]byte, 0, backupChunkBytes)}
+	_, err := s.e.Backup(w, func(info engine.BackupInfo) error {
+		return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Header{Header: &leaseholdv1.BackupHeader{
+			SizeBytes: info.Size, SchemaVersion: info.Schema, LastToken: info.LastToken, TakenAt: ts(info.TakenAt),
+		}}})
+	})
+	if err == nil {
+		err = w.flush()
+	}
+	if err == nil {
+		err = stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Trailer{Trailer: &leaseholdv1.BackupTrailer{
+			Sha256: hex.EncodeToString(w.hash.Sum(nil)),
+		}}})
+	}
+	if cerr := stream.Context().Err(); err != nil && cerr != nil {
+		// The caller went away; bbolt's copy does not wrap the cause.
+		return s.status(cerr)
+	}
+	return s.status(err)
+}
+
+// chunkWriter sends what is written to it in chunks of cap(buf) bytes,
+// hashing them as they go.
+type chunkWriter struct {
+	send func([]byte) error
+	hash hash.Hash
+	buf  []byte
+}
+
+// Write implements io.Writer.
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), cap(w.buf)-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.flush(); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, nil
+}
+
+// flush sends what is buffered.
+func (w *chunkWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	w.hash.Write(w.buf)
+	if err := w.send(w.buf); err != nil {
+		return err
+	}
+	w.buf = w.buf[:0]
+	return nil
 }

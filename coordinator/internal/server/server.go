@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -53,6 +54,7 @@ type Engine interface {
 	DispatchState() jobs.DispatchState
 	Overview() (engine.Overview, <-chan struct{}, error)
 	ListBatches(f engine.BatchFilter) (engine.BatchPage, error)
+	Backup(w io.Writer, start func(engine.BackupInfo) error) (int64, error)
 
 	// Settings.
 	HeartbeatInterval() time.Duration

@@ -54,6 +54,9 @@ func (s *Store) migrateFrom1() error {
 		if err := meta.Delete(keyMigrationCursor); err != nil {
 			return err
 		}
+		if err := meta.Delete(keyFinishedBackfill); err != nil {
+			return err
+		}
 		return meta.Put(keySchema, itob(SchemaVersion))
 	})
 	if err != nil {
@@ -215,8 +218,8 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 }
 
 // rebuildIndexes recomputes every schema 2 index from the job and batch
-// records: unfinished jobs, jobs and batches by team, and the counts per
-// phase of every batch and team.
+// records: unfinished and finished jobs, jobs and batches by team, and the
+// counts per phase of every batch and team.
 func (t *Tx) rebuildIndexes() error {
 	for _, b := range bucketsOfSchema2 {
 		if bytes.Equal(b, bucketEvents) || bytes.Equal(b, bucketArtifacts) {
@@ -236,6 +239,8 @@ func (t *Tx) rebuildIndexes() error {
 			if err := t.SetUnfinished(j.ID, true); err != nil {
 				return false, err
 			}
+		} else if err := t.IndexFinished(j); err != nil {
+			return false, err
 		}
 		if err := t.IndexTeamJob(j.Team, j.ID); err != nil {
 			return false, err

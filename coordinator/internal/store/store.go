@@ -18,6 +18,13 @@
 // index of jobs by team, so both cost what the live work costs, not the
 // whole history. Counts per phase, per batch and per team, are kept as
 // jobs move. Open migrates a schema 1 file in place (see migrate.go).
+//
+// # Retention, backup, compaction
+//
+// Terminal jobs are indexed by when they ended, so that retention deletes
+// the oldest in bounded steps without scanning (retention.go). WriteBackup
+// copies the file from one read transaction while the writer goes on;
+// Compact and Restore work on a file no coordinator holds (backup.go).
 package store
 
 import (
@@ -51,14 +58,18 @@ var (
 	bucketAudit        = []byte("audit")
 	bucketReplays      = []byte("replay_requests")
 	bucketTokens       = []byte("tokens")
-	bucketsOfSchema2   = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts}
+	bucketFinished     = []byte("finished")
+	bucketsOfSchema2   = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts, bucketFinished}
 	keySchema          = []byte("schema_version")
 	keyDispatch        = []byte("dispatch")
 	keyMigrationCursor = []byte("migration_cursor")
+	// keyFinishedBackfill is the last job id indexed by the backfill of the
+	// finished-jobs index, present while it is under way.
+	keyFinishedBackfill = []byte("finished_backfill")
 
 	allBuckets = [][]byte{bucketMeta, bucketJobs, bucketEvents, bucketDocuments, bucketArtifacts, bucketBatches, bucketRequests,
 		bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts,
-		bucketRejections, bucketAudit, bucketReplays, bucketTokens}
+		bucketRejections, bucketAudit, bucketReplays, bucketTokens, bucketFinished}
 )
 
 // Errors returned by Open and by transactions.
@@ -173,6 +184,14 @@ func (s *Store) prepare() (uint64, error) {
 			return fmt.Errorf("%w: the file has schema %d, this coordinator reads 1 (migrating it) and %d; "+
 				"run the coordinator release that wrote it, or restore a backup", ErrSchemaVersion, version, SchemaVersion)
 		}
+		// A file written before the finished-jobs index existed has its
+		// terminal jobs indexed in steps (BackfillFinished); a schema 1
+		// file is indexed whole by its migration.
+		if hasBuckets != nil && tx.Bucket(bucketFinished) == nil {
+			if err := meta.Put(keyFinishedBackfill, itob(0)); err != nil {
+				return err
+			}
+		}
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -212,14 +231,27 @@ func (s *Store) Begin() (*Tx, error) {
 	return &Tx{tx: tx, fault: s.fault}, nil
 }
 
-// Stats reports the database file's size and its free pages.
-func (s *Store) Stats() (size int64, freePages int, err error) {
-	err = s.db.View(func(tx *bbolt.Tx) error {
-		size = tx.Size()
+// Stats is the database file's size and its free pages.
+type Stats struct {
+	Size int64
+	// FreePages are pages no record uses, reused by later writes; those
+	// freed while a read transaction still sees them included.
+	FreePages int
+	PageSize  int
+}
+
+// Stats reports the database file's size and its free pages. Any goroutine
+// may call it.
+func (s *Store) Stats() (Stats, error) {
+	var st Stats
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		st.Size = tx.Size()
 		return nil
 	})
-	st := s.db.Stats()
-	return size, st.FreePageN + st.PendingPageN, err
+	bs := s.db.Stats()
+	st.FreePages = bs.FreePageN + bs.PendingPageN
+	st.PageSize = s.db.Info().PageSize
+	return st, err
 }
 
 // Check runs bbolt's consistency check and returns the problems it found,

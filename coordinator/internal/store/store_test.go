@@ -96,6 +96,7 @@ type snapshot struct {
 	NextRejection uint64
 	NextAuditID   uint64
 	CheckProblems string
+	IndexProblems string
 }
 
 // takeSnapshot reads what is stored through the store's own reads. Its
@@ -178,6 +179,9 @@ func takeSnapshot(t *testing.T, st *store.Store, teams []string, artifacts [][2]
 		}); err != nil {
 			return err
 		}
+		if err := tx.CheckIndexes(); err != nil {
+			s.IndexProblems = err.Error()
+		}
 		var err error
 		s.Dispatch, err = tx.DispatchState()
 		return err
@@ -255,6 +259,8 @@ func populate(t *testing.T, b *testBundle) {
 				if err := tx.PutDocument(j.ID, []byte("content of job "+string(rune('0'+j.ID)))); err != nil {
 					return err
 				}
+			} else if err := tx.IndexFinished(j); err != nil {
+				return err
 			}
 		}
 		if err := tx.PutArtifact(1, 40, store.Artifact{Digest: "d", ContentType: "image/png", Content: []byte("png"), Renderer: "r-0"}); err != nil {
@@ -287,8 +293,8 @@ func TestReopenKeepsEverything(t *testing.T) {
 		len(before.Unfinished) != 2 || len(before.Rejections) != 1 || len(before.Audit) != 2 || before.LastToken != 41 || !before.Dispatch.Paused {
 		t.Fatalf("populate wrote less than it should:\n%+v", before)
 	}
-	if before.CheckProblems != "" {
-		t.Errorf("Check on a healthy file: %s", before.CheckProblems)
+	if before.CheckProblems != "" || before.IndexProblems != "" {
+		t.Errorf("checks on a healthy file: %s %s", before.CheckProblems, before.IndexProblems)
 	}
 	b.reopen(t)
 	after := takeSnapshot(t, b.st, teams, probes)

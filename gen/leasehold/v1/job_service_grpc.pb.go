@@ -64,7 +64,9 @@ type JobServiceClient interface {
 	// knows is unsupported is accepted as FAILED (UNSUPPORTED_FORMAT) and never
 	// dispatched; the rest of the batch proceeds. The request id is an
 	// idempotency key per team: submitting again with the same request id
-	// returns the original batch (replayed = true) and stores nothing.
+	// returns the original batch (replayed = true) and stores nothing, for as
+	// long as the batch is kept; once retention has deleted its last job, the
+	// request id is free again and makes a new batch.
 	//
 	// Errors:
 	//
@@ -101,7 +103,9 @@ type JobServiceClient interface {
 	// (a team filter the caller may not read).
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	// GetBatch returns a batch with its job counts per phase (kept by the
-	// writer as jobs move, never counted by scanning).
+	// writer as jobs move, never counted by scanning). The counts cover the
+	// jobs retention has kept: a purged job leaves them, and the batch goes
+	// with its last job.
 	//
 	// Who: as GetJob. Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND
 	// BATCH_NOT_FOUND (also for a batch the caller may not see).
@@ -301,7 +305,9 @@ type JobServiceServer interface {
 	// knows is unsupported is accepted as FAILED (UNSUPPORTED_FORMAT) and never
 	// dispatched; the rest of the batch proceeds. The request id is an
 	// idempotency key per team: submitting again with the same request id
-	// returns the original batch (replayed = true) and stores nothing.
+	// returns the original batch (replayed = true) and stores nothing, for as
+	// long as the batch is kept; once retention has deleted its last job, the
+	// request id is free again and makes a new batch.
 	//
 	// Errors:
 	//
@@ -338,7 +344,9 @@ type JobServiceServer interface {
 	// (a team filter the caller may not read).
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	// GetBatch returns a batch with its job counts per phase (kept by the
-	// writer as jobs move, never counted by scanning).
+	// writer as jobs move, never counted by scanning). The counts cover the
+	// jobs retention has kept: a purged job leaves them, and the batch goes
+	// with its last job.
 	//
 	// Who: as GetJob. Errors: INVALID_ARGUMENT INVALID_ID; NOT_FOUND
 	// BATCH_NOT_FOUND (also for a batch the caller may not see).

@@ -971,6 +971,259 @@ func (x *GetAuditResponse) GetNextPageToken() string {
 	return ""
 }
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_operator_service_proto_rawDescGZIP(), []int{12}
+}
+
+type BackupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*BackupResponse_Header
+	//	*BackupResponse_Chunk
+	//	*BackupResponse_Trailer
+	Part          isBackupResponse_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupResponse) Reset() {
+	*x = BackupResponse{}
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupResponse) ProtoMessage() {}
+
+func (x *BackupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
+func (*BackupResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_operator_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BackupResponse) GetPart() isBackupResponse_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *BackupResponse) GetHeader() *BackupHeader {
+	if x != nil {
+		if x, ok := x.Part.(*BackupResponse_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *BackupResponse) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*BackupResponse_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+func (x *BackupResponse) GetTrailer() *BackupTrailer {
+	if x != nil {
+		if x, ok := x.Part.(*BackupResponse_Trailer); ok {
+			return x.Trailer
+		}
+	}
+	return nil
+}
+
+type isBackupResponse_Part interface {
+	isBackupResponse_Part()
+}
+
+type BackupResponse_Header struct {
+	// First message.
+	Header *BackupHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type BackupResponse_Chunk struct {
+	// The file's bytes, in order.
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+type BackupResponse_Trailer struct {
+	// Last message.
+	Trailer *BackupTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+}
+
+func (*BackupResponse_Header) isBackupResponse_Part() {}
+
+func (*BackupResponse_Chunk) isBackupResponse_Part() {}
+
+func (*BackupResponse_Trailer) isBackupResponse_Part() {}
+
+type BackupHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The number of bytes the chunks carry.
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The storage schema of the copy.
+	SchemaVersion uint64 `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// The largest fencing token granted in the copy.
+	LastToken     uint64                 `protobuf:"varint,3,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
+	TakenAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupHeader) Reset() {
+	*x = BackupHeader{}
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupHeader) ProtoMessage() {}
+
+func (x *BackupHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupHeader.ProtoReflect.Descriptor instead.
+func (*BackupHeader) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_operator_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BackupHeader) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetSchemaVersion() uint64 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetLastToken() uint64 {
+	if x != nil {
+		return x.LastToken
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+type BackupTrailer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lowercase hex SHA-256 of the chunks' bytes.
+	Sha256        string `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupTrailer) Reset() {
+	*x = BackupTrailer{}
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupTrailer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupTrailer) ProtoMessage() {}
+
+func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupTrailer.ProtoReflect.Descriptor instead.
+func (*BackupTrailer) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_operator_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BackupTrailer) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 var File_leasehold_v1_operator_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_operator_service_proto_rawDesc = "" +
@@ -1056,18 +1309,34 @@ const file_leasehold_v1_operator_service_proto_rawDesc = "" +
 	"\x05teams\x18\r \x03(\tR\x05teams\"o\n" +
 	"\x10GetAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.leasehold.v1.AuditRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*`\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x0f\n" +
+	"\rBackupRequest\"\x9f\x01\n" +
+	"\x0eBackupResponse\x124\n" +
+	"\x06header\x18\x01 \x01(\v2\x1a.leasehold.v1.BackupHeaderH\x00R\x06header\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x127\n" +
+	"\atrailer\x18\x03 \x01(\v2\x1b.leasehold.v1.BackupTrailerH\x00R\atrailerB\x06\n" +
+	"\x04part\"\xaa\x01\n" +
+	"\fBackupHeader\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12%\n" +
+	"\x0eschema_version\x18\x02 \x01(\x04R\rschemaVersion\x12\x1d\n" +
+	"\n" +
+	"last_token\x18\x03 \x01(\x04R\tlastToken\x125\n" +
+	"\btaken_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\"'\n" +
+	"\rBackupTrailer\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256*`\n" +
 	"\fReplayAction\x12\x1d\n" +
 	"\x19REPLAY_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REPLAY_ACTION_REQUEUE\x10\x01\x12\x16\n" +
-	"\x12REPLAY_ACTION_SKIP\x10\x022\xdc\x03\n" +
+	"\x12REPLAY_ACTION_SKIP\x10\x022\xa3\x04\n" +
 	"\x0fOperatorService\x12v\n" +
 	"\x17ListRejectedCompletions\x12,.leasehold.v1.ListRejectedCompletionsRequest\x1a-.leasehold.v1.ListRejectedCompletionsResponse\x12O\n" +
 	"\n" +
 	"ReplayJobs\x12\x1f.leasehold.v1.ReplayJobsRequest\x1a .leasehold.v1.ReplayJobsResponse\x12X\n" +
 	"\rPauseDispatch\x12\".leasehold.v1.PauseDispatchRequest\x1a#.leasehold.v1.PauseDispatchResponse\x12[\n" +
 	"\x0eResumeDispatch\x12#.leasehold.v1.ResumeDispatchRequest\x1a$.leasehold.v1.ResumeDispatchResponse\x12I\n" +
-	"\bGetAudit\x12\x1d.leasehold.v1.GetAuditRequest\x1a\x1e.leasehold.v1.GetAuditResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\bGetAudit\x12\x1d.leasehold.v1.GetAuditRequest\x1a\x1e.leasehold.v1.GetAuditResponse\x12E\n" +
+	"\x06Backup\x12\x1b.leasehold.v1.BackupRequest\x1a\x1c.leasehold.v1.BackupResponse0\x01B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_operator_service_proto_rawDescOnce sync.Once
@@ -1082,7 +1351,7 @@ func file_leasehold_v1_operator_service_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_operator_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_operator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_leasehold_v1_operator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_leasehold_v1_operator_service_proto_goTypes = []any{
 	(ReplayAction)(0),                       // 0: leasehold.v1.ReplayAction
 	(*ListRejectedCompletionsRequest)(nil),  // 1: leasehold.v1.ListRejectedCompletionsRequest
@@ -1097,39 +1366,48 @@ var file_leasehold_v1_operator_service_proto_goTypes = []any{
 	(*GetAuditRequest)(nil),                 // 10: leasehold.v1.GetAuditRequest
 	(*AuditRecord)(nil),                     // 11: leasehold.v1.AuditRecord
 	(*GetAuditResponse)(nil),                // 12: leasehold.v1.GetAuditResponse
-	(*timestamppb.Timestamp)(nil),           // 13: google.protobuf.Timestamp
-	(*RejectedCompletion)(nil),              // 14: leasehold.v1.RejectedCompletion
-	(TerminalReason)(0),                     // 15: leasehold.v1.TerminalReason
-	(Phase)(0),                              // 16: leasehold.v1.Phase
+	(*BackupRequest)(nil),                   // 13: leasehold.v1.BackupRequest
+	(*BackupResponse)(nil),                  // 14: leasehold.v1.BackupResponse
+	(*BackupHeader)(nil),                    // 15: leasehold.v1.BackupHeader
+	(*BackupTrailer)(nil),                   // 16: leasehold.v1.BackupTrailer
+	(*timestamppb.Timestamp)(nil),           // 17: google.protobuf.Timestamp
+	(*RejectedCompletion)(nil),              // 18: leasehold.v1.RejectedCompletion
+	(TerminalReason)(0),                     // 19: leasehold.v1.TerminalReason
+	(Phase)(0),                              // 20: leasehold.v1.Phase
 }
 var file_leasehold_v1_operator_service_proto_depIdxs = []int32{
-	13, // 0: leasehold.v1.ListRejectedCompletionsRequest.since:type_name -> google.protobuf.Timestamp
-	13, // 1: leasehold.v1.ListRejectedCompletionsRequest.until:type_name -> google.protobuf.Timestamp
-	14, // 2: leasehold.v1.ListRejectedCompletionsResponse.rejections:type_name -> leasehold.v1.RejectedCompletion
-	15, // 3: leasehold.v1.ReplayJobsRequest.terminal_reason:type_name -> leasehold.v1.TerminalReason
-	16, // 4: leasehold.v1.ReplayItem.phase:type_name -> leasehold.v1.Phase
-	15, // 5: leasehold.v1.ReplayItem.terminal_reason:type_name -> leasehold.v1.TerminalReason
+	17, // 0: leasehold.v1.ListRejectedCompletionsRequest.since:type_name -> google.protobuf.Timestamp
+	17, // 1: leasehold.v1.ListRejectedCompletionsRequest.until:type_name -> google.protobuf.Timestamp
+	18, // 2: leasehold.v1.ListRejectedCompletionsResponse.rejections:type_name -> leasehold.v1.RejectedCompletion
+	19, // 3: leasehold.v1.ReplayJobsRequest.terminal_reason:type_name -> leasehold.v1.TerminalReason
+	20, // 4: leasehold.v1.ReplayItem.phase:type_name -> leasehold.v1.Phase
+	19, // 5: leasehold.v1.ReplayItem.terminal_reason:type_name -> leasehold.v1.TerminalReason
 	0,  // 6: leasehold.v1.ReplayItem.action:type_name -> leasehold.v1.ReplayAction
 	4,  // 7: leasehold.v1.ReplayJobsResponse.items:type_name -> leasehold.v1.ReplayItem
-	13, // 8: leasehold.v1.PauseDispatchResponse.since:type_name -> google.protobuf.Timestamp
-	13, // 9: leasehold.v1.AuditRecord.at:type_name -> google.protobuf.Timestamp
-	15, // 10: leasehold.v1.AuditRecord.terminal_reason:type_name -> leasehold.v1.TerminalReason
+	17, // 8: leasehold.v1.PauseDispatchResponse.since:type_name -> google.protobuf.Timestamp
+	17, // 9: leasehold.v1.AuditRecord.at:type_name -> google.protobuf.Timestamp
+	19, // 10: leasehold.v1.AuditRecord.terminal_reason:type_name -> leasehold.v1.TerminalReason
 	11, // 11: leasehold.v1.GetAuditResponse.records:type_name -> leasehold.v1.AuditRecord
-	1,  // 12: leasehold.v1.OperatorService.ListRejectedCompletions:input_type -> leasehold.v1.ListRejectedCompletionsRequest
-	3,  // 13: leasehold.v1.OperatorService.ReplayJobs:input_type -> leasehold.v1.ReplayJobsRequest
-	6,  // 14: leasehold.v1.OperatorService.PauseDispatch:input_type -> leasehold.v1.PauseDispatchRequest
-	8,  // 15: leasehold.v1.OperatorService.ResumeDispatch:input_type -> leasehold.v1.ResumeDispatchRequest
-	10, // 16: leasehold.v1.OperatorService.GetAudit:input_type -> leasehold.v1.GetAuditRequest
-	2,  // 17: leasehold.v1.OperatorService.ListRejectedCompletions:output_type -> leasehold.v1.ListRejectedCompletionsResponse
-	5,  // 18: leasehold.v1.OperatorService.ReplayJobs:output_type -> leasehold.v1.ReplayJobsResponse
-	7,  // 19: leasehold.v1.OperatorService.PauseDispatch:output_type -> leasehold.v1.PauseDispatchResponse
-	9,  // 20: leasehold.v1.OperatorService.ResumeDispatch:output_type -> leasehold.v1.ResumeDispatchResponse
-	12, // 21: leasehold.v1.OperatorService.GetAudit:output_type -> leasehold.v1.GetAuditResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 12: leasehold.v1.BackupResponse.header:type_name -> leasehold.v1.BackupHeader
+	16, // 13: leasehold.v1.BackupResponse.trailer:type_name -> leasehold.v1.BackupTrailer
+	17, // 14: leasehold.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
+	1,  // 15: leasehold.v1.OperatorService.ListRejectedCompletions:input_type -> leasehold.v1.ListRejectedCompletionsRequest
+	3,  // 16: leasehold.v1.OperatorService.ReplayJobs:input_type -> leasehold.v1.ReplayJobsRequest
+	6,  // 17: leasehold.v1.OperatorService.PauseDispatch:input_type -> leasehold.v1.PauseDispatchRequest
+	8,  // 18: leasehold.v1.OperatorService.ResumeDispatch:input_type -> leasehold.v1.ResumeDispatchRequest
+	10, // 19: leasehold.v1.OperatorService.GetAudit:input_type -> leasehold.v1.GetAuditRequest
+	13, // 20: leasehold.v1.OperatorService.Backup:input_type -> leasehold.v1.BackupRequest
+	2,  // 21: leasehold.v1.OperatorService.ListRejectedCompletions:output_type -> leasehold.v1.ListRejectedCompletionsResponse
+	5,  // 22: leasehold.v1.OperatorService.ReplayJobs:output_type -> leasehold.v1.ReplayJobsResponse
+	7,  // 23: leasehold.v1.OperatorService.PauseDispatch:output_type -> leasehold.v1.PauseDispatchResponse
+	9,  // 24: leasehold.v1.OperatorService.ResumeDispatch:output_type -> leasehold.v1.ResumeDispatchResponse
+	12, // 25: leasehold.v1.OperatorService.GetAudit:output_type -> leasehold.v1.GetAuditResponse
+	14, // 26: leasehold.v1.OperatorService.Backup:output_type -> leasehold.v1.BackupResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_operator_service_proto_init() }
@@ -1138,13 +1416,18 @@ func file_leasehold_v1_operator_service_proto_init() {
 		return
 	}
 	file_leasehold_v1_job_proto_init()
+	file_leasehold_v1_operator_service_proto_msgTypes[13].OneofWrappers = []any{
+		(*BackupResponse_Header)(nil),
+		(*BackupResponse_Chunk)(nil),
+		(*BackupResponse_Trailer)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_operator_service_proto_rawDesc), len(file_leasehold_v1_operator_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	OperatorService_PauseDispatch_FullMethodName           = "/leasehold.v1.OperatorService/PauseDispatch"
 	OperatorService_ResumeDispatch_FullMethodName          = "/leasehold.v1.OperatorService/ResumeDispatch"
 	OperatorService_GetAudit_FullMethodName                = "/leasehold.v1.OperatorService/GetAudit"
+	OperatorService_Backup_FullMethodName                  = "/leasehold.v1.OperatorService/Backup"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -75,6 +76,23 @@ type OperatorServiceClient interface {
 	// one of them, and records that touch no team (pause, resume) only with
 	// scope "*".
 	GetAudit(ctx context.Context, in *GetAuditRequest, opts ...grpc.CallOption) (*GetAuditResponse, error)
+	// Backup streams a consistent copy of the coordinator's whole database,
+	// previews and documents included: the bbolt file as one read
+	// transaction sees it, itself a database a coordinator can start on
+	// (see `coordinator restore`). The writer goes on meanwhile; pages it
+	// frees are reused only once the backup ends, so a slow reader lets the
+	// file grow.
+	//
+	// The first message is the header (the size of what follows, schema,
+	// largest fencing token in the copy), then chunks of at most 1 MiB, then
+	// the trailer with the SHA-256 of every chunk's bytes: a reader checks
+	// the size and the digest before trusting the copy.
+	//
+	// Needs an operator whose scope is every team ("*"): the file holds every
+	// team's jobs. One backup at a time per credential.
+	// Errors: PERMISSION_DENIED PERMISSION_DENIED; RESOURCE_EXHAUSTED
+	// TOO_MANY_STREAMS (a backup of the same credential is running).
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
 }
 
 type operatorServiceClient struct {
@@ -135,6 +153,25 @@ func (c *operatorServiceClient) GetAudit(ctx context.Context, in *GetAuditReques
 	return out, nil
 }
 
+func (c *operatorServiceClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[0], OperatorService_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_BackupClient = grpc.ServerStreamingClient[BackupResponse]
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -184,6 +221,23 @@ type OperatorServiceServer interface {
 	// one of them, and records that touch no team (pause, resume) only with
 	// scope "*".
 	GetAudit(context.Context, *GetAuditRequest) (*GetAuditResponse, error)
+	// Backup streams a consistent copy of the coordinator's whole database,
+	// previews and documents included: the bbolt file as one read
+	// transaction sees it, itself a database a coordinator can start on
+	// (see `coordinator restore`). The writer goes on meanwhile; pages it
+	// frees are reused only once the backup ends, so a slow reader lets the
+	// file grow.
+	//
+	// The first message is the header (the size of what follows, schema,
+	// largest fencing token in the copy), then chunks of at most 1 MiB, then
+	// the trailer with the SHA-256 of every chunk's bytes: a reader checks
+	// the size and the digest before trusting the copy.
+	//
+	// Needs an operator whose scope is every team ("*"): the file holds every
+	// team's jobs. One backup at a time per credential.
+	// Errors: PERMISSION_DENIED PERMISSION_DENIED; RESOURCE_EXHAUSTED
+	// TOO_MANY_STREAMS (a backup of the same credential is running).
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -208,6 +262,9 @@ func (UnimplementedOperatorServiceServer) ResumeDispatch(context.Context, *Resum
 }
 func (UnimplementedOperatorServiceServer) GetAudit(context.Context, *GetAuditRequest) (*GetAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAudit not implemented")
+}
+func (UnimplementedOperatorServiceServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error {
+	return status.Error(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -320,6 +377,17 @@ func _OperatorService_GetAudit_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OperatorServiceServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_BackupServer = grpc.ServerStreamingServer[BackupResponse]
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +416,12 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _OperatorService_GetAudit_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Backup",
+			Handler:       _OperatorService_Backup_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "leasehold/v1/operator_service.proto",
 }

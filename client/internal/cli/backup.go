@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/leasehold/leasehold/client"
+)
+
+// backupOpts are the options of "leasehold backup -f FILE".
+type backupOpts struct {
+	args  []string
+	File  string
+	Force bool
+}
+
+func (o *backupOpts) flags(fs *flag.FlagSet, _ Env) {
+	fs.StringVar(&o.File, "f", "", "write the backup to `FILE` (required)")
+	fs.StringVar(&o.File, "file", "", "same as -f")
+	fs.BoolVar(&o.Force, "force", false, "replace FILE if it exists")
+}
+
+func (o *backupOpts) setArgs(args []string) { o.args = args }
+
+// Validate checks that a file was named and no arguments given.
+func (o *backupOpts) Validate() error {
+	if len(o.args) > 0 {
+		return usagef("backup takes no arguments, got %q (name the file with -f)", o.args[0])
+	}
+	if o.File == "" || o.File == "-" {
+		return usagef("backup needs -f FILE: the database is written to a file, never to the terminal")
+	}
+	return nil
+}
+
+func (o *backupOpts) run(ctx context.Context, a *app) error {
+	if _, err := os.Stat(o.File); err == nil && !o.Force {
+		return fmt.Errorf("%s exists; pass --force to replace it", o.File)
+	}
+	info, err := o.download(ctx, a)
+	if err != nil {
+		return err
+	}
+	if a.jsonOutput() {
+		return a.printJSONValue(map[string]any{
+			"path":           o.File,
+			"sha256":         info.SHA256,
+			"size_bytes":     info.SizeBytes,
+			"schema_version": info.SchemaVersion,
+			"last_token":     info.LastToken,
+			"taken_at":       info.TakenAt.UTC().Format(time.RFC3339Nano),
+		})
+	}
+	_, err = fmt.Fprintf(a.out, "%s\tsha256 %s, %d bytes, schema %d, last token %d, taken at %s\n",
+		o.File, info.SHA256, info.SizeBytes, info.SchemaVersion, info.LastToken, info.TakenAt.UTC().Format(time.RFC3339))
+	return err
+}
+
+// download writes the backup to a temporary file next to o.File, syncs it
+// and renames it into place only once its size and digest are verified, so
+// a partial or corrupt copy never appears under the requested name. The
+// file is readable by its owner only: it holds every team's documents.
+func (o *backupOpts) download(ctx context.Context, a *app) (_ client.BackupInfo, err error) {
+	f, err := os.CreateTemp(filepath.Dir(o.File), ".leasehold-backup-*")
+	if err != nil {
+		return client.BackupInfo{}, fmt.Errorf("creating %s: %w", o.File, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	info, err := a.c.Backup(ctx, f)
+	if err != nil {
+		return info, err
+	}
+	if err := f.Sync(); err != nil {
+		return info, fmt.Errorf("writing %s: %w", o.File, err)
+	}
+	if err := f.Close(); err != nil {
+		return info, fmt.Errorf("writing %s: %w", o.File, err)
+	}
+	if err := os.Rename(f.Name(), o.File); err != nil {
+		return info, errors.Join(fmt.Errorf("writing %s: %w", o.File, err), os.Remove(f.Name()))
+	}
+	return info, nil
+}
