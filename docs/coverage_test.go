@@ -197,6 +197,11 @@ func checkCovered(t *testing.T, page, script string) {
 			t.Errorf("%s shows\n\t%s\nwhich %s neither runs nor declares with %q", page, cmd, script, notRunHere+cmd+" (why)")
 		}
 	}
+	for _, decl := range notRun {
+		if !slices.ContainsFunc(cmds, func(cmd string) bool { return strings.HasPrefix(decl, cmd+" (") }) {
+			t.Errorf("%s declares %q, a command %s does not show (any more)", script, notRunHere+decl, page)
+		}
+	}
 }
 
 // checkJSONBlocks fails the test for every JSON block of page that is not

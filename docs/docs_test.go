@@ -276,7 +276,8 @@ func cmdMountTmpfs(ts *testscript.TestScript, neg bool, args []string) {
 
 // cmdWaitHealth waits until the health entry SERVICE of the coordinator at
 // ADDR reports STATUS (SERVING, NOT_SERVING), connecting as soon as the
-// coordinator listens. ” is the server's own entry.
+// coordinator listens. The server's own entry is the empty name, an
+// empty pair of single quotes in a script.
 //
 //	waithealth ADDR SERVICE STATUS
 func cmdWaitHealth(ts *testscript.TestScript, neg bool, args []string) {
