@@ -314,6 +314,10 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(debug.ReadBuildInfo))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "leasehold_writer_stopped",
+		Help: "1 once a commit failed and the writer stopped taking writes (fail-stop, health NOT_SERVING) until the coordinator restarts, else 0.",
+	}, c.writerStopped))
 	if err := c.startEngine(reg, &undo); err != nil {
 		return nil, err
 	}
@@ -621,6 +625,16 @@ func (c *Coordinator) watchFailure() {
 		}
 	case <-c.done:
 	}
+}
+
+// writerStopped is the value of leasehold_writer_stopped: 1 once the
+// writer has fail-stopped (see watchFailure), else 0. An alert on it tells
+// an operator what health tells Kubernetes, and why writes are refused.
+func (c *Coordinator) writerStopped() float64 {
+	if c.failed.Load() {
+		return 1
+	}
+	return 0
 }
 
 // refusalFlushInterval is how often the summaries of suppressed refusal

@@ -268,13 +268,15 @@ func TestLocalAddr(t *testing.T) {
 }
 
 // TestFailStopTurnsHealthNotServing checks that a failed commit turns every
-// health status NOT_SERVING, the dispatch entry's included.
+// health status NOT_SERVING, the dispatch entry's included, and
+// leasehold_writer_stopped from 0 to 1.
 func TestFailStopTurnsHealthNotServing(t *testing.T) {
 	t.Parallel()
 	var broken atomic.Bool
 	c, err := New(Config{
-		DataDir: t.TempDir(),
-		Logger:  slog.New(slog.DiscardHandler),
+		DataDir:       t.TempDir(),
+		MetricsListen: "127.0.0.1:0",
+		Logger:        slog.New(slog.DiscardHandler),
 		storeOptions: []store.Option{store.WithFault(func(string) error {
 			if broken.Load() {
 				return store.ErrInjected
@@ -318,6 +320,10 @@ func TestFailStopTurnsHealthNotServing(t *testing.T) {
 		watches[i] = watch
 	}
 
+	if body := scrapeMetrics(t, c.MetricsAddr()); !strings.Contains(body, "\nleasehold_writer_stopped 0\n") {
+		t.Errorf("metrics before the failure lack leasehold_writer_stopped 0:\n%s", body)
+	}
+
 	broken.Store(true)
 	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-alpha")
 	_, err = leaseholdv1.NewJobServiceClient(conn).SubmitBatch(authed, &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r",
@@ -333,5 +339,9 @@ func TestFailStopTurnsHealthNotServing(t *testing.T) {
 		if next.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("%s health after fail-stop = %v, want NOT_SERVING", names[i], next.GetStatus())
 		}
+	}
+	// Health turns NOT_SERVING after the flag behind the gauge is set.
+	if body := scrapeMetrics(t, c.MetricsAddr()); !strings.Contains(body, "\nleasehold_writer_stopped 1\n") {
+		t.Errorf("metrics after fail-stop lack leasehold_writer_stopped 1:\n%s", body)
 	}
 }

@@ -25,7 +25,8 @@
 // NOT_SERVING while paused, and shows as the leasehold_dispatch_paused
 // gauge and in every AcquireResponse (dispatch_paused). A failed commit
 // turns the dispatch entry NOT_SERVING too, for good: nothing is granted
-// after it.
+// after it; the leasehold_writer_stopped gauge turns 1 at the same time,
+// for alerts, and stays 1 until the process restarts.
 //
 // # The gRPC edge
 //

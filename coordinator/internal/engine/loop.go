@@ -381,7 +381,7 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	// Before the answers, like the rest: a caller that sees its answer
 	// sees it in the overview too, unless the overview was published less
 	// than Config.OverviewEvery ago (then the writer's timer publishes it).
-	e.maybePublishOverview(len(batch) > 0 || g.tx != nil, g.now, g.mono)
+	e.maybePublishOverview(len(batch) > 0 || g.tx != nil, g.dispatch, g.now, g.mono)
 	// A timer that found nothing due is no group.
 	if len(batch) > 0 || committed {
 		e.m.group(len(batch), time.Since(start))

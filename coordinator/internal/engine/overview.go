@@ -221,12 +221,14 @@ func (e *Engine) finished(j jobs.Job, now time.Time) {
 // something, at most once per Config.OverviewEvery; a group inside that
 // interval leaves it dirty, and the writer's timer publishes it when the
 // interval ends (resetTimer), so that it is never more than OverviewEvery
-// behind what was committed. Runs on the writer goroutine.
-func (e *Engine) maybePublishOverview(changed bool, wall time.Time, mono time.Duration) {
+// behind what was committed. An operator's pause or resume (urgent) is
+// published at once: an operator who resumed dispatch and then looks
+// must not see it paused. Runs on the writer goroutine.
+func (e *Engine) maybePublishOverview(changed, urgent bool, wall time.Time, mono time.Duration) {
 	if changed {
 		e.ov.dirty = true
 	}
-	if e.ov.dirty && time.Since(e.ov.last) >= e.cfg.OverviewEvery {
+	if e.ov.dirty && (urgent || time.Since(e.ov.last) >= e.cfg.OverviewEvery) {
 		e.publishOverview(wall, mono)
 	}
 }

@@ -202,6 +202,21 @@ func TestOverview(t *testing.T) {
 		}
 	})
 
+	t.Run("A pause or resume is published at once", func(t *testing.T) {
+		t.Parallel()
+		// An interval no test waits out: only the urgency publishes.
+		b := setup(t, func(c *Config) { c.OverviewEvery = time.Hour })
+		b.submit(t, "alpha", "r1", "a1.pdf")
+		for _, paused := range []bool{true, false, true} {
+			if _, err := b.e.SetPaused(ctx, paused, "op", "test"); err != nil {
+				t.Fatal(err)
+			}
+			if o := b.overview(t); o.Dispatch.Paused != paused {
+				t.Errorf("after SetPaused(%v) the overview says paused = %v", paused, o.Dispatch.Paused)
+			}
+		}
+	})
+
 	t.Run("Counts and queues survive a restart; the minute ring starts empty", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, everyGroup)

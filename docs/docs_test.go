@@ -1,0 +1,448 @@
+// Package docs holds no code: its tests run what the documentation tells
+// a reader to run. Each runbook of docs/runbooks/ has a script in
+// testdata/runbooks/ and the README's walk-through has
+// testdata/readme.txtar; they start real coordinators and renderers from
+// the built binaries on free loopback ports, run the documented commands
+// and assert on what the pages say they print. A command shown in a page
+// (a shell block, with `bin/` dropped and 127.0.0.1:7070 written $ADDR)
+// that its script does not run fails the test, so a page cannot gain a
+// command nobody runs.
+package docs
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+	"go.etcd.io/bbolt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/leasehold/leasehold/internal/testbin"
+)
+
+// binDir holds the binaries under test (see package testbin).
+var binDir string
+
+// moduleRoot is the repository root.
+var moduleRoot string
+
+func TestMain(m *testing.M) {
+	root, err := testbin.ModuleRoot(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
+		os.Exit(1)
+	}
+	moduleRoot = root
+	dir, cleanup, err := testbin.Prepare(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// waitTimeout bounds every wait of the scripts' own commands; they end as
+// soon as what they wait for happens.
+const waitTimeout = 30 * time.Second
+
+// programs are the binaries the pages show, run by the scripts with exec.
+var programs = []string{"leasehold", "coordinator", "renderer", "grpcurl"}
+
+// TestRunbooks runs testdata/runbooks/NAME.txtar for every
+// docs/runbooks/NAME.md, after checking that each script runs its page's
+// commands.
+func TestRunbooks(t *testing.T) {
+	pages, err := filepath.Glob(filepath.Join("runbooks", "*.md"))
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no runbooks: %v", err)
+	}
+	var scripts []string
+	for _, page := range pages {
+		name := strings.TrimSuffix(filepath.Base(page), ".md")
+		script := filepath.Join("testdata", "runbooks", name+".txtar")
+		checkCovered(t, page, script)
+		checkJSONBlocks(t, page, script)
+		scripts = append(scripts, script)
+	}
+	all, _ := filepath.Glob(filepath.Join("testdata", "runbooks", "*.txtar"))
+	for _, s := range all {
+		if !slices.Contains(scripts, s) {
+			t.Errorf("%s has no page docs/runbooks/%s.md", s, strings.TrimSuffix(filepath.Base(s), ".txtar"))
+		}
+	}
+	testscript.Run(t, params(scripts, nil))
+}
+
+// TestREADME replays the README's walk-through: a stack like scripts/up
+// on free ports, then the commands of the CLI and grpcurl sections. The
+// script's work directory holds copies of README.md and
+// proto/leasehold/v1/, which the walk-through submits.
+func TestREADME(t *testing.T) {
+	readme := filepath.Join(moduleRoot, "README.md")
+	script := filepath.Join("testdata", "readme.txtar")
+	checkCovered(t, readme, script)
+	checkJSONBlocks(t, readme, script)
+	testscript.Run(t, params([]string{script}, func(env *testscript.Env) error {
+		if err := copyFile(readme, filepath.Join(env.WorkDir, "README.md")); err != nil {
+			return err
+		}
+		protos, err := filepath.Glob(filepath.Join(moduleRoot, "proto", "leasehold", "v1", "*.proto"))
+		if err != nil || len(protos) == 0 {
+			return fmt.Errorf("no protos: %v", err)
+		}
+		for _, p := range protos {
+			if err := copyFile(p, filepath.Join(env.WorkDir, "proto", "leasehold", "v1", filepath.Base(p))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// TestLinks checks that every relative link of the README and the
+// runbooks names a file that exists.
+func TestLinks(t *testing.T) {
+	t.Parallel()
+	pages, _ := filepath.Glob(filepath.Join("runbooks", "*.md"))
+	pages = append(pages, filepath.Join(moduleRoot, "README.md"), filepath.Join(moduleRoot, "deploy", "README.md"))
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	for _, page := range pages {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(page), target)); err != nil {
+				t.Errorf("%s links %s: %v", page, target, err)
+			}
+		}
+	}
+}
+
+// params are the testscript parameters every script runs with: the
+// binaries on PATH, free loopback addresses, and the commands below.
+func params(files []string, setup func(*testscript.Env) error) testscript.Params {
+	return testscript.Params{
+		Files:               files,
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("PATH", binDir+string(os.PathListSeparator)+env.Getenv("PATH"))
+			// The scripts' own addresses: the coordinator's gRPC and
+			// metrics, a spare one, and a renderer's HTTP endpoint.
+			for _, name := range []string{"ADDR", "METRICS", "SPARE", "HTTP1"} {
+				addr, err := freeAddr()
+				if err != nil {
+					return err
+				}
+				env.Setenv(name, addr)
+			}
+			// The CLI's default address stands for 127.0.0.1:7070.
+			env.Setenv("LEASEHOLD_ADDR", env.Getenv("ADDR"))
+			if setup != nil {
+				return setup(env)
+			}
+			return nil
+		},
+		Condition: condition,
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){
+			"waithealth": cmdWaitHealth,
+			"waitfor":    cmdWaitFor,
+			"httpget":    cmdHTTPGet,
+			"exitcode":   cmdExitCode,
+			"mounttmpfs": cmdMountTmpfs,
+			"mkfile":     cmdMkfile,
+			"bboltput":   cmdBboltPut,
+		},
+	}
+}
+
+// freeAddr returns a loopback address with a port free at the time.
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}
+
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(to, data, 0o644)
+}
+
+// condition answers the scripts' own conditions:
+//
+//   - [tmpfs]: this process may mount a small tmpfs (root with
+//     CAP_SYS_ADMIN), to fill a disk for real;
+//   - [cmd:NAME]: the CLI has the command NAME ("leasehold help NAME"
+//     succeeds), for pages written ahead of a command.
+func condition(cond string) (bool, error) {
+	switch {
+	case cond == "tmpfs":
+		return canMountTmpfs(), nil
+	case strings.HasPrefix(cond, "cmd:"):
+		cmd := exec.Command(filepath.Join(binDir, "leasehold"), "help", strings.TrimPrefix(cond, "cmd:"))
+		cmd.Env = testbin.Env()
+		return cmd.Run() == nil, nil
+	}
+	return false, fmt.Errorf("unknown condition %q", cond)
+}
+
+var (
+	tmpfsOnce sync.Once
+	tmpfsOK   bool
+)
+
+// canMountTmpfs tries once to mount and unmount a small tmpfs.
+func canMountTmpfs() bool {
+	tmpfsOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leasehold-tmpfs-probe-")
+		if err != nil {
+			return
+		}
+		defer os.Remove(dir)
+		if syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k") != nil {
+			return
+		}
+		tmpfsOK = syscall.Unmount(dir, syscall.MNT_DETACH) == nil
+	})
+	return tmpfsOK
+}
+
+// cmdMountTmpfs mounts a tmpfs of SIZE at DIR (created if missing), or
+// with -remount changes the size of the one mounted there; it is
+// unmounted when the script ends.
+//
+//	mounttmpfs [-remount] DIR SIZE
+func cmdMountTmpfs(ts *testscript.TestScript, neg bool, args []string) {
+	if neg {
+		ts.Fatalf("unsupported: ! mounttmpfs")
+	}
+	remount := len(args) > 0 && args[0] == "-remount"
+	if remount {
+		args = args[1:]
+	}
+	if len(args) != 2 {
+		ts.Fatalf("usage: mounttmpfs [-remount] DIR SIZE")
+	}
+	dir := ts.MkAbs(args[0])
+	var flags uintptr
+	if remount {
+		flags = syscall.MS_REMOUNT
+	} else {
+		ts.Check(os.MkdirAll(dir, 0o755))
+		ts.Defer(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, "size="+args[1]); err != nil {
+		ts.Fatalf("mounting a tmpfs of %s at %s: %v", args[1], dir, err)
+	}
+}
+
+// cmdWaitHealth waits until the health entry SERVICE of the coordinator at
+// ADDR reports STATUS (SERVING, NOT_SERVING), connecting as soon as the
+// coordinator listens. The server's own entry is the empty name, an
+// empty pair of single quotes in a script.
+//
+//	waithealth ADDR SERVICE STATUS
+func cmdWaitHealth(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: waithealth ADDR SERVICE STATUS")
+	}
+	want, ok := healthpb.HealthCheckResponse_ServingStatus_value[args[2]]
+	if !ok {
+		ts.Fatalf("unknown status %q", args[2])
+	}
+	// Retry the connection often: the coordinator may be starting.
+	retry := grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond}}
+	conn, err := grpc.NewClient(args[0], grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(retry))
+	ts.Check(err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: args[1]}, grpc.WaitForReady(true))
+	ts.Check(err)
+	for {
+		resp, err := watch.Recv()
+		if err != nil {
+			ts.Fatalf("watching the health of %q at %s for %s: %v", args[1], args[0], args[2], err)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_ServingStatus(want) {
+			return
+		}
+	}
+}
+
+// scriptEnvNames are the variables a command started by waitfor sees,
+// taken from the script's environment (testscript offers no list of it).
+var scriptEnvNames = []string{"PATH", "HOME", "TMPDIR", "LEASEHOLD_ADDR", "LEASEHOLD_TOKEN", "LEASEHOLD_TEAM"}
+
+// cmdWaitFor starts CMD, reads its standard output line by line until a
+// line matches REGEXP, then stops it. The lines read are its stdout. It
+// fails if CMD ends first or nothing matches in time. Meant for commands
+// that stream, like "leasehold watch".
+//
+//	waitfor REGEXP CMD [ARGS...]
+func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: waitfor REGEXP CMD [ARGS...]")
+	}
+	re, err := regexp.Compile(args[0])
+	ts.Check(err)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	path := args[1]
+	if !strings.Contains(path, "/") {
+		for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
+			if _, err := os.Stat(filepath.Join(dir, path)); err == nil {
+				path = filepath.Join(dir, path)
+				break
+			}
+		}
+	}
+	cmd := exec.CommandContext(ctx, path, args[2:]...)
+	cmd.Dir = ts.MkAbs(".")
+	for _, name := range scriptEnvNames {
+		if v := ts.Getenv(name); v != "" {
+			cmd.Env = append(cmd.Env, name+"="+v)
+		}
+	}
+	stdout, err := cmd.StdoutPipe()
+	ts.Check(err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	ts.Check(cmd.Start())
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+	}()
+	out := ts.Stdout()
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		fmt.Fprintln(out, sc.Text())
+		if re.MatchString(sc.Text()) {
+			return
+		}
+	}
+	ts.Fatalf("%s ended before a line matched %q: %v\n%s", strings.Join(args[1:], " "), args[0], errors.Join(sc.Err(), ctx.Err()), stderr.String())
+}
+
+// cmdHTTPGet prints the body of GET URL. It fails on a status other than
+// 200 (with !, on 200).
+//
+//	httpget URL
+func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: httpget URL")
+	}
+	client := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get(args[0])
+	ts.Check(err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	ts.Check(err)
+	fmt.Fprint(ts.Stdout(), string(body))
+	if ok := resp.StatusCode == http.StatusOK; ok == neg {
+		ts.Fatalf("GET %s: %s", args[0], resp.Status)
+	}
+}
+
+// cmdExitCode runs a program like exec and checks that it exits with
+// status N; its output is then stdout and stderr.
+//
+//	exitcode N PROGRAM [ARGS...]
+func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exitcode N PROGRAM [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		got = exit.ExitCode()
+	case err != nil:
+		ts.Fatalf("%s: %v", args[1], err)
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
+
+// cmdMkfile writes a text file of SIZE bytes (lines of letters) at PATH,
+// creating its directory, for documents too large to keep in a script.
+//
+//	mkfile SIZE PATH
+func cmdMkfile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: mkfile SIZE PATH")
+	}
+	size, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	line := strings.Repeat("abcdefghijklmnopqrstuvwxyz", 3) + "\n"
+	content := strings.Repeat(line, size/len(line)+1)[:size]
+	path := ts.MkAbs(args[1])
+	ts.Check(os.MkdirAll(filepath.Dir(path), 0o755))
+	ts.Check(os.WriteFile(path, []byte(content), 0o644))
+}
+
+// cmdBboltPut sets KEY in BUCKET of the bbolt file FILE to VALUE, an
+// unsigned integer stored as 8 big-endian bytes (how the coordinator's
+// store keeps its schema version), to make a file the coordinator must
+// refuse, such as one a later release wrote.
+//
+//	bboltput FILE BUCKET KEY VALUE
+func cmdBboltPut(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 4 {
+		ts.Fatalf("usage: bboltput FILE BUCKET KEY VALUE")
+	}
+	v, err := strconv.ParseUint(args[3], 10, 64)
+	ts.Check(err)
+	db, err := bbolt.Open(ts.MkAbs(args[0]), 0o600, &bbolt.Options{Timeout: time.Second})
+	ts.Check(err)
+	defer db.Close()
+	ts.Check(db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket([]byte(args[1]))
+		if b == nil {
+			return fmt.Errorf("no bucket %q", args[1])
+		}
+		return b.Put([]byte(args[2]), binary.BigEndian.AppendUint64(nil, v))
+	}))
+}

@@ -1,0 +1,85 @@
+// Package testbin gives tests that run the shipped programs their binaries:
+// coordinator, renderer, leasehold and grpcurl.
+//
+// scripts/test builds them into ./bin and says so in $LEASEHOLD_BIN (a path
+// relative to the module root, or absolute); Prepare uses those. Without
+// it, as under a plain "go test ./...", Prepare builds them once into a
+// temporary directory, grpcurl from the pinned tools module.
+package testbin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Names are the binaries Prepare provides, as named in the directory.
+var Names = []string{"coordinator", "renderer", "leasehold", "grpcurl"}
+
+// Prepare returns the directory of the binaries and a function that
+// removes what Prepare built (a no-op for $LEASEHOLD_BIN). moduleRoot is
+// the repository root. It is meant for TestMain.
+func Prepare(moduleRoot string) (dir string, cleanup func(), err error) {
+	cleanup = func() {}
+	if dir := os.Getenv("LEASEHOLD_BIN"); dir != "" {
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(moduleRoot, dir)
+		}
+		for _, name := range Names {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				return "", cleanup, fmt.Errorf("LEASEHOLD_BIN=%s: %w", os.Getenv("LEASEHOLD_BIN"), err)
+			}
+		}
+		return dir, cleanup, nil
+	}
+	tmp, err := os.MkdirTemp("", "leasehold-testbin-")
+	if err != nil {
+		return "", cleanup, err
+	}
+	cleanup = func() { os.RemoveAll(tmp) }
+	out := tmp + string(filepath.Separator)
+	builds := [][]string{
+		{"-C", moduleRoot, "build", "-o", out, "./coordinator/cmd/coordinator", "./renderer/cmd/renderer", "./client/cmd/leasehold"},
+		{"-C", filepath.Join(moduleRoot, "scripts", "tools"), "build", "-o", out, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},
+	}
+	for _, args := range builds {
+		if msg, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			cleanup()
+			return "", func() {}, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, msg)
+		}
+	}
+	return tmp, cleanup, nil
+}
+
+// ModuleRoot returns the directory of go.mod above dir.
+func ModuleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// Env returns the environment without LEASEHOLD_* variables, so that the
+// programs under test see only the flags and variables a test gives them.
+func Env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
