@@ -38,7 +38,10 @@ const (
 // Mounting needs CAP_SYS_ADMIN; without it the test is skipped.
 func TestDiskFull(t *testing.T) {
 	t.Parallel()
-	mnt := mountTmpfs(t, tmpfsBytes)
+	mnt, err := mountTmpfs(t, tmpfsBytes)
+	if err != nil {
+		t.Skipf("%v: mounting needs root or CAP_SYS_ADMIN; run as root to test a full disk", err)
+	}
 	filler := filepath.Join(mnt, "filler")
 	if err := os.WriteFile(filler, make([]byte, fillerBytes), 0o600); err != nil {
 		t.Fatalf("writing the filler: %v", err)
@@ -148,24 +151,4 @@ func bulkDocs(i int) []*leaseholdv1.Document {
 			Content: content, SizeBytes: int64(len(content))}
 	}
 	return out
-}
-
-// mountTmpfs mounts a tmpfs of size bytes on a new temporary directory,
-// unmounted when the test ends (after the processes using it are killed),
-// or skips the test where mounting is not allowed.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Skipf("cannot mount a %d MiB tmpfs on %s (%v): mounting needs root or CAP_SYS_ADMIN; run as root to test a full disk", size>>20, dir, err)
-	}
-	// Registered after t.TempDir's removal, so it runs before it; and
-	// before the processes start, so after they are killed.
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmounting %s: %v", dir, err)
-			_ = syscall.Unmount(dir, syscall.MNT_DETACH)
-		}
-	})
-	return dir
 }

@@ -345,6 +345,20 @@ func startCoordinator(t testing.TB, listen, dataDir string, args ...string) *coo
 	return c
 }
 
+// dataDir returns a data directory for a coordinator whose disk is not
+// under test: on a tmpfs where one can be mounted, so that a busy disk
+// shared with other tests cannot stall its commits (a stall longer than
+// the time a lease has left expires it, heartbeats or not), and in a
+// temporary directory otherwise.
+func dataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := mountTmpfs(t, 256<<20)
+	if err != nil {
+		return t.TempDir()
+	}
+	return dir
+}
+
 // healthOf asks the coordinator's health service for the server's status;
 // with waitReady it waits for the coordinator to accept connections.
 func healthOf(t testing.TB, addr string, waitReady bool) healthpb.HealthCheckResponse_ServingStatus {

@@ -40,7 +40,7 @@ type stack struct {
 func startStack(t *testing.T, n int, seed uint64, background func(*tcpproxy.Proxy), cargs, rargs []string) *stack {
 	t.Helper()
 	args := append([]string{"--lease-ttl", streamTTL.String()}, cargs...)
-	s := &stack{coord: startCoordinator(t, "127.0.0.1:0", t.TempDir(), args...), byID: map[string]int{}}
+	s := &stack{coord: startCoordinator(t, "127.0.0.1:0", dataDir(t), args...), byID: map[string]int{}}
 	s.alpha = dial(t, s.coord.addr, tokenAlpha)
 	for i := range n {
 		p, err := tcpproxy.Listen(s.coord.addr, seed+uint64(i))
@@ -223,8 +223,8 @@ func expiryRound(t *testing.T, s *stack, f expiryFault, rng *rand.Rand, name str
 		j := getJob(t, s.alpha, id)
 		leased, expired := eventsOf(j, leaseholdv1.EventKind_EVENT_KIND_LEASED), eventsOf(j, leaseholdv1.EventKind_EVENT_KIND_LEASE_EXPIRED)
 		if len(leased) != 1 || len(expired) != 1 || expired[0].GetToken() != leased[0].GetToken() {
-			t.Errorf("job %s: %d LEASED and %d LEASE_EXPIRED events, want one lease that expired (phase %v, %s)",
-				id, len(leased), len(expired), j.GetPhase(), j.GetTerminalMessage())
+			t.Errorf("job %s: %d LEASED and %d LEASE_EXPIRED events, want one lease that expired; history:\n%s",
+				id, len(leased), len(expired), history(j))
 			continue
 		}
 		i, ok := s.byID[leased[0].GetRendererId()]
@@ -233,8 +233,8 @@ func expiryRound(t *testing.T, s *stack, f expiryFault, rng *rand.Rand, name str
 		}
 		at := expired[0].GetAt().AsTime()
 		if silent := at.Sub(lastData[i]); silent < streamTTL {
-			t.Errorf("job %s expired %v after the last message of %s reached the coordinator, want at least the TTL %v",
-				id, silent, leased[0].GetRendererId(), streamTTL)
+			t.Errorf("job %s expired %v after the last message of %s reached the coordinator, want at least the TTL %v; history:\n%s",
+				id, silent, leased[0].GetRendererId(), streamTTL, history(j))
 		}
 		over := at.Sub(lastData[i].Add(streamTTL))
 		if over > expirySlack {
