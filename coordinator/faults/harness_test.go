@@ -7,12 +7,13 @@
 // TestMain builds bin/coordinator and bin/renderer once into a temporary
 // directory, or uses those in $LEASEHOLD_BIN (relative to the module root,
 // or absolute). Every test starts its own processes on free ports with
-// their own data directories; every process is killed when its test ends.
-// Waits follow log lines, watch streams and proxy counters; their timeouts
-// are failsafe bounds only.
+// their own data directories (on a tmpfs where the test may mount one, so
+// that only TestDiskFull tests the disk); every process is killed when its
+// test ends. Waits follow log lines, watch streams and proxy counters;
+// their timeouts are failsafe bounds only.
 //
-// The default run fits CI (tens of leases per fault); -long measures over
-// hundreds and prints the figures the README quotes:
+// The default run fits CI (tens of leases per fault, about 30 s); -long
+// measures over hundreds. Each test logs its results on a FIGURE line:
 //
 //	go test ./coordinator/faults -v -long
 package faults

@@ -312,8 +312,10 @@ func TestNoExpiryWhileHeartbeatsArrive(t *testing.T) {
 			reconnects: true,
 		},
 	}
-	const renderers, capacity = 2, 4
-	render := 2*streamTTL + streamTTL/2
+	renderers, capacity, render := 2, 4, 2*streamTTL+streamTTL/2
+	if *long {
+		renderers, capacity, render = 4, 16, 5*streamTTL
+	}
 	runConcurrently(t, cases, func(f heartbeatFault) string { return f.name }, func(t *testing.T, tc heartbeatFault) {
 		s := startStack(t, renderers, uint64(time.Now().UnixNano()), tc.background, nil,
 			[]string{"--capacity", strconv.Itoa(capacity), "--latency", render.String()})
