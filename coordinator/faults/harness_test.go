@@ -1,0 +1,560 @@
+// Package faults tests the built coordinator and renderer processes under
+// the faults of production: a network that delays, stalls, drops and cuts
+// the renderers' session streams (through a userspace TCP proxy,
+// internal/tcpproxy), renderers frozen with SIGSTOP past their lease TTL
+// while others work, and a coordinator whose disk fills up.
+//
+// TestMain builds bin/coordinator and bin/renderer once into a temporary
+// directory, or uses those in $LEASEHOLD_BIN (relative to the module root,
+// or absolute). Every test starts its own processes on free ports with
+// their own data directories (on a tmpfs where the test may mount one, so
+// that only TestDiskFull tests the disk); every process is killed when its
+// test ends. Waits follow log lines, watch streams and proxy counters;
+// their timeouts are failsafe bounds only.
+//
+// The default run fits CI (tens of leases per fault, about 30 s); -long
+// measures over hundreds. Each test logs its results on a FIGURE line:
+//
+//	go test ./coordinator/faults -v -long
+package faults
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/leasehold/leasehold/client"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+var long = flag.Bool("long", false, "measure over hundreds of leases and pauses instead of tens")
+
+// Development tokens the coordinator accepts on loopback.
+const (
+	tokenAlpha    = "dev-alpha"
+	tokenBeta     = "dev-beta"
+	tokenRenderer = "dev-renderer"
+	tokenOperator = "dev-operator"
+)
+
+// waitTimeout is the failsafe bound of every wait.
+const waitTimeout = 60 * time.Second
+
+// bins holds the absolute paths of the binaries under test.
+var bins struct{ coordinator, renderer string }
+
+// moduleRoot is the repository root, two levels above this package.
+var moduleRoot = func() string {
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		panic(err)
+	}
+	return dir
+}()
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	tmp, err := prepareBinaries()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		os.Exit(code)
+	}))
+}
+
+// prepareBinaries fills bins from $LEASEHOLD_BIN or builds them, and
+// returns the temporary directory it built into, if any.
+func prepareBinaries() (string, error) {
+	if dir := os.Getenv("LEASEHOLD_BIN"); dir != "" {
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(moduleRoot, dir)
+		}
+		bins.coordinator, bins.renderer = filepath.Join(dir, "coordinator"), filepath.Join(dir, "renderer")
+		for _, p := range []string{bins.coordinator, bins.renderer} {
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("LEASEHOLD_BIN=%s: %w", os.Getenv("LEASEHOLD_BIN"), err)
+			}
+		}
+		return "", nil
+	}
+	tmp, err := os.MkdirTemp("", "leasehold-faults-bin-")
+	if err != nil {
+		return "", err
+	}
+	bins.coordinator, bins.renderer = filepath.Join(tmp, "coordinator"), filepath.Join(tmp, "renderer")
+	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./coordinator/cmd/coordinator", "./renderer/cmd/renderer")
+	build.Dir = moduleRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		return tmp, fmt.Errorf("building the binaries: %v\n%s", err, out)
+	}
+	return tmp, nil
+}
+
+// logLines collects a process's output lines and lets a test wait for one.
+type logLines struct {
+	mu      sync.Mutex
+	lines   []string
+	changed chan struct{} // closed and replaced on every new line and at EOF
+	eof     bool
+}
+
+func (l *logLines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+func (l *logLines) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.eof = true
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+func (l *logLines) snapshot() ([]string, bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines[:len(l.lines):len(l.lines)], l.eof, l.changed
+}
+
+// proc is a process under test, killed when the test ends.
+type proc struct {
+	t      testing.TB
+	name   string
+	cmd    *exec.Cmd
+	logs   *logLines
+	exited chan struct{}
+	state  *os.ProcessState
+	logEOF chan struct{}
+}
+
+// startProc starts bin with args, its stdout and stderr read through one
+// pipe, and a cleanup that kills it.
+func startProc(t testing.TB, name, bin string, args ...string) *proc {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatalf("pipe for %s: %v", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	// The harness reads key=value attributes off the log lines.
+	cmd.Env = append(cmd.Env, "LEASEHOLD_LOG_FORMAT=text")
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	w.Close()
+	p := &proc{t: t, name: name, cmd: cmd, logs: &logLines{changed: make(chan struct{})},
+		exited: make(chan struct{}), logEOF: make(chan struct{})}
+	go func() {
+		defer close(p.logEOF)
+		defer r.Close()
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			p.logs.add(sc.Text())
+		}
+		p.logs.close()
+	}()
+	go func() {
+		defer close(p.exited)
+		_ = cmd.Wait()
+		p.state = cmd.ProcessState
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			lines, _, _ := p.logs.snapshot()
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+			t.Logf("last lines of %s:\n%s", name, strings.Join(lines, "\n"))
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL (which also ends a stopped process) and waits until
+// the process is reaped and its output read.
+func (p *proc) kill() {
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	p.waitGone()
+}
+
+// waitGone waits for the process to be reaped and its output read.
+func (p *proc) waitGone() {
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.exited:
+	case <-timer.C:
+		p.t.Errorf("%s did not exit within %v", p.name, waitTimeout)
+		return
+	}
+	select {
+	case <-p.logEOF:
+	case <-timer.C:
+		p.t.Errorf("output of %s did not end after it exited", p.name)
+	}
+}
+
+// signal sends sig to the process.
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("sending %v to %s: %v", sig, p.name, err)
+	}
+}
+
+// mark returns the number of lines seen so far, for waitFrom.
+func (p *proc) mark() int {
+	lines, _, _ := p.logs.snapshot()
+	return len(lines)
+}
+
+// waitFor waits for a line containing every one of parts.
+func (p *proc) waitFor(parts ...string) string {
+	p.t.Helper()
+	return p.waitFrom(0, parts...)
+}
+
+// waitFrom waits for a line at or after index from containing every one of
+// parts and returns it.
+func (p *proc) waitFrom(from int, parts ...string) string {
+	p.t.Helper()
+	return p.waitAny(from, parts)
+}
+
+// waitAny waits for a line at or after index from that contains every part
+// of one of alternatives, and returns it. It fails the test if the output
+// ends first or the failsafe timeout passes.
+func (p *proc) waitAny(from int, alternatives ...[]string) string {
+	p.t.Helper()
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	for {
+		lines, eof, changed := p.logs.snapshot()
+		for _, line := range lines[min(from, len(lines)):] {
+			for _, parts := range alternatives {
+				if containsAll(line, parts) {
+					return line
+				}
+			}
+		}
+		if eof {
+			p.t.Fatalf("%s ended its output without a line containing any of %q", p.name, alternatives)
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			p.t.Fatalf("no line of %s contained any of %q within %v", p.name, alternatives, waitTimeout)
+		}
+	}
+}
+
+// linesWith returns every line so far containing every one of parts.
+func (p *proc) linesWith(parts ...string) []string {
+	lines, _, _ := p.logs.snapshot()
+	var out []string
+	for _, line := range lines {
+		if containsAll(line, parts) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func containsAll(line string, parts []string) bool {
+	for _, s := range parts {
+		if !strings.Contains(line, s) {
+			return false
+		}
+	}
+	return true
+}
+
+var attrPattern = regexp.MustCompile(`(?:^| )([a-z_.]+)=("(?:[^"\\]|\\.)*"|[^ ]*)`)
+
+// logAttr returns the value of key=value in an slog text line.
+func logAttr(line, key string) string {
+	for _, m := range attrPattern.FindAllStringSubmatch(line, -1) {
+		if m[1] == key {
+			return strings.Trim(m[2], `"`)
+		}
+	}
+	return ""
+}
+
+// coordinator is a coordinator process.
+type coordinator struct {
+	*proc
+	addr, dataDir string
+}
+
+// startCoordinator starts a coordinator on listen with dataDir and waits
+// until its health check answers SERVING.
+func startCoordinator(t testing.TB, listen, dataDir string, args ...string) *coordinator {
+	t.Helper()
+	all := append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...)
+	p := startProc(t, "coordinator", bins.coordinator, all...)
+	line := p.waitFor("coordinator listening")
+	c := &coordinator{proc: p, addr: logAttr(line, "addr"), dataDir: dataDir}
+	if c.addr == "" {
+		t.Fatalf("no addr in %q", line)
+	}
+	if got := healthOf(t, c.addr, true); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of a new coordinator = %v, want SERVING", got)
+	}
+	return c
+}
+
+// dataDir returns a data directory for a coordinator whose disk is not
+// under test: on a tmpfs where one can be mounted, so that a busy disk
+// shared with other tests cannot stall its commits (a stall longer than
+// the time a lease has left expires it, heartbeats or not), and in a
+// temporary directory otherwise.
+func dataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := mountTmpfs(t, 256<<20)
+	if err != nil {
+		return t.TempDir()
+	}
+	return dir
+}
+
+// healthOf asks the coordinator's health service for the server's status;
+// with waitReady it waits for the coordinator to accept connections.
+func healthOf(t testing.TB, addr string, waitReady bool) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dialing %s: %v", addr, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(waitReady))
+	if err != nil {
+		t.Fatalf("health check of %s: %v", addr, err)
+	}
+	return resp.GetStatus()
+}
+
+// renderer is a renderer process.
+type renderer struct {
+	*proc
+	id string
+}
+
+// startRenderer starts a renderer named id against addr, logging at debug
+// level (every lease and completion), and waits for its start line.
+func startRenderer(t testing.TB, addr, id string, args ...string) *renderer {
+	t.Helper()
+	all := append([]string{"--coordinator", addr, "--id", id, "--token", tokenRenderer, "--log-level", "debug"}, args...)
+	p := startProc(t, "renderer "+id, bins.renderer, all...)
+	p.waitFor("renderer started")
+	return &renderer{proc: p, id: id}
+}
+
+// dial returns a client for addr as token, closed when the test ends.
+func dial(t testing.TB, addr, token string) *client.Client {
+	t.Helper()
+	c, err := client.Dial(addr, client.WithToken(token))
+	if err != nil {
+		t.Fatalf("dialing %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// testContext returns a context bounded by the failsafe timeout.
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// docs returns n small inline documents named prefix-i.txt.
+func docs(prefix string, n int) []*leaseholdv1.Document {
+	out := make([]*leaseholdv1.Document, n)
+	for i := range out {
+		content := fmt.Sprintf("document %s %d\n", prefix, i)
+		out[i] = &leaseholdv1.Document{Name: fmt.Sprintf("%s-%03d.txt", prefix, i), ContentType: "text/plain",
+			Content: []byte(content), SizeBytes: int64(len(content))}
+	}
+	return out
+}
+
+// submit submits docs as one batch and returns its job ids.
+func submit(t testing.TB, c *client.Client, team, requestID string, d []*leaseholdv1.Document) (batchID string, jobIDs []string) {
+	t.Helper()
+	resp, err := c.SubmitBatch(testContext(t), team, requestID, d, nil)
+	if err != nil {
+		t.Fatalf("SubmitBatch(%s): %v", requestID, err)
+	}
+	return resp.GetBatch().GetId(), resp.GetBatch().GetJobIds()
+}
+
+// runConcurrently runs one subtest per case, all at once, and returns
+// when all have ended. The cases wait on processes, not on the CPU, so
+// t.Parallel's bound (-parallel, GOMAXPROCS by default) would only queue
+// their waits one behind the other.
+func runConcurrently[C any](t *testing.T, cases []C, name func(C) string, run func(*testing.T, C)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, c := range cases {
+		wg.Go(func() { t.Run(name(c), func(t *testing.T) { run(t, c) }) })
+	}
+	wg.Wait()
+}
+
+// watchBatch follows one watch of the batch, keeping each job's phase,
+// until until returns true (it is asked after every message, with the
+// phases so far) or the batch is done. It reports whether until held.
+func watchBatch(ctx context.Context, c *client.Client, batchID string, until func(map[string]leaseholdv1.Phase) bool) (bool, error) {
+	phases := map[string]leaseholdv1.Phase{}
+	for msg, err := range c.BatchEvents(ctx, batchID) {
+		if err != nil {
+			return false, fmt.Errorf("watching batch %s: %w", batchID, err)
+		}
+		if msg.GetJobId() != "" {
+			phases[msg.GetJobId()] = msg.GetPhase()
+		}
+		for _, u := range msg.GetUpdates() {
+			phases[u.GetJobId()] = u.GetPhase()
+		}
+		if until != nil && until(phases) {
+			return true, nil
+		}
+	}
+	return until != nil && until(phases), nil
+}
+
+// waitPhases waits until the batch's jobs satisfy until.
+func waitPhases(t testing.TB, c *client.Client, batchID, what string, until func(map[string]leaseholdv1.Phase) bool) {
+	t.Helper()
+	ok, err := watchBatch(testContext(t), c, batchID, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatalf("batch %s ended before %s", batchID, what)
+	}
+}
+
+// countPhase returns how many jobs are in phase.
+func countPhase(phases map[string]leaseholdv1.Phase, phase leaseholdv1.Phase) int {
+	n := 0
+	for _, p := range phases {
+		if p == phase {
+			n++
+		}
+	}
+	return n
+}
+
+// waitBatchDone follows the batch until every job is terminal.
+func waitBatchDone(t testing.TB, c *client.Client, batchID string) {
+	t.Helper()
+	if _, err := watchBatch(testContext(t), c, batchID, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// getJob returns a job with its history.
+func getJob(t testing.TB, c *client.Client, id string) *leaseholdv1.Job {
+	t.Helper()
+	j, err := c.GetJob(testContext(t), id)
+	if err != nil {
+		t.Fatalf("GetJob(%s): %v", id, err)
+	}
+	return j
+}
+
+// eventsOf returns the job's events of one kind.
+func eventsOf(j *leaseholdv1.Job, kind leaseholdv1.EventKind) []*leaseholdv1.JobEvent {
+	var out []*leaseholdv1.JobEvent
+	for _, ev := range j.GetEvents() {
+		if ev.GetKind() == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// teamJobs returns every job of a team, with its history.
+func teamJobs(t testing.TB, c *client.Client, team string) []*leaseholdv1.Job {
+	t.Helper()
+	var out []*leaseholdv1.Job
+	for j, err := range c.AllJobs(testContext(t), &leaseholdv1.ListJobsRequest{Team: team, PageSize: 1000}) {
+		if err != nil {
+			t.Fatalf("listing the jobs of %s: %v", team, err)
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// percentile returns the nearest-rank q-quantile (0 < q <= 1) of xs.
+func percentile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+// errorsOf joins errs, nil if none.
+func errorsOf(errs []error) error { return errors.Join(errs...) }
+
+// history formats a job's events, one a line, for failure messages.
+func history(j *leaseholdv1.Job) string {
+	var b strings.Builder
+	for _, ev := range j.GetEvents() {
+		fmt.Fprintf(&b, "  %s %v token=%d renderer=%s attempt=%d reason=%s %s\n", ev.GetAt().AsTime().Format("15:04:05.000"),
+			ev.GetKind(), ev.GetToken(), ev.GetRendererId(), ev.GetAttempt(), ev.GetReason(), ev.GetMessage())
+	}
+	return b.String()
+}

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package faults
+
+import (
+	"errors"
+	"testing"
+)
+
+// mountTmpfs is only available on Linux.
+func mountTmpfs(*testing.T, int) (string, error) {
+	return "", errors.New("tmpfs mounts are tested on Linux only")
+}
