@@ -96,7 +96,21 @@ type Config struct {
 	// (Engine.Overview) while commands keep coming; it is measured on the
 	// process's own clock. Zero means DefaultOverviewEvery.
 	OverviewEvery time.Duration
+	// StallAfter is how long a group (apply and commit, on Mono) may take,
+	// or the writer's timer may fire late, before the writer counts a
+	// stall: a storage stall or a frozen process, during which renderers'
+	// messages reached the coordinator but could not be applied. A lease
+	// that falls due during a stall, or less than half a TTL after it
+	// (a renderer heartbeats every third of a TTL), is kept until half a
+	// TTL after the stall ended, so that the heartbeats queued meanwhile
+	// are applied first. Zero means a tenth of LeaseTTL, at least
+	// MinStallAfter; negative turns stall detection off.
+	StallAfter time.Duration
 }
+
+// MinStallAfter is the shortest default StallAfter: a group of ordinary
+// size commits in a few milliseconds.
+const MinStallAfter = 50 * time.Millisecond
 
 func (c Config) withDefaults() Config {
 	switch {
@@ -123,6 +137,7 @@ func (c Config) withDefaults() Config {
 	c.MaxGroupBytes = cmp.Or(c.MaxGroupBytes, DefaultMaxGroupBytes)
 	c.RendererTimeout = cmp.Or(c.RendererTimeout, DefaultRendererTimeout)
 	c.OverviewEvery = cmp.Or(c.OverviewEvery, DefaultOverviewEvery)
+	c.StallAfter = cmp.Or(c.StallAfter, max(c.LeaseTTL/10, MinStallAfter))
 	c.Retention.Step = cmp.Or(c.Retention.Step, DefaultPurgeStep)
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
@@ -166,6 +181,9 @@ type Engine struct {
 	// clockMono is the monotonic time of the last command applied; the
 	// writer's clock never goes backwards.
 	clockMono time.Duration
+	// stallFrom and stallTo bound the last stall on the monotonic clock
+	// (see Config.StallAfter); timerAt is when the writer's timer is due.
+	stallFrom, stallTo, timerAt time.Duration
 
 	// dispatch state is read by handlers (health, metrics) and written by
 	// the writer.

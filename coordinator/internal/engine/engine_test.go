@@ -98,6 +98,9 @@ func newBundle(dir string) *testBundle {
 		Retry:         jobs.RetryPolicy{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 10 * time.Second},
 		RunningCancel: true,
 		Seed:          1,
+		// The injected clock moves when a test says so, also while a
+		// group runs: only the stall tests count stalls.
+		StallAfter: -1,
 	}
 	return b
 }

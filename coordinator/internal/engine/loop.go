@@ -268,6 +268,7 @@ func (e *Engine) run() {
 	for {
 		e.resetTimer(timer)
 		var batch []*request
+		fired := false
 		select {
 		case <-e.stopC:
 			e.drain(ErrStopped)
@@ -275,11 +276,16 @@ func (e *Engine) run() {
 		case r := <-e.reqC:
 			batch = append(batch, r)
 		case <-timer.C:
+			fired = true
 		}
 		// Timers are judged up to this instant at the end of the group:
 		// every command drained below was sent before it or judges itself
 		// later, and none sent after it is held back by it.
 		wall, mono := e.cfg.Now(), e.cfg.Mono()
+		if fired {
+			// A timer far behind its time: the process was frozen.
+			e.noteStall(e.timerAt, mono)
+		}
 		bytes := 0
 		if len(batch) > 0 {
 			bytes = batch[0].cmd.size()
@@ -326,7 +332,40 @@ func (e *Engine) resetTimer(t *time.Timer) {
 	if d, ok := e.overviewDue(); ok {
 		next = min(next, d)
 	}
-	t.Reset(max(next, 0))
+	next = max(next, 0)
+	e.timerAt = now + next
+	t.Reset(next)
+}
+
+// noteStall records that the writer could apply nothing from from to to
+// on the monotonic clock, if that is longer than Config.StallAfter.
+// Renderers' messages that arrived meanwhile wait in their streams, so
+// leases falling due during the stall or shortly after it are kept
+// (stallGrace) until those messages are applied: the coordinator's own
+// unavailability must not count against its renderers.
+func (e *Engine) noteStall(from, to time.Duration) {
+	if e.cfg.StallAfter < 0 || to-from <= e.cfg.StallAfter {
+		return
+	}
+	e.stallFrom, e.stallTo = from, to
+	e.log.Warn("writer stalled: leases falling due during it get a grace",
+		"stalled", to-from, "grace", e.stallGrace())
+}
+
+// stallGrace is how long after a stall a lease that fell due during it is
+// kept: half a TTL, one and a half heartbeat intervals.
+func (e *Engine) stallGrace() time.Duration { return e.cfg.LeaseTTL / 2 }
+
+// deferred reports whether le, due now, falls due during the last stall
+// or its grace; if so it moves le's deadline to the grace's end.
+func (e *Engine) deferred(job uint64, le *leaseEntry, now time.Duration) bool {
+	end := e.stallTo + e.stallGrace()
+	if e.stallTo == 0 || le.deadline < e.stallFrom || now >= end {
+		return false
+	}
+	le.deadline = end
+	heap.Push(&e.leaseQ, timerItem{at: end, job: job, token: le.token})
+	return true
 }
 
 // runGroup applies a group of requests in one transaction, each judged at
@@ -368,6 +407,7 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 		e.failStop(g, batch, err)
 		return err
 	}
+	e.noteStall(mono, e.cfg.Mono())
 	if committed && len(g.deliveries) > 0 {
 		failpointGrantsUnpublished()
 	}
@@ -448,7 +488,7 @@ func (e *Engine) advance(g *group) error {
 		}
 		heap.Pop(&e.leaseQ)
 		le := e.leases[it.job]
-		if le == nil || le.token != it.token || le.deadline != it.at {
+		if le == nil || le.token != it.token || le.deadline != it.at || e.deferred(it.job, le, g.mono) {
 			continue
 		}
 		if err := e.expire(g, it.job, le); err != nil {
