@@ -20,7 +20,7 @@ func TestParseFlags(t *testing.T) {
 		if diff := cmp.Diff(allPhases, cfg.phases); diff != "" {
 			t.Errorf("phases (-want +got):\n%s", diff)
 		}
-		if cfg.drainDocs != 50000 || cfg.renderers != 4 || cfg.capacity != 16 || cfg.batch != 500 {
+		if cfg.drainDocs != 50000 || cfg.renderers != 4 || cfg.capacity != 64 || cfg.batch != 500 {
 			t.Errorf("defaults = %+v", cfg)
 		}
 		if diff := cmp.Diff([]int{4, 8, 16, 32, 48}, cfg.steadyInflight); diff != "" {
