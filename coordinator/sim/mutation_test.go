@@ -12,7 +12,10 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
-var flagMutationSeeds = flag.Int("mutation-seeds", 20, "seeds a mutation may survive before the test fails")
+var (
+	flagMutationSeeds = flag.Int("mutation-seeds", 10, "seeds a mutation may survive before the test fails")
+	flagMutationSteps = flag.Int("mutation-steps", DefaultSteps, "scheduler steps of each mutation run's faulty phase")
+)
 
 // TestMutationsAreCaught switches on each deliberate bug of the state
 // machine in turn (jobs.SetMutation: the fencing check removed; a cancel
@@ -30,13 +33,13 @@ func TestMutationsAreCaught(t *testing.T) {
 			defer jobs.SetMutation("")
 			start, steps := time.Now(), 0
 			for i := range *flagMutationSeeds {
-				res, err := runSeed(t, first+uint64(i), nil)
+				res, err := runSeedSteps(t, first+uint64(i), *flagMutationSteps, nil)
 				steps += res.Steps
 				var f *Failure
 				if errors.As(err, &f) {
 					msg, _, _ := strings.Cut(f.Msg, "\n")
-					t.Logf("mutation %q caught in %v by seed %d of %d (%d steps in all, at step %d of that seed): %s",
-						m, time.Since(start).Round(time.Millisecond), f.Seed, i+1, steps, f.Step, msg)
+					t.Logf("mutation %q caught in %v after %d steps in all, on seed run %d (seed %d, step %d): %s",
+						m, time.Since(start).Round(time.Millisecond), steps, i+1, f.Seed, f.Step, msg)
 					return
 				}
 				if err != nil {

@@ -55,14 +55,19 @@ func seedRange(t *testing.T) (uint64, int) {
 	return first, n
 }
 
-// runSeed runs one seed in a directory of its own, removed afterwards.
+// runSeed runs one seed of -steps steps in a directory of its own,
+// removed afterwards.
 func runSeed(t *testing.T, seed uint64, trace func(string, ...any)) (Result, error) {
+	return runSeedSteps(t, seed, *flagSteps, trace)
+}
+
+func runSeedSteps(t *testing.T, seed uint64, steps int, trace func(string, ...any)) (Result, error) {
 	dir, err := os.MkdirTemp("", "leasehold-sim-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	return Run(Config{Seed: seed, Steps: *flagSteps, Dir: dir, Sync: *flagSync, Trace: trace})
+	return Run(Config{Seed: seed, Steps: steps, Dir: dir, Sync: *flagSync, Trace: trace})
 }
 
 // TestSimulation runs seeds through the simulator, several at once, and
