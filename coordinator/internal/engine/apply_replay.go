@@ -12,11 +12,15 @@ import (
 // the coordinator knows is unsupported is never queued again, even with
 // IncludePermanent.
 func (e *Engine) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, error) {
+	return call(ctx, e, newReplayCmd(req))
+}
+
+// newReplayCmd builds a replay's command; no scope means every team.
+func newReplayCmd(req ReplayRequest) *replayCmd {
 	if req.InScope == nil {
 		req.InScope = func(string) bool { return true }
 	}
-	c := &replayCmd{req: req}
-	return call(ctx, e, c)
+	return &replayCmd{req: req}
 }
 
 type replayCmd struct {

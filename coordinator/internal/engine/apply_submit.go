@@ -17,8 +17,18 @@ import (
 // ready-queue entry and its indexes in the one transaction that answers the
 // caller. A renderer waiting for work is granted in that same transaction.
 func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
-	if err := jobs.ValidateBatch(req.Team, req.RequestID, req.Docs, req.Policy, e.cfg.Limits); err != nil {
+	c, err := e.newSubmitCmd(req)
+	if err != nil {
 		return SubmitResult{}, err
+	}
+	return call(ctx, e, c)
+}
+
+// newSubmitCmd validates req against the limits and builds its command,
+// off the writer goroutine.
+func (e *Engine) newSubmitCmd(req SubmitRequest) (*submitCmd, error) {
+	if err := jobs.ValidateBatch(req.Team, req.RequestID, req.Docs, req.Policy, e.cfg.Limits); err != nil {
+		return nil, err
 	}
 	c := &submitCmd{req: req, hash: requestHash(req), policy: req.Policy.Policy(e.cfg.Retry)}
 	c.docs = make([]jobs.Document, len(req.Docs))
@@ -32,7 +42,7 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 		c.docs[i] = doc
 		c.bytes += len(d.Content)
 	}
-	return call(ctx, e, c)
+	return c, nil
 }
 
 // requestHash identifies a request's content for idempotency checks.

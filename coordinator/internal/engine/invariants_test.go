@@ -36,127 +36,19 @@ var teams = []string{"alpha", "beta"}
 // tester is what the checks need of *testing.T and *rapid.T.
 type tester interface {
 	Helper()
+	Fatal(args ...any)
 	Fatalf(format string, args ...any)
 	Error(args ...any)
 	FailNow()
 }
 
-// checkIndexes asserts the design's invariant 3 and the bookkeeping that
-// rests on it, on the writer goroutine: every non-terminal job is in
-// exactly one of its team's ready queue, the lease index or the retry
-// timers, each timer is armed in its heap and not overdue, and the counts
-// the dispatcher, the queue-depth limit and the connection registry keep
-// agree with the store.
-func checkIndexes(t tester, e *Engine, monoOf func(time.Time) time.Duration) {
+// checkIndexes asserts, on the writer goroutine, that the writer's
+// in-memory indexes agree with every stored job (indexProblems).
+func checkIndexes(t tester, e *Engine) {
 	t.Helper()
 	var problems []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	err := e.do(context.Background(), &inspectCmd{fn: func(g *group, tx *store.Tx) {
-		queued, leased := map[string]int{}, map[string]int{}
-		counts := map[string]*store.Counts{}
-		nLeased, nRetry := 0, 0
-		armed := func(h timerHeap, id, token uint64, at time.Duration) bool {
-			return slices.ContainsFunc(h, func(it timerItem) bool { return it.job == id && it.token == token && it.at == at })
-		}
-		err := tx.ForEachJob(0, func(j jobs.Job) (bool, error) {
-			if counts[j.Team] == nil {
-				counts[j.Team] = &store.Counts{}
-			}
-			counts[j.Team][j.Phase]++
-			le, inLeases := e.leases[j.ID]
-			at, inRetry := e.retryAt[j.ID]
-			switch j.Phase {
-			case jobs.PhaseQueued:
-				queued[j.Team]++
-			case jobs.PhaseLeased:
-				leased[j.Team]++
-				nLeased++
-				switch {
-				case !inLeases || le.token != j.Lease.Token || le.renderer != j.Lease.Renderer:
-					fail("job %d LEASED under %d to %s, lease index %+v (present %v)", j.ID, j.Lease.Token, j.Lease.Renderer, le, inLeases)
-				case le.deadline < monoOf(j.Lease.Deadline) || le.deadline > g.mono+e.cfg.LeaseTTL:
-					fail("job %d lease deadline %v, stored %v (mono %v), now %v", j.ID, le.deadline, j.Lease.Deadline, monoOf(j.Lease.Deadline), g.mono)
-				case le.deadline <= g.mono:
-					fail("job %d lease deadline %v is overdue at %v", j.ID, le.deadline, g.mono)
-				case !armed(e.leaseQ, j.ID, le.token, le.deadline):
-					fail("job %d lease deadline %v is not in the deadline heap", j.ID, le.deadline)
-				}
-			case jobs.PhaseRetryWait:
-				nRetry++
-				switch {
-				case !inRetry:
-					fail("job %d waits until %v but is not in the retry index", j.ID, j.NextAttemptAt)
-				case at != monoOf(j.NextAttemptAt):
-					fail("job %d retries at %v, its NextAttemptAt is %v", j.ID, at, monoOf(j.NextAttemptAt))
-				case at <= g.mono:
-					fail("job %d retry at %v is overdue at %v", j.ID, at, g.mono)
-				case !armed(e.retryQ, j.ID, 0, at):
-					fail("job %d retry at %v is not in the retry heap", j.ID, at)
-				}
-			}
-			if j.Phase != jobs.PhaseLeased && inLeases {
-				fail("job %d is %v but in the lease index", j.ID, j.Phase)
-			}
-			if j.Phase != jobs.PhaseRetryWait && inRetry {
-				fail("job %d is %v but in the retry index", j.ID, j.Phase)
-			}
-			if j.Attempt > j.Policy.MaxAttempts {
-				fail("job %d attempt %d over the maximum %d", j.ID, j.Attempt, j.Policy.MaxAttempts)
-			}
-			if (j.Artifact.Digest != "") != (j.Phase == jobs.PhaseSucceeded) {
-				fail("job %d is %v with artifact %q", j.ID, j.Phase, j.Artifact.Digest)
-			}
-			return true, nil
-		})
-		if err != nil {
-			fail("%v", err)
-		}
-		for _, team := range teams {
-			if got := e.sched.Depth(team); got != queued[team] {
-				fail("team %s: ready queue depth %d, QUEUED jobs %d", team, got, queued[team])
-			}
-			if got := e.sched.InFlight(team); got != leased[team] {
-				fail("team %s: in flight %d, LEASED jobs %d", team, got, leased[team])
-			}
-			want, got := store.Counts{}, store.Counts{}
-			if counts[team] != nil {
-				want = *counts[team]
-			}
-			if c := e.teamCounts[team]; c != nil {
-				got = *c
-			}
-			if got != want {
-				fail("team %s: counts in memory %v, recount %v", team, got, want)
-			}
-		}
-		if len(e.leases) != nLeased || len(e.retryAt) != nRetry {
-			fail("index sizes: %d leases for %d LEASED, %d timers for %d RETRY_WAIT", len(e.leases), nLeased, len(e.retryAt), nRetry)
-		}
-		// One session or stream per renderer id, counted once.
-		streams := map[string]int{}
-		for _, c := range e.conns.byID {
-			if c.kind != ConnWaiter {
-				streams[c.renderer.ID]++
-				if e.conns.sessions[c.renderer.ID] != c {
-					fail("connection %d of %s is not its registered session", c.id, c.renderer.ID)
-				}
-			}
-		}
-		for id, c := range e.conns.sessions {
-			if e.conns.byID[c.id] != c {
-				fail("the registered session of %s is not a live connection", id)
-			}
-		}
-		for id, rs := range e.renderers {
-			if rs.conns != streams[id] {
-				fail("renderer %s counts %d connections, %d registered", id, rs.conns, streams[id])
-			}
-		}
-		for id, n := range streams {
-			if n != 1 || e.renderers[id] == nil {
-				fail("renderer %s has %d live sessions or streams (state %v)", id, n, e.renderers[id] != nil)
-			}
-		}
+		problems = e.indexProblems(tx, g.now, g.mono, nil, nil)
 	}})
 	if err != nil {
 		t.Fatalf("inspect: %v", err)
@@ -169,161 +61,13 @@ func checkIndexes(t tester, e *Engine, monoOf func(time.Time) time.Duration) {
 	}
 }
 
-// storedState is what checkStore learned of the committed state.
-type storedState struct {
-	lastToken uint64
-	tokens    map[uint64]uint64 // token -> job
-	// leasesTo counts the leases ever granted per renderer.
-	leasesTo map[string]int
-}
-
-// checkStore asserts, on a read transaction of the committed state, that
-// the counts, the indexes (store.CheckIndexes), previews, documents and
-// tokens agree with the stored jobs, and that tokens granted since prev are
-// above every token granted before.
-func checkStore(t tester, st *store.Store, prev storedState) storedState {
+// checkStore asserts that the committed state agrees with itself and that
+// tokens granted since prev are above every token before (CheckStore).
+func checkStore(t tester, st *store.Store, prev StoreState) StoreState {
 	t.Helper()
-	var problems []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	now := storedState{tokens: map[uint64]uint64{}, leasesTo: map[string]int{}}
-	err := st.View(func(tx *store.Tx) error {
-		now.lastToken = tx.LastToken()
-		batches, teamCounts := map[uint64]*store.Counts{}, map[string]*store.Counts{}
-		var live []uint64
-		err := tx.ForEachJob(0, func(j jobs.Job) (bool, error) {
-			for _, m := range []map[uint64]*store.Counts{batches} {
-				if m[j.BatchID] == nil {
-					m[j.BatchID] = &store.Counts{}
-				}
-				m[j.BatchID][j.Phase]++
-			}
-			if teamCounts[j.Team] == nil {
-				teamCounts[j.Team] = &store.Counts{}
-			}
-			teamCounts[j.Team][j.Phase]++
-			if !j.Phase.Terminal() {
-				live = append(live, j.ID)
-			}
-
-			// Leases: tokens grow within the job, are never shared, and
-			// only the current one is live.
-			var prevTok uint64
-			for _, l := range j.Leases {
-				now.leasesTo[l.Renderer]++
-				if other, dup := now.tokens[l.Token]; dup {
-					fail("token %d granted to jobs %d and %d", l.Token, other, j.ID)
-				}
-				now.tokens[l.Token] = j.ID
-				if l.Token <= prevTok {
-					fail("job %d: token %d after %d", j.ID, l.Token, prevTok)
-				}
-				prevTok = l.Token
-				if _, seen := prev.tokens[l.Token]; !seen && l.Token <= prev.lastToken {
-					fail("job %d: new token %d is not above the last token %d of the previous step", j.ID, l.Token, prev.lastToken)
-				}
-				if l.Token > now.lastToken {
-					fail("job %d: token %d above the stored counter %d", j.ID, l.Token, now.lastToken)
-				}
-				if isLive := l.Kind == jobs.LeaseLive; isLive != (j.Phase == jobs.PhaseLeased && l.Token == j.Lease.Token) {
-					fail("job %d is %v under %d, lease %d is %v", j.ID, j.Phase, j.Lease.Token, l.Token, l.Kind)
-				}
-			}
-			if j.Phase == jobs.PhaseLeased && (len(j.Leases) == 0 || j.Leases[len(j.Leases)-1].Token != j.Lease.Token) {
-				fail("job %d LEASED under %d, which is not its last lease", j.ID, j.Lease.Token)
-			}
-
-			// Previews: a success keeps exactly the one its completion
-			// referenced; an ended job keeps no other.
-			for _, l := range j.Leases {
-				a, err := tx.Artifact(j.ID, l.Token)
-				stored := err == nil
-				if err != nil && !errors.Is(err, store.ErrArtifactNotFound) {
-					return false, err
-				}
-				switch {
-				case j.Phase == jobs.PhaseSucceeded && l.Token == j.Artifact.Token:
-					if !stored || a.Digest != j.Artifact.Digest || a.Renderer != j.Artifact.Renderer || int64(len(a.Content)) != j.Artifact.Size {
-						fail("job %d SUCCEEDED with %+v, stored preview %+v (%v)", j.ID, j.Artifact, a, err)
-					}
-				case j.Phase.Terminal() && stored:
-					fail("job %d is %v and keeps the preview of lease %d", j.ID, j.Phase, l.Token)
-				}
-			}
-			if j.Phase == jobs.PhaseSucceeded && !slices.ContainsFunc(j.Leases, func(l jobs.LeaseRecord) bool {
-				return l.Token == j.Artifact.Token && l.Kind == jobs.LeaseCompleted && l.Outcome == jobs.Outcome(true, j.Artifact.Digest, 0)
-			}) {
-				fail("job %d artifact token %d is not a lease completed with its digest", j.ID, j.Artifact.Token)
-			}
-
-			// Documents: kept while the job may be rendered (again).
-			doc := tx.Document(j.ID)
-			switch {
-			case (j.Phase == jobs.PhaseSucceeded || j.Phase == jobs.PhaseCancelled) && doc != nil:
-				fail("job %d is %v and keeps its document", j.ID, j.Phase)
-			case !j.Phase.Terminal() && j.ContentBytes > 0 && int64(len(doc)) != j.ContentBytes:
-				fail("job %d is %v with %d bytes of document, want %d", j.ID, j.Phase, len(doc), j.ContentBytes)
-			}
-
-			// History: one record per event, in order.
-			evs, err := tx.Events(j.ID, 0)
-			if err != nil {
-				return false, err
-			}
-			if len(evs) != int(j.EventSeq) {
-				fail("job %d: EventSeq %d, %d events stored", j.ID, j.EventSeq, len(evs))
-			}
-			for i, ev := range evs {
-				if ev.Seq != uint32(i+1) {
-					fail("job %d: event %d has seq %d", j.ID, i+1, ev.Seq)
-					break
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		for id, want := range batches {
-			got, err := tx.BatchCounts(id)
-			if err != nil {
-				return err
-			}
-			if got != *want {
-				fail("batch %d: stored counts %v, recount %v", id, got, *want)
-			}
-		}
-		for _, team := range teams {
-			want := store.Counts{}
-			if teamCounts[team] != nil {
-				want = *teamCounts[team]
-			}
-			got, err := tx.TeamCounts(team)
-			if err != nil {
-				return err
-			}
-			if got != want {
-				fail("team %s: stored counts %v, recount %v", team, got, want)
-			}
-		}
-		if idx := tx.UnfinishedAfter(0, 1<<30); !slices.Equal(idx, live) {
-			fail("unfinished index %v, non-terminal jobs %v", idx, live)
-		}
-		if err := tx.CheckIndexes(); err != nil {
-			fail("%v", err)
-		}
-		return nil
-	})
+	now, err := CheckStore(st, prev)
 	if err != nil {
-		t.Fatalf("reading the store: %v", err)
-	}
-	if now.lastToken < prev.lastToken {
-		fail("token counter went back from %d to %d", prev.lastToken, now.lastToken)
-	}
-	for _, p := range problems {
-		t.Error(p)
-	}
-	if len(problems) > 0 {
-		t.FailNow()
+		t.Fatal(err)
 	}
 	return now
 }
@@ -367,9 +111,6 @@ func TestWriterInvariants(t *testing.T) {
 		b.start(rt)
 		defer b.close()
 		ctx := context.Background()
-		// The injected clocks move together, so a wall time maps onto the
-		// monotonic clock by a fixed offset.
-		monoOf := func(w time.Time) time.Duration { return w.Sub(epoch) + time.Hour }
 
 		var (
 			granted  []Grant // every grant seen, in order
@@ -382,7 +123,7 @@ func TestWriterInvariants(t *testing.T) {
 			// holds the leases granted to a renderer when it began to drain.
 			credits  = map[string]int{}
 			draining = map[string]int{}
-			state    = checkStore(rt, b.st, storedState{})
+			state    = checkStore(rt, b.st, StoreState{})
 		)
 		sessionIDs := []string{"s-1", "s-2"}
 		unaryIDs := []string{"u-1", "u-2"}
@@ -655,7 +396,7 @@ func TestWriterInvariants(t *testing.T) {
 				}
 				credits[c.renderer] += in.Credits
 				if _, was := draining[c.renderer]; in.Draining && !was {
-					draining[c.renderer] = state.leasesTo[c.renderer]
+					draining[c.renderer] = state.LeasesTo[c.renderer]
 				}
 				if rapid.Bool().Draw(rt, "takeAfterSend") { // as the handler does when its outbox signals
 					gs, _, _ := take(c.conn)
@@ -721,16 +462,16 @@ func TestWriterInvariants(t *testing.T) {
 				}
 			}
 
-			checkIndexes(rt, b.e, monoOf)
+			checkIndexes(rt, b.e)
 			state = checkStore(rt, b.st, state)
 			for _, id := range sessionIDs {
 				// A session renderer is granted only through its sessions,
 				// within the credit it sent.
-				if got := state.leasesTo[id]; got > credits[id] {
+				if got := state.LeasesTo[id]; got > credits[id] {
 					rt.Fatalf("%s was granted %d leases for %d credits", id, got, credits[id])
 				}
-				if n, ok := draining[id]; ok && state.leasesTo[id] > n {
-					rt.Fatalf("%s was granted %d leases while draining, %d before", id, state.leasesTo[id], n)
+				if n, ok := draining[id]; ok && state.LeasesTo[id] > n {
+					rt.Fatalf("%s was granted %d leases while draining, %d before", id, state.LeasesTo[id], n)
 				}
 			}
 			for _, c := range conns {

@@ -65,11 +65,16 @@ type group struct {
 }
 
 // setClock moves the group's clock to a command's send time; the
-// monotonic reading never goes backwards.
+// monotonic reading never goes backwards. A command sent before the last
+// reading the writer judged by (it waited behind a group) is judged at
+// that reading on both clocks, so that a deadline or retry time recorded
+// on the wall clock is the one armed on the monotonic clock.
 func (g *group) setClock(wall time.Time, mono time.Duration) {
 	e := g.e
 	if mono > e.clockMono {
 		e.clockMono = mono
+	} else {
+		wall = wall.Add(e.clockMono - mono)
 	}
 	g.now, g.mono = wall, e.clockMono
 }

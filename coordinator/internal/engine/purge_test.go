@@ -55,8 +55,8 @@ func (b *testBundle) purge(t *testing.T) PurgeResult {
 // store on the bundle's engine.
 func (b *testBundle) checkConsistent(t *testing.T) {
 	t.Helper()
-	checkIndexes(t, b.e, func(w time.Time) time.Duration { return w.Sub(epoch) + time.Hour })
-	checkStore(t, b.st, storedState{})
+	checkIndexes(t, b.e)
+	checkStore(t, b.st, StoreState{})
 }
 
 // endAll ends every job of the bundle that is granted now: the first

@@ -718,38 +718,49 @@ func historyKinds(evs []Event) []EventKind {
 	return kinds(Job{Events: evs})
 }
 
+// newModel draws a retry policy and a first token, and returns the model
+// of a freshly submitted job.
+func newModel(t *rapid.T) *model {
+	base := time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(2*time.Second)).Draw(t, "backoffBase"))
+	policy := RetryPolicy{
+		MaxAttempts: rapid.Uint32Range(1, 5).Draw(t, "maxAttempts"),
+		BackoffBase: base,
+		BackoffCap:  base * time.Duration(rapid.Int64Range(1, 64).Draw(t, "capFactor")),
+	}
+	j := New(1, 1, "team", testDoc, policy, false, t0)
+	return &model{
+		j:         j,
+		now:       t0,
+		nextToken: rapid.Uint64Range(1, 1<<40).Draw(t, "firstToken"),
+		history:   slices.Clone(j.Events),
+	}
+}
+
+// actions returns the model's commands by name, and its invariant check
+// under "", as rapid's T.Repeat takes them.
+func (m *model) actions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		"grant":              m.grant,
+		"advance":            m.advance,
+		"loadWithoutHistory": m.loadWithoutHistory,
+		"heartbeat":          m.heartbeat,
+		"handBack":           m.handBack,
+		"release":            m.release,
+		"expire":             m.expire,
+		"expireDue":          m.expireDue,
+		"strayCompletions":   m.strayCompletions,
+		"resendApplied":      m.resendApplied,
+		"requeue":            m.requeue,
+		"complete":           m.complete,
+		"cancel":             m.cancel,
+		"ackCancel":          m.ackCancel,
+		"replay":             m.replay,
+		"":                   m.check,
+	}
+}
+
 func TestJobInvariantsUnderRandomCommands(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		base := time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(2*time.Second)).Draw(t, "backoffBase"))
-		policy := RetryPolicy{
-			MaxAttempts: rapid.Uint32Range(1, 5).Draw(t, "maxAttempts"),
-			BackoffBase: base,
-			BackoffCap:  base * time.Duration(rapid.Int64Range(1, 64).Draw(t, "capFactor")),
-		}
-		j := New(1, 1, "team", testDoc, policy, false, t0)
-		m := &model{
-			j:         j,
-			now:       t0,
-			nextToken: rapid.Uint64Range(1, 1<<40).Draw(t, "firstToken"),
-			history:   slices.Clone(j.Events),
-		}
-		t.Repeat(map[string]func(*rapid.T){
-			"grant":              m.grant,
-			"advance":            m.advance,
-			"loadWithoutHistory": m.loadWithoutHistory,
-			"heartbeat":          m.heartbeat,
-			"handBack":           m.handBack,
-			"release":            m.release,
-			"expire":             m.expire,
-			"expireDue":          m.expireDue,
-			"strayCompletions":   m.strayCompletions,
-			"resendApplied":      m.resendApplied,
-			"requeue":            m.requeue,
-			"complete":           m.complete,
-			"cancel":             m.cancel,
-			"ackCancel":          m.ackCancel,
-			"replay":             m.replay,
-			"":                   m.check,
-		})
+		t.Repeat(newModel(t).actions())
 	})
 }

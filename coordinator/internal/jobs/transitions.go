@@ -42,6 +42,9 @@ func (j Job) CheckLease(token uint64, renderer string, now time.Time) error {
 	if j.Phase == PhaseLeased && j.Lease.Token == token && j.Lease.Renderer == renderer && now.Before(j.Lease.Deadline) {
 		return nil
 	}
+	if mutant(mutationFencing) && j.Phase == PhaseLeased {
+		return nil
+	}
 	fe := &FenceError{Err: ErrStaleLease, CurrentToken: j.LastToken(), CurrentPhase: j.Phase}
 	rec, known := j.lease(token)
 	switch {
@@ -329,6 +332,9 @@ func (j Job) Cancel(principal, reason string, now time.Time, allowRunning bool) 
 	case PhaseLeased:
 		if !allowRunning {
 			return j, 0, &PhaseError{Err: ErrRunningCancelDisabled, Phase: j.Phase, Op: "cancel"}
+		}
+		if mutant(mutationCancel) {
+			return j.withEvent(Event{Kind: EventCancelled, Token: j.Lease.Token, Renderer: j.Lease.Renderer, Principal: principal, Reason: "FROM_LEASED", Message: reason}, now), CancelledRunning, nil
 		}
 		c.Renderer, c.Token = j.Lease.Renderer, j.Lease.Token
 		j = j.endLease(c.Token, LeaseRevoked, "")

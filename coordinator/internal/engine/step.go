@@ -1,0 +1,280 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+)
+
+// ErrEngineStarted is returned by NewStepper for an engine whose writer
+// goroutine was started: one engine has one writer.
+var ErrEngineStarted = errors.New("engine: the writer goroutine is started; a stepper needs an engine that is not")
+
+// Stepper drives an engine's writer from the caller's goroutine, one group
+// at a time, so that a simulator can choose every interleaving the writer
+// may see from a seed. Commands are queued without blocking, each stamped
+// with Config.Now and Config.Mono when queued, as a blocking call stamps
+// it when sent. Step runs the first queued commands as one group through
+// the writer's own runGroup: the same apply functions, the same timers,
+// commit and publish, and the same answers, only on the caller's goroutine
+// and with the group's end chosen by the caller instead of by what happens
+// to be queued.
+//
+// A Stepper owns its engine's writer: the engine was never started, and
+// Start does nothing once a stepper exists. The engine's blocking commands
+// (Submit, Send, ...) would wait for ever and must not be called; its reads
+// (Job, ListJobs, ...) work as usual. A Stepper is not safe for concurrent
+// use: between steps the caller's goroutine is the writer, and the methods
+// that inspect the writer's state rely on it.
+type Stepper struct {
+	e     *Engine
+	queue []*request
+	// wall and mono are the clock readings of the last group.
+	wall time.Time
+	mono time.Duration
+}
+
+// NewStepper returns a stepper over e, which must not have been started.
+func NewStepper(e *Engine) (*Stepper, error) {
+	if e.started.Load() {
+		return nil, ErrEngineStarted
+	}
+	e.startOnce.Do(func() {}) // Start must not start a second writer.
+	return &Stepper{e: e, wall: e.cfg.Now(), mono: e.clockMono}, nil
+}
+
+// Pending is a command queued with a Stepper. Its answer is set by the
+// step whose group applied it (or by the step whose commit failed).
+type Pending[R any] struct {
+	r        *request
+	get      func() (R, error)
+	answered bool
+	res      R
+	err      error
+}
+
+// Done reports whether the command has been answered.
+func (p *Pending[R]) Done() bool {
+	if !p.answered {
+		select {
+		case err := <-p.r.done:
+			p.answered = true
+			if err != nil {
+				p.err = err
+			} else {
+				p.res, p.err = p.get()
+			}
+		default:
+		}
+	}
+	return p.answered
+}
+
+// Result returns the command's answer, as the engine's blocking method
+// returns it. It is valid once Done reports true; before, it returns the
+// zero result and ErrNotAnswered.
+func (p *Pending[R]) Result() (R, error) {
+	if !p.Done() {
+		var zero R
+		return zero, ErrNotAnswered
+	}
+	return p.res, p.err
+}
+
+// ErrNotAnswered is Pending.Result's error before the command was applied.
+var ErrNotAnswered = errors.New("engine: the command has not been applied yet")
+
+// answered returns a Pending answered at once with err: a command refused
+// before it reaches the writer, as the blocking method refuses it.
+func answered[R any](err error) *Pending[R] {
+	return &Pending[R]{answered: true, err: err}
+}
+
+// enqueue queues c, stamped with the engine's clocks, and returns its
+// pending answer.
+func enqueue[R any](s *Stepper, c command, get func() (R, error)) *Pending[R] {
+	e := s.e
+	r := &request{cmd: c, done: make(chan error, 1), wall: e.cfg.Now(), mono: e.cfg.Mono()}
+	if !e.serving.Load() {
+		r.done <- e.stoppedErr()
+	} else {
+		s.queue = append(s.queue, r)
+	}
+	return &Pending[R]{r: r, get: get}
+}
+
+// queueCall queues a command whose answer is its result, as call returns it.
+func queueCall[R any](s *Stepper, c interface {
+	command
+	result() R
+}) *Pending[R] {
+	return enqueue(s, c, func() (R, error) { return c.result(), nil })
+}
+
+// Queued returns how many commands wait for a step.
+func (s *Stepper) Queued() int { return len(s.queue) }
+
+// Step runs up to n queued commands, first in first out, as one group at
+// the engine's current clock readings: the group is bounded by
+// Config.MaxGroup and Config.MaxGroupBytes as the writer goroutine bounds
+// it, and n = 0 runs an empty group, which expires the leases and
+// re-queues the retries that are due, as the writer's timer does. It
+// returns the events the group committed, in commit order.
+//
+// An error means the group did not commit: the engine has fail-stopped, as
+// the writer goroutine does, and the group's commands and every command
+// still queued are answered with the reason (ErrStorageFailed).
+func (s *Stepper) Step(n int) ([]JobEvent, error) {
+	e := s.e
+	if !e.serving.Load() {
+		s.drain(e.stoppedErr())
+		return nil, e.stoppedErr()
+	}
+	n = min(n, len(s.queue))
+	take, bytes := 0, 0
+	for take < n && take < e.cfg.MaxGroup && (take == 0 || bytes < e.cfg.MaxGroupBytes) {
+		bytes += s.queue[take].cmd.size()
+		take++
+	}
+	s.wall, s.mono = e.cfg.Now(), e.cfg.Mono()
+	// The observer is applied last, after the group's other commands and
+	// at the group's own clock reading, so it changes nothing the group
+	// does; it keeps the group, whose events are complete once runGroup
+	// returns.
+	obs := &observeCmd{}
+	batch := append(s.queue[:take:take], &request{cmd: obs, done: make(chan error, 1), wall: s.wall, mono: s.mono})
+	s.queue = append(s.queue[:0:0], s.queue[take:]...)
+	if err := e.runGroup(batch, s.wall, s.mono); err != nil {
+		s.drain(e.stoppedErr())
+		return nil, err
+	}
+	s.mono = max(s.mono, e.clockMono)
+	return obs.g.events, nil
+}
+
+// drain answers every queued command with err.
+func (s *Stepper) drain(err error) {
+	for _, r := range s.queue {
+		r.done <- err
+	}
+	s.queue = nil
+}
+
+// observeCmd keeps the group it is applied in.
+type observeCmd struct {
+	base
+	g *group
+}
+
+func (c *observeCmd) apply(g *group) error {
+	c.g = g
+	return nil
+}
+
+// NextTimer returns the earliest lease deadline or retry time the writer
+// has armed, on the monotonic clock: when a group with nothing queued
+// (Step(0)) has something to do. Entries are invalidated lazily, so the
+// time may be earlier than any real deadline; a step then does nothing.
+func (s *Stepper) NextTimer() (time.Duration, bool) {
+	var next time.Duration
+	found := false
+	for _, q := range []timerHeap{s.e.leaseQ, s.e.retryQ} {
+		if it, ok := q.peek(); ok && (!found || it.at < next) {
+			next, found = it.at, true
+		}
+	}
+	return next, found
+}
+
+// CheckIndexes returns how the writer's in-memory indexes disagree with the
+// committed jobs after the last step (see Engine.indexProblems), joined, or
+// nil. With ids nil it reads every job; otherwise only the jobs in ids, and
+// totals against the counts kept in the store. visit, when set, is called
+// with every job read, in the same read transaction.
+func (s *Stepper) CheckIndexes(ids []uint64, visit func(*store.Tx, jobs.Job)) error {
+	var problems []string
+	err := s.e.st.View(func(tx *store.Tx) error {
+		problems = s.e.indexProblems(tx, s.wall, s.mono, ids, visit)
+		return nil
+	})
+	errs := []error{err}
+	for _, p := range problems {
+		errs = append(errs, errors.New(p))
+	}
+	return errors.Join(errs...)
+}
+
+// Submit queues a batch; see Engine.Submit. A batch over the limits is
+// answered at once.
+func (s *Stepper) Submit(req SubmitRequest) *Pending[SubmitResult] {
+	c, err := s.e.newSubmitCmd(req)
+	if err != nil {
+		return answered[SubmitResult](err)
+	}
+	return queueCall(s, c)
+}
+
+// Acquire queues a unary Acquire; see Engine.Acquire.
+func (s *Stepper) Acquire(req AcquireRequest) *Pending[AcquireResult] {
+	return queueCall(s, &acquireCmd{req: req})
+}
+
+// Release queues the hand-back of undelivered grants; see Engine.Release.
+func (s *Stepper) Release(leases []LeaseRef) *Pending[struct{}] {
+	return enqueue(s, &releaseCmd{leases: leases}, func() (struct{}, error) { return struct{}{}, nil })
+}
+
+// Complete queues a unary completion; see Engine.Complete.
+func (s *Stepper) Complete(req CompleteRequest) *Pending[CompleteResult] {
+	c := &completeCmd{req: req}
+	return enqueue(s, c, func() (CompleteResult, error) { return c.res, c.res.Err })
+}
+
+// Heartbeat queues a message of a unary heartbeat stream; see
+// Engine.Heartbeat.
+func (s *Stepper) Heartbeat(req HeartbeatRequest) *Pending[HeartbeatResult] {
+	return queueCall(s, &heartbeatCmd{req: req})
+}
+
+// Cancel queues a cancel; see Engine.Cancel.
+func (s *Stepper) Cancel(req CancelRequest) *Pending[CancelResult] {
+	return queueCall(s, &cancelCmd{req: req})
+}
+
+// Replay queues an operator replay; see Engine.Replay.
+func (s *Stepper) Replay(req ReplayRequest) *Pending[ReplayResult] {
+	return queueCall(s, newReplayCmd(req))
+}
+
+// SetPaused queues the pause or resumption of dispatch; see
+// Engine.SetPaused.
+func (s *Stepper) SetPaused(paused bool, principal, reason string) *Pending[jobs.DispatchState] {
+	return queueCall(s, &pauseCmd{paused: paused, principal: principal, reason: reason})
+}
+
+// Opened is an opened session: its connection and the answers for the
+// leases it said it holds.
+type Opened struct {
+	Conn    *Conn
+	Holding []LeaseStatus
+}
+
+// OpenSession queues the opening of a renderer session; see
+// Engine.OpenSession.
+func (s *Stepper) OpenSession(req SessionOpen) *Pending[Opened] {
+	c := &openCmd{kind: ConnSession, req: req}
+	return enqueue(s, c, func() (Opened, error) { return Opened{Conn: c.conn, Holding: c.holding}, nil })
+}
+
+// Send queues one message of a renderer session; see Engine.Send.
+func (s *Stepper) Send(conn *Conn, in SessionInput) *Pending[SessionResult] {
+	return queueCall(s, &sessionCmd{conn: conn, in: in})
+}
+
+// CloseConn queues the end of a session, stream or waiter; see
+// Engine.CloseConn.
+func (s *Stepper) CloseConn(conn *Conn, undelivered []LeaseRef, releaseLeftovers bool) *Pending[[]Grant] {
+	return queueCall(s, &closeCmd{conn: conn, undelivered: undelivered, releaseLeftovers: releaseLeftovers})
+}
