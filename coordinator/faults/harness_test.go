@@ -2,15 +2,17 @@
 // the faults of production: a network that delays, stalls, drops and cuts
 // the renderers' session streams (through a userspace TCP proxy,
 // internal/tcpproxy), renderers frozen with SIGSTOP past their lease TTL
-// while others work, and a coordinator whose disk fills up.
+// while others work, a coordinator whose disk fills up, and one whose
+// disk freezes (fsfreeze) for longer than the TTL while renderers hold
+// leases.
 //
 // TestMain builds bin/coordinator and bin/renderer once into a temporary
 // directory, or uses those in $LEASEHOLD_BIN (relative to the module root,
 // or absolute). Every test starts its own processes on free ports with
 // their own data directories (on a tmpfs where the test may mount one, so
-// that only TestDiskFull tests the disk); every process is killed when its
-// test ends. Waits follow log lines, watch streams and proxy counters;
-// their timeouts are failsafe bounds only.
+// that only TestDiskFull and TestStorageStall test the disk); every
+// process is killed when its test ends. Waits follow log lines, watch
+// streams and proxy counters; their timeouts are failsafe bounds only.
 //
 // The default run fits CI (tens of leases per fault, about 30 s); -long
 // measures over hundreds. Each test logs its results on a FIGURE line:
