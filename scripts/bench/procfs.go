@@ -58,6 +58,11 @@ type memory struct {
 	RSS int64 `json:"rss_bytes"`
 	// HWM is VmHWM, the peak resident set size, in bytes.
 	HWM int64 `json:"hwm_bytes"`
+	// Anon and File split RSS now: anonymous memory (the Go heap and
+	// stacks) and file-backed pages (for the coordinator mostly bbolt's
+	// memory map of its file, which the kernel may drop at will).
+	Anon int64 `json:"rss_anon_bytes,omitempty"`
+	File int64 `json:"rss_file_bytes,omitempty"`
 }
 
 // readMemory reads process pid's VmRSS and VmHWM from /proc/<pid>/status.
@@ -69,8 +74,9 @@ func readMemory(pid int) (memory, error) {
 	return parseStatus(data)
 }
 
-// parseStatus extracts VmRSS and VmHWM from the contents of
-// /proc/<pid>/status, where they read "VmRSS:	   12345 kB".
+// parseStatus extracts VmRSS and VmHWM, and RssAnon and RssFile where the
+// kernel gives them, from the contents of /proc/<pid>/status, where they
+// read "VmRSS:	   12345 kB".
 func parseStatus(data []byte) (memory, error) {
 	var m memory
 	found := 0
@@ -86,6 +92,12 @@ func parseStatus(data []byte) (memory, error) {
 			dst = &m.RSS
 		case "VmHWM":
 			dst = &m.HWM
+		case "RssAnon":
+			dst = &m.Anon
+			found--
+		case "RssFile":
+			dst = &m.File
+			found--
 		default:
 			continue
 		}

@@ -74,6 +74,17 @@ func TestParseStatus(t *testing.T) {
 			t.Errorf("parseStatus = %+v, want %+v", got, want)
 		}
 	})
+	t.Run("SplitsRSSWhereTheKernelDoes", func(t *testing.T) {
+		t.Parallel()
+		status := "VmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nRssAnon:\t   10240 kB\nRssFile:\t   30720 kB\n"
+		got, err := parseStatus([]byte(status))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (memory{RSS: 40 << 20, HWM: 50 << 20, Anon: 10 << 20, File: 30 << 20}); got != want {
+			t.Errorf("parseStatus = %+v, want %+v", got, want)
+		}
+	})
 	t.Run("MissingFieldsAreAnError", func(t *testing.T) {
 		t.Parallel()
 		if _, err := parseStatus([]byte("Name:\tkthreadd\nThreads:\t1\n")); err == nil {
