@@ -256,12 +256,7 @@ func New(cfg Config) (*Engine, error) {
 // renderers reconnect in time. Leases are marked not heard from until
 // their holder speaks again.
 func (e *Engine) rebuild(wall time.Time) error {
-	type queued struct {
-		at   time.Time
-		id   uint64
-		team string
-	}
-	var ready []queued
+	var ready []store.QueuedJob
 	mono := e.clockMono
 	err := e.st.View(func(tx *store.Tx) error {
 		ds, err := tx.DispatchState()
@@ -275,10 +270,12 @@ func (e *Engine) rebuild(wall time.Time) error {
 		}); err != nil {
 			return err
 		}
-		return tx.ForEachUnfinished(func(j jobs.Job) error {
+		queued := func(q store.QueuedJob) error {
+			ready = append(ready, q)
+			return nil
+		}
+		return tx.ForEachUnfinished(queued, func(j jobs.Job) error {
 			switch j.Phase {
-			case jobs.PhaseQueued:
-				ready = append(ready, queued{j.EnqueuedAt, j.ID, j.Team})
 			case jobs.PhaseLeased:
 				e.trackLease(j, mono+e.cfg.LeaseTTL, false)
 				e.sched.Acquired(j.Team)
@@ -293,11 +290,11 @@ func (e *Engine) rebuild(wall time.Time) error {
 	if err != nil {
 		return fmt.Errorf("rebuilding indexes: %w", err)
 	}
-	slices.SortFunc(ready, func(a, b queued) int {
-		return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.id, b.id))
+	slices.SortFunc(ready, func(a, b store.QueuedJob) int {
+		return cmp.Or(cmp.Compare(a.EnqueuedAt, b.EnqueuedAt), cmp.Compare(a.ID, b.ID))
 	})
 	for _, q := range ready {
-		e.sched.Push(q.team, q.id)
+		e.sched.Push(q.Team, q.ID)
 	}
 	return nil
 }

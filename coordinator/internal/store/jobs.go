@@ -145,24 +145,113 @@ func (t *Tx) SetUnfinished(id uint64, unfinished bool) error {
 	return t.del(bucketUnfinished, itob(id))
 }
 
-// ForEachUnfinished calls fn for every unfinished job in id order.
-func (t *Tx) ForEachUnfinished(fn func(jobs.Job) error) error {
-	jb := t.tx.Bucket(bucketJobs)
+// QueuedJob is what a ready queue needs of a QUEUED job.
+type QueuedJob struct {
+	ID   uint64
+	Team string
+	// EnqueuedAt is when the job entered its queue, in Unix nanoseconds.
+	EnqueuedAt int64
+}
+
+// Job record field numbers read by ForEachUnfinished.
+const (
+	fieldTeam       = 3
+	fieldEnqueuedAt = 42
+)
+
+// maxSteps is how many records ForEachUnfinished steps over before it
+// seeks instead.
+const maxSteps = 16
+
+// ForEachUnfinished calls queued for every unfinished QUEUED job and other
+// for every other unfinished job, in id order. A QUEUED job is read
+// straight from its encoded record (phase, team, enqueue time), without
+// decoding the rest: start-up reads every unfinished job, and most of a
+// large backlog is QUEUED. Equal team names share one string.
+func (t *Tx) ForEachUnfinished(queued func(QueuedJob) error, other func(jobs.Job) error) error {
+	// Both buckets are in id order: the job cursor steps forward to the
+	// next unfinished id, a few records at most, and seeks past a longer
+	// run of finished jobs.
+	jc := t.tx.Bucket(bucketJobs).Cursor()
+	jk, v := jc.First()
+	teams := make(map[string]string)
 	c := t.tx.Bucket(bucketUnfinished).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		v := jb.Get(k)
-		if v == nil {
+		for steps := 0; jk != nil && bytes.Compare(jk, k) < 0; steps++ {
+			if steps == maxSteps {
+				jk, v = jc.Seek(k)
+				break
+			}
+			jk, v = jc.Next()
+		}
+		if jk == nil || !bytes.Equal(jk, k) {
 			return fmt.Errorf("unfinished job %d has no record", btoi(k))
+		}
+		q, isQueued, err := scanQueued(btoi(k), v, teams)
+		if err != nil {
+			return err
+		}
+		if isQueued {
+			if err := queued(q); err != nil {
+				return err
+			}
+			continue
 		}
 		j, err := decodeJob(btoi(k), v)
 		if err != nil {
 			return err
 		}
-		if err := fn(j); err != nil {
+		if err := other(j); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// scanQueued reads the phase, team and enqueue time of an encoded job
+// record, and reports whether it is QUEUED. teams interns team names.
+func scanQueued(id uint64, v []byte, teams map[string]string) (QueuedJob, bool, error) {
+	q := QueuedJob{ID: id}
+	var phase jobs.Phase
+	for b := v; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return q, false, fmt.Errorf("decoding job %d: %w", id, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && (num == fieldPhase || num == fieldEnqueuedAt):
+			x, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return q, false, fmt.Errorf("decoding job %d: %w", id, protowire.ParseError(n))
+			}
+			b = b[n:]
+			if num == fieldPhase {
+				phase = jobs.Phase(int32(x))
+			} else {
+				q.EnqueuedAt = int64(x)
+			}
+		case typ == protowire.BytesType && num == fieldTeam:
+			name, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return q, false, fmt.Errorf("decoding job %d: %w", id, protowire.ParseError(n))
+			}
+			b = b[n:]
+			team, ok := teams[string(name)]
+			if !ok {
+				team = string(name)
+				teams[team] = team
+			}
+			q.Team = team
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return q, false, fmt.Errorf("decoding job %d: %w", id, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
+	}
+	return q, phase == jobs.PhaseQueued, nil
 }
 
 // UnfinishedAfter returns up to limit ids of unfinished jobs above after,

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -313,7 +314,15 @@ func TestUnfinishedIndex(t *testing.T) {
 	b := setup(t)
 	b.update(t, func(tx *store.Tx) error {
 		for _, id := range []uint64{300, 1, 2, 3, 256} {
-			if err := tx.PutJob(jobs.Job{ID: id, Phase: jobs.PhaseQueued}); err != nil {
+			j := jobs.Job{ID: id, Phase: jobs.PhaseQueued, Team: []string{"alpha", "beta"}[id%2],
+				EnqueuedAt: time.Unix(1700000000, int64(id)).UTC()}
+			if id == 256 {
+				j.Phase, j.Lease = jobs.PhaseLeased, jobs.Lease{Token: 7, Renderer: "r1"}
+			}
+			if id == 3 {
+				j.EnqueuedAt = time.Time{}
+			}
+			if err := tx.PutJob(j); err != nil {
 				return err
 			}
 			if err := tx.SetUnfinished(id, true); err != nil {
@@ -328,15 +337,35 @@ func TestUnfinishedIndex(t *testing.T) {
 	})
 	want := []uint64{1, 3, 256, 300}
 	b.view(t, func(tx *store.Tx) error {
+		// QUEUED jobs come as what their ready queue needs, read without
+		// decoding the record; the others whole.
 		var got []uint64
-		if err := tx.ForEachUnfinished(func(j jobs.Job) error {
+		var queued []store.QueuedJob
+		var others []jobs.Job
+		if err := tx.ForEachUnfinished(func(q store.QueuedJob) error {
+			got = append(got, q.ID)
+			queued = append(queued, q)
+			return nil
+		}, func(j jobs.Job) error {
 			got = append(got, j.ID)
+			others = append(others, j)
 			return nil
 		}); err != nil {
 			t.Fatalf("ForEachUnfinished: %v", err)
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("ForEachUnfinished (-want +got):\n%s", diff)
+		}
+		wantQueued := []store.QueuedJob{
+			{ID: 1, Team: "beta", EnqueuedAt: time.Unix(1700000000, 1).UnixNano()},
+			{ID: 3, Team: "beta"},
+			{ID: 300, Team: "alpha", EnqueuedAt: time.Unix(1700000000, 300).UnixNano()},
+		}
+		if diff := cmp.Diff(wantQueued, queued); diff != "" {
+			t.Errorf("QUEUED jobs (-want +got):\n%s", diff)
+		}
+		if len(others) != 1 || others[0].ID != 256 || others[0].Phase != jobs.PhaseLeased || others[0].Lease.Token != 7 {
+			t.Errorf("other unfinished jobs = %+v, want job 256 LEASED under token 7", others)
 		}
 		for _, tc := range []struct {
 			after uint64
@@ -356,10 +385,46 @@ func TestUnfinishedIndex(t *testing.T) {
 		return nil
 	})
 
+	t.Run("Long runs of finished jobs are stepped over or sought past", func(t *testing.T) {
+		c := setup(t)
+		var want []uint64
+		c.update(t, func(tx *store.Tx) error {
+			for id := uint64(1); id <= 100; id++ {
+				j := jobs.Job{ID: id, Phase: jobs.PhaseSucceeded, Team: "alpha"}
+				// Unfinished: 1, then after runs of 3 and of 40 finished jobs.
+				if id == 1 || id == 5 || id == 46 || id == 47 || id == 100 {
+					j.Phase = jobs.PhaseQueued
+					want = append(want, id)
+					if err := tx.SetUnfinished(id, true); err != nil {
+						return err
+					}
+				}
+				if err := tx.PutJob(j); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		c.view(t, func(tx *store.Tx) error {
+			var got []uint64
+			err := tx.ForEachUnfinished(func(q store.QueuedJob) error {
+				got = append(got, q.ID)
+				return nil
+			}, func(j jobs.Job) error { return fmt.Errorf("job %d is %s, want QUEUED", j.ID, j.Phase) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("ForEachUnfinished (-want +got):\n%s", diff)
+			}
+			return nil
+		})
+	})
+
 	t.Run("An indexed job without a record is reported", func(t *testing.T) {
 		b.update(t, func(tx *store.Tx) error { return tx.SetUnfinished(500, true) })
 		err := b.st.View(func(tx *store.Tx) error {
-			return tx.ForEachUnfinished(func(jobs.Job) error { return nil })
+			return tx.ForEachUnfinished(func(store.QueuedJob) error { return nil }, func(jobs.Job) error { return nil })
 		})
 		if err == nil || !strings.Contains(err.Error(), "500") {
 			t.Errorf("ForEachUnfinished with a dangling entry: err = %v, want one naming job 500", err)

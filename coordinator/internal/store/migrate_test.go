@@ -303,7 +303,8 @@ func TestMigrateSchema1Fixture(t *testing.T) {
 				t.Errorf("unfinished (-want +got):\n%s", diff)
 			}
 			var loaded []uint64
-			if err := tx.ForEachUnfinished(func(j jobs.Job) error { loaded = append(loaded, j.ID); return nil }); err != nil {
+			queued := func(q store.QueuedJob) error { loaded = append(loaded, q.ID); return nil }
+			if err := tx.ForEachUnfinished(queued, func(j jobs.Job) error { loaded = append(loaded, j.ID); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff([]uint64{2, 3, 6, 8}, loaded); diff != "" {
