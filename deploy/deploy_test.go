@@ -30,21 +30,10 @@ var binDir string
 var moduleRoot string
 
 func TestMain(m *testing.M) {
-	root, err := testbin.ModuleRoot(".")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deploy:", err)
-		os.Exit(1)
-	}
-	moduleRoot = root
-	dir, cleanup, err := testbin.Prepare(root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deploy:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	testbin.Main("deploy", func(root, dir string) int {
+		moduleRoot, binDir = root, dir
+		return m.Run()
+	})
 }
 
 // Margins the grace periods keep beyond the programs' own timeouts: the

@@ -47,21 +47,10 @@ var binDir string
 var moduleRoot string
 
 func TestMain(m *testing.M) {
-	root, err := testbin.ModuleRoot(".")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "docs:", err)
-		os.Exit(1)
-	}
-	moduleRoot = root
-	dir, cleanup, err := testbin.Prepare(root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "docs:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	testbin.Main("docs", func(root, dir string) int {
+		moduleRoot, binDir = root, dir
+		return m.Run()
+	})
 }
 
 // waitTimeout bounds every wait of the scripts' own commands; they end as

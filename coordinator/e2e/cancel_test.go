@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // TestCancelQueuedWorkNeverReachesARenderer cancels a deep batch while two
@@ -46,7 +47,7 @@ func TestCancelQueuedWorkNeverReachesARenderer(t *testing.T) {
 	batchID := sub.GetBatch().GetId()
 	// Let the renderers start on the batch before cancelling it.
 	for _, r := range renderers {
-		r.waitFor("lease acquired")
+		r.WaitFor("lease acquired")
 	}
 	cancelled, err := alpha.CancelBatch(ctx, batchID, "not needed any more")
 	if err != nil {
@@ -115,8 +116,8 @@ func TestCancelIsPushedToTheRunningRenderer(t *testing.T) {
 		t.Fatalf("SubmitBatch: %v", err)
 	}
 	jobID := sub.GetBatch().GetJobIds()[0]
-	acquired := r.waitFor("lease acquired", "job="+jobID+" ")
-	token := logAttr(acquired, "token")
+	acquired := r.WaitFor("lease acquired", "job="+jobID+" ")
+	token := proctest.LogAttr(acquired, "token")
 
 	resp, err := alpha.CancelJob(ctx, jobID, "changed my mind")
 	if err != nil {
@@ -129,11 +130,11 @@ func TestCancelIsPushedToTheRunningRenderer(t *testing.T) {
 		t.Errorf("CancelJob running renderer = %q, want r1", got)
 	}
 
-	lost := r.waitFor("lease lost", "job="+jobID+" ")
-	if got := logAttr(lost, "reason"); got != "JOB_CANCELLED" {
+	lost := r.WaitFor("lease lost", "job="+jobID+" ")
+	if got := proctest.LogAttr(lost, "reason"); got != "JOB_CANCELLED" {
 		t.Errorf("lease lost reason = %q, want JOB_CANCELLED (line %q)", got, lost)
 	}
-	r.waitFor("cancel acknowledged", "job="+jobID+" ", "token="+token)
+	r.WaitFor("cancel acknowledged", "job="+jobID+" ", "token="+token)
 
 	// The acknowledgement is committed after the renderer sends it; wait
 	// for the record to show it.
@@ -164,7 +165,7 @@ func TestCancelIsPushedToTheRunningRenderer(t *testing.T) {
 	if diff := cmp.Diff(want, kinds); diff != "" {
 		t.Errorf("history (-want +got):\n%s", diff)
 	}
-	if lines := r.linesWith("render done"); len(lines) != 0 {
+	if lines := r.LinesWith("render done"); len(lines) != 0 {
 		t.Errorf("renderer finished a cancelled render: %q", lines)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // browserFlags start Debian's chromium headless, alone: no sandbox (tests
@@ -221,7 +222,7 @@ func TestConsole(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 	coord := startCoordinator(t, "--console", "--metrics-listen", freeAddr(t), "--lease-ttl", "30s")
-	base := strings.TrimSuffix(logAttr(coord.waitFor("coordinator listening"), "console"), "/console/")
+	base := strings.TrimSuffix(proctest.LogAttr(coord.WaitFor("coordinator listening"), "console"), "/console/")
 	if base == "" {
 		t.Fatal("the coordinator did not log its console URL")
 	}

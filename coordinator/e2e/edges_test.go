@@ -7,6 +7,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // TestRendererDrainsOnSIGTERM sends SIGTERM to renderers holding leases:
@@ -28,9 +29,9 @@ func TestRendererDrainsOnSIGTERM(t *testing.T) {
 			t.Fatalf("SubmitBatch: %v", err)
 		}
 		id := res.GetBatch().GetJobIds()[0]
-		r.waitFor("lease acquired", "job="+id+" ")
-		r.signal(syscall.SIGTERM)
-		if code := r.waitExit(); code != 0 {
+		r.WaitFor("lease acquired", "job="+id+" ")
+		r.Signal(syscall.SIGTERM)
+		if code := r.WaitExit(); code != 0 {
 			t.Fatalf("renderer exit status = %d, want 0", code)
 		}
 		j, err := alpha.GetJob(ctx, id)
@@ -50,10 +51,10 @@ func TestRendererDrainsOnSIGTERM(t *testing.T) {
 		}
 		ids := res.GetBatch().GetJobIds()
 		for _, id := range ids {
-			slow.waitFor("lease acquired", "job="+id+" ")
+			slow.WaitFor("lease acquired", "job="+id+" ")
 		}
-		slow.signal(syscall.SIGTERM)
-		if code := slow.waitExit(); code != 0 {
+		slow.Signal(syscall.SIGTERM)
+		if code := slow.WaitExit(); code != 0 {
 			t.Fatalf("renderer exit status = %d, want 0", code)
 		}
 		// The hand-backs were answered before the renderer exited: the jobs
@@ -102,19 +103,19 @@ func TestRendererRidesOutACoordinatorOutage(t *testing.T) {
 		t.Fatalf("SubmitBatch: %v", err)
 	}
 	id := res.GetBatch().GetJobIds()[0]
-	line := r.waitFor("lease acquired", "job="+id+" ")
-	token := logAttr(line, "token")
+	line := r.WaitFor("lease acquired", "job="+id+" ")
+	token := proctest.LogAttr(line, "token")
 
-	down := r.mark()
-	coord.kill()
-	r.waitFrom(down, "session ended")
+	down := r.Mark()
+	coord.Kill()
+	r.WaitFrom(down, "session ended")
 	// The outage itself: its length is the fault under test, not a wait
 	// for something to happen.
 	time.Sleep(outage)
-	back := r.mark()
+	back := r.Mark()
 	coord = startCoordinatorAt(t, coord.addr, coord.dataDir, "--lease-ttl", "30s")
 	up := time.Now()
-	r.waitFrom(back, "session started")
+	r.WaitFrom(back, "session started")
 	t.Logf("after a %v outage the renderer's session was back %v after the coordinator served again", outage, time.Since(up))
 
 	alpha = dial(t, coord.addr, tokenAlpha)
@@ -145,17 +146,17 @@ func TestWatchResumesAcrossARestart(t *testing.T) {
 	}
 	batchID := res.GetBatch().GetId()
 	ids := res.GetBatch().GetJobIds()
-	watch := startProc(t, "watch", bins.cli, "--addr", coord.addr, "--token", tokenAlpha, "watch", batchID)
-	watch.waitFor("job " + ids[0] + " SUCCEEDED")
+	watch := procs.Start(t, "watch", bins.cli, "--addr", coord.addr, "--token", tokenAlpha, "watch", batchID)
+	watch.WaitFor("job " + ids[0] + " SUCCEEDED")
 
-	back := r.mark()
+	back := r.Mark()
 	coord = coord.restart(t)
-	r.waitFrom(back, "session started")
-	if code := watch.waitExit(); code != 0 {
+	r.WaitFrom(back, "session started")
+	if code := watch.WaitExit(); code != 0 {
 		t.Fatalf("watch exit status = %d, want 0", code)
 	}
 	for _, id := range ids {
-		if n := len(watch.linesWith("job " + id + " SUCCEEDED")); n != 1 {
+		if n := len(watch.LinesWith("job " + id + " SUCCEEDED")); n != 1 {
 			t.Errorf("lines announcing %s SUCCEEDED = %d, want exactly 1 across the restart", id, n)
 		}
 	}

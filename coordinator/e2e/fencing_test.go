@@ -32,7 +32,7 @@ func TestRestartKeepsLeasesAndTokens(t *testing.T) {
 	}
 	heldIDs := held.GetBatch().GetJobIds()
 	for _, id := range heldIDs {
-		r.waitFor("lease acquired", "job="+id+" ")
+		r.WaitFor("lease acquired", "job="+id+" ")
 	}
 	original := map[string]uint64{}
 	var maxBefore uint64
@@ -57,7 +57,7 @@ func TestRestartKeepsLeasesAndTokens(t *testing.T) {
 	ctx = testContext(t)
 
 	t.Run("leases granted before the crash complete under their original tokens", func(t *testing.T) {
-		r.waitFor("session ended") // the renderer saw the crash
+		r.WaitFor("session ended") // the renderer saw the crash
 		waitBatchDone(t, alpha, held.GetBatch().GetId())
 		for id, token := range original {
 			j, err := alpha.GetJob(ctx, id)
@@ -74,7 +74,7 @@ func TestRestartKeepsLeasesAndTokens(t *testing.T) {
 				t.Errorf("job %s attempt = %d, want 1 (the lease survived the restart)", id, got)
 			}
 		}
-		if lines := r.linesWith("completion rejected"); len(lines) != 0 {
+		if lines := r.LinesWith("completion rejected"); len(lines) != 0 {
 			t.Errorf("renderer had completions rejected: %q", lines)
 		}
 	})

@@ -9,27 +9,24 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // Development tokens the coordinator accepts on loopback without a
@@ -52,64 +49,8 @@ var bins struct {
 	coordinator, renderer, cli, grpcurl string
 }
 
-// moduleRoot is the repository root, two levels above this package.
-var moduleRoot = func() string {
-	dir, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		panic(err)
-	}
-	return dir
-}()
-
 func TestMain(m *testing.M) {
-	tmp, err := prepareBinaries()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		if tmp != "" {
-			os.RemoveAll(tmp)
-		}
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if tmp != "" {
-			os.RemoveAll(tmp)
-		}
-		os.Exit(code)
-	}))
-}
-
-// prepareBinaries fills bins, building what $LEASEHOLD_BIN does not
-// provide. It returns the temporary directory it built into, if any.
-func prepareBinaries() (string, error) {
-	if dir := os.Getenv("LEASEHOLD_BIN"); dir != "" {
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(moduleRoot, dir)
-		}
-		setBins(dir)
-		for _, p := range []string{bins.coordinator, bins.renderer, bins.cli, bins.grpcurl} {
-			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("LEASEHOLD_BIN=%s: %w", os.Getenv("LEASEHOLD_BIN"), err)
-			}
-		}
-		return "", nil
-	}
-	tmp, err := os.MkdirTemp("", "leasehold-e2e-bin-")
-	if err != nil {
-		return "", err
-	}
-	setBins(tmp)
-	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator),
-		"./coordinator/cmd/coordinator", "./renderer/cmd/renderer", "./client/cmd/leasehold")
-	build.Dir = moduleRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		return tmp, fmt.Errorf("building the binaries: %v\n%s", err, out)
-	}
-	tools := exec.Command("go", "-C", filepath.Join(moduleRoot, "scripts", "tools"), "build",
-		"-o", tmp+string(filepath.Separator), "github.com/fullstorydev/grpcurl/cmd/grpcurl")
-	if out, err := tools.CombinedOutput(); err != nil {
-		return tmp, fmt.Errorf("building grpcurl: %v\n%s", err, out)
-	}
-	return tmp, nil
+	proctest.Main(m, "e2e", testbin.Names, setBins)
 }
 
 func setBins(dir string) {
@@ -119,228 +60,12 @@ func setBins(dir string) {
 	bins.grpcurl = filepath.Join(dir, "grpcurl")
 }
 
-// logLines collects the lines a process writes to stdout and stderr, and
-// lets a test wait for one.
-type logLines struct {
-	mu      sync.Mutex
-	lines   []string
-	changed chan struct{} // closed and replaced on every new line and at EOF
-	eof     bool
-}
-
-func newLogLines() *logLines { return &logLines{changed: make(chan struct{})} }
-
-func (l *logLines) add(line string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, line)
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-func (l *logLines) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.eof = true
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-// snapshot returns the lines so far, whether the output ended, and a
-// channel closed at the next change.
-func (l *logLines) snapshot() ([]string, bool, <-chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines[:len(l.lines):len(l.lines)], l.eof, l.changed
-}
-
-// proc is a process under test.
-type proc struct {
-	t      testing.TB
-	name   string
-	cmd    *exec.Cmd
-	logs   *logLines
-	exited chan struct{} // closed once the process has been waited for
-	state  *os.ProcessState
-	logEOF chan struct{} // closed once its output is fully read
-}
-
-// startProc starts bin with args, its stdout and stderr read through one
-// pipe, logging in slog's text format, which the tests read. It is killed
-// with SIGKILL when the test ends.
-func startProc(t testing.TB, name, bin string, args ...string) *proc {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatalf("pipe for %s: %v", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(childEnv(), "LEASEHOLD_LOG_FORMAT=text")
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	w.Close()
-	p := &proc{t: t, name: name, cmd: cmd, logs: newLogLines(), exited: make(chan struct{}), logEOF: make(chan struct{})}
-	go func() {
-		defer close(p.logEOF)
-		defer r.Close()
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			p.logs.add(sc.Text())
-		}
-		p.logs.close()
-	}()
-	go func() {
-		defer close(p.exited)
-		_ = cmd.Wait()
-		p.state = cmd.ProcessState
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			lines, _, _ := p.logs.snapshot()
-			if len(lines) > 60 {
-				lines = lines[len(lines)-60:]
-			}
-			t.Logf("last lines of %s:\n%s", name, strings.Join(lines, "\n"))
-		}
-	})
-	return p
-}
-
-// childEnv returns this process's environment without LEASEHOLD_*
-// variables, so that the processes under test see only the flags and
-// variables a test gives them.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// kill sends SIGKILL (which also ends a stopped process) and waits until
-// the process is reaped and its output is read.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	timer := time.NewTimer(waitTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.exited:
-	case <-timer.C:
-		p.t.Errorf("%s did not exit after SIGKILL", p.name)
-		return
-	}
-	select {
-	case <-p.logEOF:
-	case <-timer.C:
-		p.t.Errorf("output of %s did not end after it exited", p.name)
-	}
-}
-
-// signal sends sig to the process.
-func (p *proc) signal(sig syscall.Signal) {
-	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("sending %v to %s: %v", sig, p.name, err)
-	}
-}
-
-// waitExit waits for the process to exit on its own and returns its exit code.
-func (p *proc) waitExit() int {
-	p.t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(waitTimeout):
-		p.t.Fatalf("%s did not exit within %v", p.name, waitTimeout)
-	}
-	<-p.logEOF
-	return p.state.ExitCode()
-}
-
-// mark returns the number of lines seen so far, for waitFrom.
-func (p *proc) mark() int {
-	lines, _, _ := p.logs.snapshot()
-	return len(lines)
-}
-
-// waitFor waits for a line containing every one of parts and returns it.
-func (p *proc) waitFor(parts ...string) string {
-	p.t.Helper()
-	return p.waitFrom(0, parts...)
-}
-
-// waitFrom waits for a line at or after index from containing every one of
-// parts, and returns it. It fails the test if the output ends first or the
-// failsafe timeout passes.
-func (p *proc) waitFrom(from int, parts ...string) string {
-	p.t.Helper()
-	timer := time.NewTimer(waitTimeout)
-	defer timer.Stop()
-	for {
-		lines, eof, changed := p.logs.snapshot()
-		for _, line := range lines[min(from, len(lines)):] {
-			if containsAll(line, parts) {
-				return line
-			}
-		}
-		if eof {
-			p.t.Fatalf("%s ended its output without a line containing %q", p.name, parts)
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			p.t.Fatalf("no line of %s contained %q within %v", p.name, parts, waitTimeout)
-		}
-	}
-}
-
-// linesWith returns every line so far that contains every one of parts.
-func (p *proc) linesWith(parts ...string) []string {
-	lines, _, _ := p.logs.snapshot()
-	var out []string
-	for _, line := range lines {
-		if containsAll(line, parts) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-func containsAll(line string, parts []string) bool {
-	for _, s := range parts {
-		if !strings.Contains(line, s) {
-			return false
-		}
-	}
-	return true
-}
-
-var attrPattern = regexp.MustCompile(`(?:^| )([a-z_.]+)=("(?:[^"\\]|\\.)*"|[^ ]*)`)
-
-// logAttr returns the value of key=value in an slog text line.
-func logAttr(line, key string) string {
-	for _, m := range attrPattern.FindAllStringSubmatch(line, -1) {
-		if m[1] == key {
-			return strings.Trim(m[2], `"`)
-		}
-	}
-	return ""
-}
+// procs starts the processes under test.
+var procs = proctest.Options{Timeout: waitTimeout, Tail: 60}
 
 // coordinator is a coordinator process.
 type coordinator struct {
-	*proc
+	*proctest.Proc
 	addr    string
 	dataDir string
 }
@@ -358,9 +83,9 @@ func startCoordinator(t testing.TB, args ...string) *coordinator {
 func startCoordinatorAt(t testing.TB, listen, dataDir string, args ...string) *coordinator {
 	t.Helper()
 	all := append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...)
-	p := startProc(t, "coordinator", bins.coordinator, all...)
-	line := p.waitFor("coordinator listening")
-	c := &coordinator{proc: p, addr: logAttr(line, "addr"), dataDir: dataDir}
+	p := procs.Start(t, "coordinator", bins.coordinator, all...)
+	line := p.WaitFor("coordinator listening")
+	c := &coordinator{Proc: p, addr: proctest.LogAttr(line, "addr"), dataDir: dataDir}
 	if c.addr == "" {
 		t.Fatalf("no addr in %q", line)
 	}
@@ -372,7 +97,7 @@ func startCoordinatorAt(t testing.TB, listen, dataDir string, args ...string) *c
 // same address and data directory.
 func (c *coordinator) restart(t testing.TB, args ...string) *coordinator {
 	t.Helper()
-	c.kill()
+	c.Kill()
 	return startCoordinatorAt(t, c.addr, c.dataDir, args...)
 }
 
@@ -397,7 +122,7 @@ func waitServing(t testing.TB, addr string) {
 
 // renderer is a renderer process.
 type renderer struct {
-	*proc
+	*proctest.Proc
 	id     string
 	record string
 }
@@ -417,9 +142,9 @@ func startRendererRecording(t testing.TB, addr, id, record string, args ...strin
 	// Debug logs name every lease and completion, which the tests follow.
 	all := append([]string{"--coordinator", addr, "--id", id, "--token", tokenRenderer, "--record", record,
 		"--log-level", "debug"}, args...)
-	p := startProc(t, "renderer "+id, bins.renderer, all...)
-	p.waitFor("renderer started")
-	return &renderer{proc: p, id: id, record: record}
+	p := procs.Start(t, "renderer "+id, bins.renderer, all...)
+	p.WaitFor("renderer started")
+	return &renderer{Proc: p, id: id, record: record}
 }
 
 // recordedJobs returns the set of job ids in the renderer's record file.
@@ -471,7 +196,7 @@ func execTool(bin string, env []string, args ...string) (cliResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(childEnv(), env...)
+	cmd.Env = append(testbin.Env(), env...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

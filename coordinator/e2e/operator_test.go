@@ -105,7 +105,7 @@ func TestReplayFailedJobs(t *testing.T) {
 			t.Fatalf("batch %s counts = %v, want all %d FAILED", b.GetId(), got, b.GetJobCount())
 		}
 	}
-	bad.kill()
+	bad.Kill()
 	startRenderer(t, coord.addr, "good")
 
 	t.Run("a dry run changes nothing", func(t *testing.T) {

@@ -25,9 +25,9 @@ func TestPoisonDocumentExhaustsItsAttempts(t *testing.T) {
 	renderers := make([]*renderer, len(ids))
 	exits := make(chan int, 32) // index of a renderer that exited; buffered past the restart bound
 	watchExit := func(i int) {
-		p := renderers[i].proc
+		p := renderers[i].Proc
 		go func() {
-			<-p.exited
+			<-p.Exited()
 			exits <- i
 		}()
 	}
@@ -58,7 +58,7 @@ supervise:
 			}
 			break supervise
 		case i := <-exits:
-			if code := renderers[i].waitExit(); code != 3 {
+			if code := renderers[i].WaitExit(); code != 3 {
 				t.Errorf("renderer %s exited with %d, want 3 (the crash-on exit)", ids[i], code)
 			}
 			crashes++

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/security/securitytest"
 )
 
@@ -28,11 +29,11 @@ func TestMutualTLS(t *testing.T) {
 	serverCert, serverKey := securitytest.WriteKeyPair(t, dir, "coordinator", ca.Server(t))
 	clientCert, clientKey := securitytest.WriteKeyPair(t, dir, "client", ca.Client(t, "client"))
 
-	p := startProc(t, "coordinator", bins.coordinator, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+	p := procs.Start(t, "coordinator", bins.coordinator, "--listen", "127.0.0.1:0", "--metrics-listen", "",
 		"--data-dir", t.TempDir(), "--tls-cert", serverCert, "--tls-key", serverKey, "--tls-client-ca", caFile)
-	line := p.waitFor("coordinator listening")
-	addr := logAttr(line, "addr")
-	if got := logAttr(line, "tls"); got != "mtls" {
+	line := p.WaitFor("coordinator listening")
+	addr := proctest.LogAttr(line, "addr")
+	if got := proctest.LogAttr(line, "tls"); got != "mtls" {
 		t.Fatalf("listening line %q: tls=%q, want mtls", line, got)
 	}
 	waitServingTLS(t, addr, &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "probe")}})

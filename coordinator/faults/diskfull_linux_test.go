@@ -72,7 +72,7 @@ func TestDiskFull(t *testing.T) {
 	if !errors.Is(refusal, client.ErrStorageFull) || !errors.Is(refusal, client.ErrUnavailable) {
 		t.Fatalf("the submit that filled the disk failed with %v, want UNAVAILABLE STORAGE_FULL", refusal)
 	}
-	coord.waitFor("commit failed", "no space left on device")
+	coord.WaitFor("commit failed", "no space left on device")
 	if got := healthOf(t, coord.addr, false); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health after the disk filled = %v, want NOT_SERVING", got)
 	}
@@ -99,8 +99,8 @@ func TestDiskFull(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	coord.signal(syscall.SIGTERM)
-	coord.waitGone()
+	coord.Signal(syscall.SIGTERM)
+	coord.WaitGone()
 	coord = startCoordinator(t, coord.addr, dataDir, args...)
 	alpha = dial(t, coord.addr, tokenAlpha)
 	requeued := 0
@@ -120,12 +120,12 @@ func TestDiskFull(t *testing.T) {
 	if len(stored) != jobs {
 		t.Errorf("the store holds %d jobs, want the %d acknowledged and nothing of the refused batches", len(stored), jobs)
 	}
-	if lines := coord.linesWith("disagrees"); len(lines) > 0 {
+	if lines := coord.LinesWith("disagrees"); len(lines) > 0 {
 		t.Errorf("the restarted coordinator found its indexes and store disagreeing: %q", lines)
 	}
 
-	coord.signal(syscall.SIGTERM)
-	coord.waitGone()
+	coord.Signal(syscall.SIGTERM)
+	coord.WaitGone()
 	st, err := store.Open(filepath.Join(dataDir, "leasehold.db"))
 	if err != nil {
 		t.Fatalf("opening the store: %v", err)

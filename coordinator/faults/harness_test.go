@@ -21,30 +21,25 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 var long = flag.Bool("long", false, "measure over hundreds of leases and pauses instead of tens")
@@ -63,273 +58,19 @@ const waitTimeout = 60 * time.Second
 // bins holds the absolute paths of the binaries under test.
 var bins struct{ coordinator, renderer string }
 
-// moduleRoot is the repository root, two levels above this package.
-var moduleRoot = func() string {
-	dir, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		panic(err)
-	}
-	return dir
-}()
-
 func TestMain(m *testing.M) {
 	flag.Parse()
-	tmp, err := prepareBinaries()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faults:", err)
-		if tmp != "" {
-			os.RemoveAll(tmp)
-		}
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if tmp != "" {
-			os.RemoveAll(tmp)
-		}
-		os.Exit(code)
-	}))
-}
-
-// prepareBinaries fills bins from $LEASEHOLD_BIN or builds them, and
-// returns the temporary directory it built into, if any.
-func prepareBinaries() (string, error) {
-	if dir := os.Getenv("LEASEHOLD_BIN"); dir != "" {
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(moduleRoot, dir)
-		}
+	proctest.Main(m, "faults", []string{"coordinator", "renderer"}, func(dir string) {
 		bins.coordinator, bins.renderer = filepath.Join(dir, "coordinator"), filepath.Join(dir, "renderer")
-		for _, p := range []string{bins.coordinator, bins.renderer} {
-			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("LEASEHOLD_BIN=%s: %w", os.Getenv("LEASEHOLD_BIN"), err)
-			}
-		}
-		return "", nil
-	}
-	tmp, err := os.MkdirTemp("", "leasehold-faults-bin-")
-	if err != nil {
-		return "", err
-	}
-	bins.coordinator, bins.renderer = filepath.Join(tmp, "coordinator"), filepath.Join(tmp, "renderer")
-	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./coordinator/cmd/coordinator", "./renderer/cmd/renderer")
-	build.Dir = moduleRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		return tmp, fmt.Errorf("building the binaries: %v\n%s", err, out)
-	}
-	return tmp, nil
-}
-
-// logLines collects a process's output lines and lets a test wait for one.
-type logLines struct {
-	mu      sync.Mutex
-	lines   []string
-	changed chan struct{} // closed and replaced on every new line and at EOF
-	eof     bool
-}
-
-func (l *logLines) add(line string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, line)
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-func (l *logLines) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.eof = true
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-func (l *logLines) snapshot() ([]string, bool, <-chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines[:len(l.lines):len(l.lines)], l.eof, l.changed
-}
-
-// proc is a process under test, killed when the test ends.
-type proc struct {
-	t      testing.TB
-	name   string
-	cmd    *exec.Cmd
-	logs   *logLines
-	exited chan struct{}
-	state  *os.ProcessState
-	logEOF chan struct{}
-}
-
-// startProc starts bin with args, its stdout and stderr read through one
-// pipe, and a cleanup that kills it.
-func startProc(t testing.TB, name, bin string, args ...string) *proc {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatalf("pipe for %s: %v", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// The harness reads key=value attributes off the log lines.
-	cmd.Env = append(cmd.Env, "LEASEHOLD_LOG_FORMAT=text")
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	w.Close()
-	p := &proc{t: t, name: name, cmd: cmd, logs: &logLines{changed: make(chan struct{})},
-		exited: make(chan struct{}), logEOF: make(chan struct{})}
-	go func() {
-		defer close(p.logEOF)
-		defer r.Close()
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			p.logs.add(sc.Text())
-		}
-		p.logs.close()
-	}()
-	go func() {
-		defer close(p.exited)
-		_ = cmd.Wait()
-		p.state = cmd.ProcessState
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			lines, _, _ := p.logs.snapshot()
-			if len(lines) > 40 {
-				lines = lines[len(lines)-40:]
-			}
-			t.Logf("last lines of %s:\n%s", name, strings.Join(lines, "\n"))
-		}
 	})
-	return p
 }
 
-// kill sends SIGKILL (which also ends a stopped process) and waits until
-// the process is reaped and its output read.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	p.waitGone()
-}
-
-// waitGone waits for the process to be reaped and its output read.
-func (p *proc) waitGone() {
-	timer := time.NewTimer(waitTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.exited:
-	case <-timer.C:
-		p.t.Errorf("%s did not exit within %v", p.name, waitTimeout)
-		return
-	}
-	select {
-	case <-p.logEOF:
-	case <-timer.C:
-		p.t.Errorf("output of %s did not end after it exited", p.name)
-	}
-}
-
-// signal sends sig to the process.
-func (p *proc) signal(sig syscall.Signal) {
-	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("sending %v to %s: %v", sig, p.name, err)
-	}
-}
-
-// mark returns the number of lines seen so far, for waitFrom.
-func (p *proc) mark() int {
-	lines, _, _ := p.logs.snapshot()
-	return len(lines)
-}
-
-// waitFor waits for a line containing every one of parts.
-func (p *proc) waitFor(parts ...string) string {
-	p.t.Helper()
-	return p.waitFrom(0, parts...)
-}
-
-// waitFrom waits for a line at or after index from containing every one of
-// parts and returns it.
-func (p *proc) waitFrom(from int, parts ...string) string {
-	p.t.Helper()
-	return p.waitAny(from, parts)
-}
-
-// waitAny waits for a line at or after index from that contains every part
-// of one of alternatives, and returns it. It fails the test if the output
-// ends first or the failsafe timeout passes.
-func (p *proc) waitAny(from int, alternatives ...[]string) string {
-	p.t.Helper()
-	timer := time.NewTimer(waitTimeout)
-	defer timer.Stop()
-	for {
-		lines, eof, changed := p.logs.snapshot()
-		for _, line := range lines[min(from, len(lines)):] {
-			for _, parts := range alternatives {
-				if containsAll(line, parts) {
-					return line
-				}
-			}
-		}
-		if eof {
-			p.t.Fatalf("%s ended its output without a line containing any of %q", p.name, alternatives)
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			p.t.Fatalf("no line of %s contained any of %q within %v", p.name, alternatives, waitTimeout)
-		}
-	}
-}
-
-// linesWith returns every line so far containing every one of parts.
-func (p *proc) linesWith(parts ...string) []string {
-	lines, _, _ := p.logs.snapshot()
-	var out []string
-	for _, line := range lines {
-		if containsAll(line, parts) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-func containsAll(line string, parts []string) bool {
-	for _, s := range parts {
-		if !strings.Contains(line, s) {
-			return false
-		}
-	}
-	return true
-}
-
-var attrPattern = regexp.MustCompile(`(?:^| )([a-z_.]+)=("(?:[^"\\]|\\.)*"|[^ ]*)`)
-
-// logAttr returns the value of key=value in an slog text line.
-func logAttr(line, key string) string {
-	for _, m := range attrPattern.FindAllStringSubmatch(line, -1) {
-		if m[1] == key {
-			return strings.Trim(m[2], `"`)
-		}
-	}
-	return ""
-}
+// procs starts the processes under test.
+var procs = proctest.Options{Timeout: waitTimeout, Tail: 40}
 
 // coordinator is a coordinator process.
 type coordinator struct {
-	*proc
+	*proctest.Proc
 	addr, dataDir string
 }
 
@@ -338,9 +79,9 @@ type coordinator struct {
 func startCoordinator(t testing.TB, listen, dataDir string, args ...string) *coordinator {
 	t.Helper()
 	all := append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...)
-	p := startProc(t, "coordinator", bins.coordinator, all...)
-	line := p.waitFor("coordinator listening")
-	c := &coordinator{proc: p, addr: logAttr(line, "addr"), dataDir: dataDir}
+	p := procs.Start(t, "coordinator", bins.coordinator, all...)
+	line := p.WaitFor("coordinator listening")
+	c := &coordinator{Proc: p, addr: proctest.LogAttr(line, "addr"), dataDir: dataDir}
 	if c.addr == "" {
 		t.Fatalf("no addr in %q", line)
 	}
@@ -384,7 +125,7 @@ func healthOf(t testing.TB, addr string, waitReady bool) healthpb.HealthCheckRes
 
 // renderer is a renderer process.
 type renderer struct {
-	*proc
+	*proctest.Proc
 	id string
 }
 
@@ -393,9 +134,9 @@ type renderer struct {
 func startRenderer(t testing.TB, addr, id string, args ...string) *renderer {
 	t.Helper()
 	all := append([]string{"--coordinator", addr, "--id", id, "--token", tokenRenderer, "--log-level", "debug"}, args...)
-	p := startProc(t, "renderer "+id, bins.renderer, all...)
-	p.waitFor("renderer started")
-	return &renderer{proc: p, id: id}
+	p := procs.Start(t, "renderer "+id, bins.renderer, all...)
+	p.WaitFor("renderer started")
+	return &renderer{Proc: p, id: id}
 }
 
 // dial returns a client for addr as token, closed when the test ends.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // pauseTTL is the lease TTL of the pause test: short, so that a cycle is
@@ -93,9 +94,9 @@ func pauseCycle(t *testing.T, alpha, beta *client.Client, frozen []*renderer) (f
 	t.Helper()
 	marks := make([]int, len(frozen))
 	for i, r := range frozen {
-		r.waitFrom(r.mark(), "lease acquired")
-		r.signal(syscall.SIGSTOP)
-		marks[i] = r.mark()
+		r.WaitFrom(r.Mark(), "lease acquired")
+		r.Signal(syscall.SIGSTOP)
+		marks[i] = r.Mark()
 	}
 	// The leases each frozen renderer holds, by batch.
 	held := map[string][]leaseRef{}
@@ -147,14 +148,14 @@ func pauseCycle(t *testing.T, alpha, beta *client.Client, frozen []*renderer) (f
 		}
 	}
 	for i, r := range frozen {
-		r.signal(syscall.SIGCONT)
+		r.Signal(syscall.SIGCONT)
 		for _, l := range lost[r.id] {
 			job, token := "job="+l.job+" ", "token="+strconv.FormatUint(l.token, 10)+" "
 			want := [][]string{{"completion rejected", job, token}}
 			if r.id != "frozen-silent" {
 				want = append(want, []string{"lease lost", job, token})
 			}
-			line := r.waitAny(marks[i], want...)
+			line := r.WaitAny(marks[i], want...)
 			if strings.Contains(line, "completion rejected") {
 				rejected++
 			} else {
@@ -239,9 +240,9 @@ func checkRejectionsRecorded(t *testing.T, addr string, jobs []*leaseholdv1.Job,
 		}
 	}
 	for _, r := range frozen {
-		for _, line := range r.linesWith("completion rejected") {
-			token, _ := strconv.ParseUint(logAttr(line, "token"), 10, 64)
-			k := key{leaseRef{logAttr(line, "job"), token}, r.id}
+		for _, line := range r.LinesWith("completion rejected") {
+			token, _ := strconv.ParseUint(proctest.LogAttr(line, "token"), 10, 64)
+			k := key{leaseRef{proctest.LogAttr(line, "job"), token}, r.id}
 			if recorded[k] == nil {
 				t.Errorf("%s logged a refused completion of %v that ListRejectedCompletions does not record: %s", r.id, k.leaseRef, line)
 			}

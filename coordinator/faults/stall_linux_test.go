@@ -13,6 +13,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // Timing of the storage stall test: a TTL short enough that the freeze
@@ -98,13 +99,13 @@ func TestStorageStall(t *testing.T) {
 		}
 		r.job, r.token = id, lease.GetToken()
 		// The grant reached the renderer before it stops.
-		r.waitFor(append([]string{"lease acquired"}, r.lease()...)...)
-		r.signal(syscall.SIGSTOP)
+		r.WaitFor(append([]string{"lease acquired"}, r.lease()...)...)
+		r.Signal(syscall.SIGSTOP)
 	}
 
 	// Freeze the disk, and have the writer commit on it: the submit's
 	// group holds the writer until the thaw.
-	stalledMark := coord.mark()
+	stalledMark := coord.Mark()
 	thaw := freezeFS(t, mnt)
 	frozenAt := time.Now()
 	type submitted struct {
@@ -131,8 +132,8 @@ func TestStorageStall(t *testing.T) {
 		t.Fatalf("the submit made during the freeze returned %v before the thaw; the writer never waited on the frozen disk",
 			thawAt.Sub(s.at).Round(time.Millisecond))
 	}
-	stallLine := coord.waitFrom(stalledMark, "writer stalled")
-	stalled, err := time.ParseDuration(logAttr(stallLine, "stalled"))
+	stallLine := coord.WaitFrom(stalledMark, "writer stalled")
+	stalled, err := time.ParseDuration(proctest.LogAttr(stallLine, "stalled"))
 	if err != nil || stalled < stallFreeze/2 {
 		t.Errorf("the coordinator logged %q, want a stall of about the %v freeze", stallLine, stallFreeze)
 	}
@@ -167,13 +168,13 @@ func TestStorageStall(t *testing.T) {
 	// refused; the other by completing, refused, or by dropping the work
 	// on a heartbeat's answer, whichever comes first.
 	for _, r := range stopped {
-		mark := r.mark()
-		r.signal(syscall.SIGCONT)
+		mark := r.Mark()
+		r.Signal(syscall.SIGCONT)
 		want := [][]string{append([]string{"completion rejected"}, r.lease()...)}
 		if !r.silent {
 			want = append(want, append([]string{"lease lost"}, r.lease()...))
 		}
-		line := r.waitAny(mark, want...)
+		line := r.WaitAny(mark, want...)
 		if !strings.Contains(line, "completion rejected") {
 			r.outcome = "dropped on a heartbeat answer"
 			continue

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/coordinator/faults/internal/tcpproxy"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // The lease TTL of the stream tests, and the heartbeat interval the
@@ -73,7 +75,7 @@ func (s *stack) waitHeld(t *testing.T, batch string, ids []string) {
 		if !ok {
 			t.Fatalf("job %s is leased to unknown renderer %q", id, lease.GetRendererId())
 		}
-		s.renderers[i].waitFor("lease acquired", "job="+id+" ", fmt.Sprintf("token=%d ", lease.GetToken()))
+		s.renderers[i].WaitFor("lease acquired", "job="+id+" ", fmt.Sprintf("token=%d ", lease.GetToken()))
 	}
 }
 
@@ -324,7 +326,7 @@ func TestNoExpiryWhileHeartbeatsArrive(t *testing.T) {
 		s.waitHeld(t, batch, ids)
 		marks := make([]int, len(s.renderers))
 		for i, r := range s.renderers {
-			marks[i] = r.mark()
+			marks[i] = r.Mark()
 		}
 		if tc.start != nil {
 			for _, p := range s.proxies {
@@ -358,11 +360,10 @@ func TestNoExpiryWhileHeartbeatsArrive(t *testing.T) {
 		}
 		reconnects, holding := 0, 0
 		for i, r := range s.renderers {
-			lines, _, _ := r.logs.snapshot()
-			for _, line := range lines[marks[i]:] {
-				if containsAll(line, []string{"session started"}) {
+			for _, line := range r.Lines()[marks[i]:] {
+				if strings.Contains(line, "session started") {
 					reconnects++
-					if h, _ := strconv.Atoi(logAttr(line, "holding")); h > 0 {
+					if h, _ := strconv.Atoi(proctest.LogAttr(line, "holding")); h > 0 {
 						holding++
 					}
 				}

@@ -19,16 +19,28 @@ import (
 // Names are the binaries Prepare provides, as named in the directory.
 var Names = []string{"coordinator", "renderer", "leasehold", "grpcurl"}
 
+// packages are the main packages of the module's own binaries, by name;
+// grpcurl comes from the tools module.
+var packages = map[string]string{
+	"coordinator": "./coordinator/cmd/coordinator",
+	"renderer":    "./renderer/cmd/renderer",
+	"leasehold":   "./client/cmd/leasehold",
+}
+
 // Prepare returns the directory of the binaries and a function that
 // removes what Prepare built (a no-op for $LEASEHOLD_BIN). moduleRoot is
-// the repository root. It is meant for TestMain.
-func Prepare(moduleRoot string) (dir string, cleanup func(), err error) {
+// the repository root; names are the binaries the tests run, all of Names
+// if none are given. It is meant for TestMain.
+func Prepare(moduleRoot string, names ...string) (dir string, cleanup func(), err error) {
 	cleanup = func() {}
+	if len(names) == 0 {
+		names = Names
+	}
 	if dir := os.Getenv("LEASEHOLD_BIN"); dir != "" {
 		if !filepath.IsAbs(dir) {
 			dir = filepath.Join(moduleRoot, dir)
 		}
-		for _, name := range Names {
+		for _, name := range names {
 			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 				return "", cleanup, fmt.Errorf("LEASEHOLD_BIN=%s: %w", os.Getenv("LEASEHOLD_BIN"), err)
 			}
@@ -41,9 +53,22 @@ func Prepare(moduleRoot string) (dir string, cleanup func(), err error) {
 	}
 	cleanup = func() { os.RemoveAll(tmp) }
 	out := tmp + string(filepath.Separator)
-	builds := [][]string{
-		{"-C", moduleRoot, "build", "-o", out, "./coordinator/cmd/coordinator", "./renderer/cmd/renderer", "./client/cmd/leasehold"},
-		{"-C", filepath.Join(moduleRoot, "scripts", "tools"), "build", "-o", out, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},
+	var own []string
+	var builds [][]string
+	for _, name := range names {
+		if pkg, ok := packages[name]; ok {
+			own = append(own, pkg)
+			continue
+		}
+		if name != "grpcurl" {
+			cleanup()
+			return "", func() {}, fmt.Errorf("no binary named %q", name)
+		}
+		builds = append(builds, []string{"-C", filepath.Join(moduleRoot, "scripts", "tools"), "build", "-o", out,
+			"github.com/fullstorydev/grpcurl/cmd/grpcurl"})
+	}
+	if len(own) > 0 {
+		builds = append([][]string{append([]string{"-C", moduleRoot, "build", "-o", out}, own...)}, builds...)
 	}
 	for _, args := range builds {
 		if msg, err := exec.Command("go", args...).CombinedOutput(); err != nil {
@@ -52,6 +77,29 @@ func Prepare(moduleRoot string) (dir string, cleanup func(), err error) {
 		}
 	}
 	return tmp, cleanup, nil
+}
+
+// Main is the body of a TestMain whose tests run the binaries. It finds
+// the module root above the working directory, prepares the named
+// binaries as Prepare does and calls run with the root and the binaries'
+// directory; run runs the tests and returns their exit code. Main then
+// removes what it built and exits with that code. When the binaries
+// cannot be had, it prints why after pkg, the package's name, and exits
+// with 1.
+func Main(pkg string, run func(root, dir string) int, names ...string) {
+	root, err := ModuleRoot(".")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", pkg, err)
+		os.Exit(1)
+	}
+	dir, cleanup, err := Prepare(root, names...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", pkg, err)
+		os.Exit(1)
+	}
+	code := run(root, dir)
+	cleanup()
+	os.Exit(code)
 }
 
 // ModuleRoot returns the directory of go.mod above dir.
