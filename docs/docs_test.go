@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -148,7 +147,7 @@ func params(files []string, setup func(*testscript.Env) error) testscript.Params
 			// The scripts' own addresses: the coordinator's gRPC and
 			// metrics, a spare one, and a renderer's HTTP endpoint.
 			for _, name := range []string{"ADDR", "METRICS", "SPARE", "HTTP1"} {
-				addr, err := freeAddr()
+				addr, err := testbin.FreeAddr()
 				if err != nil {
 					return err
 				}
@@ -172,16 +171,6 @@ func params(files []string, setup func(*testscript.Env) error) testscript.Params
 			"bboltput":   cmdBboltPut,
 		},
 	}
-}
-
-// freeAddr returns a loopback address with a port free at the time.
-func freeAddr() (string, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer lis.Close()
-	return lis.Addr().String(), nil
 }
 
 func copyFile(from, to string) error {

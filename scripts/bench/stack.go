@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // binaries are the paths of the programs the harness runs.
@@ -163,65 +160,6 @@ func (c *child) tail(lines int) string {
 	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer lis.Close()
-	return lis.Addr().String(), nil
-}
-
-// waitServing returns when the gRPC health service at addr first answers
-// SERVING for the server as a whole. It first waits, every poll, for the
-// port to accept connections (a coordinator opens it once its store is
-// loaded), then calls Check every poll until SERVING; the time it returns is
-// therefore late by at most about one poll. It fails when exited is closed
-// first.
-func waitServing(ctx context.Context, addr string, poll time.Duration, exited <-chan struct{}) (time.Time, error) {
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	wait := func() error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-exited:
-			return errors.New("the process exited before it was serving")
-		case <-tick.C:
-			return nil
-		}
-	}
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
-			break
-		}
-		if err := wait(); err != nil {
-			return time.Time{}, err
-		}
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer cc.Close()
-	health := healthpb.NewHealthClient(cc)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := health.Check(cctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return time.Now(), nil
-		}
-		if err := wait(); err != nil {
-			return time.Time{}, err
-		}
-	}
-}
-
 // stack is a coordinator and its renderers, in one temporary directory.
 type stack struct {
 	cfg  config
@@ -253,10 +191,10 @@ func newStack(ctx context.Context, cfg config, bins binaries, lg *logger, extraF
 	}
 	s := &stack{cfg: cfg, bins: bins, lg: lg, dir: dir, data: filepath.Join(dir, "data"), extraFlags: extraFlags}
 	s.ctx, s.cancel = context.WithCancelCause(ctx)
-	if s.addr, err = freeAddr(); err != nil {
+	if s.addr, err = testbin.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if s.metricsAddr, err = freeAddr(); err != nil {
+	if s.metricsAddr, err = testbin.FreeAddr(); err != nil {
 		return nil, err
 	}
 	if fs := fsType(dir); fs == "tmpfs" || fs == "ramfs" {
@@ -299,7 +237,7 @@ func (s *stack) startCoordinator() (time.Duration, error) {
 		return 0, err
 	}
 	s.coord = c
-	at, err := waitServing(s.ctx, s.addr, s.cfg.healthPoll, c.done)
+	at, err := testbin.WaitServing(s.ctx, s.addr, s.cfg.healthPoll, c.done)
 	if err != nil {
 		return 0, fmt.Errorf("waiting for the coordinator to serve: %w\n%s", err, c.tail(20))
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // failpoints are the writer's failpoints (coordinator/internal/engine,
@@ -92,7 +93,7 @@ func crash(ctx context.Context, cfg config, logw io.Writer) (res *result, err er
 	if err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := testbin.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +221,10 @@ func (h *harness) startCoordinator(n int, fp string) (*proc, lifetime, error) {
 		return nil, r, err
 	}
 	r.Exec = p.exec
-	at, err := waitServing(h.ctx, h.addr, p)
+	at, err := testbin.WaitServing(h.ctx, h.addr, healthPoll, p.done)
+	if errors.Is(err, testbin.ErrExited) {
+		err = fmt.Errorf("%s: %w: %v", p.name, err, p.err)
+	}
 	if err != nil && p.exited() && fired(p, fp) {
 		// A call waiting for the restart reached the failpoint before the
 		// health check did: no restart time, the crash is the failpoint's.

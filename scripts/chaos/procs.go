@@ -6,17 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // binaries are the programs a run starts, built for it.
@@ -136,65 +131,9 @@ func (p *proc) tail(lines int) string {
 	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr() (string, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer lis.Close()
-	return lis.Addr().String(), nil
-}
-
-// healthPoll is how often waitServing asks; restart times are late by at
+// healthPoll is how often testbin.WaitServing asks; restart times are late by at
 // most about this much.
 const healthPoll = 5 * time.Millisecond
-
-// waitServing returns when the gRPC health service at addr first answers
-// SERVING, polling every healthPoll: first until the port accepts a
-// connection (the coordinator listens once its store is loaded), then the
-// Check call. It fails when p exits first.
-func waitServing(ctx context.Context, addr string, p *proc) (time.Time, error) {
-	tick := time.NewTicker(healthPoll)
-	defer tick.Stop()
-	wait := func() error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.done:
-			return fmt.Errorf("%s exited before it was serving: %v", p.name, p.err)
-		case <-tick.C:
-			return nil
-		}
-	}
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
-			break
-		}
-		if err := wait(); err != nil {
-			return time.Time{}, err
-		}
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer cc.Close()
-	health := healthpb.NewHealthClient(cc)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := health.Check(cctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return time.Now(), nil
-		}
-		if err := wait(); err != nil {
-			return time.Time{}, err
-		}
-	}
-}
 
 // checkReport is the JSON "coordinator check --json" prints.
 type checkReport struct {
