@@ -19,6 +19,7 @@
 package mock
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -235,7 +236,7 @@ func (p *Provider) classify(doc Document) *Failure {
 			}
 		}
 	}
-	if strings.HasPrefix(string(doc.Content), InvalidMarker) {
+	if bytes.HasPrefix(doc.Content, []byte(InvalidMarker)) {
 		return &Failure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT, Message: "document content is not readable"}
 	}
 	return nil

@@ -414,3 +414,22 @@ func BenchmarkRender(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRenderInlineDocument measures one render of a document carrying
+// 200 KiB inline, near the coordinator's per-document inline limit: the
+// document is read to check its format and to seed the palette.
+func BenchmarkRenderInlineDocument(b *testing.B) {
+	p, err := mock.New(mock.Config{})
+	if err != nil {
+		b.Fatalf("mock.New: %v", err)
+	}
+	in := input("job-0123456789", 123456, "%PDF-1.7\n"+strings.Repeat("quarterly report\n", 200<<10/17))
+	in.RendererID = "bench-renderer-1"
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Render(ctx, in); err != nil {
+			b.Fatalf("Render: %v", err)
+		}
+	}
+}
