@@ -162,8 +162,9 @@ type Config struct {
 }
 
 // Worker is one renderer pod's connection to the coordinator. Create it with
-// New and start it with Run; a Worker runs once. Handler, Ready and EndDrain
-// may be called from any goroutine at any time.
+// New and start it with Run; a Worker runs once. Handler and EndDrain may
+// be called from any goroutine at any time; Handler's /readyz reports
+// whether the worker can take work.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger
@@ -426,14 +427,6 @@ func (w *Worker) answered() bool {
 
 func (w *Worker) answeredLocked() bool {
 	return len(w.awaiting) == 0 && len(w.outbox) == 0 && (w.sess == nil || len(w.sess.inflight) == 0)
-}
-
-// Ready reports whether the worker has a session the coordinator welcomed
-// and is not draining: whether it can take work.
-func (w *Worker) Ready() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.sess != nil && !w.draining
 }
 
 // recordGrant appends the grant to the record file, if any. A failed write
