@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -32,14 +33,41 @@ func (t *Tx) PutArtifact(job, token uint64, a Artifact) error {
 	return t.put(bucketArtifacts, key2(job, token), v)
 }
 
-// ArtifactDigest returns the digest of the preview stored under (job,
-// token), without copying its content.
+// Artifact record field numbers read by ArtifactDigest
+// (leasehold.storage.v1.ArtifactRecord).
+const (
+	fieldArtifactDigest      = 1
+	fieldArtifactContentType = 2
+	fieldArtifactContent     = 3
+)
+
+// ArtifactDigest returns the digest, content type and size of the preview
+// stored under (job, token). It reads them straight from the encoded
+// record, without decoding (and so copying) the content: the writer calls
+// it for every completion of an uploaded preview.
 func (t *Tx) ArtifactDigest(job, token uint64) (digest, contentType string, size int64, err error) {
-	a, err := t.artifact(job, token)
-	if err != nil {
-		return "", "", 0, err
+	v := t.tx.Bucket(bucketArtifacts).Get(key2(job, token))
+	if v == nil {
+		return "", "", 0, ErrArtifactNotFound
 	}
-	return a.GetDigest(), a.GetContentType(), int64(len(a.GetContent())), nil
+	for len(v) > 0 {
+		var f field
+		if f, v, err = nextField(v); err != nil {
+			return "", "", 0, fmt.Errorf("decoding the preview of job %d: %w", job, err)
+		}
+		if f.typ != protowire.BytesType {
+			continue
+		}
+		switch f.num {
+		case fieldArtifactDigest:
+			digest = string(f.b)
+		case fieldArtifactContentType:
+			contentType = string(f.b)
+		case fieldArtifactContent:
+			size = int64(len(f.b))
+		}
+	}
+	return digest, contentType, size, nil
 }
 
 // Artifact returns a copy of the preview stored under (job, token)

@@ -124,3 +124,35 @@ func BenchmarkHotWritesPerDocument(b *testing.B) {
 	}
 	b.ReportMetric(float64(commitNs)/float64(b.N), "commit-ns/doc")
 }
+
+// BenchmarkArtifactDigest measures what the writer reads to complete an
+// uploaded preview: its digest, content type and size, for a preview of
+// 1 MiB.
+func BenchmarkArtifactDigest(b *testing.B) {
+	st, err := store.Open(filepath.Join(b.TempDir(), "leasehold.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	const digest = "77c1c2effe4376885835b4daf40613c6a29b85ca0fde390039d36a3c1d99163c"
+	preview := bytes.Repeat([]byte{0x89, 'P', 'N', 'G'}, 1<<20/4)
+	err = st.Update(func(tx *store.Tx) error {
+		return tx.PutArtifact(1, 7, store.Artifact{Digest: digest, ContentType: "image/png", Content: preview, Renderer: "r-1"})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	err = st.View(func(tx *store.Tx) error {
+		for b.Loop() {
+			d, _, size, err := tx.ArtifactDigest(1, 7)
+			if err != nil || d != digest || size != int64(len(preview)) {
+				b.Fatalf("ArtifactDigest = %q, %d, %v", d, size, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}

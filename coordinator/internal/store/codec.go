@@ -3,6 +3,8 @@ package store
 import (
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
 )
@@ -192,4 +194,37 @@ func auditFromRecord(r *storagev1.AuditRecord) jobs.AuditRecord {
 		JobIDs: r.JobIds, IncludePermanent: r.IncludePermanent, Skipped: r.Skipped, OutOfScope: r.OutOfScope,
 		Batch: r.BatchId, TerminalReason: jobs.TerminalReason(r.TerminalReason), Response: r.Response, Teams: r.Teams,
 	}
+}
+
+// field is one field of an encoded record, as nextField reads it.
+type field struct {
+	num protowire.Number
+	typ protowire.Type
+	// x is the value of a varint field.
+	x uint64
+	// b is the value of a length-delimited field, aliasing the record.
+	b []byte
+}
+
+// nextField reads the field at the start of v and returns it with the rest
+// of v. The value of a field of another wire type is skipped.
+func nextField(v []byte) (field, []byte, error) {
+	num, typ, n := protowire.ConsumeTag(v)
+	if n < 0 {
+		return field{}, nil, protowire.ParseError(n)
+	}
+	v = v[n:]
+	f := field{num: num, typ: typ}
+	switch typ {
+	case protowire.VarintType:
+		f.x, n = protowire.ConsumeVarint(v)
+	case protowire.BytesType:
+		f.b, n = protowire.ConsumeBytes(v)
+	default:
+		n = protowire.ConsumeFieldValue(num, typ, v)
+	}
+	if n < 0 {
+		return field{}, nil, protowire.ParseError(n)
+	}
+	return f, v[n:], nil
 }
