@@ -221,9 +221,10 @@ func (s *Stepper) Acquire(req AcquireRequest) *Pending[AcquireResult] {
 	return queueCall(s, &acquireCmd{req: req})
 }
 
-// Release queues the hand-back of undelivered grants; see Engine.Release.
-func (s *Stepper) Release(leases []LeaseRef) *Pending[struct{}] {
-	return enqueue(s, &releaseCmd{leases: leases}, func() (struct{}, error) { return struct{}{}, nil })
+// Release queues the hand-back of grants to renderer that never reached
+// it; see Engine.Release.
+func (s *Stepper) Release(renderer string, leases []LeaseRef) *Pending[struct{}] {
+	return enqueue(s, &releaseCmd{renderer: renderer, leases: leases}, func() (struct{}, error) { return struct{}{}, nil })
 }
 
 // Complete queues a unary completion; see Engine.Complete.

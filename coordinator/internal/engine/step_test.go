@@ -123,6 +123,30 @@ func TestStepper(t *testing.T) {
 		}
 	})
 
+	t.Run("ReleaseHandsAnUndeliveredGrantBackToItsQueue", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t.TempDir())
+		s := b.stepped(t)
+		s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
+		acq := s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		step(t, s, 2)
+		res, err := acq.Result()
+		if err != nil || len(res.Grants) != 1 {
+			t.Fatalf("Acquire = %+v, %v; want one grant", res, err)
+		}
+		rel := s.Release("r-1", refs(res.Grants))
+		evs := step(t, s, 1)
+		if _, err := rel.Result(); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if len(evs) != 1 || evs[0].Event.Kind != jobs.EventRequeued || evs[0].Event.Reason != jobs.ReleaseUndelivered {
+			t.Fatalf("events of the release = %+v, want one REQUEUED %s", evs, jobs.ReleaseUndelivered)
+		}
+		if j := b.job(t, res.Grants[0].Job.ID); j.Phase != jobs.PhaseQueued || j.Attempt != 0 {
+			t.Errorf("job after the release = %s attempt %d, want QUEUED, attempt 0", j.Phase, j.Attempt)
+		}
+	})
+
 	t.Run("AFailedCommitAnswersEveryQueuedCommand", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t.TempDir())
