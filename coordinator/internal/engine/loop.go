@@ -540,14 +540,18 @@ func (e *Engine) expire(g *group, id uint64, le *leaseEntry) error {
 	if err != nil {
 		return err
 	}
+	// A lease dropped from the index leaves its team's leases in flight
+	// too, which count every entry of the index.
 	if !found {
 		delete(e.leases, id)
+		e.sched.Release(le.team)
 		return nil
 	}
 	next, err := j.Expire(g.now, e.jitter(), le.heard)
 	if err != nil {
 		e.log.Error("lease index disagrees with the store", "job", id, "err", err)
 		delete(e.leases, id)
+		e.sched.Release(le.team)
 		return nil
 	}
 	if err := g.save(j, next); err != nil {
