@@ -258,6 +258,22 @@ func (g *group) revoke(renderer string, s LeaseStatus) {
 	g.revocations[renderer] = append(g.revocations[renderer], s)
 }
 
+// endConn unregisters c and ends its outbox with why. It returns the
+// grants c never took: those left in its outbox, then those this group
+// made to it, which are not published yet.
+func (g *group) endConn(c *Conn, why error) []Grant {
+	g.e.conns.remove(c)
+	left := c.Outbox.end(why)
+	if gs := g.deliveries[c]; len(gs) > 0 {
+		delete(g.deliveries, c)
+		if left == nil {
+			return gs
+		}
+		left = append(left, gs...)
+	}
+	return left
+}
+
 func (g *group) deliver(c *Conn, gr Grant) {
 	if g.deliveries == nil {
 		g.deliveries = make(map[*Conn][]Grant)
