@@ -345,10 +345,8 @@ func (e *Engine) drain(err error) {
 func (e *Engine) resetTimer(t *time.Timer) {
 	next := time.Hour
 	now := e.cfg.Mono()
-	for _, q := range []timerHeap{e.leaseQ, e.retryQ} {
-		if it, ok := q.peek(); ok {
-			next = min(next, it.at-now)
-		}
+	if at, ok := e.nextTimer(); ok {
+		next = min(next, at-now)
 	}
 	if d, ok := e.overviewDue(); ok {
 		next = min(next, d)
@@ -356,6 +354,20 @@ func (e *Engine) resetTimer(t *time.Timer) {
 	next = max(next, 0)
 	e.timerAt = now + next
 	t.Reset(next)
+}
+
+// nextTimer returns the earliest lease deadline or retry time armed, on
+// the monotonic clock. Entries are invalidated lazily, so it may be
+// earlier than any live deadline.
+func (e *Engine) nextTimer() (time.Duration, bool) {
+	var next time.Duration
+	found := false
+	for _, q := range []timerHeap{e.leaseQ, e.retryQ} {
+		if it, ok := q.peek(); ok && (!found || it.at < next) {
+			next, found = it.at, true
+		}
+	}
+	return next, found
 }
 
 // noteStall records that the writer could apply nothing from from to to

@@ -177,16 +177,7 @@ func (c *observeCmd) apply(g *group) error {
 // has armed, on the monotonic clock: when a group with nothing queued
 // (Step(0)) has something to do. Entries are invalidated lazily, so the
 // time may be earlier than any real deadline; a step then does nothing.
-func (s *Stepper) NextTimer() (time.Duration, bool) {
-	var next time.Duration
-	found := false
-	for _, q := range []timerHeap{s.e.leaseQ, s.e.retryQ} {
-		if it, ok := q.peek(); ok && (!found || it.at < next) {
-			next, found = it.at, true
-		}
-	}
-	return next, found
-}
+func (s *Stepper) NextTimer() (time.Duration, bool) { return s.e.nextTimer() }
 
 // CheckIndexes returns how the writer's in-memory indexes disagree with the
 // committed jobs after the last step (see Engine.indexProblems), joined, or
