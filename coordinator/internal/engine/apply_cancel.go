@@ -35,7 +35,7 @@ func (c *cancelCmd) apply(g *group) error {
 		if err != nil {
 			return err
 		}
-		if c.err != nil && c.req.Batch != 0 {
+		if errors.Is(c.err, ErrNotFound) {
 			return nil
 		}
 		if changed {
@@ -44,6 +44,9 @@ func (c *cancelCmd) apply(g *group) error {
 	}
 	if !c.req.Operator {
 		return nil
+	}
+	if c.req.Batch == 0 {
+		team = c.res.Job.Team
 	}
 	action := jobs.AuditCancelJob
 	switch {
@@ -61,21 +64,15 @@ func (c *cancelCmd) apply(g *group) error {
 	return err
 }
 
-// targets returns the jobs a cancel names and their team.
+// targets returns the jobs a cancel names and, for a batch, their team; a
+// single job is read once, by cancelOne, which finds its team.
 func (c *cancelCmd) targets(g *group) ([]uint64, string, error) {
+	if c.req.Batch == 0 {
+		return []uint64{c.req.Job}, "", nil
+	}
 	tx, err := g.txn()
 	if err != nil {
 		return nil, "", err
-	}
-	if c.req.Batch == 0 {
-		j, found, err := tx.Job(c.req.Job)
-		if err != nil {
-			return nil, "", err
-		}
-		if !found {
-			c.err = ErrNotFound
-		}
-		return []uint64{c.req.Job}, j.Team, nil
 	}
 	b, found, err := tx.Batch(c.req.Batch)
 	if err != nil {

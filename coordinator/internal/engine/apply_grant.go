@@ -148,11 +148,8 @@ func (c *acquireCmd) apply(g *group) error {
 			}
 		}
 	}
-	c.res.Grants = g.deliveries[w]
-	delete(g.deliveries, w)
-	if len(c.res.Grants) > 0 || !c.req.Wait {
-		e.conns.remove(w)
-		w.Outbox.end(nil)
+	if len(g.deliveries[w]) > 0 || !c.req.Wait {
+		c.res.Grants = g.endConn(w, nil)
 		return nil
 	}
 	e.conns.want(w)

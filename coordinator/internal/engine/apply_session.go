@@ -50,14 +50,7 @@ func (c *openCmd) apply(g *group) error {
 			c.err = ErrRendererInUse
 			return nil
 		}
-		e.conns.remove(old)
-		moved = old.Outbox.end(ErrReplaced)
-		// Grants made to old earlier in this group (moved to it by a
-		// replacement just before) are not in its outbox yet.
-		if g.deliveries != nil {
-			moved = append(moved, g.deliveries[old]...)
-			delete(g.deliveries, old)
-		}
+		moved = g.endConn(old, ErrReplaced)
 		e.renderers[r.ID].conns--
 	}
 	conn := &Conn{kind: c.kind, renderer: r, instance: c.req.Instance, budget: c.req.MaxBytes}
@@ -104,12 +97,7 @@ func (c *closeCmd) apply(g *group) error {
 	e := g.e
 	refs := c.undelivered
 	if _, live := e.conns.byID[c.conn.id]; live {
-		e.conns.remove(c.conn)
-		left := c.conn.Outbox.end(ErrStopped)
-		if g.deliveries != nil {
-			left = append(left, g.deliveries[c.conn]...)
-			delete(g.deliveries, c.conn)
-		}
+		left := g.endConn(c.conn, ErrStopped)
 		if c.conn.kind != ConnWaiter {
 			if rs := e.renderers[c.conn.renderer.ID]; rs != nil {
 				rs.conns = max(rs.conns-1, 0)

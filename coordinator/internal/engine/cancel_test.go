@@ -220,6 +220,43 @@ func TestCancel(t *testing.T) {
 		}
 	})
 
+	t.Run("AnOperatorsCancelOfOneJobIsAuditedUnderItsTeamUnlessTheJobDoesNotExist", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.submit(t, "alpha", "r1", "a.pdf", "b.pdf").JobIDs()
+		g := b.acquire(t, "r-1", 1)[0]
+		if _, err := b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1")); err != nil {
+			t.Fatal(err)
+		}
+		queued := ids[0]
+		if queued == g.Job.ID {
+			queued = ids[1]
+		}
+		op := func(id uint64) CancelRequest {
+			return CancelRequest{Job: id, Principal: "op", Reason: "cleanup", Operator: true}
+		}
+		if _, err := b.e.Cancel(ctx, op(queued)); err != nil {
+			t.Fatalf("cancel of a queued job: %v", err)
+		}
+		if _, err := b.e.Cancel(ctx, op(g.Job.ID)); !errors.Is(err, jobs.ErrAlreadyTerminal) {
+			t.Fatalf("cancel of a succeeded job: %v, want ErrAlreadyTerminal", err)
+		}
+		if _, err := b.e.Cancel(ctx, op(999)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("cancel of a missing job: %v, want ErrNotFound", err)
+		}
+		var got []string
+		for _, r := range b.allAudit(t) {
+			got = append(got, fmt.Sprintf("%s %v %v", r.Action, r.Teams, r.JobIDs))
+		}
+		want := []string{
+			fmt.Sprintf("%s [alpha] []", jobs.AuditCancelRefused),
+			fmt.Sprintf("%s [alpha] [%d]", jobs.AuditCancelJob, queued),
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("audit records, newest first (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("CancelOfACancelledJobAnswersTheSameAndChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -78,17 +78,18 @@ func (o *Outbox) signal() {
 	}
 }
 
-// pushGrants adds grants unless the outbox is closed, and reports whether
-// it took them.
-func (o *Outbox) pushGrants(gs []Grant) bool {
+// pushGrants adds grants unless the outbox is closed. The writer publishes
+// grants only to connections still registered at the commit (group.endConn
+// takes back those made to a connection that ended in the group), so a
+// closed outbox gets none.
+func (o *Outbox) pushGrants(gs []Grant) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return false
+		return
 	}
 	o.grants = append(o.grants, gs...)
 	o.signal()
-	return true
 }
 
 func (o *Outbox) pushRevoked(s []LeaseStatus) {

@@ -258,6 +258,22 @@ func (g *group) revoke(renderer string, s LeaseStatus) {
 	g.revocations[renderer] = append(g.revocations[renderer], s)
 }
 
+// endConn unregisters c and ends its outbox with why. It returns the
+// grants c never took: those left in its outbox, then those this group
+// made to it, which are not published yet.
+func (g *group) endConn(c *Conn, why error) []Grant {
+	g.e.conns.remove(c)
+	left := c.Outbox.end(why)
+	if gs := g.deliveries[c]; len(gs) > 0 {
+		delete(g.deliveries, c)
+		if left == nil {
+			return gs
+		}
+		left = append(left, gs...)
+	}
+	return left
+}
+
 func (g *group) deliver(c *Conn, gr Grant) {
 	if g.deliveries == nil {
 		g.deliveries = make(map[*Conn][]Grant)
@@ -329,10 +345,8 @@ func (e *Engine) drain(err error) {
 func (e *Engine) resetTimer(t *time.Timer) {
 	next := time.Hour
 	now := e.cfg.Mono()
-	for _, q := range []timerHeap{e.leaseQ, e.retryQ} {
-		if it, ok := q.peek(); ok {
-			next = min(next, it.at-now)
-		}
+	if at, ok := e.nextTimer(); ok {
+		next = min(next, at-now)
 	}
 	if d, ok := e.overviewDue(); ok {
 		next = min(next, d)
@@ -340,6 +354,20 @@ func (e *Engine) resetTimer(t *time.Timer) {
 	next = max(next, 0)
 	e.timerAt = now + next
 	t.Reset(next)
+}
+
+// nextTimer returns the earliest lease deadline or retry time armed, on
+// the monotonic clock. Entries are invalidated lazily, so it may be
+// earlier than any live deadline.
+func (e *Engine) nextTimer() (time.Duration, bool) {
+	var next time.Duration
+	found := false
+	for _, q := range []timerHeap{e.leaseQ, e.retryQ} {
+		if it, ok := q.peek(); ok && (!found || it.at < next) {
+			next, found = it.at, true
+		}
+	}
+	return next, found
 }
 
 // noteStall records that the writer could apply nothing from from to to
@@ -540,14 +568,18 @@ func (e *Engine) expire(g *group, id uint64, le *leaseEntry) error {
 	if err != nil {
 		return err
 	}
+	// A lease dropped from the index leaves its team's leases in flight
+	// too, which count every entry of the index.
 	if !found {
 		delete(e.leases, id)
+		e.sched.Release(le.team)
 		return nil
 	}
 	next, err := j.Expire(g.now, e.jitter(), le.heard)
 	if err != nil {
 		e.log.Error("lease index disagrees with the store", "job", id, "err", err)
 		delete(e.leases, id)
+		e.sched.Release(le.team)
 		return nil
 	}
 	if err := g.save(j, next); err != nil {

@@ -177,16 +177,7 @@ func (c *observeCmd) apply(g *group) error {
 // has armed, on the monotonic clock: when a group with nothing queued
 // (Step(0)) has something to do. Entries are invalidated lazily, so the
 // time may be earlier than any real deadline; a step then does nothing.
-func (s *Stepper) NextTimer() (time.Duration, bool) {
-	var next time.Duration
-	found := false
-	for _, q := range []timerHeap{s.e.leaseQ, s.e.retryQ} {
-		if it, ok := q.peek(); ok && (!found || it.at < next) {
-			next, found = it.at, true
-		}
-	}
-	return next, found
-}
+func (s *Stepper) NextTimer() (time.Duration, bool) { return s.e.nextTimer() }
 
 // CheckIndexes returns how the writer's in-memory indexes disagree with the
 // committed jobs after the last step (see Engine.indexProblems), joined, or
@@ -221,9 +212,10 @@ func (s *Stepper) Acquire(req AcquireRequest) *Pending[AcquireResult] {
 	return queueCall(s, &acquireCmd{req: req})
 }
 
-// Release queues the hand-back of undelivered grants; see Engine.Release.
-func (s *Stepper) Release(leases []LeaseRef) *Pending[struct{}] {
-	return enqueue(s, &releaseCmd{leases: leases}, func() (struct{}, error) { return struct{}{}, nil })
+// Release queues the hand-back of grants to renderer that never reached
+// it; see Engine.Release.
+func (s *Stepper) Release(renderer string, leases []LeaseRef) *Pending[struct{}] {
+	return enqueue(s, &releaseCmd{renderer: renderer, leases: leases}, func() (struct{}, error) { return struct{}{}, nil })
 }
 
 // Complete queues a unary completion; see Engine.Complete.

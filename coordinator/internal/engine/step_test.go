@@ -123,6 +123,65 @@ func TestStepper(t *testing.T) {
 		}
 	})
 
+	t.Run("ReleaseHandsAnUndeliveredGrantBackToItsQueue", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t.TempDir())
+		s := b.stepped(t)
+		s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
+		acq := s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		step(t, s, 2)
+		res, err := acq.Result()
+		if err != nil || len(res.Grants) != 1 {
+			t.Fatalf("Acquire = %+v, %v; want one grant", res, err)
+		}
+		rel := s.Release("r-1", refs(res.Grants))
+		evs := step(t, s, 1)
+		if _, err := rel.Result(); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if len(evs) != 1 || evs[0].Event.Kind != jobs.EventRequeued || evs[0].Event.Reason != jobs.ReleaseUndelivered {
+			t.Fatalf("events of the release = %+v, want one REQUEUED %s", evs, jobs.ReleaseUndelivered)
+		}
+		if j := b.job(t, res.Grants[0].Job.ID); j.Phase != jobs.PhaseQueued || j.Attempt != 0 {
+			t.Errorf("job after the release = %s attempt %d, want QUEUED, attempt 0", j.Phase, j.Attempt)
+		}
+	})
+
+	t.Run("ALeaseTheStoreDisagreesWithFreesItsTeamsSlotWhenDue", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t.TempDir())
+		s := b.stepped(t)
+		s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
+		s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		step(t, s, 2)
+		if n := b.e.sched.InFlight("alpha"); n != 1 {
+			t.Fatalf("alpha has %d leases in flight, want 1", n)
+		}
+		// The record stops being LEASED behind the writer's back: when the
+		// lease falls due, Expire refuses it.
+		err := b.st.Update(func(tx *store.Tx) error {
+			j, _, err := tx.Job(1)
+			if err != nil {
+				return err
+			}
+			j.Phase = jobs.PhaseQueued
+			return tx.PutJob(j)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(b.cfg.LeaseTTL)
+		if _, err := s.Step(0); err != nil {
+			t.Fatal(err)
+		}
+		if _, leased := b.e.leases[1]; leased {
+			t.Errorf("job 1 is still in the lease index")
+		}
+		if n := b.e.sched.InFlight("alpha"); n != 0 {
+			t.Errorf("alpha has %d leases in flight after its only lease left the index, want 0", n)
+		}
+	})
+
 	t.Run("AFailedCommitAnswersEveryQueuedCommand", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t.TempDir())
