@@ -220,7 +220,13 @@ func TestMalformedRequests(t *testing.T) {
 		{"ReplayJobs with a malformed batch id", replay(&leaseholdv1.ReplayJobsRequest{BatchId: "b-", DryRun: true}),
 			codes.InvalidArgument, reasonInvalidID, "batch_id"},
 		{"ReplayJobs with an unknown terminal reason", replay(&leaseholdv1.ReplayJobsRequest{BatchId: batch.GetId(), TerminalReason: 99, DryRun: true}),
-			codes.InvalidArgument, "INVALID_TERMINAL_REASON", "terminal_reason"},
+			codes.InvalidArgument, reasonInvalidTerminalReason, "terminal_reason"},
+		{"ReplayJobs by job_ids and batch_id at once", replay(&leaseholdv1.ReplayJobsRequest{JobIds: []string{g.GetJobId()}, BatchId: other.GetId(),
+			RequestId: "both", Reason: "why", IncludePermanent: true}),
+			codes.InvalidArgument, reasonConflictingSelection, "batch_id"},
+		{"ReplayJobs by job_ids narrowed to a terminal reason", replay(&leaseholdv1.ReplayJobsRequest{JobIds: []string{g.GetJobId()},
+			TerminalReason: leaseholdv1.TerminalReason_TERMINAL_REASON_ATTEMPTS_EXHAUSTED, RequestId: "narrowed", Reason: "why"}),
+			codes.InvalidArgument, reasonConflictingSelection, "terminal_reason"},
 		{"PauseDispatch without a reason", jobsCall(func() error {
 			_, err := b.ops.PauseDispatch(as(t, operator), &leaseholdv1.PauseDispatchRequest{})
 			return err
