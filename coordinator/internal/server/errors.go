@@ -45,6 +45,7 @@ const (
 	reasonMissingSelection      = "MISSING_SELECTION"
 	reasonConflictingSelection  = "CONFLICTING_SELECTION"
 	reasonInvalidTerminalReason = "INVALID_TERMINAL_REASON"
+	reasonInvalidContentType    = "INVALID_CONTENT_TYPE"
 	reasonSlowWatcher           = "SLOW_WATCHER"
 	reasonStorageUnavailable    = "STORAGE_UNAVAILABLE"
 	reasonShuttingDown          = "SHUTTING_DOWN"

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -32,6 +34,9 @@ const (
 	maxLeasesPerCall   = 64
 	maxCapacity        = 4096
 	maxMessageBytes    = 4096
+	// maxContentTypeBytes bounds a preview's media type, as documents'
+	// are bounded at submission.
+	maxContentTypeBytes = 255
 	// replyOverheadBytes is what a reply costs besides its grants.
 	replyOverheadBytes = 1 << 10
 )
@@ -53,6 +58,16 @@ func validID(id string, n int) bool {
 func checkRendererID(id string) error {
 	if !validID(id, maxRendererIDBytes) {
 		return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id must be 1 to %d bytes of [A-Za-z0-9._-]", maxRendererIDBytes)
+	}
+	return nil
+}
+
+// checkContentType refuses a preview media type over maxContentTypeBytes
+// or with control characters: it is stored in the job's record, shown with
+// the job and served as the preview's Content-Type.
+func checkContentType(field, ct string) error {
+	if len(ct) > maxContentTypeBytes || strings.ContainsFunc(ct, unicode.IsControl) {
+		return invalidArg(field, reasonInvalidContentType, "%s must be at most %d bytes without control characters", field, maxContentTypeBytes)
 	}
 	return nil
 }
@@ -345,6 +360,9 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		case len(content) > c.maxInline:
 			return req, invalidArg("success.content", reasonArtifactTooLarge, "an inline preview is at most %d bytes; upload larger ones with UploadArtifact", c.maxInline)
 		case len(content) > 0:
+			if err := checkContentType("success.content_type", success.GetContentType()); err != nil {
+				return req, err
+			}
 			req.Preview = preview(content, success.GetContentType())
 			if req.Digest != "" && req.Digest != req.Preview.Digest {
 				return req, invalidArg("success.artifact_digest", reasonDigestMismatch, "the inline preview hashes to %s, not %s", req.Preview.Digest, req.Digest)

@@ -43,6 +43,9 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(err)
 	}
+	if err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
+		return s.status(err)
+	}
 	j, err := s.e.Job(id)
 	if err != nil {
 		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
