@@ -111,10 +111,8 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 	if err != nil {
 		return nil, s.status(err)
 	}
+	// An unset wait is zero: no long poll.
 	wait := min(max(req.GetWait().AsDuration(), 0), MaxAcquireWait)
-	if req.GetWait() == nil {
-		wait = 0
-	}
 	// The writer's answers are awaited even if the caller leaves, so that
 	// grants made for it are handed back rather than left to expire.
 	wctx := context.WithoutCancel(ctx)
@@ -141,16 +139,23 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 		s.release(grants)
 		return nil, s.status(ctx.Err())
 	}
-	if err := s.e.ReadContent(grants); err != nil {
-		s.release(grants)
-		return nil, s.status(err)
+	// A long poll that ended empty, the common answer of an idle
+	// coordinator, needs no read transaction.
+	if len(grants) > 0 {
+		if err := s.e.ReadContent(grants); err != nil {
+			s.release(grants)
+			return nil, s.status(err)
+		}
 	}
 	resp := &leaseholdv1.AcquireResponse{
 		DispatchPaused:    s.e.DispatchState().Paused,
 		HeartbeatInterval: durationpb.New(s.e.HeartbeatInterval()),
 	}
-	for _, g := range grants {
-		resp.Leases = append(resp.Leases, grantToProto(g))
+	if len(grants) > 0 {
+		resp.Leases = make([]*leaseholdv1.Grant, len(grants))
+		for i, g := range grants {
+			resp.Leases[i] = grantToProto(g)
+		}
 	}
 	return resp, nil
 }
