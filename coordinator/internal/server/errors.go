@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -19,7 +20,7 @@ import (
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of every error the
 // coordinator returns.
-const ErrorDomain = "leasehold.v1"
+const ErrorDomain = auth.ErrorDomain
 
 // The reasons handlers choose themselves; the rest come from the jobs
 // package (jobs.ReasonCode and ValidationError.Reason).
@@ -39,7 +40,7 @@ const (
 	reasonJobNotFound           = "JOB_NOT_FOUND"
 	reasonBatchNotFound         = "BATCH_NOT_FOUND"
 	reasonPermissionDenied      = "PERMISSION_DENIED"
-	reasonUnauthenticated       = "UNAUTHENTICATED"
+	reasonUnauthenticated       = auth.ReasonUnauthenticated
 	reasonMissingReason         = "MISSING_REASON"
 	reasonMissingRequestID      = "MISSING_REQUEST_ID"
 	reasonMissingSelection      = "MISSING_SELECTION"
