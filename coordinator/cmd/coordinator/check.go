@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/leasehold/leasehold/coordinator"
 )
@@ -18,33 +17,21 @@ var errInconsistent = errors.New("the database is inconsistent")
 // runCheck runs "coordinator check [--data-dir DIR] [--json]": it verifies
 // the database of a stopped coordinator (see coordinator.Check), prints
 // what it found to stdout, and returns errInconsistent when it found a
-// problem. --data-dir defaults to LEASEHOLD_DATA_DIR, then ./data, as for
-// serving.
+// problem. Its flags, like the server's, can be set as LEASEHOLD_*
+// variables: --data-dir defaults to LEASEHOLD_DATA_DIR, then ./data.
 func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("coordinator check", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	dataDir := "./data"
-	if v, ok := os.LookupEnv(envName("data-dir")); ok {
-		dataDir = v
-	}
-	fs.StringVar(&dataDir, "data-dir", dataDir, "directory of the bbolt file to check (env "+envName("data-dir")+")")
+	dataDir := fs.String("data-dir", "./data", "directory of the bbolt file to check")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseWithEnv(fs, args, "coordinator check", stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, "Usage of coordinator check:\n"+
-				"Checks the database of a stopped coordinator: bbolt's consistency check, then that its\n"+
+			fmt.Fprint(stderr, "\nChecks the database of a stopped coordinator: bbolt's consistency check, then that its\n"+
 				"records agree (unfinished-job index, batches whole, counts, lease tokens). Read-only.\n"+
 				"Exits 0 when consistent, 1 when a problem was found or the check could not run.\n")
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return err
 		}
-		return &usageError{msg: err.Error()}
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("check: unexpected arguments: %v", fs.Args())
-	}
-	rep, err := coordinator.Check(dataDir)
+	rep, err := coordinator.Check(*dataDir)
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,16 @@ func TestCheckCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("LEASEHOLD_DATA_DIR names the directory, and the flag wins", func(t *testing.T) {
+		t.Parallel()
+		if status, stderr := runCommand(t, t.TempDir(), []string{"check"}, []string{"LEASEHOLD_DATA_DIR=" + dir}); status != 0 {
+			t.Errorf("check with LEASEHOLD_DATA_DIR = exit %d, stderr %q; want 0", status, stderr)
+		}
+		if status, _ := runCommand(t, t.TempDir(), []string{"check", "--data-dir", dir}, []string{"LEASEHOLD_DATA_DIR=nowhere"}); status != 0 {
+			t.Errorf("check with --data-dir over LEASEHOLD_DATA_DIR = exit %d, want 0", status)
+		}
+	})
+
 	t.Run("Arguments are usage errors and help is not", func(t *testing.T) {
 		t.Parallel()
 		var uerr *usageError

@@ -363,14 +363,19 @@ func FromContext(ctx context.Context) (Principal, bool) {
 	return p, ok
 }
 
-// ErrorDomain is the google.rpc.ErrorInfo domain of the refusals.
+// ErrorDomain is the google.rpc.ErrorInfo domain of every error the
+// coordinator returns; packages server and edge refuse under it too.
 const ErrorDomain = "leasehold.v1"
 
-// Unauthenticated returns the UNAUTHENTICATED status error with ErrorInfo
-// reason UNAUTHENTICATED.
-func Unauthenticated(msg string) error {
+// ReasonUnauthenticated is the ErrorInfo reason of a call without a known
+// bearer token.
+const ReasonUnauthenticated = "UNAUTHENTICATED"
+
+// unauthenticated returns the UNAUTHENTICATED status error with ErrorInfo
+// reason ReasonUnauthenticated.
+func unauthenticated(msg string) error {
 	st := status.New(codes.Unauthenticated, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: "UNAUTHENTICATED", Domain: ErrorDomain}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonUnauthenticated, Domain: ErrorDomain}); err == nil {
 		st = d
 	}
 	return st.Err()
@@ -382,11 +387,11 @@ func Unauthenticated(msg string) error {
 func (s *Set) AuthFunc(ctx context.Context) (context.Context, error) {
 	token, err := grpcauth.AuthFromMD(ctx, "bearer")
 	if err != nil {
-		return nil, Unauthenticated("missing bearer token: send \"authorization: Bearer <token>\"")
+		return nil, unauthenticated("missing bearer token: send \"authorization: Bearer <token>\"")
 	}
 	p, ok := s.Lookup(token)
 	if !ok {
-		return nil, Unauthenticated("unknown bearer token")
+		return nil, unauthenticated("unknown bearer token")
 	}
 	record(ctx, p)
 	return NewContext(ctx, p), nil

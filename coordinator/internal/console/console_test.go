@@ -269,6 +269,24 @@ func TestActions(t *testing.T) {
 		}
 	})
 
+	t.Run("A replay narrowed to an unknown terminal reason is refused, not widened to every reason", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		res, err := b.eng.Submit(context.Background(), engine.SubmitRequest{Team: "alpha", RequestID: "r", Docs: []jobs.DocInput{
+			{Document: jobs.Document{Name: "a.pdf", ContentType: "application/pdf"}, Content: []byte("pdf")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		csrf := b.signIn(t, auth.DevOperatorToken)
+		for _, action := range []string{"plan", "run"} {
+			code, page, _ := b.do(t, "POST", "/console/replay", url.Values{"csrf": {csrf}, "action": {action}, "batch": {server.BatchID(res.Batch.Batch.ID)},
+				"terminal_reason": {"NO_SUCH_REASON"}, "reason": {"retry"}, "request_id": {"console-1"}}, nil)
+			if code != http.StatusBadRequest || !strings.Contains(page, "INVALID_TERMINAL_REASON") {
+				t.Errorf("%s with an unknown terminal reason = %d, want 400 INVALID_TERMINAL_REASON", action, code)
+			}
+		}
+	})
+
 	t.Run("Live parts render alone for htmx", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -270,7 +270,13 @@ func (c *Console) replay(w http.ResponseWriter, r *request) error {
 	req := &leaseholdv1.ReplayJobsRequest{BatchId: v.Batch, JobIds: strings.FieldsFunc(v.Jobs, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' }),
 		Reason: v.Reason, IncludePermanent: v.IncludePermanent}
 	if v.TerminalReason != "" {
-		req.TerminalReason = leaseholdv1.TerminalReason(leaseholdv1.TerminalReason_value["TERMINAL_REASON_"+v.TerminalReason])
+		n, ok := leaseholdv1.TerminalReason_value["TERMINAL_REASON_"+v.TerminalReason]
+		if !ok {
+			// An unknown name must not become "any reason": it goes to
+			// ReplayJobs as a number no reason has, which it refuses.
+			n = -1
+		}
+		req.TerminalReason = leaseholdv1.TerminalReason(n)
 	}
 	switch r.PostFormValue("action") {
 	case "run":

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasehold/leasehold/coordinator/internal/auth"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,7 +15,7 @@ import (
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of this package's refusals,
 // the one every coordinator error carries.
-const ErrorDomain = "leasehold.v1"
+const ErrorDomain = auth.ErrorDomain
 
 // The ErrorInfo reasons of this package's refusals.
 const (

@@ -73,6 +73,10 @@ func TestMalformedRequests(t *testing.T) {
 			return err
 		}
 	}
+	uploadType := func(m *leaseholdv1.UploadArtifactRequest, ct string) *leaseholdv1.UploadArtifactRequest {
+		m.GetMetadata().ContentType = ct
+		return m
+	}
 	manyIDs := make([]string, 1001)
 	for i := range manyIDs {
 		manyIDs[i] = fmt.Sprintf("j-%d", i+1)
@@ -183,6 +187,10 @@ func TestMalformedRequests(t *testing.T) {
 			codes.InvalidArgument, reasonArtifactTooLarge, "success.content"},
 		{"Complete with an inline preview that hashes to another digest", complete(success(&leaseholdv1.CompleteSuccess{Content: []byte("png"), ArtifactDigest: sha([]byte("other"))})),
 			codes.InvalidArgument, reasonDigestMismatch, "success.artifact_digest"},
+		{"Complete with a preview media type over 255 bytes", complete(success(&leaseholdv1.CompleteSuccess{Content: []byte("png"), ContentType: "image/" + strings.Repeat("p", 250)})),
+			codes.InvalidArgument, reasonInvalidContentType, "success.content_type"},
+		{"Complete with a preview media type with a control character", complete(success(&leaseholdv1.CompleteSuccess{Content: []byte("png"), ContentType: "image/png\x00"})),
+			codes.InvalidArgument, reasonInvalidContentType, "success.content_type"},
 		{"Complete with a malformed job id", complete(&leaseholdv1.CompleteRequest{JobId: "j-x", Token: 1, RendererId: "r-1",
 			Outcome: &leaseholdv1.CompleteRequest_Failure{Failure: &leaseholdv1.CompleteFailure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT}}}),
 			codes.InvalidArgument, reasonInvalidID, "job_id"},
@@ -204,6 +212,8 @@ func TestMalformedRequests(t *testing.T) {
 			codes.InvalidArgument, reasonInvalidID, "metadata.job_id"},
 		{"UploadArtifact with metadata twice", upload(uploadMeta(g, g.GetLease().GetToken(), "r-1"), uploadMeta(g, g.GetLease().GetToken(), "r-1")),
 			codes.InvalidArgument, reasonMissingMetadata, "metadata"},
+		{"UploadArtifact with a preview media type with a line break", upload(uploadType(uploadMeta(g, g.GetLease().GetToken(), "r-1"), "image/png\r\nX-Frame-Options: allow"), chunk([]byte("x"))),
+			codes.InvalidArgument, reasonInvalidContentType, "metadata.content_type"},
 		{"UploadArtifact with a malformed renderer id", upload(uploadMeta(g, g.GetLease().GetToken(), "r/1"), chunk([]byte("x"))),
 			codes.InvalidArgument, reasonInvalidRendererID, "renderer_id"},
 
@@ -220,7 +230,13 @@ func TestMalformedRequests(t *testing.T) {
 		{"ReplayJobs with a malformed batch id", replay(&leaseholdv1.ReplayJobsRequest{BatchId: "b-", DryRun: true}),
 			codes.InvalidArgument, reasonInvalidID, "batch_id"},
 		{"ReplayJobs with an unknown terminal reason", replay(&leaseholdv1.ReplayJobsRequest{BatchId: batch.GetId(), TerminalReason: 99, DryRun: true}),
-			codes.InvalidArgument, "INVALID_TERMINAL_REASON", "terminal_reason"},
+			codes.InvalidArgument, reasonInvalidTerminalReason, "terminal_reason"},
+		{"ReplayJobs by job_ids and batch_id at once", replay(&leaseholdv1.ReplayJobsRequest{JobIds: []string{g.GetJobId()}, BatchId: other.GetId(),
+			RequestId: "both", Reason: "why", IncludePermanent: true}),
+			codes.InvalidArgument, reasonConflictingSelection, "batch_id"},
+		{"ReplayJobs by job_ids narrowed to a terminal reason", replay(&leaseholdv1.ReplayJobsRequest{JobIds: []string{g.GetJobId()},
+			TerminalReason: leaseholdv1.TerminalReason_TERMINAL_REASON_ATTEMPTS_EXHAUSTED, RequestId: "narrowed", Reason: "why"}),
+			codes.InvalidArgument, reasonConflictingSelection, "terminal_reason"},
 		{"PauseDispatch without a reason", jobsCall(func() error {
 			_, err := b.ops.PauseDispatch(as(t, operator), &leaseholdv1.PauseDispatchRequest{})
 			return err

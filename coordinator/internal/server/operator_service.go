@@ -106,11 +106,18 @@ func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.Replay
 		}
 	}
 	if _, ok := leaseholdv1.TerminalReason_name[int32(req.GetTerminalReason())]; !ok {
-		return nil, s.status(invalidArg("terminal_reason", "INVALID_TERMINAL_REASON", "unknown terminal reason %d", req.GetTerminalReason()))
+		return nil, s.status(invalidArg("terminal_reason", reasonInvalidTerminalReason, "unknown terminal reason %d", req.GetTerminalReason()))
 	}
+	// The engine selects by batch when one is named and narrows only a
+	// batch by terminal reason; a request that names more is refused
+	// rather than answered with a wider replay than it asked for.
 	switch {
 	case len(rr.JobIDs) == 0 && rr.Batch == 0:
 		return nil, s.status(invalidArg("job_ids", reasonMissingSelection, "select jobs by job_ids or by batch_id"))
+	case len(rr.JobIDs) > 0 && rr.Batch != 0:
+		return nil, s.status(invalidArg("batch_id", reasonConflictingSelection, "select jobs by job_ids or by batch_id, not both"))
+	case rr.TerminalReason != jobs.ReasonUnspecified && rr.Batch == 0:
+		return nil, s.status(invalidArg("terminal_reason", reasonConflictingSelection, "terminal_reason narrows a batch_id selection; it needs batch_id"))
 	case !rr.DryRun && rr.RequestID == "":
 		return nil, s.status(invalidArg("request_id", reasonMissingRequestID, "a replay needs a request_id (or dry_run)"))
 	}

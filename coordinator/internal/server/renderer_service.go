@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -32,6 +34,9 @@ const (
 	maxLeasesPerCall   = 64
 	maxCapacity        = 4096
 	maxMessageBytes    = 4096
+	// maxContentTypeBytes bounds a preview's media type, as documents'
+	// are bounded at submission.
+	maxContentTypeBytes = 255
 	// replyOverheadBytes is what a reply costs besides its grants.
 	replyOverheadBytes = 1 << 10
 )
@@ -53,6 +58,16 @@ func validID(id string, n int) bool {
 func checkRendererID(id string) error {
 	if !validID(id, maxRendererIDBytes) {
 		return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id must be 1 to %d bytes of [A-Za-z0-9._-]", maxRendererIDBytes)
+	}
+	return nil
+}
+
+// checkContentType refuses a preview media type over maxContentTypeBytes
+// or with control characters: it is stored in the job's record, shown with
+// the job and served as the preview's Content-Type.
+func checkContentType(field, ct string) error {
+	if len(ct) > maxContentTypeBytes || strings.ContainsFunc(ct, unicode.IsControl) {
+		return invalidArg(field, reasonInvalidContentType, "%s must be at most %d bytes without control characters", field, maxContentTypeBytes)
 	}
 	return nil
 }
@@ -96,10 +111,8 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 	if err != nil {
 		return nil, s.status(err)
 	}
+	// An unset wait is zero: no long poll.
 	wait := min(max(req.GetWait().AsDuration(), 0), MaxAcquireWait)
-	if req.GetWait() == nil {
-		wait = 0
-	}
 	// The writer's answers are awaited even if the caller leaves, so that
 	// grants made for it are handed back rather than left to expire.
 	wctx := context.WithoutCancel(ctx)
@@ -126,16 +139,23 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 		s.release(grants)
 		return nil, s.status(ctx.Err())
 	}
-	if err := s.e.ReadContent(grants); err != nil {
-		s.release(grants)
-		return nil, s.status(err)
+	// A long poll that ended empty, the common answer of an idle
+	// coordinator, needs no read transaction.
+	if len(grants) > 0 {
+		if err := s.e.ReadContent(grants); err != nil {
+			s.release(grants)
+			return nil, s.status(err)
+		}
 	}
 	resp := &leaseholdv1.AcquireResponse{
 		DispatchPaused:    s.e.DispatchState().Paused,
 		HeartbeatInterval: durationpb.New(s.e.HeartbeatInterval()),
 	}
-	for _, g := range grants {
-		resp.Leases = append(resp.Leases, grantToProto(g))
+	if len(grants) > 0 {
+		resp.Leases = make([]*leaseholdv1.Grant, len(grants))
+		for i, g := range grants {
+			resp.Leases[i] = grantToProto(g)
+		}
 	}
 	return resp, nil
 }
@@ -345,6 +365,9 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		case len(content) > c.maxInline:
 			return req, invalidArg("success.content", reasonArtifactTooLarge, "an inline preview is at most %d bytes; upload larger ones with UploadArtifact", c.maxInline)
 		case len(content) > 0:
+			if err := checkContentType("success.content_type", success.GetContentType()); err != nil {
+				return req, err
+			}
 			req.Preview = preview(content, success.GetContentType())
 			if req.Digest != "" && req.Digest != req.Preview.Digest {
 				return req, invalidArg("success.artifact_digest", reasonDigestMismatch, "the inline preview hashes to %s, not %s", req.Preview.Digest, req.Digest)

@@ -2,10 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
@@ -46,6 +43,9 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(err)
 	}
+	if err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
+		return s.status(err)
+	}
 	j, err := s.e.Job(id)
 	if err != nil {
 		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
@@ -59,7 +59,6 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err := j.CheckLease(md.GetToken(), r.ID, time.Time{}); err != nil {
 		return s.status(err)
 	}
-	h := sha256.New()
 	var content []byte
 	for {
 		m, err := s.nextUpload(ctx, msgs, errC)
@@ -76,26 +75,20 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 		if int64(len(content)+len(chunk)) > s.maxBytes {
 			return s.status(invalidArg("chunk", reasonArtifactTooLarge, "the artifact is larger than %d bytes", s.maxBytes))
 		}
-		h.Write(chunk)
 		content = append(content, chunk...)
 	}
 	if len(content) == 0 {
 		return s.status(invalidArg("chunk", reasonEmptyArtifact, "the upload carried no bytes"))
 	}
-	digest := hex.EncodeToString(h.Sum(nil))
-	if want := md.GetExpectedSha256(); want != "" && want != digest {
-		return s.status(invalidArg("metadata.expected_sha256", reasonDigestMismatch, "the uploaded bytes hash to %s, not %s", digest, want))
+	pv := preview(content, md.GetContentType())
+	if want := md.GetExpectedSha256(); want != "" && want != pv.Digest {
+		return s.status(invalidArg("metadata.expected_sha256", reasonDigestMismatch, "the uploaded bytes hash to %s, not %s", pv.Digest, want))
 	}
-	ct := md.GetContentType()
-	if ct == "" {
-		ct = http.DetectContentType(content)
-	}
-	err = s.e.Stage(ctx, engine.StageRequest{Job: id, Token: md.GetToken(), Renderer: r.ID,
-		Preview: engine.Preview{Digest: digest, ContentType: ct, Content: content}})
+	err = s.e.Stage(ctx, engine.StageRequest{Job: id, Token: md.GetToken(), Renderer: r.ID, Preview: *pv})
 	if err != nil {
 		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
 	}
-	return stream.SendAndClose(&leaseholdv1.UploadArtifactResponse{Digest: digest, SizeBytes: int64(len(content))})
+	return stream.SendAndClose(&leaseholdv1.UploadArtifactResponse{Digest: pv.Digest, SizeBytes: int64(len(content))})
 }
 
 // nextUpload returns the upload's next message, io.EOF at its end, or the
