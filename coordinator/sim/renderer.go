@@ -102,7 +102,7 @@ func (r *renderer) connect() {
 	}
 	r.credits = 0
 	open := engine.SessionOpen{Renderer: engine.Renderer{ID: r.id, Principal: principal}, Instance: r.instanceID(),
-		Capacity: r.capacity, MaxBytes: 1 << 20, Holding: holding}
+		Capacity: r.capacity, Holding: holding}
 	w.dial(st, func() { w.coord.openSession(st, open, credits) })
 }
 

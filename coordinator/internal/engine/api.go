@@ -28,8 +28,6 @@ var (
 	// ErrReplaced is the end of a session that a newer session of the same
 	// renderer process replaced.
 	ErrReplaced = errors.New("session replaced by a newer one of the same renderer")
-	// ErrArtifactEmpty is returned for a preview with no bytes.
-	ErrArtifactEmpty = errors.New("artifact is empty")
 )
 
 // SubmitRequest is one SubmitBatch.
@@ -168,8 +166,6 @@ type SessionOpen struct {
 	// instance replaces a live one, another instance is refused.
 	Instance string
 	Capacity int
-	// MaxBytes bounds one delivery of grants; every grant fits alone.
-	MaxBytes int
 	// Holding are leases the renderer still holds from an earlier session.
 	Holding []LeaseRef
 }

@@ -54,7 +54,9 @@ func (e *Engine) grantOne(g *group, c *Conn, live int) (bool, error) {
 		e.trackLease(next, g.mono+e.cfg.LeaseTTL, true)
 		e.m.queueWait(team, g.now.Sub(j.EnqueuedAt))
 		c.credit--
-		c.budget -= int(j.ContentBytes) + GrantOverheadBytes
+		if c.kind == ConnWaiter {
+			c.budget -= int(j.ContentBytes) + GrantOverheadBytes
+		}
 		c.granted++
 		g.deliver(c, Grant{Job: next})
 		return true, nil

@@ -53,7 +53,7 @@ func (c *openCmd) apply(g *group) error {
 		moved = g.endConn(old, ErrReplaced)
 		e.renderers[r.ID].conns--
 	}
-	conn := &Conn{kind: c.kind, renderer: r, instance: c.req.Instance, budget: c.req.MaxBytes}
+	conn := &Conn{kind: c.kind, renderer: r, instance: c.req.Instance}
 	e.conns.add(conn)
 	rs := e.seen(r, c.req.Capacity, g.mono)
 	rs.conns++

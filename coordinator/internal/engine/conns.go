@@ -30,8 +30,9 @@ type Conn struct {
 	instance string
 	// credit is how many more grants it may take.
 	credit int
-	// budget is what a waiter's reply may still carry in bytes, or, for a
-	// session, the bound of one delivery (every grant fits alone).
+	// budget is what a waiter's reply may still carry in bytes. A session
+	// has none here: the server splits what it pushes into messages within
+	// the renderer's stated limit.
 	budget   int
 	draining bool
 	granted  int

@@ -338,8 +338,7 @@ func TestWriterInvariants(t *testing.T) {
 						}
 					}
 					var st []LeaseStatus
-					conn, st, err = b.e.OpenSession(ctx, SessionOpen{Renderer: rend(renderer), Instance: instance, Capacity: 2,
-						MaxBytes: b.e.MaxGrantBytes(), Holding: holding})
+					conn, st, err = b.e.OpenSession(ctx, SessionOpen{Renderer: rend(renderer), Instance: instance, Capacity: 2, Holding: holding})
 					if err == nil && len(st) != len(holding) {
 						rt.Fatalf("OpenSession answered %d of %d held leases", len(st), len(holding))
 					}

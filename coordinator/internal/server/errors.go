@@ -160,7 +160,6 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	engine.ErrRendererInUse           ALREADY_EXISTS RENDERER_ID_IN_USE
 //	engine.ErrReplaced                ABORTED SESSION_REPLACED
 //	engine.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
-//	engine.ErrArtifactEmpty           INVALID_ARGUMENT EMPTY_ARTIFACT
 //	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
@@ -235,8 +234,6 @@ func toStatus(log *slog.Logger, err error) error {
 		return newStatus(codes.Aborted, reasonSessionReplaced, "a newer session of this renderer process replaced this one", nil)
 	case errors.Is(err, engine.ErrSlowWatcher):
 		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
-	case errors.Is(err, engine.ErrArtifactEmpty):
-		return newStatus(codes.InvalidArgument, reasonEmptyArtifact, "a preview must not be empty", nil)
 	case errors.Is(err, engine.ErrStorageFull):
 		return newStatus(codes.Unavailable, reasonStorageFull, "the coordinator's disk is full; it stopped taking writes and acknowledged nothing unsaved", nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):

@@ -76,7 +76,6 @@ func TestToStatus(t *testing.T) {
 		{"A renderer id live in another process is ALREADY_EXISTS RENDERER_ID_IN_USE", engine.ErrRendererInUse, codes.AlreadyExists, reasonRendererInUse, nil, false},
 		{"A replaced session is ABORTED SESSION_REPLACED", engine.ErrReplaced, codes.Aborted, reasonSessionReplaced, nil, false},
 		{"A watcher too far behind is RESOURCE_EXHAUSTED SLOW_WATCHER", engine.ErrSlowWatcher, codes.ResourceExhausted, reasonSlowWatcher, nil, false},
-		{"An empty preview is INVALID_ARGUMENT EMPTY_ARTIFACT", engine.ErrArtifactEmpty, codes.InvalidArgument, reasonEmptyArtifact, nil, false},
 		{"A full disk is UNAVAILABLE STORAGE_FULL", fmt.Errorf("%w: %w", engine.ErrStorageFull, engine.ErrStorageFailed), codes.Unavailable, reasonStorageFull, nil, false},
 		{"Shutting down is UNAVAILABLE SHUTTING_DOWN", errShuttingDown, codes.Unavailable, reasonShuttingDown, nil, false},
 		{"Anything else is INTERNAL and logged", errors.New("disk on fire"), codes.Internal, reasonInternal, nil, true},

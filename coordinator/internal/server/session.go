@@ -97,7 +97,7 @@ func (s *RendererServer) hello(p auth.Principal, m *leaseholdv1.SessionRequest) 
 	if err != nil {
 		return engine.SessionOpen{}, 0, err
 	}
-	return engine.SessionOpen{Renderer: r, Instance: h.GetInstanceId(), Capacity: int(h.GetCapacity()), MaxBytes: budget, Holding: holding}, budget, nil
+	return engine.SessionOpen{Renderer: r, Instance: h.GetInstanceId(), Capacity: int(h.GetCapacity()), Holding: holding}, budget, nil
 }
 
 // session is one open Session stream.

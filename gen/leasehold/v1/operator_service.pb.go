@@ -214,7 +214,8 @@ type ReplayJobsRequest struct {
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Select by id ...
 	JobIds []string `protobuf:"bytes,2,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
-	// ... or by batch, optionally narrowed to one terminal reason.
+	// ... or by batch, optionally narrowed to one terminal reason. The two
+	// selections are alternatives: job ids with either field are refused.
 	BatchId        string         `protobuf:"bytes,3,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	TerminalReason TerminalReason `protobuf:"varint,4,opt,name=terminal_reason,json=terminalReason,proto3,enum=leasehold.v1.TerminalReason" json:"terminal_reason,omitempty"`
 	DryRun         bool           `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`

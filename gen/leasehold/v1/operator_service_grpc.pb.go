@@ -62,8 +62,9 @@ type OperatorServiceClient interface {
 	// queued again, even with include_permanent: it is skipped with
 	// skip_reason UNSUPPORTED_FORMAT.
 	// Errors: INVALID_ARGUMENT MISSING_REASON, INVALID_REASON,
-	// MISSING_REQUEST_ID, MISSING_SELECTION, INVALID_ID, TOO_MANY_JOB_IDS
-	// (more than 1,000 job_ids).
+	// MISSING_REQUEST_ID, MISSING_SELECTION, CONFLICTING_SELECTION (job_ids
+	// together with batch_id or terminal_reason), INVALID_TERMINAL_REASON,
+	// INVALID_ID, TOO_MANY_JOB_IDS (more than 1,000 job_ids).
 	ReplayJobs(ctx context.Context, in *ReplayJobsRequest, opts ...grpc.CallOption) (*ReplayJobsResponse, error)
 	// PauseDispatch stops granting new leases. Heartbeats and fenced
 	// completions keep working, submissions keep being accepted. The pause
@@ -207,8 +208,9 @@ type OperatorServiceServer interface {
 	// queued again, even with include_permanent: it is skipped with
 	// skip_reason UNSUPPORTED_FORMAT.
 	// Errors: INVALID_ARGUMENT MISSING_REASON, INVALID_REASON,
-	// MISSING_REQUEST_ID, MISSING_SELECTION, INVALID_ID, TOO_MANY_JOB_IDS
-	// (more than 1,000 job_ids).
+	// MISSING_REQUEST_ID, MISSING_SELECTION, CONFLICTING_SELECTION (job_ids
+	// together with batch_id or terminal_reason), INVALID_TERMINAL_REASON,
+	// INVALID_ID, TOO_MANY_JOB_IDS (more than 1,000 job_ids).
 	ReplayJobs(context.Context, *ReplayJobsRequest) (*ReplayJobsResponse, error)
 	// PauseDispatch stops granting new leases. Heartbeats and fenced
 	// completions keep working, submissions keep being accepted. The pause
