@@ -50,6 +50,12 @@ func (t *Tx) ArtifactDigest(job, token uint64) (digest, contentType string, size
 	if v == nil {
 		return "", "", 0, ErrArtifactNotFound
 	}
+	return scanArtifact(job, v)
+}
+
+// scanArtifact reads the digest, content type and content size of an
+// encoded artifact record of job.
+func scanArtifact(job uint64, v []byte) (digest, contentType string, size int64, err error) {
 	for len(v) > 0 {
 		var f field
 		if f, v, err = nextField(v); err != nil {

@@ -14,3 +14,13 @@ func DecodeJob(v []byte) (jobs.Job, error) { return decodeJob(0, v) }
 
 // EncodeJob is the encoding PutJob writes.
 func EncodeJob(j jobs.Job) ([]byte, error) { return proto.Marshal(jobToRecord(j)) }
+
+// ScanQueued, ScanState and ScanArtifact are the readers that take single
+// fields out of encoded records without decoding them.
+func ScanQueued(v []byte) (QueuedJob, bool, error) { return scanQueued(0, v, map[string]string{}) }
+
+func ScanState(v []byte) (JobState, error) { return scanState(0, v) }
+
+func ScanArtifact(v []byte) (digest, contentType string, size int64, err error) {
+	return scanArtifact(0, v)
+}

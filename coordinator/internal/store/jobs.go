@@ -354,33 +354,42 @@ func (t *Tx) JobStates(first uint64, n int) ([]JobState, error) {
 	c := t.tx.Bucket(bucketJobs).Cursor()
 	end := first + uint64(n)
 	for k, v := c.Seek(itob(first)); k != nil && btoi(k) < end; k, v = c.Next() {
-		st := JobState{ID: btoi(k)}
-		for b := v; len(b) > 0; {
-			num, typ, n := protowire.ConsumeTag(b)
-			if n < 0 {
-				return nil, fmt.Errorf("decoding job %d: %w", st.ID, protowire.ParseError(n))
-			}
-			b = b[n:]
-			if typ == protowire.VarintType && (num == fieldPhase || num == fieldEventSeq) {
-				x, n := protowire.ConsumeVarint(b)
-				if n < 0 {
-					return nil, fmt.Errorf("decoding job %d: %w", st.ID, protowire.ParseError(n))
-				}
-				b = b[n:]
-				if num == fieldPhase {
-					st.Phase = jobs.Phase(int32(x))
-				} else {
-					st.EventSeq = uint32(x)
-				}
-				continue
-			}
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return nil, fmt.Errorf("decoding job %d: %w", st.ID, protowire.ParseError(n))
-			}
-			b = b[n:]
+		st, err := scanState(btoi(k), v)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// scanState reads the phase and event sequence of an encoded job record.
+func scanState(id uint64, v []byte) (JobState, error) {
+	st := JobState{ID: id}
+	for b := v; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return st, fmt.Errorf("decoding job %d: %w", id, protowire.ParseError(n))
+		}
+		b = b[n:]
+		if typ == protowire.VarintType && (num == fieldPhase || num == fieldEventSeq) {
+			x, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return st, fmt.Errorf("decoding job %d: %w", id, protowire.ParseError(n))
+			}
+			b = b[n:]
+			if num == fieldPhase {
+				st.Phase = jobs.Phase(int32(x))
+			} else {
+				st.EventSeq = uint32(x)
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return st, fmt.Errorf("decoding job %d: %w", id, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return st, nil
 }
