@@ -290,7 +290,7 @@ func (e *Engine) handBackOne(g *group, renderer string, ref LeaseRef) (LeaseStat
 	if !found {
 		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: "JOB_NOT_FOUND"}, nil
 	}
-	next, ferr := j.HandBack(ref.Token, renderer, g.now)
+	next, ferr := j.HandBack(ref.Token, renderer, g.now, e.jitter())
 	if ferr != nil {
 		return lost(ref, j, ferr), nil
 	}

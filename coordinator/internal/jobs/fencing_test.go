@@ -114,7 +114,7 @@ func TestCheckLease(t *testing.T) {
 		},
 		{
 			name:  "A handed-back token is stale",
-			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).HandBack(1, "r1", at(2*time.Second))) },
+			job:   func(t testing.TB) Job { return mustJob(t)(leased(t, 1).HandBack(1, "r1", at(2*time.Second), 0)) },
 			token: 1, renderer: "r1", now: at(3 * time.Second),
 			wantErr: ErrStaleLease, want: fence{1, PhaseQueued},
 		},

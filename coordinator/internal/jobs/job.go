@@ -133,8 +133,9 @@ const (
 	LeaseCompleted
 	// LeaseExpired: its deadline passed.
 	LeaseExpired
-	// LeaseReleased: it went back to the queue uncounted: never delivered,
-	// never heard from, or handed back by its holder.
+	// LeaseReleased: it went back to the queue uncounted (never delivered,
+	// never heard from, or handed back by its holder), or was handed back
+	// once the cycle's uncounted hand-backs were used up.
 	LeaseReleased
 	// LeaseRevoked: the job was cancelled while it was held.
 	LeaseRevoked
@@ -290,6 +291,8 @@ type Job struct {
 	// Undelivered counts this cycle's uncharged expiries of leases never
 	// heard from.
 	Undelivered uint32
+	// HandedBack counts this cycle's uncharged hand-backs.
+	HandedBack uint32
 	// TraceParent is the W3C traceparent of the submission, set once when
 	// the job is stored and sent with every grant; empty when the
 	// submission was not traced. Transitions never read or change it.

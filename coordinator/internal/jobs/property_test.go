@@ -43,6 +43,8 @@ type model struct {
 	cancelRejected bool
 	// undelivered counts the cycle's uncounted never-heard expiries.
 	undelivered uint32
+	// handedBack counts the cycle's uncounted hand-backs.
+	handedBack uint32
 	// revoked is the token of the lease a cancel revoked, and acked whether
 	// its holder acknowledged.
 	revoked uint64
@@ -247,7 +249,7 @@ func (m *model) handBack(t *rapid.T) {
 	before := m.j
 	token := m.anyToken(t)
 	renderer := m.anyRenderer(t, token)
-	next, err := m.j.HandBack(token, renderer, m.now)
+	next, err := m.j.HandBack(token, renderer, m.now, jitterGen.Draw(t, "jitter"))
 	if want := m.wantFence(token, renderer); want != nil {
 		m.checkFence(t, "HandBack", err, want)
 		m.unchanged(t, "refused hand-back", before, next)
@@ -256,7 +258,31 @@ func (m *model) handBack(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("HandBack of the live lease by its holder = %v", err)
 	}
-	m.requeuedUncounted(t, "HandBack", before, next, "HANDED_BACK")
+	if m.handedBack < before.Policy.MaxAttempts {
+		m.handedBack++
+		if next.HandedBack != m.handedBack {
+			t.Fatalf("uncounted hand-back left HandedBack %d, want %d", next.HandedBack, m.handedBack)
+		}
+		m.requeuedUncounted(t, "HandBack", before, next, "HANDED_BACK")
+		return
+	}
+	switch {
+	case before.Attempt >= before.Policy.MaxAttempts:
+		if next.Phase != PhaseFailed || next.TerminalReason != ReasonAttemptsExhausted {
+			t.Fatalf("counted hand-back of the last attempt gave %v (%v), want FAILED ATTEMPTS_EXHAUSTED", next.Phase, next.TerminalReason)
+		}
+	case next.Phase != PhaseRetryWait:
+		t.Fatalf("counted hand-back of attempt %d of %d gave %v, want RETRY_WAIT", before.Attempt, before.Policy.MaxAttempts, next.Phase)
+	}
+	evs := newEvents(before, next)
+	if len(evs) != 2 || evs[0].Kind != EventAttemptFailed || evs[0].Reason != "HANDED_BACK" || evs[0].Token != before.Lease.Token {
+		t.Fatalf("counted hand-back recorded %v, want ATTEMPT_FAILED HANDED_BACK then the outcome", evs)
+	}
+	if next.Attempt != before.Attempt || next.HandedBack != before.HandedBack {
+		t.Fatalf("counted hand-back changed attempt %d -> %d, handed back %d -> %d", before.Attempt, next.Attempt, before.HandedBack, next.HandedBack)
+	}
+	m.endLease(t, before.Lease.Token, LeaseReleased, "")
+	m.commit(t, before, next)
 }
 
 func (m *model) release(t *rapid.T) {
@@ -582,7 +608,7 @@ func (m *model) replay(t *rapid.T) {
 	if next.Phase != PhaseQueued || next.Attempt != 0 || next.Cycle != before.Cycle+1 {
 		t.Fatalf("Replay gave phase %v attempt %d cycle %d, want QUEUED 0 %d", next.Phase, next.Attempt, next.Cycle, before.Cycle+1)
 	}
-	m.rejected, m.cancelRejected, m.undelivered = nil, false, 0
+	m.rejected, m.cancelRejected, m.undelivered, m.handedBack = nil, false, 0, 0
 	m.cycleStart = len(m.leases)
 	m.commit(t, before, next)
 }

@@ -80,11 +80,12 @@ func TestHandBack(t *testing.T) {
 	t.Run("The holder hands its lease back: QUEUED at once, the attempt not counted, recorded as REQUEUED HANDED_BACK", func(t *testing.T) {
 		in := leased(t, 1)
 		now := at(5 * time.Second)
-		got, err := in.HandBack(1, "r1", now)
+		got, err := in.HandBack(1, "r1", now, 0)
 		if err != nil {
 			t.Fatalf("HandBack = %v, want nil", err)
 		}
 		want := requeuedUncounted(in, now, "HANDED_BACK")
+		want.HandedBack = 1
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("handed-back record (-want +got):\n%s", diff)
 		}
@@ -93,7 +94,7 @@ func TestHandBack(t *testing.T) {
 		}
 	})
 	t.Run("A hand-back on the last attempt does not exhaust the job", func(t *testing.T) {
-		got, err := lastAttemptLeased(t).HandBack(3, "r1", at(101*time.Second))
+		got, err := lastAttemptLeased(t).HandBack(3, "r1", at(101*time.Second), 0)
 		if err != nil {
 			t.Fatalf("HandBack = %v, want nil", err)
 		}
@@ -105,8 +106,54 @@ func TestHandBack(t *testing.T) {
 			t.Errorf("attempt of the next grant = %d, want %d", next.Attempt, testPolicy.MaxAttempts)
 		}
 	})
+	t.Run("Uncounted hand-backs are bounded by MaxAttempts per cycle, then a hand-back counts as a failed attempt", func(t *testing.T) {
+		j := queued()
+		now := t0
+		for tok := uint64(1); tok <= uint64(testPolicy.MaxAttempts); tok++ {
+			j = mustJob(t)(j.Grant(tok, "r1", now, testTTL))
+			now = now.Add(time.Second)
+			j = mustJob(t)(j.HandBack(tok, "r1", now, testJitter))
+			if j.Phase != PhaseQueued || j.Attempt != 0 || j.HandedBack != uint32(tok) {
+				t.Fatalf("hand-back %d: %v attempt %d handed back %d, want QUEUED 0 %d", tok, j.Phase, j.Attempt, j.HandedBack, tok)
+			}
+		}
+		tok := uint64(testPolicy.MaxAttempts) + 1
+		in := mustJob(t)(j.Grant(tok, "r1", now, testTTL))
+		now = now.Add(time.Second)
+		got, err := in.HandBack(tok, "r1", now, testJitter)
+		if err != nil {
+			t.Fatalf("HandBack = %v, want nil", err)
+		}
+		next := now.Add(500 * time.Millisecond) // 0.5 * min(1m, 1s)
+		want := clone(in)
+		want.Leases[len(want.Leases)-1].Kind = LeaseReleased
+		want.Phase, want.NextAttemptAt, want.Lease = PhaseRetryWait, next, Lease{}
+		want.LastCause = "handed back by renderer r1, more than 3 times in this cycle"
+		want.UpdatedAt = now
+		want = withEvents(want,
+			Event{Seq: in.EventSeq + 1, At: now, Kind: EventAttemptFailed, Phase: PhaseLeased, Token: tok, Renderer: "r1", Attempt: 1, Reason: "HANDED_BACK", Message: want.LastCause},
+			Event{Seq: in.EventSeq + 2, At: now, Kind: EventRetryScheduled, Phase: PhaseRetryWait, Token: tok, Attempt: 1, Message: next.Format(time.RFC3339Nano)},
+		)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("hand-back past the bound (-want +got):\n%s", diff)
+		}
+		for a := 1; a < int(testPolicy.MaxAttempts); a++ {
+			now = got.NextAttemptAt
+			got = mustJob(t)(got.Requeue(now))
+			tok++
+			got = mustJob(t)(got.Grant(tok, "r1", now, testTTL))
+			got = mustJob(t)(got.HandBack(tok, "r1", now, testJitter))
+		}
+		if got.Phase != PhaseFailed || got.TerminalReason != ReasonAttemptsExhausted {
+			t.Errorf("after %d counted hand-backs: %v %v, want FAILED ATTEMPTS_EXHAUSTED", testPolicy.MaxAttempts, got.Phase, got.TerminalReason)
+		}
+		replayed := mustJob(t)(got.Replay("ops", "fixed the renderer", false, now))
+		if replayed.HandedBack != 0 {
+			t.Errorf("a replay left HandedBack %d, want 0", replayed.HandedBack)
+		}
+	})
 	t.Run("The handed-back token is stale afterwards for its holder", func(t *testing.T) {
-		j := mustJob(t)(leased(t, 1).HandBack(1, "r1", at(5*time.Second)))
+		j := mustJob(t)(leased(t, 1).HandBack(1, "r1", at(5*time.Second), 0))
 		j = mustJob(t)(j.Grant(2, "r2", at(6*time.Second), testTTL))
 		if _, err := j.Heartbeat(1, "r1", at(7*time.Second), testTTL); !errors.Is(err, ErrStaleLease) {
 			t.Errorf("heartbeat of the handed-back token = %v, want ErrStaleLease", err)
@@ -138,7 +185,7 @@ func TestHandBack(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				in := tt.in(t)
 				before := clone(in)
-				got, err := in.HandBack(tt.token, tt.renderer, tt.now)
+				got, err := in.HandBack(tt.token, tt.renderer, tt.now, 0)
 				if !errors.Is(err, tt.wantErr) || !IsFence(err) {
 					t.Fatalf("HandBack = %v, want a fencing error matching %v", err, tt.wantErr)
 				}

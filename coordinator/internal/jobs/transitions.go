@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -113,13 +114,25 @@ func (j Job) Release(token uint64, renderer string, now time.Time, reason string
 }
 
 // HandBack returns a lease its holder gives back unfinished (a draining
-// renderer): QUEUED again at once, the attempt not counted. It is fenced
-// like a completion.
-func (j Job) HandBack(token uint64, renderer string, now time.Time) (Job, error) {
+// renderer): QUEUED again at once, the attempt not counted, recorded as
+// REQUEUED HANDED_BACK. It is fenced like a completion. A cycle's first
+// MaxAttempts hand-backs are free; past them a hand-back counts as a failed
+// attempt (ATTEMPT_FAILED HANDED_BACK), and the job waits to retry or is
+// FAILED (ATTEMPTS_EXHAUSTED), so that renderers that take a document and
+// always give it back cannot keep it in circulation forever. jitter in
+// [0, 1) draws the backoff.
+func (j Job) HandBack(token uint64, renderer string, now time.Time, jitter float64) (Job, error) {
 	if err := j.CheckLease(token, renderer, now); err != nil {
 		return j, err
 	}
-	return j.release(ReleaseHandedBack, now), nil
+	if j.HandedBack < j.Policy.MaxAttempts {
+		j.HandedBack++
+		return j.release(ReleaseHandedBack, now), nil
+	}
+	j = j.endLease(token, LeaseReleased, "")
+	j.LastCause = fmt.Sprintf("handed back by renderer %s, more than %d times in this cycle", renderer, j.Policy.MaxAttempts)
+	j = j.withEvent(Event{Kind: EventAttemptFailed, Token: token, Renderer: renderer, Reason: ReleaseHandedBack, Message: j.LastCause}, now)
+	return j.retryOrExhaust(token, renderer, now, jitter), nil
 }
 
 // release ends the live lease uncounted and re-queues the job.
@@ -389,6 +402,7 @@ func (j Job) Replay(principal, reason string, includePermanent bool, now time.Ti
 	j.Rejected = nil
 	j.CancelRejected = false
 	j.Undelivered = 0
+	j.HandedBack = 0
 	j.EnqueuedAt = now
 	return j.withEvent(Event{Kind: EventReplayed, Principal: principal, Reason: prev.String(), Message: reason}, now), nil
 }

@@ -22,7 +22,7 @@ func heartbeat(token uint64, renderer string, now time.Time, ttl time.Duration) 
 }
 
 func handBack(token uint64, renderer string, now time.Time) apply {
-	return func(t *testing.T, j Job) (Job, error) { return j.HandBack(token, renderer, now) }
+	return func(t *testing.T, j Job) (Job, error) { return j.HandBack(token, renderer, now, 0) }
 }
 
 func release(token uint64, now time.Time) apply {
@@ -414,7 +414,7 @@ func legalTransitions() []struct {
 			do:   handBack(1, "r1", at(5*time.Second)),
 			want: func(j Job) Job {
 				now := at(5 * time.Second)
-				j.Phase, j.Attempt, j.Lease = PhaseQueued, 0, Lease{}
+				j.Phase, j.Attempt, j.Lease, j.HandedBack = PhaseQueued, 0, Lease{}, 1
 				j.Leases = []LeaseRecord{{Token: 1, Renderer: "r1", Kind: LeaseReleased}}
 				j.EnqueuedAt, j.UpdatedAt = now, now
 				return withEvents(j, Event{Seq: 3, At: now, Kind: EventRequeued, Phase: PhaseQueued, Token: 1, Renderer: "r1", Reason: "HANDED_BACK"})

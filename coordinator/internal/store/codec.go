@@ -68,6 +68,7 @@ func jobToRecord(j jobs.Job) *storagev1.JobRecord {
 		CancelRejected:      j.CancelRejected,
 		ContentBytes:        j.ContentBytes,
 		Undelivered:         j.Undelivered,
+		HandedBack:          j.HandedBack,
 		TraceParent:         j.TraceParent,
 	}
 	if len(j.Leases) > 0 {
@@ -134,6 +135,7 @@ func jobFromRecord(r *storagev1.JobRecord) jobs.Job {
 		CancelRejected:      r.CancelRejected,
 		ContentBytes:        r.ContentBytes,
 		Undelivered:         r.Undelivered,
+		HandedBack:          r.HandedBack,
 		TraceParent:         r.TraceParent,
 	}
 	if len(r.Leases) > 0 {

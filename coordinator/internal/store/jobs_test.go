@@ -41,6 +41,7 @@ func fullJob(id, batch uint64, team string) jobs.Job {
 		Rejected:            []jobs.RejectionKey{{Token: 12, Reason: "STALE_LEASE", Renderer: "r-9"}, {Token: 41, Reason: "JOB_CANCELLED", Renderer: "r-1"}},
 		CancelRejected:      true,
 		Undelivered:         1,
+		HandedBack:          2,
 		TraceParent:         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	}
 }

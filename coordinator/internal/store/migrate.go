@@ -112,7 +112,7 @@ func (s *Store) migrateJob(tx *Tx, r *storagev1.JobRecord) error {
 	for i, e := range r.Events {
 		j.Events[i] = eventFromRecord(e)
 	}
-	j.Leases, j.Rejected, j.CancelRejected, j.Undelivered = historySummary(j.Events)
+	summarizeHistory(&j)
 	if n := len(j.Events); n > 0 {
 		j.EventSeq = j.Events[n-1].Seq
 	}
@@ -165,12 +165,19 @@ func (s *Store) migrateArtifact(tx *Tx, j jobs.Job) error {
 	return tx.PutArtifact(j.ID, j.Artifact.Token, Artifact{Digest: d, ContentType: j.Artifact.ContentType, Content: content, Renderer: j.Artifact.Renderer})
 }
 
-// historySummary derives what schema 2 keeps in the record from a schema 1
+// summarizeHistory sets what schema 2 keeps in the record from j's schema 1
 // history: every lease and how it ended, the rejections recorded in the
 // current cycle, whether a cancel after the end was recorded in it, and how
-// many of its leases were re-queued uncounted because they were never heard
-// from.
-func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []jobs.RejectionKey, cancelRejected bool, undelivered uint32) {
+// many of its leases this cycle were re-queued uncounted because they were
+// never heard from or handed back.
+func summarizeHistory(j *jobs.Job) {
+	var (
+		leases         []jobs.LeaseRecord
+		rejected       []jobs.RejectionKey
+		cancelRejected bool
+		undelivered    uint32
+		handedBack     uint32
+	)
 	end := func(token uint64, kind jobs.LeaseEndKind, outcome string) {
 		for i := len(leases) - 1; i >= 0; i-- {
 			if leases[i].Token == token && leases[i].Kind == jobs.LeaseLive {
@@ -179,7 +186,7 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 			}
 		}
 	}
-	for _, ev := range evs {
+	for _, ev := range j.Events {
 		switch ev.Kind {
 		case jobs.EventLeased:
 			leases = append(leases, jobs.LeaseRecord{Token: ev.Token, Renderer: ev.Renderer})
@@ -189,13 +196,20 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 			if ev.Token != 0 {
 				end(ev.Token, jobs.LeaseReleased, "")
 			}
-			if ev.Reason == jobs.ReleaseNeverHeard {
+			switch ev.Reason {
+			case jobs.ReleaseNeverHeard:
 				undelivered++
+			case jobs.ReleaseHandedBack:
+				handedBack++
 			}
 		case jobs.EventSucceeded:
 			end(ev.Token, jobs.LeaseCompleted, jobs.Outcome(true, ev.Message, 0))
 		case jobs.EventAttemptFailed:
-			end(ev.Token, jobs.LeaseCompleted, "failure:"+ev.Reason)
+			if ev.Reason == jobs.ReleaseHandedBack {
+				end(ev.Token, jobs.LeaseReleased, "")
+			} else {
+				end(ev.Token, jobs.LeaseCompleted, "failure:"+ev.Reason)
+			}
 		case jobs.EventFailed:
 			if ev.Token != 0 && ev.Reason != jobs.ReasonAttemptsExhausted.String() {
 				end(ev.Token, jobs.LeaseCompleted, "failure:"+ev.Reason)
@@ -205,7 +219,7 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 				end(ev.Token, jobs.LeaseRevoked, "")
 			}
 		case jobs.EventReplayed:
-			rejected, cancelRejected, undelivered = nil, false, 0
+			rejected, cancelRejected, undelivered, handedBack = nil, false, 0, 0
 		case jobs.EventCompletionRejected:
 			if len(rejected) < jobs.MaxRejectionEvents {
 				rejected = append(rejected, jobs.RejectionKey{Token: ev.Token, Reason: ev.Reason, Renderer: ev.Renderer})
@@ -214,7 +228,7 @@ func historySummary(evs []jobs.Event) (leases []jobs.LeaseRecord, rejected []job
 			cancelRejected = true
 		}
 	}
-	return leases, rejected, cancelRejected, undelivered
+	j.Leases, j.Rejected, j.CancelRejected, j.Undelivered, j.HandedBack = leases, rejected, cancelRejected, undelivered, handedBack
 }
 
 // rebuildIndexes recomputes every schema 2 index from the job and batch

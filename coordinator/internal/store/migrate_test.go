@@ -619,7 +619,7 @@ func writeSchema1(t *testing.T, path string, js []jobs.Job) {
 			if err := proto.Unmarshal(v, r); err != nil {
 				return err
 			}
-			r.EventSeq, r.Leases, r.Rejected, r.CancelRejected, r.ContentBytes, r.Undelivered = 0, nil, nil, false, 0, 0
+			r.EventSeq, r.Leases, r.Rejected, r.CancelRejected, r.ContentBytes, r.Undelivered, r.HandedBack = 0, nil, nil, false, 0, 0, 0
 			for _, e := range j.Events {
 				r.Events = append(r.Events, &storagev1.Event{Seq: e.Seq, At: e.At.UnixNano(), Kind: int32(e.Kind), Phase: int32(e.Phase),
 					Token: e.Token, Renderer: e.Renderer, Attempt: e.Attempt, Reason: e.Reason, Message: e.Message, Principal: e.Principal})
@@ -660,11 +660,20 @@ func TestMigrateDerivesWhatTheTransitionsKeep(t *testing.T) {
 		}},
 		{"Hand-backs and undelivered grants are released, not counted", func(h *history) {
 			h.grant(1, "r-1")
-			h.must(h.j.HandBack(1, "r-1", h.step()))
+			h.must(h.j.HandBack(1, "r-1", h.step(), 0))
 			h.grant(2, "r-1")
 			h.must(h.j.Release(2, "r-1", h.step(), jobs.ReleaseUndelivered))
 			h.grant(3, "r-2")
 			h.complete(success(3, "r-2"))
+		}},
+		{"Hand-backs past the cycle's free ones count as failed attempts", func(h *history) {
+			for tok := uint64(1); tok <= 4; tok++ {
+				h.grant(tok, "r-1")
+				h.must(h.j.HandBack(tok, "r-1", h.step(), 0))
+			}
+			h.now = h.j.NextAttemptAt
+			h.requeue()
+			h.grant(5, "r-2")
 		}},
 		{"Every kind of refusal is recorded once", func(h *history) {
 			h.grant(1, "r-1")

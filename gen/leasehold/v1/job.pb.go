@@ -231,7 +231,8 @@ const (
 	EventKind_EVENT_KIND_LEASED EventKind = 2
 	// The lease deadline passed without a completion.
 	EventKind_EVENT_KIND_LEASE_EXPIRED EventKind = 3
-	// A retryable failure was reported.
+	// A retryable failure was reported, or (reason HANDED_BACK) the lease
+	// was handed back after the cycle's free hand-backs were used up.
 	EventKind_EVENT_KIND_ATTEMPT_FAILED EventKind = 4
 	// The job waits for its next attempt until Job.next_attempt_at.
 	EventKind_EVENT_KIND_RETRY_SCHEDULED EventKind = 5

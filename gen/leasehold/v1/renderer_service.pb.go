@@ -1094,7 +1094,11 @@ type SessionRequest struct {
 	// expires.
 	Received []*LeaseRef `protobuf:"bytes,5,rep,name=received,proto3" json:"received,omitempty"`
 	// Leases given back unfinished (a draining renderer): re-queued at once
-	// without counting the attempt, recorded as REQUEUED HANDED_BACK.
+	// without counting the attempt, recorded as REQUEUED HANDED_BACK. A
+	// job's first max_attempts hand-backs in a cycle are free; past them a
+	// hand-back counts as a failed attempt (ATTEMPT_FAILED HANDED_BACK), so
+	// that renderers that always give a document back cannot keep it in
+	// circulation forever.
 	HandBacks []*LeaseRef `protobuf:"bytes,6,rep,name=hand_backs,json=handBacks,proto3" json:"hand_backs,omitempty"`
 	// Revocations the renderer has acted on (it stopped the work).
 	CancelAcks []*LeaseRef `protobuf:"bytes,7,rep,name=cancel_acks,json=cancelAcks,proto3" json:"cancel_acks,omitempty"`

@@ -103,7 +103,9 @@ type JobRecord struct {
 	Undelivered uint32 `protobuf:"varint,48,opt,name=undelivered,proto3" json:"undelivered,omitempty"`
 	// The W3C traceparent of the submission (see leasehold.v1.Grant), sent
 	// with every grant of the job; empty when the submission was not traced.
-	TraceParent   string `protobuf:"bytes,49,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceParent string `protobuf:"bytes,49,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	// Hand-backs re-queued without counting the attempt, in this cycle.
+	HandedBack    uint32 `protobuf:"varint,50,opt,name=handed_back,json=handedBack,proto3" json:"handed_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,6 +481,13 @@ func (x *JobRecord) GetTraceParent() string {
 		return x.TraceParent
 	}
 	return ""
+}
+
+func (x *JobRecord) GetHandedBack() uint32 {
+	if x != nil {
+		return x.HandedBack
+	}
+	return 0
 }
 
 // LeaseEnd is one lease of a job and how it ended.
@@ -1365,7 +1374,7 @@ var File_leasehold_storage_v1_records_proto protoreflect.FileDescriptor
 
 const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\xbd\x0e\n" +
+	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\xde\x0e\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x12\n" +
@@ -1422,7 +1431,9 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\x0fcancel_rejected\x18. \x01(\bR\x0ecancelRejected\x12#\n" +
 	"\rcontent_bytes\x18/ \x01(\x03R\fcontentBytes\x12 \n" +
 	"\vundelivered\x180 \x01(\rR\vundelivered\x12!\n" +
-	"\ftrace_parent\x181 \x01(\tR\vtraceParent\"j\n" +
+	"\ftrace_parent\x181 \x01(\tR\vtraceParent\x12\x1f\n" +
+	"\vhanded_back\x182 \x01(\rR\n" +
+	"handedBack\"j\n" +
 	"\bLeaseEnd\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x1a\n" +
 	"\brenderer\x18\x02 \x01(\tR\brenderer\x12\x12\n" +
