@@ -136,8 +136,9 @@ func (c *checker) group(evs []engine.JobEvent, noGrant bool) {
 
 // event checks one event against the job's past: one terminal transition
 // per cycle, a live lease only from a grant and only one, tokens above
-// every token before, a success only under the live lease, nothing after
-// a cancel, a refusal that changes nothing.
+// every token before, a lease ended (or succeeded) only under its token
+// and by its holder, nothing after a cancel, a refusal that changes
+// nothing.
 func (c *checker) event(id uint64, t *track, ev jobs.Event, noGrant bool) {
 	w := c.w
 	if p, ok := phaseAfter(ev.Kind); ok && ev.Phase != p {
@@ -146,9 +147,13 @@ func (c *checker) event(id uint64, t *track, ev jobs.Event, noGrant bool) {
 	if t.cancelled && ev.Kind != jobs.EventCancelRejected && ev.Kind != jobs.EventCompletionRejected && ev.Kind != jobs.EventCancelAcknowledged {
 		w.failf("job %d was cancelled, then %v (token %d)", id, ev.Kind, ev.Token)
 	}
+	// Every event that ends a lease names its token and holder: the
+	// lease's own for an expiry, a re-queue or a cancel, the caller's for
+	// a completion or a hand-back, which the fencing check admits only
+	// from the holder.
 	endLive := func() {
-		if t.live == 0 || ev.Token != t.live {
-			w.failf("job %d: %v of token %d, live lease %d", id, ev.Kind, ev.Token, t.live)
+		if t.live == 0 || ev.Token != t.live || ev.Renderer != t.renderer {
+			w.failf("job %d: %v of token %d by %s, live lease %d of %s", id, ev.Kind, ev.Token, ev.Renderer, t.live, t.renderer)
 		}
 		t.live = 0
 	}
