@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
@@ -94,6 +95,38 @@ func TestCheckerEvents(t *testing.T) {
 				t.Errorf("got %v, want no failure", f)
 			case tt.wantFail != "" && (f == nil || !strings.Contains(f.Msg, tt.wantFail)):
 				t.Errorf("got %v, want a failure naming %q", f, tt.wantFail)
+			}
+		})
+	}
+}
+
+// TestCheckerLeaseStatuses checks that a heartbeat or hand-back answered
+// as applied passes only for the renderer the token was granted to.
+func TestCheckerLeaseStatuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		renderer string
+		status   engine.LeaseStatus
+		wantFail bool
+	}{
+		{"The holder's heartbeat answered held is accepted", "r-1", engine.LeaseStatus{Job: 1, Token: 5, Held: true}, false},
+		{"Another renderer's heartbeat answered not held is accepted", "r-2", engine.LeaseStatus{Job: 1, Token: 5, Reason: "NOT_LEASE_HOLDER"}, false},
+		{"Another renderer's heartbeat answered held is caught", "r-2", engine.LeaseStatus{Job: 1, Token: 5, Held: true}, true},
+		{"Another renderer's hand-back applied is caught", "r-2", engine.LeaseStatus{Job: 1, Token: 5, Reason: jobs.ReleaseHandedBack}, true},
+		{"A heartbeat held under a token never granted is caught", "r-1", engine.LeaseStatus{Job: 1, Token: 9, Held: true}, true},
+		{"A heartbeat held under another job's token is caught", "r-1", engine.LeaseStatus{Job: 2, Token: 5, Held: true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupChecker(t)
+			if f := b.feed(1, leasedTo(5, "r-1")...); f != nil {
+				t.Fatalf("the grant: %v", f)
+			}
+			f := catches(func() { b.c.leaseStatuses(tt.renderer, "heartbeat", []engine.LeaseStatus{tt.status}) })
+			if (f != nil) != tt.wantFail {
+				t.Errorf("got %v, want a failure %v", f, tt.wantFail)
 			}
 		})
 	}
