@@ -15,12 +15,19 @@ import (
 // per lease it granted, and a Pending Acquire one in each partition that
 // may need it (see the package documentation). Records that name no job
 // (an Acquire that granted nothing, a Submit that was refused) are left
-// out; CheckHistory looks at those.
+// out; CheckHistory looks at those. A Pending record returns at Never,
+// whatever its Return says.
 func Operations(records []Record) []porcupine.Operation {
 	var ops []porcupine.Operation
 	add := func(r Record, in Input, out Output) {
+		ret := r.Return
+		if r.Pending {
+			// It may take effect at any time after its call, also after
+			// the client gave up on it.
+			ret = Never
+		}
 		ops = append(ops, porcupine.Operation{
-			ClientId: r.Client, Input: in, Call: r.Call, Output: out, Return: r.Return,
+			ClientId: r.Client, Input: in, Call: r.Call, Output: out, Return: ret,
 		})
 	}
 	submitted := map[string]bool{}

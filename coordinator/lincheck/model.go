@@ -147,7 +147,6 @@ func (s State) String() string {
 	return b.String()
 }
 
-// applied returns the outcome applied under token, if any.
 // grantedTo returns the renderer the lease under token was granted to, if
 // the model knows it.
 func (s State) grantedTo(token uint64) (string, bool) {
@@ -166,6 +165,7 @@ func (s State) granted(token uint64, renderer string) State {
 	return s
 }
 
+// applied returns the outcome applied under token, if any.
 func (s State) applied(token uint64) (string, bool) {
 	prefix := strconv.FormatUint(token, 10) + "="
 	for _, e := range strings.Split(s.Applied, ";") {

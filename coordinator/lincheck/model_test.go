@@ -105,6 +105,13 @@ func baseHistory() []lincheck.Record {
 	}
 }
 
+// lostAfter returns the Pending r with the times its client saw: called,
+// then given up on.
+func lostAfter(call, gaveUp int64, r lincheck.Record) lincheck.Record {
+	r.Call, r.Return = call, gaveUp
+	return r
+}
+
 // replayed returns r marked replayed.
 func replayed(r lincheck.Record) lincheck.Record {
 	r.Replayed = true
@@ -159,6 +166,11 @@ func TestModelAcceptsLegalHistories(t *testing.T) {
 		{"A completion that overlaps a cancel may win", j4(
 			at(240, 260, cancelledBy("j-4", codes.FailedPrecondition, lincheck.AlreadyTerminal, nil)),
 			at(241, 259, completed("j-4", 20, "r4", success("d20"), ok, "", j4Done)),
+		)},
+		{"A completion whose answer was lost may take effect after the client gave up", j4(
+			lostAfter(240, 250, lostComplete),
+			at(260, 270, got("j-4", j4Leased)),
+			at(300, 310, got("j-4", *j4Done)),
 		)},
 		{"A lease granted by an Acquire whose answer was lost shows, then is handed back", []lincheck.Record{
 			at(200, 210, submitted("j-4")),

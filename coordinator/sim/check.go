@@ -37,6 +37,8 @@ type checker struct {
 	ackedKeys [][2]string
 	// recent are the latest grants, for impostors to pick from.
 	recent []grantRef
+	// grants maps every token granted to its job and renderer.
+	grants map[uint64]grantRef
 	// touched is the scratch list of jobs one group touched.
 	touched []uint64
 }
@@ -73,7 +75,7 @@ type grantRef struct {
 }
 
 func newChecker(w *world) *checker {
-	return &checker{w: w, jobs: map[uint64]*track{}, acked: map[[2]string]ackedBatch{}}
+	return &checker{w: w, jobs: map[uint64]*track{}, acked: map[[2]string]ackedBatch{}, grants: map[uint64]grantRef{}}
 }
 
 // preview is the preview a renderer makes of the lease (job, token): its
@@ -136,8 +138,9 @@ func (c *checker) group(evs []engine.JobEvent, noGrant bool) {
 
 // event checks one event against the job's past: one terminal transition
 // per cycle, a live lease only from a grant and only one, tokens above
-// every token before, a success only under the live lease, nothing after
-// a cancel, a refusal that changes nothing.
+// every token before, a lease ended (or succeeded) only under its token
+// and by its holder, nothing after a cancel, a refusal that changes
+// nothing.
 func (c *checker) event(id uint64, t *track, ev jobs.Event, noGrant bool) {
 	w := c.w
 	if p, ok := phaseAfter(ev.Kind); ok && ev.Phase != p {
@@ -146,9 +149,13 @@ func (c *checker) event(id uint64, t *track, ev jobs.Event, noGrant bool) {
 	if t.cancelled && ev.Kind != jobs.EventCancelRejected && ev.Kind != jobs.EventCompletionRejected && ev.Kind != jobs.EventCancelAcknowledged {
 		w.failf("job %d was cancelled, then %v (token %d)", id, ev.Kind, ev.Token)
 	}
+	// Every event that ends a lease names its token and holder: the
+	// lease's own for an expiry, a re-queue or a cancel, the caller's for
+	// a completion or a hand-back, which the fencing check admits only
+	// from the holder.
 	endLive := func() {
-		if t.live == 0 || ev.Token != t.live {
-			w.failf("job %d: %v of token %d, live lease %d", id, ev.Kind, ev.Token, t.live)
+		if t.live == 0 || ev.Token != t.live || ev.Renderer != t.renderer {
+			w.failf("job %d: %v of token %d by %s, live lease %d of %s", id, ev.Kind, ev.Token, ev.Renderer, t.live, t.renderer)
 		}
 		t.live = 0
 	}
@@ -170,7 +177,9 @@ func (c *checker) event(id uint64, t *track, ev jobs.Event, noGrant bool) {
 		}
 		c.maxToken = ev.Token
 		t.live, t.renderer = ev.Token, ev.Renderer
-		c.recent = append(c.recent, grantRef{job: id, token: ev.Token, renderer: ev.Renderer})
+		g := grantRef{job: id, token: ev.Token, renderer: ev.Renderer}
+		c.grants[ev.Token] = g
+		c.recent = append(c.recent, g)
 		if len(c.recent) > 256 {
 			c.recent = slices.Delete(c.recent, 0, 128)
 		}
@@ -452,6 +461,23 @@ func (c *checker) sessionAnswered(renderer string, in engine.SessionInput, res e
 	for i, req := range in.Completions {
 		req.Renderer = renderer
 		c.completed(req, res.Completions[i], res.Completions[i].Err)
+	}
+	c.leaseStatuses(renderer, "heartbeat", res.Heartbeats)
+	c.leaseStatuses(renderer, "hand-back", res.HandBacks)
+}
+
+// leaseStatuses checks the answers to heartbeats or hand-backs by
+// renderer: a lease answered held (extended), or handed back, is one
+// granted to that renderer for that job. The fencing check must refuse
+// the same calls under another renderer's token, or an unknown one.
+func (c *checker) leaseStatuses(renderer, what string, sts []engine.LeaseStatus) {
+	for _, s := range sts {
+		if !s.Held && s.Reason != jobs.ReleaseHandedBack {
+			continue
+		}
+		if g, ok := c.grants[s.Token]; !ok || g.job != s.Job || g.renderer != renderer {
+			c.w.failf("%s of job %d under %d by %s answered %+v; the token was granted %+v (found %v)", what, s.Job, s.Token, renderer, s, g, ok)
+		}
 	}
 }
 

@@ -88,6 +88,9 @@ func (u *unaryRenderer) heartbeat(inst int) {
 		p := c.s.Heartbeat(req)
 		c.queued(kindOther)
 		await(c, p, func(res engine.HeartbeatResult, err error) {
+			if err == nil {
+				w.check.leaseStatuses(u.id, "heartbeat", res.Leases)
+			}
 			respond(func() {
 				if !u.alive || inst != u.instance || err != nil {
 					return

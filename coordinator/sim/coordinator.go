@@ -344,6 +344,7 @@ func (c *coordinator) openSession(st *stream, open engine.SessionOpen, credits i
 			c.w.endStream(st, err)
 			return
 		}
+		c.w.check.leaseStatuses(st.r.id, "welcome", o.Holding)
 		ss := &serverSession{st: st, conn: o.Conn}
 		st.srv = ss
 		c.sessions = append(c.sessions, ss)
