@@ -248,7 +248,9 @@ func CheckStore(st *store.Store, prev StoreState) (StoreState, error) {
 					fail("job %d: token %d after %d", j.ID, l.Token, prevTok)
 				}
 				prevTok = l.Token
-				if _, seen := prev.Tokens[l.Token]; !seen && l.Token <= prev.LastToken {
+				if owner, seen := prev.Tokens[l.Token]; seen && owner != j.ID {
+					fail("job %d: token %d was job %d's at the previous check", j.ID, l.Token, owner)
+				} else if !seen && l.Token <= prev.LastToken {
 					fail("job %d: new token %d is not above the last token %d of the previous check", j.ID, l.Token, prev.LastToken)
 				}
 				if l.Token > now.LastToken {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -504,4 +505,27 @@ func checkWaiter(w *testConn) error {
 		return fmt.Errorf("a long poll of %s for %d leases in %d bytes got %d in %d bytes", w.renderer, w.max, w.budget, len(w.got), bytes)
 	}
 	return nil
+}
+
+// TestCheckStoreCatchesATokenThatChangedJobs shows that CheckStore does not
+// take a token seen at the previous check as settled when another job
+// holds it now (the first job's record purged meanwhile, say).
+func TestCheckStoreCatchesATokenThatChangedJobs(t *testing.T) {
+	b := setup(t)
+	b.submit(t, "alpha", "r1", "a.pdf")
+	grants := b.acquire(t, "r-1", 1)
+	if len(grants) != 1 {
+		t.Fatalf("granted %d leases, want 1", len(grants))
+	}
+	g := grants[0].Job
+	now := checkStore(t, b.st, StoreState{})
+	if now.Tokens[g.Lease.Token] != g.ID {
+		t.Fatalf("the check saw token %d as job %d's, want %d's", g.Lease.Token, now.Tokens[g.Lease.Token], g.ID)
+	}
+	prev := now
+	prev.Tokens = map[uint64]uint64{g.Lease.Token: g.ID + 1}
+	_, err := CheckStore(b.st, prev)
+	if err == nil || !strings.Contains(err.Error(), "was job") {
+		t.Errorf("CheckStore with the token earlier another job's = %v, want a problem naming the earlier job", err)
+	}
 }
