@@ -121,6 +121,35 @@ func TestSignIn(t *testing.T) {
 		}
 	})
 
+	t.Run("A live refresh without a session tells htmx to load the sign-in page for the whole page", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		code, page, h := b.do(t, "GET", "/console/batches/b-1?part=live&page=p2", nil, map[string]string{"HX-Request": "true"})
+		want := "/console/signin?next=" + url.QueryEscape("/console/batches/b-1?page=p2")
+		if code != http.StatusUnauthorized || h.Get("HX-Redirect") != want || strings.Contains(page, "<html") {
+			t.Errorf("htmx refresh without a session = %d, HX-Redirect %q, want 401 and %q:\n%s", code, h.Get("HX-Redirect"), want, page)
+		}
+		code, _, h = b.do(t, "GET", "/console/?part=live", nil, nil)
+		if code != http.StatusSeeOther || h.Get("Location") != "/console/signin?next=%2Fconsole%2F" {
+			t.Errorf("a live part without a session = %d to %q, want 303 to the sign-in, back to the whole page", code, h.Get("Location"))
+		}
+	})
+
+	t.Run("A form posted without a session comes back to the page that holds it", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for referer, next := range map[string]string{
+			b.srv.URL + "/console/jobs/j-1":  "/console/jobs/j-1",
+			"https://evil.example/console/x": "/console/",
+			"":                               "/console/",
+		} {
+			code, _, h := b.do(t, "POST", "/console/jobs/j-1/cancel", url.Values{"csrf": {"x"}}, map[string]string{"Referer": referer})
+			if want := "/console/signin?next=" + url.QueryEscape(next); code != http.StatusSeeOther || h.Get("Location") != want {
+				t.Errorf("POST with Referer %q without a session = %d to %q, want 303 to %q", referer, code, h.Get("Location"), want)
+			}
+		}
+	})
+
 	t.Run("An unknown token is refused and opens no session", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
