@@ -316,6 +316,16 @@ func TestActions(t *testing.T) {
 		}
 	})
 
+	t.Run("A failed live refresh shows the error in the live part", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.signIn(t, auth.DevAlphaToken)
+		code, page, _ := b.do(t, "GET", "/console/jobs/j-42?part=live", nil, map[string]string{"HX-Request": "true"})
+		if code != http.StatusNotFound || strings.Contains(page, "<html") || !strings.Contains(page, `role="alert"`) || !strings.Contains(page, "JOB_NOT_FOUND") {
+			t.Errorf("live part of an unknown job = %d, want 404 with the error alone:\n%s", code, page)
+		}
+	})
+
 	t.Run("Live parts render alone for htmx", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
