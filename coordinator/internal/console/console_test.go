@@ -357,3 +357,63 @@ func TestAssetsAreEmbedded(t *testing.T) {
 		t.Errorf("htmx = %d %q, %q", code, body[:min(len(body), 40)], h.Get("Content-Type"))
 	}
 }
+
+// TestPagesAreLabelled renders every page with data and checks what a
+// screen reader needs: each table is named (a caption, or aria-labelledby
+// an element of the page), and each form control has a label or an
+// aria-label.
+func TestPagesAreLabelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res, err := b.eng.Submit(context.Background(), engine.SubmitRequest{Team: "alpha", RequestID: "r", Docs: []jobs.DocInput{
+		{Document: jobs.Document{Name: "a.pdf", ContentType: "application/pdf"}, Content: []byte("pdf")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, job := server.BatchID(res.Batch.Batch.ID), server.JobID(res.Batch.Batch.FirstJob)
+	pages := map[string]string{}
+	_, pages["sign-in"], _ = b.do(t, "GET", "/console/signin", nil, nil)
+	csrf := b.signIn(t, auth.DevOperatorToken)
+	for _, path := range []string{"/console/", "/console/batches", "/console/batches/" + batch, "/console/jobs/" + job,
+		"/console/renderers", "/console/rejections", "/console/audit", "/console/replay"} {
+		code, page, _ := b.do(t, "GET", path, nil, nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s = %d", path, code)
+		}
+		pages[path] = page
+	}
+	code, page, _ := b.do(t, "POST", "/console/replay", url.Values{"csrf": {csrf}, "action": {"plan"}, "batch": {batch}, "reason": {"retry"}}, nil)
+	if code != http.StatusOK {
+		t.Fatalf("replay plan = %d:\n%s", code, page)
+	}
+	pages["replay plan"] = page
+	code, page, _ = b.do(t, "POST", "/console/replay", url.Values{"csrf": {csrf}, "action": {"run"}, "batch": {batch}, "reason": {"retry"}, "request_id": {"console-r"}}, nil)
+	if code != http.StatusOK {
+		t.Fatalf("replay run = %d:\n%s", code, page)
+	}
+	pages["replay result"] = page
+
+	table := regexp.MustCompile(`<table[^>]*>\s*(<caption)?`)
+	labelledBy := regexp.MustCompile(`aria-labelledby="([^"]+)"`)
+	control := regexp.MustCompile(`<(input|select|textarea)\b[^>]*>`)
+	for name, page := range pages {
+		for _, m := range table.FindAllStringSubmatch(page, -1) {
+			if m[1] != "" {
+				continue
+			}
+			l := labelledBy.FindStringSubmatch(m[0])
+			if l == nil || !strings.Contains(page, `id="`+l[1]+`"`) {
+				t.Errorf("%s: table without a caption or a name: %s", name, m[0])
+			}
+		}
+		for _, c := range control.FindAllString(page, -1) {
+			if strings.Contains(c, `type="hidden"`) || strings.Contains(c, "aria-label=") {
+				continue
+			}
+			id := regexp.MustCompile(`\bid="([^"]+)"`).FindStringSubmatch(c)
+			if id == nil || !strings.Contains(page, `<label for="`+id[1]+`"`) {
+				t.Errorf("%s: form control without a label: %s", name, c)
+			}
+		}
+	}
+}
