@@ -416,7 +416,9 @@ type signInView struct {
 }
 
 // signIn looks the posted token up in the principals set and opens a
-// session for its principal.
+// session for its principal. A session the browser already had ends: its
+// id must not stay valid after its cookie is replaced, under whatever
+// principal it was.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		c.render(w, r, http.StatusBadRequest, "signin", nil, signInView{Error: "The form could not be read."})
@@ -428,6 +430,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.log.Info("console: sign-in with an unknown token", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next, Error: "Unknown token."})
 		return
+	}
+	if old := c.sessions.get(r, c.cookieName()); old != nil {
+		c.sessions.close(old)
 	}
 	sess := c.sessions.open(p)
 	c.setCookie(w, sess)

@@ -186,6 +186,20 @@ func TestSignIn(t *testing.T) {
 		}
 	})
 
+	t.Run("Signing in again ends the session the browser had", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.signIn(t, auth.DevOperatorToken)
+		u, _ := url.Parse(b.srv.URL + Prefix)
+		old := b.c.Jar.Cookies(u)
+		b.signIn(t, auth.DevAlphaToken)
+		stale := setupSibling(t, b)
+		stale.c.Jar.SetCookies(u, old)
+		if code, _, _ := stale.do(t, "GET", "/console/", nil, nil); code != http.StatusSeeOther {
+			t.Errorf("the first session after signing in again = %d, want 303 to the sign-in", code)
+		}
+	})
+
 	t.Run("Signing out ends the session", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
