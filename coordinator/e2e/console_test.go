@@ -449,7 +449,7 @@ func TestConsole(t *testing.T) {
 	t.Run("pages are readable 360 pixels wide", func(t *testing.T) {
 		b.t = t
 		b.run("narrowing the window", chromedp.EmulateViewport(360, 740))
-		for _, path := range []string{"/console/", "/console/batches", "/console/batches/b-2", "/console/renderers"} {
+		for _, path := range []string{"/console/", "/console/batches", "/console/batches/b-2", "/console/jobs/" + failedJob, "/console/renderers"} {
 			b.open(path)
 			if !value(b, "measuring "+path, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth + 1`)) {
 				t.Errorf("%s scrolls sideways at 360 px", path)
