@@ -203,6 +203,22 @@ func pauseForms(b *browser) int {
 	return value(b, "counting pause forms", chromedp.Evaluate[int](`document.querySelectorAll('form[action="/console/dispatch/pause"]').length`))
 }
 
+// focusContrast is an expression that computes the contrast ratio between
+// the focused element's outline colour and the body's background colour.
+const focusContrast = `(() => {
+  const lum = c => {
+    const [r, g, b] = c.match(/[\d.]+/g).slice(0, 3).map(v => {
+      v = v / 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const bg = getComputedStyle(document.body).backgroundColor;
+  const a = lum(getComputedStyle(document.activeElement).outlineColor);
+  const b = lum(bg === 'rgba(0, 0, 0, 0)' ? getComputedStyle(document.documentElement).backgroundColor : bg);
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+})()`
+
 // heading is an expression true once the page's heading reads h.
 func heading(h string) string {
 	return `(document.querySelector('main h1') || {}).innerText === ` + jsString(h)
@@ -255,6 +271,11 @@ func TestConsole(t *testing.T) {
 		b.run("tabbing", chromedp.KeyEvent("\t"))
 		if focused := value(b, "reading the focus", chromedp.Evaluate[string](`document.activeElement.className`)); focused != "skip" {
 			t.Errorf("the first Tab focuses %q, want the skip link", focused)
+		}
+		// The focus outline stands out from the page: 3:1 at least (WCAG
+		// 1.4.11), measured against the body's background.
+		if ratio := value(b, "measuring the focus outline", chromedp.Evaluate[float64](focusContrast)); ratio < 3 {
+			t.Errorf("the focus outline's contrast with the page is %.2f:1, want at least 3:1", ratio)
 		}
 		b.screenshot("overview-empty")
 	})
@@ -449,7 +470,7 @@ func TestConsole(t *testing.T) {
 	t.Run("pages are readable 360 pixels wide", func(t *testing.T) {
 		b.t = t
 		b.run("narrowing the window", chromedp.EmulateViewport(360, 740))
-		for _, path := range []string{"/console/", "/console/batches", "/console/batches/b-2", "/console/renderers"} {
+		for _, path := range []string{"/console/", "/console/batches", "/console/batches/b-2", "/console/jobs/" + failedJob, "/console/renderers"} {
 			b.open(path)
 			if !value(b, "measuring "+path, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth + 1`)) {
 				t.Errorf("%s scrolls sideways at 360 px", path)

@@ -168,13 +168,43 @@ func (c *Console) page(h func(w http.ResponseWriter, r *request) error) http.Han
 	return func(w http.ResponseWriter, r *http.Request) {
 		sess := c.sessions.get(r, c.cookieName())
 		if sess == nil {
-			http.Redirect(w, r, "/console/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			c.toSignIn(w, r)
 			return
 		}
 		if err := h(w, &request{Request: r, sess: sess, ctx: auth.NewContext(r.Context(), sess.principal)}); err != nil {
 			c.fail(w, r, sess, err)
 		}
 	}
+}
+
+// toSignIn sends a browser without a live session to sign in, and back
+// afterwards to the whole page it was on. A refresh htmx makes
+// (HX-Request) would follow a redirect and swap the sign-in page into the
+// live region, so htmx is told to load the sign-in page itself
+// (HX-Redirect). A form posted after the session expired comes back to
+// the page that holds the form (its same-origin Referer), not to the
+// action's path, which has no page.
+func (c *Console) toSignIn(w http.ResponseWriter, r *http.Request) {
+	u := r.URL
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		u = &url.URL{Path: Prefix}
+		if ref, err := url.Parse(r.Referer()); err == nil && ref.Host == r.Host {
+			u = ref
+		}
+	}
+	q := u.Query()
+	q.Del("part")
+	next := u.Path
+	if len(q) > 0 {
+		next += "?" + q.Encode()
+	}
+	loc := "/console/signin?next=" + url.QueryEscape(safeNext(next))
+	if r.Header.Get("HX-Request") == "true" {
+		w.Header().Set("HX-Redirect", loc)
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	http.Redirect(w, r, loc, http.StatusSeeOther)
 }
 
 // action wraps a POST handler: it needs a session and the session's CSRF
@@ -386,7 +416,9 @@ type signInView struct {
 }
 
 // signIn looks the posted token up in the principals set and opens a
-// session for its principal.
+// session for its principal. A session the browser already had ends: its
+// id must not stay valid after its cookie is replaced, under whatever
+// principal it was.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		c.render(w, r, http.StatusBadRequest, "signin", nil, signInView{Error: "The form could not be read."})
@@ -398,6 +430,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.log.Info("console: sign-in with an unknown token", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next, Error: "Unknown token."})
 		return
+	}
+	if old := c.sessions.get(r, c.cookieName()); old != nil {
+		c.sessions.close(old)
 	}
 	sess := c.sessions.open(p)
 	c.setCookie(w, sess)

@@ -121,6 +121,35 @@ func TestSignIn(t *testing.T) {
 		}
 	})
 
+	t.Run("A live refresh without a session tells htmx to load the sign-in page for the whole page", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		code, page, h := b.do(t, "GET", "/console/batches/b-1?part=live&page=p2", nil, map[string]string{"HX-Request": "true"})
+		want := "/console/signin?next=" + url.QueryEscape("/console/batches/b-1?page=p2")
+		if code != http.StatusUnauthorized || h.Get("HX-Redirect") != want || strings.Contains(page, "<html") {
+			t.Errorf("htmx refresh without a session = %d, HX-Redirect %q, want 401 and %q:\n%s", code, h.Get("HX-Redirect"), want, page)
+		}
+		code, _, h = b.do(t, "GET", "/console/?part=live", nil, nil)
+		if code != http.StatusSeeOther || h.Get("Location") != "/console/signin?next=%2Fconsole%2F" {
+			t.Errorf("a live part without a session = %d to %q, want 303 to the sign-in, back to the whole page", code, h.Get("Location"))
+		}
+	})
+
+	t.Run("A form posted without a session comes back to the page that holds it", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for referer, next := range map[string]string{
+			b.srv.URL + "/console/jobs/j-1":  "/console/jobs/j-1",
+			"https://evil.example/console/x": "/console/",
+			"":                               "/console/",
+		} {
+			code, _, h := b.do(t, "POST", "/console/jobs/j-1/cancel", url.Values{"csrf": {"x"}}, map[string]string{"Referer": referer})
+			if want := "/console/signin?next=" + url.QueryEscape(next); code != http.StatusSeeOther || h.Get("Location") != want {
+				t.Errorf("POST with Referer %q without a session = %d to %q, want 303 to %q", referer, code, h.Get("Location"), want)
+			}
+		}
+	})
+
 	t.Run("An unknown token is refused and opens no session", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -154,6 +183,20 @@ func TestSignIn(t *testing.T) {
 			if got := safeNext(next); got != want {
 				t.Errorf("safeNext(%q) = %q, want %q", next, got, want)
 			}
+		}
+	})
+
+	t.Run("Signing in again ends the session the browser had", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.signIn(t, auth.DevOperatorToken)
+		u, _ := url.Parse(b.srv.URL + Prefix)
+		old := b.c.Jar.Cookies(u)
+		b.signIn(t, auth.DevAlphaToken)
+		stale := setupSibling(t, b)
+		stale.c.Jar.SetCookies(u, old)
+		if code, _, _ := stale.do(t, "GET", "/console/", nil, nil); code != http.StatusSeeOther {
+			t.Errorf("the first session after signing in again = %d, want 303 to the sign-in", code)
 		}
 	})
 
@@ -287,6 +330,16 @@ func TestActions(t *testing.T) {
 		}
 	})
 
+	t.Run("A failed live refresh shows the error in the live part", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.signIn(t, auth.DevAlphaToken)
+		code, page, _ := b.do(t, "GET", "/console/jobs/j-42?part=live", nil, map[string]string{"HX-Request": "true"})
+		if code != http.StatusNotFound || strings.Contains(page, "<html") || !strings.Contains(page, `role="alert"`) || !strings.Contains(page, "JOB_NOT_FOUND") {
+			t.Errorf("live part of an unknown job = %d, want 404 with the error alone:\n%s", code, page)
+		}
+	})
+
 	t.Run("Live parts render alone for htmx", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -316,5 +369,65 @@ func TestAssetsAreEmbedded(t *testing.T) {
 	code, body, h := b.do(t, "GET", "/console/assets/htmx.min.js", nil, nil)
 	if code != http.StatusOK || !strings.HasPrefix(body, "/*! htmx 4.0.1") || !strings.Contains(h.Get("Content-Type"), "javascript") {
 		t.Errorf("htmx = %d %q, %q", code, body[:min(len(body), 40)], h.Get("Content-Type"))
+	}
+}
+
+// TestPagesAreLabelled renders every page with data and checks what a
+// screen reader needs: each table is named (a caption, or aria-labelledby
+// an element of the page), and each form control has a label or an
+// aria-label.
+func TestPagesAreLabelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res, err := b.eng.Submit(context.Background(), engine.SubmitRequest{Team: "alpha", RequestID: "r", Docs: []jobs.DocInput{
+		{Document: jobs.Document{Name: "a.pdf", ContentType: "application/pdf"}, Content: []byte("pdf")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, job := server.BatchID(res.Batch.Batch.ID), server.JobID(res.Batch.Batch.FirstJob)
+	pages := map[string]string{}
+	_, pages["sign-in"], _ = b.do(t, "GET", "/console/signin", nil, nil)
+	csrf := b.signIn(t, auth.DevOperatorToken)
+	for _, path := range []string{"/console/", "/console/batches", "/console/batches/" + batch, "/console/jobs/" + job,
+		"/console/renderers", "/console/rejections", "/console/audit", "/console/replay"} {
+		code, page, _ := b.do(t, "GET", path, nil, nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s = %d", path, code)
+		}
+		pages[path] = page
+	}
+	code, page, _ := b.do(t, "POST", "/console/replay", url.Values{"csrf": {csrf}, "action": {"plan"}, "batch": {batch}, "reason": {"retry"}}, nil)
+	if code != http.StatusOK {
+		t.Fatalf("replay plan = %d:\n%s", code, page)
+	}
+	pages["replay plan"] = page
+	code, page, _ = b.do(t, "POST", "/console/replay", url.Values{"csrf": {csrf}, "action": {"run"}, "batch": {batch}, "reason": {"retry"}, "request_id": {"console-r"}}, nil)
+	if code != http.StatusOK {
+		t.Fatalf("replay run = %d:\n%s", code, page)
+	}
+	pages["replay result"] = page
+
+	table := regexp.MustCompile(`<table[^>]*>\s*(<caption)?`)
+	labelledBy := regexp.MustCompile(`aria-labelledby="([^"]+)"`)
+	control := regexp.MustCompile(`<(input|select|textarea)\b[^>]*>`)
+	for name, page := range pages {
+		for _, m := range table.FindAllStringSubmatch(page, -1) {
+			if m[1] != "" {
+				continue
+			}
+			l := labelledBy.FindStringSubmatch(m[0])
+			if l == nil || !strings.Contains(page, `id="`+l[1]+`"`) {
+				t.Errorf("%s: table without a caption or a name: %s", name, m[0])
+			}
+		}
+		for _, c := range control.FindAllString(page, -1) {
+			if strings.Contains(c, `type="hidden"`) || strings.Contains(c, "aria-label=") {
+				continue
+			}
+			id := regexp.MustCompile(`\bid="([^"]+)"`).FindStringSubmatch(c)
+			if id == nil || !strings.Contains(page, `<label for="`+id[1]+`"`) {
+				t.Errorf("%s: form control without a label: %s", name, c)
+			}
+		}
 	}
 }

@@ -132,6 +132,14 @@ var funcs = template.FuncMap{
 	"terminal": isTerminal,
 	"lower":    strings.ToLower,
 	"join":     strings.Join,
+	"labelled": func(by string, rows any) labelledRows { return labelledRows{By: by, Rows: rows} },
+}
+
+// labelledRows is what a shared table partial gets: its rows, and the id
+// of the page's heading that names the table for screen readers.
+type labelledRows struct {
+	By   string
+	Rows any
 }
 
 // shortEnum strips an enum name's prefix; the unspecified value is "-".
