@@ -503,8 +503,8 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "%-48s %d opens, %d problems\n", "consistency checks (bbolt and records):", f.Checks, f.CheckProblems)
 	ds := r.restartTimes()
 	if len(ds) > 0 {
-		fmt.Fprintf(w, "restart, exec to SERVING (%d restarts): p50 %v, p99 %v, max %v\n",
-			len(ds), percentile(ds, 50).Round(time.Millisecond), percentile(ds, 99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+		fmt.Fprintf(w, "restart, exec to the first SERVING health answer (%d restarts, polled every %v; nearest rank): p50 %v, p99 %v, max %v\n",
+			len(ds), healthPoll, percentile(ds, 50).Round(time.Millisecond), percentile(ds, 99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
 	for _, p := range f.Problems {
 		fmt.Fprintln(w, "violation:", p)
