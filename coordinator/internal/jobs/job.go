@@ -129,13 +129,14 @@ type LeaseEndKind int32
 const (
 	// LeaseLive: the lease has not ended.
 	LeaseLive LeaseEndKind = iota
-	// LeaseCompleted: its completion was applied (Outcome says which).
+	// LeaseCompleted: its completion was applied (Outcome says which), or
+	// its holder handed it back once the cycle's free hand-backs were used
+	// up (Outcome "failure:HANDED_BACK").
 	LeaseCompleted
 	// LeaseExpired: its deadline passed.
 	LeaseExpired
-	// LeaseReleased: it went back to the queue uncounted (never delivered,
-	// never heard from, or handed back by its holder), or was handed back
-	// once the cycle's uncounted hand-backs were used up.
+	// LeaseReleased: it went back to the queue uncounted: never delivered,
+	// never heard from, or handed back within the cycle's free hand-backs.
 	LeaseReleased
 	// LeaseRevoked: the job was cancelled while it was held.
 	LeaseRevoked

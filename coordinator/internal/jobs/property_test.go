@@ -281,7 +281,7 @@ func (m *model) handBack(t *rapid.T) {
 	if next.Attempt != before.Attempt || next.HandedBack != before.HandedBack {
 		t.Fatalf("counted hand-back changed attempt %d -> %d, handed back %d -> %d", before.Attempt, next.Attempt, before.HandedBack, next.HandedBack)
 	}
-	m.endLease(t, before.Lease.Token, LeaseReleased, "")
+	m.endLease(t, before.Lease.Token, LeaseCompleted, "failure:HANDED_BACK")
 	m.commit(t, before, next)
 }
 

@@ -126,7 +126,8 @@ func TestHandBack(t *testing.T) {
 		}
 		next := now.Add(500 * time.Millisecond) // 0.5 * min(1m, 1s)
 		want := clone(in)
-		want.Leases[len(want.Leases)-1].Kind = LeaseReleased
+		want.Leases[len(want.Leases)-1].Kind = LeaseCompleted
+		want.Leases[len(want.Leases)-1].Outcome = "failure:HANDED_BACK"
 		want.Phase, want.NextAttemptAt, want.Lease = PhaseRetryWait, next, Lease{}
 		want.LastCause = "handed back by renderer r1, more than 3 times in this cycle"
 		want.UpdatedAt = now

@@ -100,6 +100,10 @@ const (
 	ReleaseHandedBack = "HANDED_BACK"
 )
 
+// handedBackOutcome is the recorded outcome of a hand-back that counted as
+// a failed attempt.
+const handedBackOutcome = "failure:" + ReleaseHandedBack
+
 // Release returns a lease granted to renderer that never reached it to the
 // queue: the job returns to QUEUED and the attempt is not counted. The
 // token is spent and never reused, so should the grant have escaped after
@@ -129,7 +133,9 @@ func (j Job) HandBack(token uint64, renderer string, now time.Time, jitter float
 		j.HandedBack++
 		return j.release(ReleaseHandedBack, now), nil
 	}
-	j = j.endLease(token, LeaseReleased, "")
+	// Counted, the hand-back is the lease's outcome, as a failure report
+	// would be: a completion sent for it later is refused OUTCOME_MISMATCH.
+	j = j.endLease(token, LeaseCompleted, handedBackOutcome)
 	j.LastCause = fmt.Sprintf("handed back by renderer %s, more than %d times in this cycle", renderer, j.Policy.MaxAttempts)
 	j = j.withEvent(Event{Kind: EventAttemptFailed, Token: token, Renderer: renderer, Reason: ReleaseHandedBack, Message: j.LastCause}, now)
 	return j.retryOrExhaust(token, renderer, now, jitter), nil

@@ -205,11 +205,7 @@ func summarizeHistory(j *jobs.Job) {
 		case jobs.EventSucceeded:
 			end(ev.Token, jobs.LeaseCompleted, jobs.Outcome(true, ev.Message, 0))
 		case jobs.EventAttemptFailed:
-			if ev.Reason == jobs.ReleaseHandedBack {
-				end(ev.Token, jobs.LeaseReleased, "")
-			} else {
-				end(ev.Token, jobs.LeaseCompleted, "failure:"+ev.Reason)
-			}
+			end(ev.Token, jobs.LeaseCompleted, "failure:"+ev.Reason)
 		case jobs.EventFailed:
 			if ev.Token != 0 && ev.Reason != jobs.ReasonAttemptsExhausted.String() {
 				end(ev.Token, jobs.LeaseCompleted, "failure:"+ev.Reason)
