@@ -166,7 +166,7 @@ func (r *runner) streams(ctx context.Context, c *client.Client, jobID string) (s
 	if err != nil {
 		return res, err
 	}
-	if m, err := readMemory(r.st.coord.pid()); err == nil {
+	if m, err := readMemory(r.st.coord.Pid()); err == nil {
 		res.RSSBeforeMiB = mib(m.RSS)
 	}
 	sctx, cancel := context.WithTimeout(ctx, dosStreamTimeout)
@@ -198,7 +198,7 @@ func (r *runner) streams(ctx context.Context, c *client.Client, jobID string) (s
 	}
 	wg.Wait()
 	res.Opened, res.Refused = int(opened.Load()), int(refused.Load())
-	if m, err := readMemory(r.st.coord.pid()); err == nil {
+	if m, err := readMemory(r.st.coord.Pid()); err == nil {
 		res.RSSAfterMiB = mib(m.RSS)
 	}
 	if res.Reads, err = timeReads(ctx, c, jobID); err != nil {

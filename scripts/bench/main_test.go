@@ -80,11 +80,3 @@ func TestParseFlags(t *testing.T) {
 		}
 	})
 }
-
-func TestChildEnv(t *testing.T) {
-	t.Parallel()
-	got := childEnv([]string{"PATH=/bin", "LEASEHOLD_TOKEN=x", "HOME=/root", "LEASEHOLD_LISTEN=1"})
-	if diff := cmp.Diff([]string{"PATH=/bin", "HOME=/root"}, got); diff != "" {
-		t.Errorf("childEnv (-want +got):\n%s", diff)
-	}
-}

@@ -83,7 +83,7 @@ func runPhases(ctx context.Context, cfg config, lg *logger) (rep *report, err er
 		}
 	}
 	rep.Groups = groupsBetween(first, r.scrapeGroups(ctx))
-	if m, err := readMemory(st.coord.pid()); err == nil {
+	if m, err := readMemory(st.coord.Pid()); err == nil {
 		rep.CoordinatorMemory = &m
 	} else {
 		lg.printf("warning: reading the coordinator's memory: %v", err)

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -60,106 +59,6 @@ func prepareBinaries(ctx context.Context, dir string, rebuild bool, lg *logger) 
 	return b, nil
 }
 
-// child is a process the harness started. Its output goes to a log file.
-type child struct {
-	name string
-	log  string
-	cmd  *exec.Cmd
-	// started is just before the exec.
-	started time.Time
-	// done is closed once the process has exited and err is set.
-	done chan struct{}
-	err  error
-
-	mu       sync.Mutex
-	stopping bool
-}
-
-// startChild starts path with args, its output appended to logPath. The
-// child gets its own process group, so a Ctrl-C in the terminal reaches the
-// harness only and the harness stops the children in order, and SIGKILL when
-// the harness dies. LEASEHOLD_* variables are removed from its environment:
-// only flags configure it. unexpected is called if it exits before stop.
-func startChild(name, path string, args []string, logPath string, unexpected func(error)) (*child, error) {
-	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "# %s %s\n", path, strings.Join(args, " "))
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = childEnv(os.Environ())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	c := &child{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	c.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.done)
-		c.mu.Lock()
-		stopping := c.stopping
-		c.mu.Unlock()
-		if !stopping && unexpected != nil {
-			unexpected(fmt.Errorf("%s (pid %d) exited unexpectedly: %v; its log: %s", name, c.pid(), c.err, logPath))
-		}
-	}()
-	return c, nil
-}
-
-// childEnv is env without LEASEHOLD_* variables.
-func childEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// pid is the child's process id.
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-// stop sends SIGTERM and waits for the exit, sending SIGKILL after grace.
-// It returns how long the child took to exit and its exit error (nil for a
-// clean exit). A child that had already exited answers nil: its exit was
-// reported when it happened. It is safe to call more than once.
-func (c *child) stop(grace time.Duration) (time.Duration, error) {
-	c.mu.Lock()
-	c.stopping = true
-	c.mu.Unlock()
-	start := time.Now()
-	select {
-	case <-c.done:
-		return 0, nil
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-c.done:
-		return time.Since(start), c.err
-	case <-t.C:
-		_ = c.cmd.Process.Kill()
-		<-c.done
-		return time.Since(start), fmt.Errorf("%s did not exit within %v of SIGTERM; killed", c.name, grace)
-	}
-}
-
-// tail returns the last lines of the child's log.
-func (c *child) tail(lines int) string {
-	data, err := os.ReadFile(c.log)
-	if err != nil {
-		return ""
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
-}
-
 // stack is a coordinator and its renderers, in one temporary directory.
 type stack struct {
 	cfg  config
@@ -172,8 +71,8 @@ type stack struct {
 	metricsAddr string
 	extraFlags  []string
 
-	coord     *child
-	renderers []*child
+	coord     *testbin.Child
+	renderers []*testbin.Child
 	restarts  int
 
 	// ctx ends when the run must stop: the caller's context, or a child
@@ -232,16 +131,16 @@ func (s *stack) startCoordinator() (time.Duration, error) {
 		name = fmt.Sprintf("coordinator-%d", s.restarts+1)
 	}
 	s.restarts++
-	c, err := startChild(name, s.bins.coordinator, args, filepath.Join(s.dir, name+".log"), s.fail)
+	c, err := testbin.StartChild(name, s.bins.coordinator, args, nil, filepath.Join(s.dir, name+".log"), s.fail)
 	if err != nil {
 		return 0, err
 	}
 	s.coord = c
-	at, err := testbin.WaitServing(s.ctx, s.addr, s.cfg.healthPoll, c.done)
+	at, err := testbin.WaitServing(s.ctx, s.addr, s.cfg.healthPoll, c.Done())
 	if err != nil {
-		return 0, fmt.Errorf("waiting for the coordinator to serve: %w\n%s", err, c.tail(20))
+		return 0, fmt.Errorf("waiting for the coordinator to serve: %w\n%s", err, c.Tail(20))
 	}
-	return at.Sub(c.started), nil
+	return at.Sub(c.Started), nil
 }
 
 // stopCoordinator stops the coordinator with SIGTERM and waits for it.
@@ -249,7 +148,7 @@ func (s *stack) stopCoordinator() (time.Duration, error) {
 	if s.coord == nil {
 		return 0, nil
 	}
-	d, err := s.coord.stop(s.cfg.stopGrace)
+	d, err := s.coord.Stop(s.cfg.stopGrace)
 	s.coord = nil
 	return d, err
 }
@@ -276,7 +175,7 @@ func (s *stack) startRenderers(record bool) error {
 		}
 		args = append(args, s.cfg.rendererFlags...)
 		name := fmt.Sprintf("renderer-%d", i)
-		c, err := startChild(name, s.bins.renderer, args, filepath.Join(s.dir, name+".log"), s.fail)
+		c, err := testbin.StartChild(name, s.bins.renderer, args, nil, filepath.Join(s.dir, name+".log"), s.fail)
 		if err != nil {
 			return err
 		}
@@ -317,9 +216,9 @@ func (s *stack) stopRenderers() error {
 	var mu sync.Mutex
 	for _, r := range s.renderers {
 		wg.Go(func() {
-			if _, err := r.stop(s.cfg.stopGrace); err != nil {
+			if _, err := r.Stop(s.cfg.stopGrace); err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("%s: %w", r.name, err))
+				errs = append(errs, fmt.Errorf("%s: %w", r.Name, err))
 				mu.Unlock()
 			}
 		})
@@ -339,13 +238,13 @@ func (s *stack) metricsURL() string { return "http://" + s.metricsAddr + "/metri
 // that failed, and removes the directory unless keep.
 func (s *stack) close(failed bool, w io.Writer) {
 	if cause := context.Cause(s.ctx); failed && cause != nil && !errors.Is(cause, context.Canceled) {
-		for _, c := range append([]*child{s.coord}, s.renderers...) {
+		for _, c := range append([]*testbin.Child{s.coord}, s.renderers...) {
 			if c == nil {
 				continue
 			}
 			select {
-			case <-c.done:
-				fmt.Fprintf(w, "--- last lines of %s:\n%s\n", c.log, c.tail(30))
+			case <-c.Done():
+				fmt.Fprintf(w, "--- last lines of %s:\n%s\n", c.Log, c.Tail(30))
 			default:
 			}
 		}
@@ -369,10 +268,10 @@ func (s *stack) close(failed bool, w io.Writer) {
 // pids returns the coordinator's and the renderers' process ids.
 func (s *stack) pids() (coord int, renderers []int) {
 	if s.coord != nil {
-		coord = s.coord.pid()
+		coord = s.coord.Pid()
 	}
 	for _, r := range s.renderers {
-		renderers = append(renderers, r.pid())
+		renderers = append(renderers, r.Pid())
 	}
 	return coord, renderers
 }

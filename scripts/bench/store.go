@@ -83,7 +83,7 @@ func runStore(ctx context.Context, cfg config, lg *logger) (rep *report, err err
 		return nil, err
 	}
 	res.StartupSeconds = startup.Seconds()
-	if m, err := readMemory(st.coord.pid()); err == nil {
+	if m, err := readMemory(st.coord.Pid()); err == nil {
 		res.Memory = &m
 	} else {
 		lg.printf("warning: reading the coordinator's memory: %v", err)
@@ -107,7 +107,7 @@ func runStore(ctx context.Context, cfg config, lg *logger) (rep *report, err err
 	if res.EmptyDrain.DocsPerSecond > 0 {
 		res.DrainRatio = res.FullDrain.DocsPerSecond / res.EmptyDrain.DocsPerSecond
 	}
-	if m, err := readMemory(st.coord.pid()); err == nil {
+	if m, err := readMemory(st.coord.Pid()); err == nil {
 		rep.CoordinatorMemory = &m
 	}
 	return rep, nil

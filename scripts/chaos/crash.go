@@ -58,7 +58,7 @@ type harness struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	renderers []*proc
+	renderers []*testbin.Child
 	// stopping is set once the harness stops the renderers itself.
 	stopping atomic.Bool
 	runs     []lifetime
@@ -138,7 +138,7 @@ func (h *harness) crashRun() (*result, error) {
 		}
 		if n == 1 {
 			if err := h.startRenderers(); err != nil {
-				p.kill()
+				p.Kill()
 				return nil, err
 			}
 			ld.start(stopLoad, followCtx)
@@ -166,11 +166,11 @@ func (h *harness) crashRun() (*result, error) {
 	}
 	ev, err := h.drain(ld, stopLoad, endStop, endFollow)
 	if err != nil {
-		p.kill()
+		p.Kill()
 		return nil, err
 	}
 	r.End = "SIGTERM"
-	if err := p.terminate(stopGrace); err != nil {
+	if _, err := p.Stop(stopGrace); err != nil {
 		r.End = fmt.Sprintf("SIGTERM, then: %v", err)
 		r.Problems = append(r.Problems, "the coordinator did not stop cleanly: "+err.Error())
 	}
@@ -201,7 +201,7 @@ func (h *harness) failpointFor(n int) string {
 
 // startCoordinator starts coordinator process n, with failpoint fp armed
 // if not empty, and waits until it serves.
-func (h *harness) startCoordinator(n int, fp string) (*proc, lifetime, error) {
+func (h *harness) startCoordinator(n int, fp string) (*testbin.Child, lifetime, error) {
 	r := lifetime{N: n, Failpoint: fp}
 	args := []string{"--listen", h.addr, "--data-dir", h.data, "--metrics-listen", "",
 		"--lease-ttl", h.cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
@@ -215,33 +215,33 @@ func (h *harness) startCoordinator(n int, fp string) (*proc, lifetime, error) {
 			}
 		}
 	}
-	p, err := startProc(fmt.Sprintf("coordinator %d", n), h.bins.coordinator, args, env,
-		filepath.Join(h.dir, fmt.Sprintf("coordinator-%03d.log", n)))
+	p, err := testbin.StartChild(fmt.Sprintf("coordinator %d", n), h.bins.coordinator, args, env,
+		filepath.Join(h.dir, fmt.Sprintf("coordinator-%03d.log", n)), nil)
 	if err != nil {
 		return nil, r, err
 	}
-	r.Exec = p.exec
-	at, err := testbin.WaitServing(h.ctx, h.addr, healthPoll, p.done)
+	r.Exec = p.Started
+	at, err := testbin.WaitServing(h.ctx, h.addr, healthPoll, p.Done())
 	if errors.Is(err, testbin.ErrExited) {
-		err = fmt.Errorf("%s: %w: %v", p.name, err, p.err)
+		err = fmt.Errorf("%s: %w: %v", p.Name, err, p.Err())
 	}
-	if err != nil && p.exited() && fired(p, fp) {
+	if err != nil && p.Exited() && fired(p, fp) {
 		// A call waiting for the restart reached the failpoint before the
 		// health check did: no restart time, the crash is the failpoint's.
 		return p, r, nil
 	}
 	if err != nil {
-		p.kill()
-		return nil, r, fmt.Errorf("%s: %w\n%s", p.name, errors.Join(err, context.Cause(h.ctx)), p.tail(20))
+		p.Kill()
+		return nil, r, fmt.Errorf("%s: %w\n%s", p.Name, errors.Join(err, context.Cause(h.ctx)), p.Tail(20))
 	}
-	r.Ready = at.Sub(p.exec)
+	r.Ready = at.Sub(p.Started)
 	return p, r, nil
 }
 
 // crashOnce ends process p as its run says: SIGKILL after a random uptime,
 // or its armed failpoint, killed if the failpoint is not reached in time.
 // A process that exits otherwise is an error.
-func (h *harness) crashOnce(p *proc, r *lifetime) error {
+func (h *harness) crashOnce(p *testbin.Child, r *lifetime) error {
 	wait := h.cfg.fireTimeout
 	if r.Failpoint == "" {
 		span := int64(h.cfg.maxUptime - h.cfg.minUptime)
@@ -251,16 +251,16 @@ func (h *harness) crashOnce(p *proc, r *lifetime) error {
 	defer t.Stop()
 	select {
 	case <-h.ctx.Done():
-		p.kill()
+		p.Kill()
 		return context.Cause(h.ctx)
-	case <-p.done:
+	case <-p.Done():
 		if fired(p, r.Failpoint) {
 			r.End, r.Fired = "failpoint "+r.Failpoint, true
 			return nil
 		}
-		return fmt.Errorf("%s exited on its own: %v\n%s", p.name, p.err, p.tail(30))
+		return fmt.Errorf("%s exited on its own: %v\n%s", p.Name, p.Err(), p.Tail(30))
 	case <-t.C:
-		p.kill()
+		p.Kill()
 		r.End = fmt.Sprintf("SIGKILL after %v", wait.Round(time.Millisecond))
 		if r.Failpoint != "" {
 			r.End = fmt.Sprintf("failpoint %s not reached in %v; SIGKILL", r.Failpoint, wait)
@@ -278,8 +278,8 @@ func (r lifetime) serving() string {
 }
 
 // fired reports whether process p died of failpoint fp's panic.
-func fired(p *proc, fp string) bool {
-	return fp != "" && p.exited() && strings.Contains(p.logText(), "failpoint panic: "+fp)
+func fired(p *testbin.Child, fp string) bool {
+	return fp != "" && p.Exited() && strings.Contains(p.LogText(), "failpoint panic: "+fp)
 }
 
 // check runs the consistency check on the data file of the stopped
@@ -303,15 +303,15 @@ func (h *harness) startRenderers() error {
 			"--latency", "2ms", "--latency-jitter", "20ms", "--fail-rate", "0.15",
 			"--seed", strconv.FormatUint(h.cfg.seed+uint64(i), 10)}
 		name := fmt.Sprintf("renderer-%d", i)
-		p, err := startProc(name, h.bins.renderer, args, nil, filepath.Join(h.dir, name+".log"))
+		p, err := testbin.StartChild(name, h.bins.renderer, args, nil, filepath.Join(h.dir, name+".log"), nil)
 		if err != nil {
 			return err
 		}
 		h.renderers = append(h.renderers, p)
 		go func() {
-			<-p.done
+			<-p.Done()
 			if !h.stopping.Load() {
-				h.cancel(fmt.Errorf("%s exited on its own: %v\n%s", p.name, p.err, p.tail(20)))
+				h.cancel(fmt.Errorf("%s exited on its own: %v\n%s", p.Name, p.Err(), p.Tail(20)))
 			}
 		}()
 	}
@@ -328,8 +328,8 @@ func (h *harness) stopRenderers() error {
 	var wg sync.WaitGroup
 	for i, p := range rs {
 		wg.Go(func() {
-			if err := p.terminate(stopGrace); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", p.name, err)
+			if _, err := p.Stop(stopGrace); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", p.Name, err)
 			}
 		})
 	}

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -41,94 +40,6 @@ func build(ctx context.Context, dir string) (binaries, error) {
 		}
 	}
 	return b, nil
-}
-
-// proc is a child process; its output goes to a log file.
-type proc struct {
-	name string
-	log  string
-	cmd  *exec.Cmd
-	// exec is just before the process was started.
-	exec time.Time
-	// done is closed once the process has exited; err is then its exit
-	// error.
-	done chan struct{}
-	err  error
-}
-
-// startProc starts path with args, its output appended to logPath, its
-// environment the harness's without LEASEHOLD_* and GOFAIL_* variables and
-// with env added. The child has its own process group, so a Ctrl-C reaches
-// the harness only, and it gets SIGKILL if the harness dies.
-func startProc(name, path string, args, env []string, logPath string) (*proc, error) {
-	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "# %s %s %s\n", strings.Join(env, " "), path, strings.Join(args, " "))
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") && !strings.HasPrefix(kv, "GOFAIL_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p := &proc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	p.exec = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// kill sends SIGKILL and waits for the exit.
-func (p *proc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// terminate sends SIGTERM and waits for the exit, killing the process
-// after grace. It returns the exit error, or one saying it was killed.
-func (p *proc) terminate(grace time.Duration) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.done:
-		return p.err
-	case <-t.C:
-		p.kill()
-		return fmt.Errorf("%s did not exit within %v of SIGTERM; killed", p.name, grace)
-	}
-}
-
-// exited reports whether the process has exited.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// logText returns the process's log.
-func (p *proc) logText() string {
-	data, _ := os.ReadFile(p.log)
-	return string(data)
-}
-
-// tail returns the last lines of the process's log.
-func (p *proc) tail(lines int) string {
-	all := strings.Split(strings.TrimRight(p.logText(), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 // healthPoll is how often testbin.WaitServing asks; restart times are late by at
