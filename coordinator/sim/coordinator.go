@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"path/filepath"
 	"time"
 
@@ -257,7 +258,9 @@ func (c *coordinator) group() {
 		return
 	}
 	w.res.Groups++
-	w.tracef("group of %d commits %d events", taken, len(evs))
+	if w.cfg.Trace != nil {
+		w.tracef("group of %d commits %d events (%016x)", taken, len(evs), eventsDigest(evs))
+	}
 	w.check.group(evs, pausedBefore && c.e.DispatchState().Paused && !pauseIn)
 	if w.faulty(pCrashCommitted) {
 		c.crash("after a commit, before its answers")
@@ -389,4 +392,17 @@ func (c *coordinator) streamGone(st *stream) {
 	if c.up && c.incarnation == st.incarnation {
 		c.closeSession(st)
 	}
+}
+
+// eventsDigest sums up a group's events, every field of each, so that a trace of the run, and the
+// same-seed test that compares two traces, sees every decision the writer
+// made, not only how many.
+func eventsDigest(evs []engine.JobEvent) uint64 {
+	h := fnv.New64a()
+	for _, e := range evs {
+		ev := e.Event
+		fmt.Fprintf(h, "%d/%d %d %d %d %d %q %d %q %q %q;", e.Job, ev.Seq, ev.At.UnixNano(), ev.Kind, ev.Phase, ev.Token,
+			ev.Renderer, ev.Attempt, ev.Reason, ev.Message, ev.Principal)
+	}
+	return h.Sum64()
 }
