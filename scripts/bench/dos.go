@@ -41,7 +41,7 @@ type dosResult struct {
 	Streams streamsResult `json:"open_streams"`
 }
 
-// readsResult summarizes timed GetJob calls.
+// readsResult summarizes timed read calls (GetJob, GetOverview).
 type readsResult struct {
 	N     int     `json:"n"`
 	P50MS float64 `json:"p50_ms"`
@@ -98,13 +98,24 @@ func (r *runner) dos(ctx context.Context) (*dosResult, error) {
 	return res, nil
 }
 
-// timeReads times dosReads sequential GetJob calls.
+// timeReads times dosReads GetJob calls of c for jobID.
 func timeReads(ctx context.Context, c *client.Client, jobID string) (readsResult, error) {
+	return timeCalls("GetJob", func() error { _, err := c.GetJob(ctx, jobID); return err })
+}
+
+// timeOverview times dosReads GetOverview calls of c for every team.
+func timeOverview(ctx context.Context, c *client.Client) (readsResult, error) {
+	return timeCalls("GetOverview", func() error { _, err := c.GetOverview(ctx, ""); return err })
+}
+
+// timeCalls times dosReads calls of call, one after another; name names
+// the call in its error.
+func timeCalls(name string, call func() error) (readsResult, error) {
 	samples := make([]time.Duration, 0, dosReads)
 	for range dosReads {
 		start := time.Now()
-		if _, err := c.GetJob(ctx, jobID); err != nil {
-			return readsResult{}, fmt.Errorf("GetJob: %w", err)
+		if err := call(); err != nil {
+			return readsResult{}, fmt.Errorf("%s: %w", name, err)
 		}
 		samples = append(samples, time.Since(start))
 	}

@@ -75,7 +75,8 @@
 // QUEUED (submitted with dispatch paused); SIGTERM to the coordinator and a
 // restart on the same data directory, timed from exec to the first SERVING
 // answer of grpc.health.v1 Check (polled every -health-poll) with the
-// coordinator's VmHWM and VmRSS then; then, after the live half has been
+// coordinator's VmHWM and VmRSS then, and GetOverview over gRPC timed
+// right after; then, after the live half has been
 // cancelled, a drain of -drain-docs fresh documents against the full store,
 // compared with the empty-store drain. The coordinator gets
 // --max-team-queue large enough for the live half.

@@ -143,6 +143,9 @@ type storeResult struct {
 	HealthPollMS   float64 `json:"health_poll_ms"`
 	// Memory is the coordinator's right after it answered SERVING.
 	Memory *memory `json:"memory_after_startup,omitempty"`
+	// Overview times GetOverview (operator, every team) over gRPC right
+	// after start-up, with every stored job counted.
+	Overview *readsResult `json:"overview_after_startup,omitempty"`
 	// CancelSeconds is the time to cancel the queued half before the drain.
 	CancelSeconds float64      `json:"cancel_seconds"`
 	EmptyDrain    *drainResult `json:"empty_store_drain"`
@@ -168,6 +171,7 @@ const (
 	targetLatencyP99  = 50    // ms, below
 	targetStartup     = 2     // s, below, with 1,000,000 stored jobs
 	targetStoreMemory = 512   // MiB, below
+	targetOverviewP99 = 50    // ms, below: GetOverview with the full store
 	// targetStartupHuge is the start-up target from hugeStore stored jobs on.
 	targetStartupHuge = 5 // s, below
 	hugeStore         = 10_000_000
@@ -228,6 +232,9 @@ func (r *report) check() {
 		if s.Memory != nil && s.Jobs < hugeStore {
 			below(figureStoreMemory, mib(s.Memory.HWM), targetStoreMemory, "MiB")
 		}
+		if s.Overview != nil {
+			below(figureOverview, s.Overview.P99MS, targetOverviewP99, "ms")
+		}
 		if s.FullDrain != nil && s.EmptyDrain != nil {
 			r.Targets = append(r.Targets, targetOutcome{Figure: figureStoreDrain, Value: s.DrainRatio,
 				Target: fmt.Sprintf("≥ %.1f× the empty store's", targetStoreDrainRatio), Met: s.DrainRatio >= targetStoreDrainRatio})
@@ -246,6 +253,7 @@ const (
 	figureStartup     = "store start-up s"
 	figureStoreMemory = "store start-up VmHWM MiB"
 	figureStoreDrain  = "store full drain ÷ empty store drain"
+	figureOverview    = "store GetOverview p99 ms"
 )
 
 // writeJSON writes v as indented JSON.
@@ -338,6 +346,11 @@ func writeText(w io.Writer, r *report) error {
 			verdict(figureStartup))
 		if x.Memory != nil {
 			line("store memory", memoryText(x.Memory), "right after SERVING; the target applies to VmHWM", verdict(figureStoreMemory))
+		}
+		if o := x.Overview; o != nil {
+			line("store overview", fmt.Sprintf("p50 %s  p99 %s", msText(o.P50MS), msText(o.P99MS)),
+				fmt.Sprintf("GetOverview over gRPC (operator, every team), %d calls one after another right after start-up; max %s", o.N, msText(o.MaxMS)),
+				verdict(figureOverview))
 		}
 		if x.EmptyDrain != nil {
 			drainLine(line, "store empty drain", x.EmptyDrain, "empty store", "")

@@ -89,6 +89,11 @@ func runStore(ctx context.Context, cfg config, lg *logger) (rep *report, err err
 		lg.printf("warning: reading the coordinator's memory: %v", err)
 	}
 	lg.printf("restarted: SERVING %v after exec", startup.Round(time.Millisecond))
+	overview, err := timeOverview(ctx, r.gen.operator)
+	if err != nil {
+		return nil, err
+	}
+	res.Overview = &overview
 	if res.Memory != nil {
 		lg.printf("restarted: %s", memoryText(res.Memory))
 	}
