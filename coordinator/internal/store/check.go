@@ -16,28 +16,63 @@ import (
 // request id. It reads the whole file: tests and diagnostics call it, the
 // writer never does.
 func (t *Tx) CheckIndexes() error {
-	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	c := &indexCheck{t: t}
+	recount, err := c.jobs()
+	if err != nil {
+		return err
+	}
+	stored, err := c.batches(recount.batches)
+	if err != nil {
+		return err
+	}
+	if err := c.danglingBatchRefs(stored); err != nil {
+		return err
+	}
+	if err := c.teams(recount.teams); err != nil {
+		return err
+	}
+	return errors.Join(c.errs...)
+}
+
+// indexCheck gathers the disagreements CheckIndexes finds, step by step.
+type indexCheck struct {
+	t    *Tx
+	errs []error
+}
+
+func (c *indexCheck) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf(format, args...))
+}
+
+// recount is what the jobs say the per-batch and per-team counts are.
+type recount struct {
+	batches map[uint64]*Counts
+	teams   map[string]*Counts
+}
+
+// jobs checks every job against the team, unfinished and finished indexes
+// and its batch, then each index's size against the entries the jobs
+// account for, and returns the recounted counts.
+func (c *indexCheck) jobs() (recount, error) {
+	t := c.t
 	backfillFrom := uint64(0) // jobs above this may not be indexed yet
 	backfilling := t.BackfillPending()
 	if backfilling {
 		backfillFrom = btoi(t.tx.Bucket(bucketMeta).Get(keyFinishedBackfill))
 	}
-
-	batchCounts := map[uint64]*Counts{}
-	teamCounts := map[string]*Counts{}
+	rc := recount{batches: map[uint64]*Counts{}, teams: map[string]*Counts{}}
 	unfinished, finished, teamJobs := 0, 0, 0
 	err := t.ForEachJob(0, func(j jobs.Job) (bool, error) {
-		if batchCounts[j.BatchID] == nil {
-			batchCounts[j.BatchID] = &Counts{}
+		if rc.batches[j.BatchID] == nil {
+			rc.batches[j.BatchID] = &Counts{}
 		}
-		if teamCounts[j.Team] == nil {
-			teamCounts[j.Team] = &Counts{}
+		if rc.teams[j.Team] == nil {
+			rc.teams[j.Team] = &Counts{}
 		}
-		batchCounts[j.BatchID][j.Phase]++
-		teamCounts[j.Team][j.Phase]++
+		rc.batches[j.BatchID][j.Phase]++
+		rc.teams[j.Team][j.Phase]++
 		if t.tx.Bucket(bucketTeamJobs).Get(teamKey(j.Team, j.ID)) == nil {
-			fail("job %d of team %s is not in the team index", j.ID, j.Team)
+			c.fail("job %d of team %s is not in the team index", j.ID, j.Team)
 		} else {
 			teamJobs++
 		}
@@ -51,64 +86,73 @@ func (t *Tx) CheckIndexes() error {
 		}
 		switch {
 		case j.Phase.Terminal() && isUnfinished:
-			fail("job %d is %v and in the unfinished index", j.ID, j.Phase)
+			c.fail("job %d is %v and in the unfinished index", j.ID, j.Phase)
 		case !j.Phase.Terminal() && !isUnfinished:
-			fail("job %d is %v and not in the unfinished index", j.ID, j.Phase)
+			c.fail("job %d is %v and not in the unfinished index", j.ID, j.Phase)
 		case !j.Phase.Terminal() && isFinished:
-			fail("job %d is %v and in the finished index", j.ID, j.Phase)
+			c.fail("job %d is %v and in the finished index", j.ID, j.Phase)
 		case j.Phase.Terminal() && !isFinished && (!backfilling || j.ID <= backfillFrom):
-			fail("job %d is %v since %v and not in the finished index", j.ID, j.Phase, FinishTime(j))
+			c.fail("job %d is %v since %v and not in the finished index", j.ID, j.Phase, FinishTime(j))
 		}
 		if _, found, err := t.Batch(j.BatchID); err != nil || !found {
-			fail("job %d names batch %d, which is not stored (%v)", j.ID, j.BatchID, err)
+			c.fail("job %d names batch %d, which is not stored (%v)", j.ID, j.BatchID, err)
 		}
 		return true, nil
 	})
 	if err != nil {
-		return err
+		return rc, err
 	}
 	if n := t.tx.Bucket(bucketUnfinished).Stats().KeyN; n != unfinished {
-		fail("the unfinished index holds %d entries, %d of them unfinished jobs", n, unfinished)
+		c.fail("the unfinished index holds %d entries, %d of them unfinished jobs", n, unfinished)
 	}
 	if n := t.tx.Bucket(bucketFinished).Stats().KeyN; n != finished {
-		fail("the finished index holds %d entries, %d of them terminal jobs at their finish time", n, finished)
+		c.fail("the finished index holds %d entries, %d of them terminal jobs at their finish time", n, finished)
 	}
 	if n := t.tx.Bucket(bucketTeamJobs).Stats().KeyN; n != teamJobs {
-		fail("the team index holds %d entries, %d of them jobs of their team", n, teamJobs)
+		c.fail("the team index holds %d entries, %d of them jobs of their team", n, teamJobs)
 	}
+	return rc, nil
+}
 
+// batches checks every stored batch against its jobs, its team index entry,
+// its request id and the recounted counts, and returns the stored ids.
+func (c *indexCheck) batches(recounted map[uint64]*Counts) (map[uint64]bool, error) {
+	t := c.t
 	stored := map[uint64]bool{}
-	err = t.tx.Bucket(bucketBatches).ForEach(func(k, _ []byte) error {
+	err := t.tx.Bucket(bucketBatches).ForEach(func(k, _ []byte) error {
 		b, _, err := t.Batch(btoi(k))
 		if err != nil {
 			return err
 		}
 		stored[b.ID] = true
 		if !t.BatchHasJobs(b) {
-			fail("batch %d has no jobs left", b.ID)
+			c.fail("batch %d has no jobs left", b.ID)
 		}
 		if t.tx.Bucket(bucketTeamBatches).Get(teamKey(b.Team, b.ID)) == nil {
-			fail("batch %d of team %s is not in the team index", b.ID, b.Team)
+			c.fail("batch %d of team %s is not in the team index", b.ID, b.Team)
 		}
 		if v := t.tx.Bucket(bucketRequests).Get(requestKey(b.Team, b.RequestID)); v == nil || btoi(v) != b.ID {
-			fail("request id %q of team %s does not name batch %d", b.RequestID, b.Team, b.ID)
+			c.fail("request id %q of team %s does not name batch %d", b.RequestID, b.Team, b.ID)
 		}
 		got, err := t.BatchCounts(b.ID)
 		if err != nil {
 			return err
 		}
 		want := Counts{}
-		if c := batchCounts[b.ID]; c != nil {
-			want = *c
+		if rc := recounted[b.ID]; rc != nil {
+			want = *rc
 		}
 		if got != want {
-			fail("batch %d: stored counts %v, recount %v", b.ID, got, want)
+			c.fail("batch %d: stored counts %v, recount %v", b.ID, got, want)
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
+	return stored, err
+}
+
+// danglingBatchRefs checks that every batch count, request id and team
+// index entry names a stored batch.
+func (c *indexCheck) danglingBatchRefs(stored map[uint64]bool) error {
 	for _, dangling := range []struct {
 		bucket []byte
 		id     func(k, v []byte) uint64
@@ -117,9 +161,9 @@ func (t *Tx) CheckIndexes() error {
 		{bucketRequests, func(_, v []byte) uint64 { return btoi(v) }},
 		{bucketTeamBatches, func(k, _ []byte) uint64 { return btoi(k[len(k)-8:]) }},
 	} {
-		err := t.tx.Bucket(dangling.bucket).ForEach(func(k, v []byte) error {
+		err := c.t.tx.Bucket(dangling.bucket).ForEach(func(k, v []byte) error {
 			if id := dangling.id(k, v); !stored[id] {
-				fail("%s entry %q names batch %d, which is not stored", dangling.bucket, k, id)
+				c.fail("%s entry %q names batch %d, which is not stored", dangling.bucket, k, id)
 			}
 			return nil
 		})
@@ -127,26 +171,31 @@ func (t *Tx) CheckIndexes() error {
 			return err
 		}
 	}
+	return nil
+}
 
+// teams checks every team's stored counts against the recount, and that
+// every team with jobs has counts.
+func (c *indexCheck) teams(recounted map[string]*Counts) error {
 	var teams []string
-	err = t.ForEachTeamCounts(func(team string, got Counts) error {
+	err := c.t.ForEachTeamCounts(func(team string, got Counts) error {
 		teams = append(teams, team)
 		want := Counts{}
-		if c := teamCounts[team]; c != nil {
-			want = *c
+		if rc := recounted[team]; rc != nil {
+			want = *rc
 		}
 		if got != want {
-			fail("team %s: stored counts %v, recount %v", team, got, want)
+			c.fail("team %s: stored counts %v, recount %v", team, got, want)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for team := range teamCounts {
+	for team := range recounted {
 		if !slices.Contains(teams, team) {
-			fail("team %s has jobs and no stored counts", team)
+			c.fail("team %s has jobs and no stored counts", team)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
