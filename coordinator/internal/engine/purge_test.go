@@ -52,11 +52,16 @@ func (b *testBundle) purge(t *testing.T) PurgeResult {
 }
 
 // checkConsistent runs the invariant checks of the writer and of the
-// store on the bundle's engine.
+// store on the bundle's engine, and the store's own check (what
+// "coordinator check" runs).
 func (b *testBundle) checkConsistent(t *testing.T) {
 	t.Helper()
 	checkIndexes(t, b.e)
 	checkStore(t, b.st, StoreState{})
+	sum, err := b.st.Verify()
+	if err != nil || len(sum.Problems) > 0 {
+		t.Errorf("store.Verify = %q, %v; want no problems", sum.Problems, err)
+	}
 }
 
 // endAll ends every job of the bundle that is granted now: the first

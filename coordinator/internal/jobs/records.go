@@ -15,6 +15,9 @@ type Batch struct {
 	// RequestHash identifies the submitted documents, to tell a retry of
 	// the same request from a request id reused for something else.
 	RequestHash []byte
+	// Purged counts the batch's jobs that retention deleted; the others
+	// are stored.
+	Purged uint32
 }
 
 // JobIDs returns the batch's job ids in submission order.

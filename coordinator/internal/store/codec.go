@@ -157,14 +157,15 @@ func batchToRecord(b jobs.Batch) *storagev1.BatchRecord {
 	return &storagev1.BatchRecord{
 		Id: b.ID, Team: b.Team, RequestId: b.RequestID, CreatedAt: ns(b.CreatedAt), FirstJobId: b.FirstJob, JobCount: b.Count,
 		RequestHash: b.RequestHash, MaxAttempts: b.Policy.MaxAttempts, BackoffBaseNs: int64(b.Policy.BackoffBase), BackoffCapNs: int64(b.Policy.BackoffCap),
+		PurgedJobs: b.Purged,
 	}
 }
 
 func batchFromRecord(r *storagev1.BatchRecord) jobs.Batch {
 	return jobs.Batch{
 		ID: r.Id, Team: r.Team, RequestID: r.RequestId, CreatedAt: tm(r.CreatedAt), FirstJob: r.FirstJobId, Count: r.JobCount,
-		RequestHash: r.RequestHash,
-		Policy:      jobs.RetryPolicy{MaxAttempts: r.MaxAttempts, BackoffBase: time.Duration(r.BackoffBaseNs), BackoffCap: time.Duration(r.BackoffCapNs)},
+		RequestHash: r.RequestHash, Purged: r.PurgedJobs,
+		Policy: jobs.RetryPolicy{MaxAttempts: r.MaxAttempts, BackoffBase: time.Duration(r.BackoffBaseNs), BackoffCap: time.Duration(r.BackoffCapNs)},
 	}
 }
 

@@ -24,3 +24,7 @@ func ScanState(v []byte) (JobState, error) { return scanState(0, v) }
 func ScanArtifact(v []byte) (digest, contentType string, size int64, err error) {
 	return scanArtifact(0, v)
 }
+
+// DeleteJobRecord deletes a job's record and nothing else, as a lost write
+// would leave the file.
+func (t *Tx) DeleteJobRecord(id uint64) error { return t.del(bucketJobs, itob(id)) }

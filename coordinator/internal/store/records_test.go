@@ -15,7 +15,7 @@ func TestBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	batch := jobs.Batch{ID: 1, Team: "alpha", RequestID: "req-1", CreatedAt: t0, FirstJob: 1, Count: 5,
-		Policy: jobs.RetryPolicy{MaxAttempts: 5, BackoffBase: time.Second, BackoffCap: time.Minute}, RequestHash: []byte{1, 2, 3}}
+		Policy: jobs.RetryPolicy{MaxAttempts: 5, BackoffBase: time.Second, BackoffCap: time.Minute}, RequestHash: []byte{1, 2, 3}, Purged: 2}
 	checkAllSet(t, reflect.ValueOf(batch), "Batch")
 	b.update(t, func(tx *store.Tx) error { return tx.PutBatch(batch) })
 	b.view(t, func(tx *store.Tx) error {

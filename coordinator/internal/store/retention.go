@@ -84,11 +84,23 @@ func (t *Tx) DropFinished(f Finished) error {
 
 // PurgeJob deletes terminal job j and everything that is only its: the
 // record, its history, its document, its previews, and its entries in the
-// team and finished-jobs indexes. Counts are the caller's: the writer
-// moves them with the job. The batch stays until DeleteBatch.
+// team and finished-jobs indexes, and counts it in its batch's Purged, so
+// that a check can tell the batch's deleted jobs from lost ones. Counts
+// per phase are the caller's: the writer moves them with the job. The
+// batch stays until DeleteBatch.
 func (t *Tx) PurgeJob(j jobs.Job) error {
 	if !j.Phase.Terminal() {
 		return fmt.Errorf("purging job %d: it is %v, not terminal", j.ID, j.Phase)
+	}
+	b, found, err := t.Batch(j.BatchID)
+	if err != nil {
+		return err
+	}
+	if found {
+		b.Purged++
+		if err := t.PutBatch(b); err != nil {
+			return err
+		}
 	}
 	if err := t.deletePrefix(bucketEvents, itob(j.ID)); err != nil {
 		return err

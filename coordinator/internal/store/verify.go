@@ -66,8 +66,9 @@ func (s *Summary) problemf(format string, args ...any) {
 //
 //   - a job is in the index of unfinished jobs exactly when its phase is not
 //     terminal;
-//   - every batch's jobs exist and name it, and every job belongs to a
-//     batch: a batch is stored whole or not at all;
+//   - every batch's jobs exist and name it, but for those retention
+//     deleted, and every job belongs to a batch: a batch is stored whole
+//     or not at all;
 //   - the counts per phase of every batch and every team are those of its
 //     jobs;
 //   - every lease token is at most the token counter, increases along each
@@ -184,15 +185,24 @@ func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) {
 			sum.problemf("batch %d: %v", id, err)
 			continue
 		}
+		var missing []uint64
 		for _, jid := range b.JobIDs() {
 			j, found, err := tx.Job(jid)
 			switch {
 			case err != nil:
 				// Reported with the job.
 			case !found:
-				sum.problemf("batch %d: job %d is missing", id, jid)
+				missing = append(missing, jid)
 			case j.BatchID != id:
 				sum.problemf("batch %d: job %d names batch %d", id, jid, j.BatchID)
+			}
+		}
+		// Retention deletes a batch's terminal jobs one by one and counts
+		// them; any other missing job was lost.
+		if len(missing) != int(b.Purged) {
+			for _, jid := range missing {
+				sum.problemf("batch %d: job %d is missing (%d of its %d jobs deleted by retention, %d missing)",
+					id, jid, b.Purged, b.Count, len(missing))
 			}
 		}
 		stored, err := tx.BatchCounts(id)

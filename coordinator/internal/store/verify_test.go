@@ -181,3 +181,60 @@ func containsPrefix(list []string, prefix string) bool {
 	}
 	return false
 }
+
+func TestVerifyAfterAPartialPurge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	consistent(t, b)
+	b.update(t, func(tx *store.Tx) error {
+		j, _, err := tx.Job(1)
+		if err != nil {
+			return err
+		}
+		if err := tx.PurgeJob(j); err != nil {
+			return err
+		}
+		var d store.Counts
+		d[jobs.PhaseSucceeded] = -1
+		if err := tx.AddBatchCounts(1, d); err != nil {
+			return err
+		}
+		return tx.AddTeamCounts("a", d)
+	})
+	got, err := b.st.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Problems) != 0 {
+		t.Errorf("Verify after retention purged one job of a batch: %q, want no problems", got.Problems)
+	}
+	b.view(t, func(tx *store.Tx) error {
+		if batch, _, err := tx.Batch(1); err != nil || batch.Purged != 1 {
+			t.Errorf("batch 1 after one purge: Purged %d (%v), want 1", batch.Purged, err)
+		}
+		return nil
+	})
+
+	// A job lost besides the purged one is still reported.
+	b.update(t, func(tx *store.Tx) error {
+		var d store.Counts
+		d[jobs.PhaseQueued] = -1
+		if err := tx.AddBatchCounts(1, d); err != nil {
+			return err
+		}
+		if err := tx.AddTeamCounts("a", d); err != nil {
+			return err
+		}
+		if err := tx.SetUnfinished(3, false); err != nil {
+			return err
+		}
+		return tx.DeleteJobRecord(3)
+	})
+	got, err = b.st.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsPrefix(got.Problems, "batch 1: job 1 is missing") || !containsPrefix(got.Problems, "batch 1: job 3 is missing") {
+		t.Errorf("Verify with a job lost beside the purged one: %q, want both named", got.Problems)
+	}
+}

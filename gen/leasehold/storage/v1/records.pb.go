@@ -920,6 +920,8 @@ type BatchRecord struct {
 	MaxAttempts   uint32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	BackoffBaseNs int64  `protobuf:"varint,9,opt,name=backoff_base_ns,json=backoffBaseNs,proto3" json:"backoff_base_ns,omitempty"`
 	BackoffCapNs  int64  `protobuf:"varint,10,opt,name=backoff_cap_ns,json=backoffCapNs,proto3" json:"backoff_cap_ns,omitempty"`
+	// Jobs of the batch that retention has deleted: the rest are stored.
+	PurgedJobs    uint32 `protobuf:"varint,11,opt,name=purged_jobs,json=purgedJobs,proto3" json:"purged_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1020,6 +1022,13 @@ func (x *BatchRecord) GetBackoffBaseNs() int64 {
 func (x *BatchRecord) GetBackoffCapNs() int64 {
 	if x != nil {
 		return x.BackoffCapNs
+	}
+	return 0
+}
+
+func (x *BatchRecord) GetPurgedJobs() uint32 {
+	if x != nil {
+		return x.PurgedJobs
 	}
 	return 0
 }
@@ -1463,7 +1472,7 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\tprincipal\x18\n" +
 	" \x01(\tR\tprincipal\"*\n" +
 	"\x0eDocumentRecord\x12\x18\n" +
-	"\acontent\x18\x01 \x01(\fR\acontent\"\xc2\x02\n" +
+	"\acontent\x18\x01 \x01(\fR\acontent\"\xe3\x02\n" +
 	"\vBatchRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04team\x18\x02 \x01(\tR\x04team\x12\x1d\n" +
@@ -1478,7 +1487,9 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\fmax_attempts\x18\b \x01(\rR\vmaxAttempts\x12&\n" +
 	"\x0fbackoff_base_ns\x18\t \x01(\x03R\rbackoffBaseNs\x12$\n" +
 	"\x0ebackoff_cap_ns\x18\n" +
-	" \x01(\x03R\fbackoffCapNs\"\xb3\x02\n" +
+	" \x01(\x03R\fbackoffCapNs\x12\x1f\n" +
+	"\vpurged_jobs\x18\v \x01(\rR\n" +
+	"purgedJobs\"\xb3\x02\n" +
 	"\x0fRejectionRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x04R\x05jobId\x12\x12\n" +
