@@ -65,7 +65,10 @@ func (s *Summary) problemf(format string, args ...any) {
 // agree with one another as every commit leaves them:
 //
 //   - a job is in the index of unfinished jobs exactly when its phase is not
-//     terminal;
+//     terminal, in the index of finished jobs (at its finish time) exactly
+//     when it is terminal, and in its team's index;
+//   - the indexes hold nothing else, and every batch reference (counts,
+//     request ids, the team index) names a stored batch;
 //   - every batch's jobs exist and name it, but for those retention
 //     deleted, and every job belongs to a batch: a batch is stored whole
 //     or not at all;
@@ -101,15 +104,22 @@ func (s *Store) Verify() (Summary, error) {
 		if len(sum.Problems) > 0 {
 			return nil
 		}
-		verifyRecords(&Tx{tx: btx}, &sum)
+		verifyRecords(&Tx{tx: btx}, &sum, false)
 		return nil
 	})
 	return sum, err
 }
 
 // verifyRecords checks that the records of a schema 2 file agree; see
-// Verify.
-func verifyRecords(tx *Tx, sum *Summary) {
+// Verify. With indexesOnly it leaves out what concerns neither an index nor
+// the counts: the job id counter and the lease tokens.
+func verifyRecords(tx *Tx, sum *Summary, indexesOnly bool) {
+	backfillFrom := uint64(0) // terminal jobs above this may not be indexed yet
+	backfilling := tx.BackfillPending()
+	if backfilling {
+		backfillFrom = btoi(tx.tx.Bucket(bucketMeta).Get(keyFinishedBackfill))
+	}
+	finished, teamJobs := 0, 0
 	sum.LastToken = tx.LastToken()
 	lastJobID := tx.tx.Bucket(bucketJobs).Sequence()
 	unfinished := map[uint64]bool{}
@@ -131,21 +141,45 @@ func verifyRecords(tx *Tx, sum *Summary) {
 			sum.problemf("job %d: %v", id, err)
 			continue
 		}
-		if id > lastJobID {
+		if !indexesOnly && id > lastJobID {
 			sum.problemf("job %d: above the job id counter %d", id, lastJobID)
 		}
 		if live := !j.Phase.Terminal(); live != unfinished[id] {
 			sum.problemf("job %d: phase %s, but in the index of unfinished jobs: %t", id, j.Phase, unfinished[id])
 		}
 		delete(unfinished, id)
+		isFinished := tx.tx.Bucket(bucketFinished).Get(finishedKey(FinishTime(j), j.ID)) != nil
+		if isFinished {
+			finished++
+		}
+		switch {
+		case !j.Phase.Terminal() && isFinished:
+			sum.problemf("job %d: phase %s, but in the index of finished jobs", id, j.Phase)
+		case j.Phase.Terminal() && !isFinished && (!backfilling || id <= backfillFrom):
+			sum.problemf("job %d: phase %s since %v, but not in the index of finished jobs", id, j.Phase, FinishTime(j))
+		}
+		if tx.tx.Bucket(bucketTeamJobs).Get(teamKey(j.Team, j.ID)) == nil {
+			sum.problemf("job %d: not in the index of team %s", id, j.Team)
+		} else {
+			teamJobs++
+		}
 		countIn(batchCounts, j.BatchID, j.Phase)
 		countIn(teamCounts, j.Team, j.Phase)
-		verifyLeases(j, sum, tokens)
+		if !indexesOnly {
+			verifyLeases(j, sum, tokens)
+		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(unfinished)) {
 		sum.problemf("job %d: in the index of unfinished jobs, but has no record", id)
 	}
-	verifyBatches(tx, sum, batchCounts)
+	if n := tx.tx.Bucket(bucketFinished).Stats().KeyN; n != finished {
+		sum.problemf("the index of finished jobs holds %d entries, %d of them terminal jobs at their finish time", n, finished)
+	}
+	if n := tx.tx.Bucket(bucketTeamJobs).Stats().KeyN; n != teamJobs {
+		sum.problemf("the team index of jobs holds %d entries, %d of them jobs of their team", n, teamJobs)
+	}
+	stored := verifyBatches(tx, sum, batchCounts)
+	verifyBatchRefs(tx, sum, stored)
 	verifyTeams(tx, sum, teamCounts)
 }
 
@@ -172,18 +206,28 @@ func verifyLeases(j jobs.Job, sum *Summary, tokens map[uint64]uint64) {
 	}
 }
 
-// verifyBatches checks every batch record against its jobs: all present,
-// each naming the batch, and counted as the batch's counts say. counts
-// holds the counts of the jobs per batch; it is emptied.
-func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) {
+// verifyBatches checks every batch record against its jobs (all present
+// but those retention deleted, each naming the batch, and counted as the
+// batch's counts say), its team index entry and its request id, and
+// returns the ids of the stored batches. counts holds the counts of the
+// jobs per batch; it is emptied.
+func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) map[uint64]bool {
+	stored := map[uint64]bool{}
 	bc := tx.tx.Bucket(bucketBatches).Cursor()
 	for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
 		id := btoi(k)
 		sum.Batches++
+		stored[id] = true
 		b, _, err := tx.Batch(id)
 		if err != nil {
 			sum.problemf("batch %d: %v", id, err)
 			continue
+		}
+		if tx.tx.Bucket(bucketTeamBatches).Get(teamKey(b.Team, b.ID)) == nil {
+			sum.problemf("batch %d: not in the index of team %s", id, b.Team)
+		}
+		if v := tx.tx.Bucket(bucketRequests).Get(requestKey(b.Team, b.RequestID)); v == nil || btoi(v) != id {
+			sum.problemf("batch %d: request id %q of team %s does not name it", id, b.RequestID, b.Team)
 		}
 		var missing []uint64
 		for _, jid := range b.JobIDs() {
@@ -199,11 +243,14 @@ func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) {
 		}
 		// Retention deletes a batch's terminal jobs one by one and counts
 		// them; any other missing job was lost.
-		if len(missing) != int(b.Purged) {
+		switch {
+		case len(missing) != int(b.Purged):
 			for _, jid := range missing {
 				sum.problemf("batch %d: job %d is missing (%d of its %d jobs deleted by retention, %d missing)",
 					id, jid, b.Purged, b.Count, len(missing))
 			}
+		case len(missing) == int(b.Count):
+			sum.problemf("batch %d: retention deleted all its jobs but not the batch", id)
 		}
 		stored, err := tx.BatchCounts(id)
 		if err != nil {
@@ -220,6 +267,27 @@ func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(counts)) {
 		sum.problemf("batch %d: %d jobs name it, but there is no such batch", id, counts[id].Total())
+	}
+	return stored
+}
+
+// verifyBatchRefs checks that every batch count, request id and team index
+// entry names a stored batch.
+func verifyBatchRefs(tx *Tx, sum *Summary, stored map[uint64]bool) {
+	for _, ref := range []struct {
+		bucket []byte
+		id     func(k, v []byte) uint64
+	}{
+		{bucketBatchCounts, func(k, _ []byte) uint64 { return btoi(k) }},
+		{bucketRequests, func(_, v []byte) uint64 { return btoi(v) }},
+		{bucketTeamBatches, func(k, _ []byte) uint64 { return btoi(k[len(k)-8:]) }},
+	} {
+		c := tx.tx.Bucket(ref.bucket).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if id := ref.id(k, v); !stored[id] {
+				sum.problemf("%s entry %q names batch %d, which is not stored", ref.bucket, k, id)
+			}
+		}
 	}
 }
 

@@ -43,10 +43,17 @@ func consistent(t *testing.T, b *testBundle) {
 			if err := tx.PutJob(j); err != nil {
 				return err
 			}
-			if !j.Phase.Terminal() {
-				if err := tx.SetUnfinished(j.ID, true); err != nil {
-					return err
-				}
+			if err := tx.IndexTeamJob(j.Team, j.ID); err != nil {
+				return err
+			}
+			var err error
+			if j.Phase.Terminal() {
+				err = tx.IndexFinished(j)
+			} else {
+				err = tx.SetUnfinished(j.ID, true)
+			}
+			if err != nil {
+				return err
 			}
 			counts[j.Phase]++
 		}
