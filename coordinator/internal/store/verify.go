@@ -131,7 +131,8 @@ func verifyRecords(tx *Tx, sum *Summary, indexesOnly bool) {
 
 	batchCounts := map[uint64]*Counts{}
 	teamCounts := map[string]*Counts{}
-	tokens := map[uint64]uint64{} // token -> job
+	tokens := map[uint64]uint64{}  // token -> job
+	batchOf := map[uint64]uint64{} // job -> its batch, for every decoded job
 	jc := tx.tx.Bucket(bucketJobs).Cursor()
 	for k, v := jc.First(); k != nil; k, v = jc.Next() {
 		id := btoi(k)
@@ -148,6 +149,7 @@ func verifyRecords(tx *Tx, sum *Summary, indexesOnly bool) {
 			sum.problemf("job %d: phase %s, but in the index of unfinished jobs: %t", id, j.Phase, unfinished[id])
 		}
 		delete(unfinished, id)
+		batchOf[id] = j.BatchID
 		isFinished := tx.tx.Bucket(bucketFinished).Get(finishedKey(FinishTime(j), j.ID)) != nil
 		if isFinished {
 			finished++
@@ -178,7 +180,7 @@ func verifyRecords(tx *Tx, sum *Summary, indexesOnly bool) {
 	if n := tx.tx.Bucket(bucketTeamJobs).Stats().KeyN; n != teamJobs {
 		sum.problemf("the team index of jobs holds %d entries, %d of them jobs of their team", n, teamJobs)
 	}
-	stored := verifyBatches(tx, sum, batchCounts)
+	stored := verifyBatches(tx, sum, batchCounts, batchOf)
 	verifyBatchRefs(tx, sum, stored)
 	verifyTeams(tx, sum, teamCounts)
 }
@@ -210,8 +212,9 @@ func verifyLeases(j jobs.Job, sum *Summary, tokens map[uint64]uint64) {
 // but those retention deleted, each naming the batch, and counted as the
 // batch's counts say), its team index entry and its request id, and
 // returns the ids of the stored batches. counts holds the counts of the
-// jobs per batch; it is emptied.
-func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) map[uint64]bool {
+// jobs per batch; it is emptied. batchOf names the batch of every job
+// decoded (a job that did not decode is reported with the job).
+func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts, batchOf map[uint64]uint64) map[uint64]bool {
 	stored := map[uint64]bool{}
 	bc := tx.tx.Bucket(bucketBatches).Cursor()
 	for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
@@ -231,14 +234,12 @@ func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts) map[uint64]b
 		}
 		var missing []uint64
 		for _, jid := range b.JobIDs() {
-			j, found, err := tx.Job(jid)
+			named, decoded := batchOf[jid]
 			switch {
-			case err != nil:
-				// Reported with the job.
-			case !found:
+			case !decoded && tx.tx.Bucket(bucketJobs).Get(itob(jid)) == nil:
 				missing = append(missing, jid)
-			case j.BatchID != id:
-				sum.problemf("batch %d: job %d names batch %d", id, jid, j.BatchID)
+			case decoded && named != id:
+				sum.problemf("batch %d: job %d names batch %d", id, jid, named)
 			}
 		}
 		// Retention deletes a batch's terminal jobs one by one and counts
