@@ -170,6 +170,18 @@ func (g *generator) acquireWatch(ctx context.Context) (func(), error) {
 	}
 }
 
+// followToEnd takes a watch slot (waiting for one to free), follows b until
+// every job is terminal, calling terminal for each as follow does, and
+// gives the slot back.
+func (g *generator) followToEnd(ctx context.Context, b *batch, terminal func(at time.Time, phase leaseholdv1.Phase)) error {
+	release, err := g.acquireWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return g.follow(ctx, b, followHooks{terminal: terminal})
+}
+
 // update is one job's phase as a watch reports it.
 type update struct {
 	jobID string

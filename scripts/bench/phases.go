@@ -234,13 +234,7 @@ func (r *runner) idle(ctx context.Context, grants *grantLog) (*idleResult, error
 			return nil, fmt.Errorf("idle sample %d: no renderer recorded the grant of %s: %w", i+1, b.jobIDs[0], err)
 		}
 		samples = append(samples, at.Sub(b.ack))
-		release, err := r.gen.acquireWatch(ctx)
-		if err != nil {
-			return nil, err
-		}
-		err = r.gen.follow(ctx, b, followHooks{terminal: func(at time.Time, p leaseholdv1.Phase) { t.add(at, p, b.ack, false) }})
-		release()
-		if err != nil {
+		if err := r.gen.followToEnd(ctx, b, func(at time.Time, p leaseholdv1.Phase) { t.add(at, p, b.ack, false) }); err != nil {
 			return nil, err
 		}
 		if (i+1)%50 == 0 {
@@ -384,15 +378,10 @@ func (r *runner) steady(ctx context.Context) (*steadyResult, error) {
 				if err != nil {
 					return err
 				}
-				release, err := r.gen.acquireWatch(ctx)
-				if err != nil {
-					return err
-				}
-				defer release()
-				return r.gen.follow(ctx, b, followHooks{terminal: func(at time.Time, p leaseholdv1.Phase) {
+				return r.gen.followToEnd(ctx, b, func(at time.Time, p leaseholdv1.Phase) {
 					finished.Add(1)
 					t.add(at, p, b.ack, false)
-				}})
+				})
 			}()
 			if err != nil {
 				errOnce.Do(func() { firstErr = err })
@@ -477,14 +466,7 @@ func (r *runner) latency(ctx context.Context, rateDocs float64, basis string) (*
 			cancel(err)
 			return
 		}
-		release, err := r.gen.acquireWatch(ctx)
-		if err != nil {
-			cancel(err)
-			return
-		}
-		defer release()
-		err = r.gen.follow(ctx, b, followHooks{terminal: func(at time.Time, p leaseholdv1.Phase) { t.add(at, p, b.ack, true) }})
-		if err != nil {
+		if err := r.gen.followToEnd(ctx, b, func(at time.Time, p leaseholdv1.Phase) { t.add(at, p, b.ack, true) }); err != nil {
 			cancel(err)
 		}
 	}

@@ -151,16 +151,10 @@ func (r *runner) fillSucceeded(ctx context.Context, n int) error {
 					cancel(err)
 					return
 				}
-				release, err := r.gen.acquireWatch(ctx)
-				if err != nil {
-					cancel(err)
-					return
-				}
-				err = r.gen.follow(ctx, b, followHooks{terminal: func(at time.Time, p leaseholdv1.Phase) {
+				err = r.gen.followToEnd(ctx, b, func(at time.Time, p leaseholdv1.Phase) {
 					finished.Add(1)
 					t.add(at, p, b.ack, false)
-				}})
-				release()
+				})
 				if err != nil {
 					cancel(err)
 					return
