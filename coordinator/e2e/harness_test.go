@@ -89,7 +89,9 @@ func startCoordinatorAt(t testing.TB, listen, dataDir string, args ...string) *c
 	if c.addr == "" {
 		t.Fatalf("no addr in %q", line)
 	}
-	waitServing(t, c.addr)
+	if got := procs.Health(t, c.addr, true); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of %s = %v, want SERVING", c.addr, got)
+	}
 	return c
 }
 
@@ -99,25 +101,6 @@ func (c *coordinator) restart(t testing.TB, args ...string) *coordinator {
 	t.Helper()
 	c.Kill()
 	return startCoordinatorAt(t, c.addr, c.dataDir, args...)
-}
-
-// waitServing waits until the health service answers SERVING.
-func waitServing(t testing.TB, addr string) {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("dialing %s: %v", addr, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		t.Fatalf("health check of %s: %v", addr, err)
-	}
-	if got, want := resp.GetStatus(), healthpb.HealthCheckResponse_SERVING; got != want {
-		t.Fatalf("health of %s = %v, want %v", addr, got, want)
-	}
 }
 
 // renderer is a renderer process.

@@ -73,7 +73,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("the submit that filled the disk failed with %v, want UNAVAILABLE STORAGE_FULL", refusal)
 	}
 	coord.WaitFor("commit failed", "no space left on device")
-	if got := healthOf(t, coord.addr, false); got != healthpb.HealthCheckResponse_NOT_SERVING {
+	if got := procs.Health(t, coord.addr, false); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health after the disk filled = %v, want NOT_SERVING", got)
 	}
 	if _, err := alpha.SubmitBatch(testContext(t), "alpha", "after-full", bulkDocs(-1)[:1], nil); !errors.Is(err, client.ErrStorageFull) {

@@ -22,7 +22,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -33,8 +32,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/client"
@@ -85,7 +82,7 @@ func startCoordinator(t testing.TB, listen, dataDir string, args ...string) *coo
 	if c.addr == "" {
 		t.Fatalf("no addr in %q", line)
 	}
-	if got := healthOf(t, c.addr, true); got != healthpb.HealthCheckResponse_SERVING {
+	if got := procs.Health(t, c.addr, true); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health of a new coordinator = %v, want SERVING", got)
 	}
 	return c
@@ -103,24 +100,6 @@ func dataDir(t *testing.T) string {
 		return t.TempDir()
 	}
 	return dir
-}
-
-// healthOf asks the coordinator's health service for the server's status;
-// with waitReady it waits for the coordinator to accept connections.
-func healthOf(t testing.TB, addr string, waitReady bool) healthpb.HealthCheckResponse_ServingStatus {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("dialing %s: %v", addr, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(waitReady))
-	if err != nil {
-		t.Fatalf("health check of %s: %v", addr, err)
-	}
-	return resp.GetStatus()
 }
 
 // renderer is a renderer process.
@@ -288,9 +267,6 @@ func percentile(xs []time.Duration, q float64) time.Duration {
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[max(i, 0)]
 }
-
-// errorsOf joins errs, nil if none.
-func errorsOf(errs []error) error { return errors.Join(errs...) }
 
 // history formats a job's events, one a line, for failure messages.
 func history(j *leaseholdv1.Job) string {

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -319,7 +320,7 @@ func (l *load) halt() {
 func (l *load) stop(t *testing.T) int {
 	t.Helper()
 	l.halt()
-	if err := errorsOf(l.errs); err != nil {
+	if err := errors.Join(l.errs...); err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	return l.done

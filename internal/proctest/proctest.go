@@ -8,6 +8,7 @@ package proctest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/internal/testbin"
 )
@@ -277,4 +281,24 @@ func (l *logLines) snapshot() ([]string, bool, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lines[:len(l.lines):len(l.lines)], l.eof, l.changed
+}
+
+// Health asks the gRPC health service at addr (plaintext) for the
+// server's status as a whole; with waitReady it first waits, up to the
+// Options' Timeout, for addr to accept connections. It fails the test when
+// the check fails.
+func (o Options) Health(t testing.TB, addr string, waitReady bool) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dialing %s: %v", addr, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(waitReady))
+	if err != nil {
+		t.Fatalf("health check of %s: %v", addr, err)
+	}
+	return resp.GetStatus()
 }
