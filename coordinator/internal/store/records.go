@@ -10,7 +10,7 @@ import (
 
 // PutRejection appends a rejected completion and returns it with its id.
 func (t *Tx) PutRejection(r jobs.Rejection) (jobs.Rejection, error) {
-	id, err := t.tx.Bucket(bucketRejections).NextSequence()
+	id, err := t.nextSequence(bucketRejections)
 	if err != nil {
 		return r, err
 	}
@@ -41,7 +41,7 @@ func (t *Tx) PutAudit(a jobs.AuditRecord) (jobs.AuditRecord, error) {
 	id := a.ID
 	if id == 0 {
 		var err error
-		if id, err = t.tx.Bucket(bucketAudit).NextSequence(); err != nil {
+		if id, err = t.nextSequence(bucketAudit); err != nil {
 			return a, err
 		}
 	}

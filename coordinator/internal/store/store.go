@@ -272,6 +272,8 @@ type Tx struct {
 	tx    *bbolt.Tx
 	fault func(op string) error
 	dirty bool
+	// rec, when set, records every write (Record).
+	rec *recorder
 	// arena holds the encoded values written in the transaction: bbolt
 	// keeps a reference to every value until commit, so they cannot share
 	// a reused buffer, but they can share one allocation.
@@ -340,6 +342,9 @@ func (t *Tx) put(bucket, key, val []byte) error {
 		}
 	}
 	t.dirty = true
+	if t.rec != nil {
+		t.recordPut(bucket, key, val)
+	}
 	b := t.tx.Bucket(bucket)
 	b.FillPercent = appendFill
 	return b.Put(key, val)
@@ -352,33 +357,28 @@ func (t *Tx) del(bucket, key []byte) error {
 		}
 	}
 	t.dirty = true
+	if t.rec != nil {
+		t.recordDelete(bucket, key)
+	}
 	return t.tx.Bucket(bucket).Delete(key)
 }
 
 // NextToken returns the next fencing token. The counter is persisted by the
 // same transaction, so a token is never handed out twice, even if the
 // process dies between the grant and the answer.
-func (t *Tx) NextToken() (uint64, error) {
-	t.dirty = true
-	return t.tx.Bucket(bucketTokens).NextSequence()
-}
+func (t *Tx) NextToken() (uint64, error) { return t.nextSequence(bucketTokens) }
 
 // LastToken returns the largest token ever handed out.
 func (t *Tx) LastToken() uint64 { return t.tx.Bucket(bucketTokens).Sequence() }
 
 // NextJobIDs reserves n consecutive job ids and returns the first.
 func (t *Tx) NextJobIDs(n int) (uint64, error) {
-	t.dirty = true
-	b := t.tx.Bucket(bucketJobs)
-	first := b.Sequence() + 1
-	if err := b.SetSequence(b.Sequence() + uint64(n)); err != nil {
+	first := t.tx.Bucket(bucketJobs).Sequence() + 1
+	if err := t.setSequence(bucketJobs, first+uint64(n)-1); err != nil {
 		return 0, err
 	}
 	return first, nil
 }
 
 // NextBatchID returns the next batch id.
-func (t *Tx) NextBatchID() (uint64, error) {
-	t.dirty = true
-	return t.tx.Bucket(bucketBatches).NextSequence()
-}
+func (t *Tx) NextBatchID() (uint64, error) { return t.nextSequence(bucketBatches) }
