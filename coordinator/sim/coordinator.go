@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -59,6 +60,10 @@ type coordinator struct {
 	st *store.Store
 	e  *engine.Engine
 	s  *engine.Stepper
+	// shadow and shadowSt replicate every group (Config.Shadow).
+	shadow   *replica.Shadow
+	shadowSt *store.Store
+	shadowed int
 
 	// waiting are the handlers waiting for an answer, in the order their
 	// commands were queued; kinds are the queued commands' kinds.
@@ -116,7 +121,13 @@ func (c *coordinator) start() {
 	}
 	c.incarnation++
 	c.monoBase = time.Duration(w.rng.Int64N(int64(time.Hour))) - w.now
+	var committer engine.Committer
+	if w.cfg.Shadow {
+		c.openShadow(st)
+		committer = c.shadow
+	}
 	e, err := engine.New(engine.Config{
+		Committer:     committer,
 		Store:         st,
 		Now:           w.wall,
 		Mono:          func() time.Duration { return w.now + c.monoBase },
@@ -141,11 +152,41 @@ func (c *coordinator) start() {
 	w.check.restarted()
 }
 
+// openShadow opens the shadow store beside the coordinator's and a shadow
+// committer onto it. The shadow starts equal to the store (both new) and
+// stays equal across crashes: a group is applied to it only once
+// committed, and every crash point of the run is before the commit or
+// after the apply.
+func (c *coordinator) openShadow(st *store.Store) {
+	w := c.w
+	sst, err := store.Open(filepath.Join(w.cfg.Dir, "shadow.db"), store.WithoutSync())
+	if err != nil {
+		w.failf("opening the shadow store: %v", err)
+	}
+	sh, err := replica.NewShadow(st, sst)
+	if err != nil {
+		sst.Close()
+		w.failf("after a restart: %v", err)
+	}
+	c.shadow, c.shadowSt = sh, sst
+}
+
+// closeShadow closes the shadow store, counting what it replicated.
+func (c *coordinator) closeShadow() {
+	if c.shadow != nil {
+		w := c.w
+		w.res.Shadowed += c.shadow.Groups()
+		c.shadowSt.Close()
+		c.shadow, c.shadowSt = nil, nil
+	}
+}
+
 // shutdown closes the store at the end of a run.
 func (c *coordinator) shutdown() {
 	if c.up {
 		c.e.Stop()
 		c.st.Close()
+		c.closeShadow()
 		c.up = false
 	}
 }
@@ -160,6 +201,7 @@ func (c *coordinator) crash(why string) {
 	if err := c.st.Close(); err != nil {
 		w.failf("closing the store: %v", err)
 	}
+	c.closeShadow()
 	c.up = false
 	c.waiting, c.kinds, c.sessions = nil, nil, nil
 	for _, r := range w.renderers {
@@ -258,6 +300,11 @@ func (c *coordinator) group() {
 		return
 	}
 	w.res.Groups++
+	if c.shadow != nil {
+		if err := c.shadow.Err(); err != nil {
+			w.failf("write-set replication: %v", err)
+		}
+	}
 	if w.cfg.Trace != nil {
 		w.tracef("group of %d commits %d events (%016x)", taken, len(evs), eventsDigest(evs))
 	}

@@ -106,6 +106,8 @@ type Config struct {
 	// are applied first. Zero means a tenth of LeaseTTL, at least
 	// MinStallAfter; negative turns stall detection off.
 	StallAfter time.Duration
+	// Committer makes each group durable; nil commits in place with fsync.
+	Committer Committer
 }
 
 // MinStallAfter is the shortest default StallAfter: a group of ordinary
@@ -150,10 +152,11 @@ func (c Config) withDefaults() Config {
 
 // Engine is the single writer and the read side over the same store.
 type Engine struct {
-	cfg Config
-	st  *store.Store
-	log *slog.Logger
-	m   *metrics
+	cfg       Config
+	st        *store.Store
+	log       *slog.Logger
+	m         *metrics
+	committer Committer
 
 	reqC    chan *request
 	stopC   chan struct{}
@@ -239,6 +242,10 @@ func New(cfg Config) (*Engine, error) {
 		rings:      make(map[string]*minuteRing),
 		conns:      newConnSet(),
 		rng:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		committer:  cfg.Committer,
+	}
+	if e.committer == nil {
+		e.committer = localCommitter{}
 	}
 	e.hub.init()
 	e.serving.Store(true)

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"flag"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -69,6 +72,13 @@ type testBundle struct {
 	cfg   Config
 	e     *Engine
 	st    *store.Store
+	// shadow, unless -shadow=false, applies every group's write set to a
+	// second store and compares: each test's scenario is also a test of
+	// write-set replication.
+	shadow   *replica.Shadow
+	shadowSt *store.Store
+	// shadowErr is what the shadows of closed engines found.
+	shadowErr error
 	// reg is the registry of the engine opened last.
 	reg *prometheus.Registry
 }
@@ -110,7 +120,13 @@ func newBundle(dir string) *testBundle {
 func (b *testBundle) open(t *testing.T, opts ...store.Option) {
 	t.Helper()
 	b.start(t, opts...)
-	t.Cleanup(b.close)
+	t.Cleanup(func() {
+		b.close()
+		if b.shadowErr != nil {
+			t.Errorf("write-set replication: %v", b.shadowErr)
+			b.shadowErr = nil
+		}
+	})
 }
 
 // start opens the store and starts an engine on it; the caller closes.
@@ -123,6 +139,10 @@ func (b *testBundle) start(t fataler, opts ...store.Option) {
 	cfg := b.cfg
 	b.reg = prometheus.NewRegistry()
 	cfg.Store, cfg.Registerer = st, b.reg
+	if *shadowFlag && cfg.Committer == nil {
+		b.shadowSt, b.shadow = openShadow(t, st, filepath.Join(b.dir, "shadow.db"))
+		cfg.Committer = fullShadow{b.shadow}
+	}
 	e, err := New(cfg)
 	if err != nil {
 		st.Close()
@@ -132,12 +152,66 @@ func (b *testBundle) start(t fataler, opts ...store.Option) {
 	b.e, b.st = e, st
 }
 
+// resetShadow drops the shadow store, for a test that changed the primary
+// file behind the engine's back: the next start copies it afresh.
+func (b *testBundle) resetShadow(t *testing.T) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(b.dir, "shadow.db")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+}
+
+// fullShadow compares the whole stores after every group: the tests' stores
+// are small.
+type fullShadow struct{ *replica.Shadow }
+
+func (s fullShadow) Commit(tx *store.Tx, wall time.Time) error {
+	if err := s.Shadow.Commit(tx, wall); err != nil {
+		return err
+	}
+	_ = s.Compare() // recorded in Err
+	return nil
+}
+
+var shadowFlag = flag.Bool("shadow", true, "replicate every test's writer groups onto a shadow store and compare digests")
+
+// openShadow opens the shadow store at path and a shadow committer from st
+// to it. A shadow store that is new while st is not starts as a copy of st.
+func openShadow(t fataler, st *store.Store, path string) (*store.Store, *replica.Shadow) {
+	t.Helper()
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		f, err := os.Create(path)
+		if err == nil {
+			_, err = st.WriteBackup(f, func(store.BackupInfo) error { return nil })
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			t.Fatalf("copying the store to its shadow: %v", err)
+		}
+	}
+	sst, err := store.Open(path, store.WithoutSync())
+	if err != nil {
+		t.Fatalf("opening the shadow store: %v", err)
+	}
+	sh, err := replica.NewShadow(st, sst)
+	if err != nil {
+		sst.Close()
+		t.Fatalf("shadow: %v", err)
+	}
+	return sst, sh
+}
+
 // close stops the engine and closes the store; safe to call twice.
 func (b *testBundle) close() {
 	if b.e != nil {
 		b.e.Stop()
 		b.st.Close()
 		b.e, b.st = nil, nil
+	}
+	if b.shadow != nil {
+		b.shadowErr = errors.Join(b.shadowErr, b.shadow.Err())
+		b.shadowSt.Close()
+		b.shadow, b.shadowSt = nil, nil
 	}
 }
 

@@ -86,6 +86,9 @@ func (g *group) txn() (*store.Tx, error) {
 		if err != nil {
 			return nil, fmt.Errorf("beginning transaction: %w", err)
 		}
+		if g.e.committer.Record() {
+			tx.Record()
+		}
 		g.tx = tx
 	}
 	return g.tx, nil
@@ -403,11 +406,32 @@ func (e *Engine) deferred(job uint64, le *leaseEntry, now time.Duration) bool {
 
 // runGroup applies a group of requests in one transaction, each judged at
 // its send time after the timers due by then, grants queued work to the
-// connections with credit, commits, and then publishes the group's effects
-// and answers the requests. A failed commit fail-stops the engine: nothing
-// of the group is acknowledged, and no later command is taken.
+// connections with credit, commits through the Committer, and then
+// publishes the group's effects and answers the requests. A failed commit
+// fail-stops the engine: nothing of the group is acknowledged, and no
+// later command is taken.
 func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) error {
 	start := time.Now()
+	g, err := e.evaluate(batch, wall, mono)
+	committed := false
+	if err == nil {
+		committed, err = e.commit(g)
+	}
+	if err != nil {
+		e.failStop(g, batch, err)
+		return err
+	}
+	e.finish(g, batch, committed, mono, start)
+	return nil
+}
+
+// evaluate applies the group's commands in order, each at its send time
+// after the timers due by then, then the timers due by the group's own
+// clock reading, grants work to the connections with credit, and adds the
+// count changes, all in the group's transaction (opened on first write,
+// recording when the committer needs write sets). An error is a storage
+// failure: the group must not commit.
+func (e *Engine) evaluate(batch []*request, wall time.Time, mono time.Duration) (*group, error) {
 	g := &group{e: e}
 	var err error
 	for i := 0; err == nil && i < len(batch); i++ {
@@ -426,20 +450,27 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	if err == nil {
 		err = g.flushCounts()
 	}
-	committed := false
-	if err == nil && g.tx != nil {
-		if g.tx.Dirty() {
-			failpointBeforeCommit()
-			err = g.tx.Commit()
-			committed = err == nil
-		} else {
-			err = g.tx.Rollback()
-		}
+	return g, err
+}
+
+// commit makes the group durable through the committer, or rolls back a
+// transaction that wrote nothing. It reports whether anything was
+// committed.
+func (e *Engine) commit(g *group) (bool, error) {
+	if g.tx == nil {
+		return false, nil
 	}
-	if err != nil {
-		e.failStop(g, batch, err)
-		return err
+	if !g.tx.Dirty() {
+		return false, g.tx.Rollback()
 	}
+	failpointBeforeCommit()
+	err := e.committer.Commit(g.tx, g.now)
+	return err == nil, err
+}
+
+// finish publishes a group the committer made durable (or one that wrote
+// nothing), then answers its requests.
+func (e *Engine) finish(g *group, batch []*request, committed bool, mono time.Duration, start time.Time) {
 	e.noteStall(mono, e.cfg.Mono())
 	if committed && len(g.deliveries) > 0 {
 		failpointGrantsUnpublished()
@@ -462,7 +493,6 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	for _, r := range batch {
 		r.done <- r.cmd.outcome()
 	}
-	return nil
 }
 
 // failStop stops the writer after a failed commit: nothing of the group is

@@ -361,6 +361,7 @@ func TestPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.Close()
+		b.resetShadow(t)
 		b.start(t)
 		b.clock.Advance(week + time.Second)
 		sum, steps := b.purgeAll(t)

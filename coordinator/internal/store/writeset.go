@@ -344,3 +344,39 @@ func (s *Store) Digest() ([32]byte, error) {
 	})
 	return sum, err
 }
+
+// SameAsFor reports whether s and o hold the same value (or both none) for
+// every key ws writes, and the same sequence in every bucket it changes: a
+// check of one group's replication that costs what the group wrote, not
+// what the stores hold.
+func (s *Store) SameAsFor(o *Store, ws []byte) (bool, error) {
+	var m storagev1.WriteSet
+	if err := proto.Unmarshal(ws, &m); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrWriteSet, err)
+	}
+	same := true
+	err := s.db.View(func(a *bbolt.Tx) error {
+		return o.db.View(func(b *bbolt.Tx) error {
+			for _, op := range m.GetOps() {
+				id := op.GetBucket()
+				if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
+					return fmt.Errorf("%w: bucket %d", ErrWriteSet, id)
+				}
+				ba, bb := a.Bucket(bucketIDs[id]), b.Bucket(bucketIDs[id])
+				if ba == nil || bb == nil {
+					same = ba == bb
+				} else if op.GetKind() == storagev1.WriteOp_KIND_SET_SEQUENCE {
+					same = ba.Sequence() == bb.Sequence()
+				} else {
+					same = bytes.Equal(ba.Get(op.GetKey()), bb.Get(op.GetKey())) &&
+						(ba.Get(op.GetKey()) == nil) == (bb.Get(op.GetKey()) == nil)
+				}
+				if !same {
+					return nil
+				}
+			}
+			return nil
+		})
+	})
+	return same, err
+}
