@@ -30,7 +30,7 @@ type BackupInfo struct {
 // file may grow while a slow backup runs.
 func (s *Store) WriteBackup(w io.Writer, start func(BackupInfo) error) (int64, error) {
 	var n int64
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		info := BackupInfo{Size: tx.Size(), LastToken: tx.Bucket(bucketTokens).Sequence()}
 		if v := tx.Bucket(bucketMeta).Get(keySchema); v != nil {
 			info.Schema = btoi(v)

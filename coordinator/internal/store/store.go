@@ -31,6 +31,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -97,6 +98,9 @@ const (
 
 // Store is an open bbolt database.
 type Store struct {
+	// mu is held for reading by every transaction and for writing while
+	// ReplaceFile swaps the file under db.
+	mu sync.RWMutex
 	db *bbolt.DB
 	// fault, when set, is called before every record write; an error aborts
 	// the transaction. Tests use it to fail a commit mid-way.
@@ -106,6 +110,9 @@ type Store struct {
 	legacyArtifacts string
 	migrateChunk    int
 	migration       Migration
+	// opts are the options the store was opened with, applied again to a
+	// file ReplaceFile puts in place.
+	opts []Option
 }
 
 // Option configures Open.
@@ -131,18 +138,14 @@ func Open(path string, opts ...Option) (*Store, error) {
 	// 2 s and the whole 1.5 GiB file mapped in). The array freelist keeps
 	// its ids sorted as it goes; the hashmap one sorts them at every commit,
 	// which cost a tenth of the writer's time.
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:         lockTimeout,
-		FreelistType:    bbolt.FreelistArrayType,
-		InitialMmapSize: initialMmapSize,
-	})
+	db, err := bbolt.Open(path, 0o600, liveOptions())
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("opening %s: %w (%w)", path, ErrLocked, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	s := &Store{db: db, migrateChunk: 10_000}
+	s := &Store{db: db, migrateChunk: 10_000, opts: opts}
 	for _, o := range opts {
 		o(s)
 	}
@@ -157,11 +160,20 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// liveOptions are the bbolt options of a coordinator's open store.
+func liveOptions() *bbolt.Options {
+	return &bbolt.Options{
+		Timeout:         lockTimeout,
+		FreelistType:    bbolt.FreelistArrayType,
+		InitialMmapSize: initialMmapSize,
+	}
+}
+
 // prepare creates missing buckets and returns the file's schema version,
 // writing the current one into a new file.
 func (s *Store) prepare() (uint64, error) {
 	var version uint64
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	err := s.update(func(tx *bbolt.Tx) error {
 		// Any bucket without a version: not a file this code wrote, and
 		// not one to stamp with a version.
 		hasBuckets, _ := tx.Cursor().First()
@@ -203,32 +215,58 @@ func (s *Store) prepare() (uint64, error) {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.db.Close()
+}
 
 // Path returns the database file's path.
-func (s *Store) Path() string { return s.db.Path() }
+func (s *Store) Path() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db.Path()
+}
+
+// view runs fn in a bbolt read transaction. A transaction must not begin
+// another on the same goroutine: with ReplaceFile waiting, the second
+// would wait for ever.
+func (s *Store) view(fn func(*bbolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db.View(fn)
+}
+
+// update runs fn in a bbolt read-write transaction and commits it.
+func (s *Store) update(fn func(*bbolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db.Update(fn)
+}
 
 // Update runs fn in one read-write transaction and commits (with fsync)
 // when fn returns nil. Only the writer goroutine calls it.
 func (s *Store) Update(fn func(*Tx) error) error {
-	return s.db.Update(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx, fault: s.fault}) })
+	return s.update(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx, fault: s.fault}) })
 }
 
 // View runs fn in a read-only transaction. Any goroutine may call it;
 // values must not be kept past fn. Keep it short: a long read transaction
 // holds pages the writer cannot reuse.
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx}) })
+	return s.view(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx}) })
 }
 
 // Begin starts a read-write transaction for the writer's group commit.
 // The caller ends it with Commit or Rollback.
 func (s *Store) Begin() (*Tx, error) {
+	s.mu.RLock()
 	tx, err := s.db.Begin(true)
 	if err != nil {
+		s.mu.RUnlock()
 		return nil, err
 	}
-	return &Tx{tx: tx, fault: s.fault}, nil
+	return &Tx{tx: tx, fault: s.fault, release: s.mu.RUnlock}, nil
 }
 
 // Stats is the database file's size and its free pages.
@@ -244,13 +282,15 @@ type Stats struct {
 // may call it.
 func (s *Store) Stats() (Stats, error) {
 	var st Stats
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		st.Size = tx.Size()
 		return nil
 	})
+	s.mu.RLock()
 	bs := s.db.Stats()
-	st.FreePages = bs.FreePageN + bs.PendingPageN
 	st.PageSize = s.db.Info().PageSize
+	s.mu.RUnlock()
+	st.FreePages = bs.FreePageN + bs.PendingPageN
 	return st, err
 }
 
@@ -258,7 +298,7 @@ func (s *Store) Stats() (Stats, error) {
 // joined, or nil.
 func (s *Store) Check() error {
 	var errs []error
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		for err := range tx.Check() {
 			errs = append(errs, err)
 		}
@@ -274,6 +314,9 @@ type Tx struct {
 	dirty bool
 	// rec, when set, records every write (Record).
 	rec *recorder
+	// release, for a transaction from Begin, lets go of the store's lock
+	// when the transaction ends.
+	release func()
 	// arena holds the encoded values written in the transaction: bbolt
 	// keeps a reference to every value until commit, so they cannot share
 	// a reused buffer, but they can share one allocation.
@@ -304,10 +347,25 @@ func (t *Tx) encode(m proto.Message) ([]byte, error) {
 func (t *Tx) Dirty() bool { return t.dirty }
 
 // Commit commits (and fsyncs) a transaction from Begin.
-func (t *Tx) Commit() error { return t.tx.Commit() }
+func (t *Tx) Commit() error {
+	defer t.end()
+	return t.tx.Commit()
+}
 
-// Rollback abandons a transaction from Begin.
-func (t *Tx) Rollback() error { return t.tx.Rollback() }
+// Rollback abandons a transaction from Begin. Rolling back a transaction
+// that has ended returns an error and does nothing.
+func (t *Tx) Rollback() error {
+	defer t.end()
+	return t.tx.Rollback()
+}
+
+// end releases the store's lock, once.
+func (t *Tx) end() {
+	if t.release != nil {
+		t.release()
+		t.release = nil
+	}
+}
 
 // Size returns the size of the database file as seen by the transaction.
 func (t *Tx) Size() int64 { return t.tx.Size() }

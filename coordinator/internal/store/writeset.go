@@ -204,7 +204,7 @@ func (rs ReplicaState) wallFloorNanos() int64 {
 // that never applied a write set.
 func (s *Store) ReplicaState() (ReplicaState, error) {
 	var rs ReplicaState
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		rs = readReplicaState(tx)
 		return nil
 	})
@@ -237,16 +237,42 @@ func readReplicaState(tx *bbolt.Tx) ReplicaState {
 // ErrStaleBase. A malformed one returns ErrWriteSet and changes nothing.
 // Any other error is the store's own.
 func (s *Store) ApplyWriteSet(index uint64, ws []byte) error {
-	var stale bool
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		var err error
-		stale, err = applyWriteSet(tx, index, ws)
+	res, err := s.ApplyWriteSets([]Entry{{Index: index, WriteSet: ws}})
+	if err != nil {
 		return err
-	})
-	if err == nil && stale {
-		err = ErrStaleBase
 	}
-	return err
+	return res[0]
+}
+
+// Entry is one replicated write set and its index in the log.
+type Entry struct {
+	Index    uint64
+	WriteSet []byte
+}
+
+// ApplyWriteSets applies entries in order, each as ApplyWriteSet does, in
+// one transaction: one commit for a replica catching up on many. The
+// result holds each entry's outcome (nil or ErrStaleBase). An error means
+// nothing was applied: a malformed write set (ErrWriteSet) or the store's
+// own failure.
+func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
+	res := make([]error, len(entries))
+	err := s.update(func(tx *bbolt.Tx) error {
+		for i, e := range entries {
+			stale, err := applyWriteSet(tx, e.Index, e.WriteSet)
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.Index, err)
+			}
+			if stale {
+				res[i] = ErrStaleBase
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // applyWriteSet applies ws at index in tx; it reports a stale base.
@@ -311,7 +337,7 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 // replica's own bookkeeping is left out.
 func (s *Store) Digest() ([32]byte, error) {
 	var sum [32]byte
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		h := sha256.New()
 		var n [8]byte
 		word := func(v uint64) {
@@ -355,7 +381,7 @@ func (s *Store) SameAsFor(o *Store, ws []byte) (bool, error) {
 		return false, fmt.Errorf("%w: %w", ErrWriteSet, err)
 	}
 	same := true
-	err := s.db.View(func(a *bbolt.Tx) error {
+	err := s.view(func(a *bbolt.Tx) error {
 		return o.db.View(func(b *bbolt.Tx) error {
 			for _, op := range m.GetOps() {
 				id := op.GetBucket()
