@@ -43,7 +43,9 @@ var (
 	// store applied. The store is left as it was.
 	ErrStaleBase = errors.New("write set was evaluated on another base")
 	// ErrWriteSet is returned for a write set that cannot be applied as
-	// written: an unknown format, bucket or operation.
+	// written: an unknown format, bucket or operation, or a sequence moved
+	// backwards (every sequence of the schema only grows: a write set that
+	// lowers one was evaluated on a state this store never had).
 	ErrWriteSet = errors.New("malformed write set")
 )
 
@@ -311,6 +313,10 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 		case storagev1.WriteOp_KIND_DELETE:
 			err = b.Delete(op.GetKey())
 		case storagev1.WriteOp_KIND_SET_SEQUENCE:
+			if op.GetSequence() < b.Sequence() {
+				return false, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
+					ErrWriteSet, i, bucketIDs[id], b.Sequence(), op.GetSequence())
+			}
 			err = b.SetSequence(op.GetSequence())
 		default:
 			return false, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.GetKind())

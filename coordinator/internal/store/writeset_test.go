@@ -259,3 +259,26 @@ func unrecordedWrites(t *testing.T, name string, src []byte, allowed map[string]
 	}
 	return out
 }
+
+func TestWriteSetRefusesASequenceMovedBack(t *testing.T) {
+	t.Parallel()
+	primary, replica := setup(t), setup(t)
+	ws1 := recorded(t, primary.st, 0, populateTx)
+	if err := replica.st.ApplyWriteSet(1, ws1); err != nil {
+		t.Fatal(err)
+	}
+	// A second primary that granted fewer tokens: its write set, applied
+	// on top of the first's, would lower the token counter.
+	other := setup(t)
+	ws := recorded(t, other.st, 1, func(tx *store.Tx) error {
+		_, err := tx.NextToken()
+		return err
+	})
+	before := digest(t, replica.st)
+	if err := replica.st.ApplyWriteSet(2, ws); !errors.Is(err, store.ErrWriteSet) {
+		t.Fatalf("a write set that moves the token counter back: %v, want ErrWriteSet", err)
+	}
+	if digest(t, replica.st) != before {
+		t.Fatal("the refused write set changed the store")
+	}
+}
