@@ -155,6 +155,6 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 func (s *snapshot) Release() { s.sn.Release() }
 
 var (
-	_ raft.BatchingFSM  = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
 	_ raft.FSMSnapshot = (*snapshot)(nil)
 )
