@@ -387,7 +387,7 @@ func (c *coordinator) setTimer() {
 // credits of its first message.
 func (c *coordinator) openSession(st *stream, open engine.SessionOpen, credits int) {
 	st.incarnation = c.incarnation
-	p := c.s.OpenSession(open)
+	p := c.s.Open(open)
 	c.queued(kindOther)
 	await(c, p, func(o engine.Opened, err error) {
 		if err != nil {
@@ -407,12 +407,12 @@ func (c *coordinator) openSession(st *stream, open engine.SessionOpen, credits i
 
 // send applies one session message and sends its answers back in order.
 func (c *coordinator) send(ss *serverSession, in engine.SessionInput) {
-	p := c.s.Send(ss.conn, in)
+	p := c.s.Receive(ss.conn, in)
 	c.queued(kindOther)
 	await(c, p, func(res engine.SessionResult, err error) {
 		if err != nil {
 			if !engine.IsConnEnd(err) && !errors.Is(err, engine.ErrStorageFailed) {
-				c.w.failf("Send: %v", err)
+				c.w.failf("Receive: %v", err)
 			}
 			return // the session's end reaches the renderer from its outbox, or the crash
 		}
@@ -429,8 +429,50 @@ func (c *coordinator) closeSession(st *stream) {
 		return
 	}
 	st.srv.ended = true
-	c.s.CloseConn(st.srv.conn, nil, true)
+	c.close(st.srv.conn, nil)
+}
+
+// close ends a session and hands back what it never took, as the
+// handlers do.
+func (c *coordinator) close(conn *engine.Conn, then func([]engine.Grant, error)) {
+	p := c.s.Close(conn, nil)
 	c.queued(kindOther)
+	await(c, p, func(left []engine.Grant, err error) {
+		if then != nil {
+			then(left, err)
+			return
+		}
+		c.handBack(left)
+	})
+}
+
+// handBack re-queues grants that never reached their renderer.
+func (c *coordinator) handBack(grants []engine.Grant) {
+	if len(grants) == 0 {
+		return
+	}
+	in := engine.SessionInput{Renderer: engine.Renderer{ID: grants[0].Job.Lease.Renderer, Principal: principal}}
+	for _, g := range grants {
+		in.Undelivered = append(in.Undelivered, engine.LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token})
+	}
+	c.s.Receive(nil, in)
+	c.queued(kindOther)
+}
+
+// acquire is the unary Acquire handler without a wait: open a session with
+// credit, take what its group granted, close it, and answer with those and
+// whatever the session took before it closed.
+func (c *coordinator) acquire(open engine.SessionOpen, then func([]engine.Grant, error)) {
+	p := c.s.Open(open)
+	c.queued(kindOther)
+	await(c, p, func(o engine.Opened, err error) {
+		if err != nil {
+			then(nil, err)
+			return
+		}
+		grants, _, _ := o.Conn.Outbox.Take()
+		c.close(o.Conn, func(left []engine.Grant, err error) { then(append(grants, left...), err) })
+	})
 }
 
 // streamGone is the coordinator noticing a broken connection (keepalive):

@@ -245,7 +245,7 @@ func (b *testBundle) submit(t *testing.T, team, req string, names ...string) job
 // content, as the Acquire handler does.
 func (b *testBundle) acquire(t *testing.T, renderer string, n int) []Grant {
 	t.Helper()
-	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: rend(renderer), Max: n, Capacity: 4})
+	res, err := acquire(context.Background(), b.e, acquireRequest{Renderer: rend(renderer), Max: n, Capacity: 4})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -303,14 +303,14 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("content = %q", g.Content)
 		}
 		b.clock.Advance(10 * time.Second)
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st := hb.Leases[0]; !st.Held || !st.Deadline.Equal(b.clock.Now().Add(15*time.Second)) {
 			t.Fatalf("heartbeat = %+v, want held until now+15s", st)
 		}
-		res, err := b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1"))
+		res, err := complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,12 +408,12 @@ func TestFencing(t *testing.T) {
 		if len(bg) != 1 || bg[0].Job.Lease.Token <= a.Job.Lease.Token {
 			t.Fatalf("B's grant = %+v, want a larger token than %d", bg, a.Job.Lease.Token)
 		}
-		bres, err := b.e.Complete(ctx, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
+		bres, err := complete(ctx, b.e, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := b.job(t, batch.FirstJob)
-		_, err = b.e.Complete(ctx, success(batch.FirstJob, a.Job.Lease.Token, "renderer-a", "digest-a"))
+		_, err = complete(ctx, b.e, success(batch.FirstJob, a.Job.Lease.Token, "renderer-a", "digest-a"))
 		if !errors.Is(err, jobs.ErrLeaseExpired) {
 			t.Fatalf("A's completion err = %v, want ErrLeaseExpired", err)
 		}
@@ -432,7 +432,7 @@ func TestFencing(t *testing.T) {
 		if _, err := b.artifactAt(t, batch.FirstJob, a.Job.Lease.Token); !errors.Is(err, store.ErrArtifactNotFound) {
 			t.Errorf("preview of the refused completion: err = %v, want ErrArtifactNotFound", err)
 		}
-		replay, err := b.e.Complete(ctx, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
+		replay, err := complete(ctx, b.e, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
 		if err != nil || !replay.Replayed {
 			t.Fatalf("replayed completion = %+v, %v; want replayed", replay, err)
 		}
@@ -452,7 +452,7 @@ func TestFencing(t *testing.T) {
 		g := b.acquire(t, "r-1", 1)[0]
 		missing := stagedSuccess(batch.FirstJob, g.Job.Lease.Token, "r-1", "never-uploaded")
 		before := b.job(t, batch.FirstJob)
-		if _, err := b.e.Complete(ctx, missing); !errors.Is(err, jobs.ErrArtifactMissing) {
+		if _, err := complete(ctx, b.e, missing); !errors.Is(err, jobs.ErrArtifactMissing) {
 			t.Fatalf("holder's completion with no upload: err = %v, want ErrArtifactMissing", err)
 		}
 		if diff := cmp.Diff(before, b.job(t, batch.FirstJob)); diff != "" {
@@ -460,7 +460,7 @@ func TestFencing(t *testing.T) {
 		}
 		stale := missing
 		stale.Token = g.Job.Lease.Token + 100
-		if _, err := b.e.Complete(ctx, stale); !errors.Is(err, jobs.ErrStaleLease) {
+		if _, err := complete(ctx, b.e, stale); !errors.Is(err, jobs.ErrStaleLease) {
 			t.Fatalf("stale completion with no upload: err = %v, want ErrStaleLease", err)
 		}
 		if rej := b.rejections(t, batch.FirstJob); len(rej) != 1 {
@@ -473,10 +473,10 @@ func TestFencing(t *testing.T) {
 		if err := b.e.Stage(ctx, StageRequest{Job: g.Job.ID, Token: g.Job.Lease.Token, Renderer: "r-1", Preview: *p}); err != nil {
 			t.Fatalf("Stage: %v", err)
 		}
-		if _, err := b.e.Complete(ctx, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "other")); !errors.Is(err, jobs.ErrArtifactMissing) {
+		if _, err := complete(ctx, b.e, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "other")); !errors.Is(err, jobs.ErrArtifactMissing) {
 			t.Fatalf("completion naming another digest than the upload: err = %v, want ErrArtifactMissing", err)
 		}
-		res, err := b.e.Complete(ctx, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "uploaded"))
+		res, err := complete(ctx, b.e, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "uploaded"))
 		if err != nil {
 			t.Fatalf("completion naming the upload: %v", err)
 		}
@@ -509,7 +509,7 @@ func TestFencing(t *testing.T) {
 		b.submit(t, "alpha", "r1", "a", "b", "c")
 		first := b.acquire(t, "r-1", 2)
 		b.restart(t)
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: first[0].Job.ID, Token: first[0].Job.Lease.Token}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: first[0].Job.ID, Token: first[0].Job.Lease.Token}}})
 		if err != nil || !hb.Leases[0].Held {
 			t.Fatalf("heartbeat after restart = %+v, %v; want held", hb, err)
 		}
@@ -517,7 +517,7 @@ func TestFencing(t *testing.T) {
 		if len(later) != 1 || later[0].Job.Lease.Token <= first[1].Job.Lease.Token {
 			t.Fatalf("token after restart = %+v, want > %d", later, first[1].Job.Lease.Token)
 		}
-		if _, err := b.e.Complete(ctx, success(first[1].Job.ID, first[1].Job.Lease.Token, "r-1", "d")); err != nil {
+		if _, err := complete(ctx, b.e, success(first[1].Job.ID, first[1].Job.Lease.Token, "r-1", "d")); err != nil {
 			t.Fatalf("old lease inside its deadline should complete: %v", err)
 		}
 	})
@@ -574,17 +574,17 @@ func TestLiveCapacity(t *testing.T) {
 	t.Run("StreamsCountUntilClosedAndAcquirersUntilSilent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		if _, err := b.e.OpenStream(ctx, rend("r-1"), 4); err != nil {
+		if _, err := openStream(ctx, b.e, rend("r-1"), 4); err != nil {
 			t.Fatal(err)
 		}
-		r2, err := b.e.OpenStream(ctx, rend("r-2"), 2)
+		r2, err := openStream(ctx, b.e, rend("r-2"), 2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := b.capacity(t); got != 6 {
 			t.Fatalf("live capacity with two streams = %d, want 6", got)
 		}
-		if _, err := b.e.CloseConn(ctx, r2, nil, true); err != nil {
+		if _, err := closeConn(ctx, b.e, r2, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.capacity(t); got != 4 {
@@ -608,14 +608,14 @@ func TestLiveCapacity(t *testing.T) {
 		b := setup(t)
 		shared := func(id string) Renderer { return Renderer{ID: id, Principal: "pool", MaxCapacity: 4} }
 		for _, id := range []string{"p-1", "p-2"} {
-			if _, err := b.e.OpenStream(ctx, shared(id), 100); err != nil {
+			if _, err := openStream(ctx, b.e, shared(id), 100); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if got := b.capacity(t); got != 4 {
 			t.Fatalf("two renderers of one credential declaring 100 each count %d, want its MaxCapacity 4", got)
 		}
-		if _, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: shared("p-3"), Instance: "i", Capacity: 100}); err != nil {
+		if _, _, err := b.e.Open(ctx, SessionOpen{Renderer: shared("p-3"), Instance: "i", Capacity: 100}); err != nil {
 			t.Fatal(err)
 		}
 		b.acquire(t, "other", 1) // another credential, unbounded, capacity 4
@@ -631,12 +631,12 @@ func TestLiveCapacity(t *testing.T) {
 		b := setup(t, func(c *Config) { c.Dispatch.MaxShare = 0.5 })
 		shared := Renderer{ID: "p-1", Principal: "pool", MaxCapacity: 4}
 		b.submit(t, "alpha", "bulk", names("a", 6)...)
-		res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: shared, Max: 2, Capacity: 200})
+		res, err := acquire(ctx, b.e, acquireRequest{Renderer: shared, Max: 2, Capacity: 200})
 		if err != nil || len(res.Grants) != 2 {
 			t.Fatalf("Acquire = %d grants, %v; want 2", len(res.Grants), err)
 		}
 		b.submit(t, "beta", "small", names("b", 2)...)
-		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: shared, Max: 2, Capacity: 200})
+		res, err = acquire(ctx, b.e, acquireRequest{Renderer: shared, Max: 2, Capacity: 200})
 		if err != nil {
 			t.Fatal(err)
 		}

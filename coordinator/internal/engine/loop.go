@@ -526,7 +526,7 @@ func (e *Engine) publish(g *group) {
 		e.m.purgedN(g.purged)
 	}
 	for r, list := range g.revocations {
-		if c := e.conns.sessions[r]; c != nil {
+		for _, c := range e.conns.byRenderer[r] {
 			c.Outbox.pushRevoked(list)
 		}
 	}
