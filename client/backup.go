@@ -29,8 +29,10 @@ type BackupInfo struct {
 }
 
 // Backup streams a consistent copy of the coordinator's whole database into
-// w (OperatorService.Backup, for an operator whose scope is every team): a
-// bbolt file a coordinator can be restored from. It counts and hashes the
+// w (OperatorService.Backup): a bbolt file a coordinator can be restored
+// from, every team's documents and previews included. It needs a token
+// whose principal holds the backup role, which no operator scope implies
+// and no development token has; any other answers PERMISSION_DENIED. It counts and hashes the
 // bytes as they arrive and returns an error matching ErrDigestMismatch when
 // their number differs from the header's size, their SHA-256 from the
 // trailer's digest, or the stream ends without its trailer; w has then

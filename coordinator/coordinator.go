@@ -118,7 +118,12 @@ type Config struct {
 	HTTPTLS *tls.Config
 	// TokensFile is the principals file (see package auth). Empty means the
 	// development tokens, allowed only on a loopback address.
+	// ReloadPrincipals reads it again.
 	TokensFile string
+	// MaxConnections bounds the connections Serve serves at once on its
+	// listener (0: edge.DefaultMaxConnections); further clients wait in
+	// the accept queue until one closes.
+	MaxConnections int
 	// TLS, when set, makes the server speak TLS only: a plaintext client
 	// fails its handshake before any call, so no bearer token is read off a
 	// plaintext connection. With ClientCAs and ClientAuth set (see
@@ -234,6 +239,7 @@ func (cfg Config) validate() error {
 		{"MaxTeamQueue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 0},
 		{"ReplayLimit", cfg.ReplayLimit, cfg.ReplayLimit >= 0},
 		{"MaxArtifactBytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 0},
+		{"MaxConnections", cfg.MaxConnections, cfg.MaxConnections >= 0},
 		{"ShutdownTimeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout >= 0},
 		{"Retention", cfg.Retention, cfg.Retention >= 0},
 		{"RejectionRetention", cfg.RejectionRetention, cfg.RejectionRetention >= 0},
@@ -267,6 +273,10 @@ type Coordinator struct {
 	grpc      *grpc.Server
 	health    *health.Server
 	devTokens bool
+	// principalsFile is the loaded TokensFile, nil on the development
+	// tokens; fullLogged is when connectionsFull last logged (Unix ns).
+	principalsFile *auth.File
+	fullLogged     atomic.Int64
 
 	refusals *edge.Refusals
 	// failed is set when the writer fail-stops; health stays NOT_SERVING.
@@ -469,6 +479,9 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		grpc.KeepaliveParams(kp),
 		grpc.KeepaliveEnforcementPolicy(keepalivePolicy),
 		grpc.ForceServerCodecV2(edge.ServerCodec()),
+		// A call without a known token is refused from its headers,
+		// before its request is read (and counted and logged as refused).
+		grpc.InTapHandle(principals.InTapHandle(c.refusals.Early)),
 		grpc.ChainUnaryInterceptor(
 			srvMetrics.UnaryServerInterceptor(),
 			c.refusals.UnaryServerInterceptor(),
@@ -574,7 +587,12 @@ func (c *Coordinator) setDispatchHealth(paused bool) {
 // tokens on a loopback address.
 func (c *Coordinator) principals() (*auth.Set, error) {
 	if c.cfg.TokensFile != "" {
-		return auth.LoadFile(c.cfg.TokensFile)
+		f, err := auth.OpenFile(c.cfg.TokensFile, c.log)
+		if err != nil {
+			return nil, err
+		}
+		c.principalsFile = f
+		return f.Set(), nil
 	}
 	if c.cfg.Listen != "" && !loopbackHost(c.cfg.Listen) {
 		return nil, fmt.Errorf("no principals file (--tokens) and listen address %s is not loopback: "+
@@ -583,6 +601,20 @@ func (c *Coordinator) principals() (*auth.Set, error) {
 	c.devTokens = true
 	c.log.Warn("no principals file: using the public development tokens (dev-alpha, dev-beta, dev-renderer, dev-operator, dev-operator-alpha); loopback only")
 	return auth.DevPrincipals(), nil
+}
+
+// ReloadPrincipals reads the principals file again (the command calls it
+// on SIGHUP): a valid file replaces the principals at once, for gRPC calls
+// and console sign-ins alike, so a token removed from it is refused from
+// its next call; an invalid one leaves the principals as they were. Either
+// way the log says what happened, and the error says why a reload failed.
+func (c *Coordinator) ReloadPrincipals() error {
+	if c.principalsFile == nil {
+		err := errors.New("no principals file to reload: the coordinator runs on the development tokens")
+		c.log.Warn("reloading the principals", "err", err)
+		return err
+	}
+	return c.principalsFile.Reload()
 }
 
 // loopbackHost reports whether a host:port address names a loopback host.
@@ -729,6 +761,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	if c.devTokens && !localAddr(lis.Addr()) {
 		return fmt.Errorf("refusing to serve the public development tokens on %s; pass a principals file", lis.Addr())
 	}
+	lis = edge.LimitListener(lis, cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections), c.connectionsFull)
 	if c.metricsSrv != nil {
 		c.metricsOnce.Do(func() {
 			go func() {
@@ -750,6 +783,16 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.log.Warn("serving without TLS on a network address: bearer tokens cross the network in the clear; pass --tls-cert and --tls-key")
 	}
 	return c.grpc.Serve(lis)
+}
+
+// connectionsFull logs, at most once a minute, that the gRPC listener has
+// as many connections open as it serves.
+func (c *Coordinator) connectionsFull() {
+	now, last := time.Now().UnixNano(), c.fullLogged.Load()
+	if now-last >= int64(time.Minute) && c.fullLogged.CompareAndSwap(last, now) {
+		c.log.Warn("gRPC connection limit reached: new connections wait until one closes",
+			"max_connections", cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections))
+	}
 }
 
 // tlsMode names the transport security for the log: "off", "tls" or

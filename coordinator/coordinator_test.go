@@ -213,7 +213,7 @@ func TestDevelopmentTokensOnlyOnLoopback(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		tokens := filepath.Join(dir, "principals.json")
-		if err := os.WriteFile(tokens, []byte(`{"principals":[{"name":"pool","token":"pool-secret-1","roles":["renderer"],"renderer_id_prefix":"pool-"}]}`), 0o600); err != nil {
+		if err := os.WriteFile(tokens, []byte(`{"principals":[{"name":"pool","token":"pool-secret-token-1","roles":["renderer"],"renderer_id_prefix":"pool-"}]}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		c, err := New(Config{Listen: "0.0.0.0:7070", DataDir: filepath.Join(dir, "data"), TokensFile: tokens, Logger: quiet})

@@ -42,6 +42,30 @@ func (c *testClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// The tokens of testPrincipals: a submitter of team alpha, a renderer and
+// a backup credential, which no development token is.
+const (
+	alphaToken    = "alpha-token-0f3e9b21"
+	rendererToken = "renderer-token-7c2d4a90"
+	backupToken   = "backup-token-4d1e7a22"
+)
+
+// testPrincipals writes a principals file with the tokens above and
+// returns its path.
+func testPrincipals(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "principals.json")
+	data := `{"principals": [
+		{"name": "alpha-svc", "token": "` + alphaToken + `", "team": "alpha", "roles": ["submitter"]},
+		{"name": "render-pool", "token": "` + rendererToken + `", "roles": ["renderer"], "renderer_ids": ["*"]},
+		{"name": "nightly-backup", "token": "` + backupToken + `", "roles": ["backup"]}
+	]}`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // clients are the three services' stubs over one bundle's connection.
 type clients struct {
 	jobs leaseholdv1.JobServiceClient
@@ -56,7 +80,7 @@ func (b *testBundle) clients() clients {
 // grant leases up to n jobs to renderer r-1.
 func (c clients) grant(ctx context.Context, t *testing.T, n uint32) []*leaseholdv1.Grant {
 	t.Helper()
-	resp, err := c.rend.Acquire(bearer(ctx, "dev-renderer"), &leaseholdv1.AcquireRequest{RendererId: "r-1", MaxLeases: n, Capacity: n})
+	resp, err := c.rend.Acquire(bearer(ctx, rendererToken), &leaseholdv1.AcquireRequest{RendererId: "r-1", MaxLeases: n, Capacity: n})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -66,7 +90,7 @@ func (c clients) grant(ctx context.Context, t *testing.T, n uint32) []*leasehold
 // allJobs lists every job alpha may see.
 func (c clients) allJobs(ctx context.Context, t *testing.T) []*leaseholdv1.Job {
 	t.Helper()
-	resp, err := c.jobs.ListJobs(bearer(ctx, "dev-alpha"), &leaseholdv1.ListJobsRequest{Team: "alpha", PageSize: 1000})
+	resp, err := c.jobs.ListJobs(bearer(ctx, alphaToken), &leaseholdv1.ListJobsRequest{Team: "alpha", PageSize: 1000})
 	if err != nil {
 		t.Fatalf("ListJobs: %v", err)
 	}
@@ -77,7 +101,7 @@ func (c clients) allJobs(ctx context.Context, t *testing.T) []*leaseholdv1.Job {
 // digest against the header and trailer.
 func (c clients) backupTo(ctx context.Context, t *testing.T) (string, *leaseholdv1.BackupHeader) {
 	t.Helper()
-	stream, err := c.ops.Backup(bearer(ctx, "dev-operator"), &leaseholdv1.BackupRequest{})
+	stream, err := c.ops.Backup(bearer(ctx, backupToken), &leaseholdv1.BackupRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,23 +145,24 @@ func (c clients) backupTo(ctx context.Context, t *testing.T) (string, *leasehold
 func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	b := setup(t, Config{})
+	tokens := testPrincipals(t)
+	b := setup(t, Config{TokensFile: tokens})
 	c := b.clients()
 	docs := []*leaseholdv1.Document{
 		{Name: "ok.pdf", ContentType: "application/pdf", Content: []byte("%PDF ok")},
 		{Name: "bad.pdf", ContentType: "application/pdf", Content: []byte("%PDF bad")},
 		{Name: "later.pdf", ContentType: "application/pdf", Content: []byte("%PDF later")},
 	}
-	if _, err := c.jobs.SubmitBatch(bearer(ctx, "dev-alpha"), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r", Documents: docs}); err != nil {
+	if _, err := c.jobs.SubmitBatch(bearer(ctx, alphaToken), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r", Documents: docs}); err != nil {
 		t.Fatal(err)
 	}
 	grants := c.grant(ctx, t, 2)
 	preview := []byte("png of ok.pdf")
-	if _, err := c.rend.Complete(bearer(ctx, "dev-renderer"), &leaseholdv1.CompleteRequest{JobId: grants[0].GetJobId(), Token: grants[0].GetLease().GetToken(),
+	if _, err := c.rend.Complete(bearer(ctx, rendererToken), &leaseholdv1.CompleteRequest{JobId: grants[0].GetJobId(), Token: grants[0].GetLease().GetToken(),
 		RendererId: "r-1", Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: preview}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.rend.Complete(bearer(ctx, "dev-renderer"), &leaseholdv1.CompleteRequest{JobId: grants[1].GetJobId(), Token: grants[1].GetLease().GetToken(),
+	if _, err := c.rend.Complete(bearer(ctx, rendererToken), &leaseholdv1.CompleteRequest{JobId: grants[1].GetJobId(), Token: grants[1].GetLease().GetToken(),
 		RendererId: "r-1", Outcome: &leaseholdv1.CompleteRequest_Failure{Failure: &leaseholdv1.CompleteFailure{
 			Class: leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT, Message: "broken"}}}); err != nil {
 		t.Fatal(err)
@@ -162,13 +187,13 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 	if res.LastToken != header.GetLastToken() || res.MovedAside != "" {
 		t.Errorf("Restore = %+v, want the backup's last token %d and nothing moved aside", res, header.GetLastToken())
 	}
-	r := setup(t, Config{DataDir: dir})
+	r := setup(t, Config{DataDir: dir, TokensFile: tokens})
 	rc := r.clients()
 
 	if diff := cmp.Diff(want, rc.allJobs(ctx, t), protocmp.Transform()); diff != "" {
 		t.Errorf("jobs after the restore (-backed up +restored):\n%s", diff)
 	}
-	stream, err := rc.jobs.GetArtifact(bearer(ctx, "dev-alpha"), &leaseholdv1.GetArtifactRequest{JobId: grants[0].GetJobId()})
+	stream, err := rc.jobs.GetArtifact(bearer(ctx, alphaToken), &leaseholdv1.GetArtifactRequest{JobId: grants[0].GetJobId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +219,7 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 		t.Errorf("token after the restore = %d, want above the backup's %d and the lost grant's %d", tok, header.GetLastToken(), lost)
 	}
 	// A renderer holding the lost lease is fenced off.
-	_, err = rc.rend.Complete(bearer(ctx, "dev-renderer"), &leaseholdv1.CompleteRequest{JobId: again[0].GetJobId(), Token: lost, RendererId: "r-1",
+	_, err = rc.rend.Complete(bearer(ctx, rendererToken), &leaseholdv1.CompleteRequest{JobId: again[0].GetJobId(), Token: lost, RendererId: "r-1",
 		Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: preview}}})
 	if status.Code(err) != codes.Aborted {
 		t.Errorf("completion under the lost token: %v, want ABORTED", err)
@@ -207,7 +232,7 @@ func TestRetentionRun(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clk := &testClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	b := setup(t, Config{Now: clk.Now, Retention: 7 * 24 * time.Hour, RejectionRetention: 30 * 24 * time.Hour, AuditRetention: 365 * 24 * time.Hour,
+	b := setup(t, Config{TokensFile: testPrincipals(t), Now: clk.Now, Retention: 7 * 24 * time.Hour, RejectionRetention: 30 * 24 * time.Hour, AuditRetention: 365 * 24 * time.Hour,
 		purgeEvery: time.Hour})
 	c := b.clients()
 	const n = 300 // more than two steps' worth
@@ -217,7 +242,7 @@ func TestRetentionRun(t *testing.T) {
 		for j := range docs {
 			docs[j] = &leaseholdv1.Document{Name: fmt.Sprintf("doc-%03d.docm", j), ContentType: "application/pdf", Content: []byte("macros")}
 		}
-		if _, err := c.jobs.SubmitBatch(bearer(ctx, "dev-alpha"), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: fmt.Sprint(i), Documents: docs}); err != nil {
+		if _, err := c.jobs.SubmitBatch(bearer(ctx, alphaToken), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: fmt.Sprint(i), Documents: docs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +258,7 @@ func TestRetentionRun(t *testing.T) {
 	if !strings.Contains(b.logs.String(), `msg="retention purged expired records" jobs=301 batches=2`) {
 		t.Errorf("logs lack the run's summary:\n%s", b.logs)
 	}
-	if _, err := c.jobs.GetBatch(bearer(ctx, "dev-alpha"), &leaseholdv1.GetBatchRequest{BatchId: "b-1"}); status.Code(err) != codes.NotFound {
+	if _, err := c.jobs.GetBatch(bearer(ctx, alphaToken), &leaseholdv1.GetBatchRequest{BatchId: "b-1"}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetBatch of a purged batch: %v, want NOT_FOUND", err)
 	}
 }

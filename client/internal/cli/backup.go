@@ -19,6 +19,13 @@ type backupOpts struct {
 	Force bool
 }
 
+// backupCredential is what backup's help says about the token it takes.
+const backupCredential = `The token (--token, LEASEHOLD_TOKEN) must be one whose principal holds the
+backup role in the coordinator's principals file, for example
+  {"name": "nightly-backup", "token": "sha256:<hex>", "roles": ["backup"]}
+An operator's scope, even "*", does not imply it, and no development token
+has it: the file holds every team's documents and previews.`
+
 func (o *backupOpts) flags(fs *flag.FlagSet, _ Env) {
 	fs.StringVar(&o.File, "f", "", "write the backup to `FILE` (required)")
 	fs.StringVar(&o.File, "file", "", "same as -f")
@@ -26,6 +33,8 @@ func (o *backupOpts) flags(fs *flag.FlagSet, _ Env) {
 }
 
 func (o *backupOpts) setArgs(args []string) { o.args = args }
+
+func (o *backupOpts) longHelp() string { return backupCredential }
 
 // Validate checks that a file was named and no arguments given.
 func (o *backupOpts) Validate() error {

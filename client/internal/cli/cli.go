@@ -226,7 +226,7 @@ var commands = []command{
 	{"renderers", "", "List the renderers with their capacity, leases and last contact.", func() subcommand { return &renderersOpts{} }, false},
 	{"pause", "--reason R", "Pause dispatch: no new leases are granted.", func() subcommand { return &pauseOpts{} }, false},
 	{"resume", "--reason R", "Resume dispatch.", func() subcommand { return &resumeOpts{} }, false},
-	{"backup", "-f FILE [--force]", "Download a consistent copy of the coordinator's database and verify its size and SHA-256 digest.", func() subcommand { return &backupOpts{} }, false},
+	{"backup", "-f FILE [--force]", "Download a consistent copy of the database, every team's documents included, and verify its size and SHA-256; needs a token with the backup role.", func() subcommand { return &backupOpts{} }, false},
 	{"version", "", "Print the version and VCS revision this binary was built from.", func() subcommand { return &versionOpts{} }, true},
 	{"completion", "bash|zsh|fish", "Print a shell completion script for leasehold.", func() subcommand { return &completionOpts{} }, true},
 }
@@ -537,8 +537,18 @@ func printUsage(w io.Writer) {
 	io.WriteString(w, usageFooter)
 }
 
+// longHelper is implemented by subcommands with more to say in their help
+// than the summary.
+type longHelper interface {
+	longHelp() string
+}
+
 func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: leasehold %s %s\n\n%s\n\nflags:\n", c.name, c.args, c.summary)
+	fmt.Fprintf(w, "usage: leasehold %s %s\n\n%s\n\n", c.name, c.args, c.summary)
+	if h, ok := c.new().(longHelper); ok {
+		fmt.Fprintf(w, "%s\n\n", h.longHelp())
+	}
+	io.WriteString(w, "flags:\n")
 	var b strings.Builder
 	fs.SetOutput(&b)
 	fs.PrintDefaults()

@@ -574,6 +574,20 @@ func TestBackup(t *testing.T) {
 	takenAt := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	good := fakeserver.Backup{Bytes: payload, SizeBytes: int64(len(payload)), SHA256: digest, LastToken: 41, TakenAt: takenAt}
 
+	t.Run("the help says which credential a backup takes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		code, out, _ := b.run(t, "help", "backup")
+		if code != ExitOK {
+			t.Fatalf("exit status = %d", code)
+		}
+		for _, want := range []string{"backup role", `"roles": ["backup"]`, "no development token"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("help backup lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
 	t.Run("a verified backup is written to the file, readable by its owner only", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/internal/logformat"
@@ -104,7 +105,8 @@ func usagef(format string, args ...any) error {
 }
 
 // run parses and checks flags, starts the coordinator and serves until
-// SIGINT or SIGTERM; or runs an offline subcommand.
+// SIGINT or SIGTERM, reloading the principals file on SIGHUP; or runs an
+// offline subcommand.
 func run(args []string, stderr io.Writer) error {
 	if len(args) > 0 {
 		if sub, ok := offlineCommands[args[0]]; ok {
@@ -136,17 +138,24 @@ func run(args []string, stderr io.Writer) error {
 		c.Close()
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	served := make(chan error, 1)
 	go func() { served <- c.Serve(lis) }()
-	select {
-	case <-ctx.Done():
-		log.Info("signal received; shutting down")
-		err = c.Close()
-		<-served
-		return err
-	case err := <-served:
-		c.Close()
-		return err
+	for {
+		select {
+		case <-hup:
+			_ = c.ReloadPrincipals() // it logs the outcome
+		case <-ctx.Done():
+			log.Info("signal received; shutting down")
+			err = c.Close()
+			<-served
+			return err
+		case err := <-served:
+			c.Close()
+			return err
+		}
 	}
 }
 
@@ -208,7 +217,8 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC listen address")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "directory of the bbolt file and the artifacts")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of /metrics, profiles and the console, HTTPS with --tls-cert (empty: none); not 9090, which is Prometheus's own")
-	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON); without it the development tokens are used, on loopback only")
+	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON), read again on SIGHUP; without it the development tokens are used, on loopback only")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; further clients wait until one closes")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
 	fs.UintVar(&fv.maxAttempts, "max-attempts", 5, "attempts per job cycle, including the first (at least 1)")
 	fs.DurationVar(&cfg.BackoffBase, "backoff-base", time.Second, "retry backoff before the second attempt (doubles, with full jitter; at most --backoff-cap)")
@@ -399,6 +409,7 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 		{"max-artifact-bytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 1, "at least 1"},
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
+		{"max-connections", cfg.MaxConnections, cfg.MaxConnections >= 1, "at least 1"},
 		{"shutdown-timeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout > 0, "a positive duration"},
 		{"retention", days(cfg.Retention), validRetention(cfg.Retention), retentionWant},
 		{"rejection-retention", days(cfg.RejectionRetention), validRetention(cfg.RejectionRetention), retentionWant},

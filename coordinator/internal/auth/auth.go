@@ -5,12 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
@@ -33,6 +34,11 @@ const (
 	// RoleOperator lists, cancels and replays jobs of the teams in its scope
 	// and pauses dispatch; it never sees document data.
 	RoleOperator Role = "operator"
+	// RoleBackup downloads a copy of the whole database
+	// (OperatorService.Backup): every team's jobs, documents and previews.
+	// It is a capability of its own, which no operator scope implies, and
+	// no development principal holds it.
+	RoleBackup Role = "backup"
 )
 
 // AllTeams in an operator's scope means every team.
@@ -46,8 +52,13 @@ const AnyRendererID = "*"
 // declare when the principals file does not say (max_capacity).
 const DefaultMaxCapacity = 1024
 
-// minTokenBytes is the shortest accepted token.
-const minTokenBytes = 8
+// minTokenBytes is the shortest token a principals file may give in the
+// clear.
+const minTokenBytes = 16
+
+// DigestPrefix starts a token given in a principals file as the SHA-256
+// of the token rather than the token itself: "sha256:" and 64 hex digits.
+const DigestPrefix = "sha256:"
 
 // Principal is an authenticated caller. A submitter acts for its one Team;
 // an operator acts on the teams of its Scope. The two never mix: an
@@ -113,10 +124,12 @@ func (p Principal) MayUseRendererID(id string) bool {
 	return p.RendererIDPrefix != "" && strings.HasPrefix(id, p.RendererIDPrefix)
 }
 
-// Set is an immutable set of principals indexed by token. It is safe for
-// concurrent use.
+// Set is a set of principals indexed by token. It is safe for concurrent
+// use. Its principals change only all at once, by Replace (a principals
+// file reloaded): a lookup sees the old set or the new one, never a mix.
+// A Set must not be copied once used.
 type Set struct {
-	entries []entry
+	entries atomic.Pointer[[]entry]
 }
 
 // entry is one principal with the SHA-256 of its token, so that lookups
@@ -133,16 +146,17 @@ func (s *Set) Lookup(token string) (Principal, bool) {
 		return Principal{}, false
 	}
 	d := sha256.Sum256([]byte(token))
+	entries := s.load()
 	found := -1
-	for i := range s.entries {
-		if subtle.ConstantTimeCompare(d[:], s.entries[i].digest[:]) == 1 {
+	for i := range entries {
+		if subtle.ConstantTimeCompare(d[:], entries[i].digest[:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 {
 		return Principal{}, false
 	}
-	return s.entries[found].principal, true
+	return entries[found].principal, true
 }
 
 // Len returns the number of principals.
@@ -150,7 +164,23 @@ func (s *Set) Len() int {
 	if s == nil {
 		return 0
 	}
-	return len(s.entries)
+	return len(s.load())
+}
+
+// Replace gives s the principals of from, at once: a token only s knew
+// stops working at its next call, a token only from knows starts working.
+// Calls already authenticated keep the principal they were given.
+func (s *Set) Replace(from *Set) {
+	e := from.load()
+	s.entries.Store(&e)
+}
+
+// load returns the current entries.
+func (s *Set) load() []entry {
+	if e := s.entries.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // fileFormat is the JSON layout of a principals file.
@@ -171,19 +201,6 @@ type filePrincipal struct {
 	MaxCapacity      *int     `json:"max_capacity"`
 }
 
-// LoadFile reads a principals file (see the package documentation).
-func LoadFile(path string) (*Set, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading principals: %w", err)
-	}
-	s, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("principals file %s: %w", path, err)
-	}
-	return s, nil
-}
-
 // Parse decodes and validates the JSON of a principals file. Unknown fields
 // are refused so that a misspelt key does not silently widen or narrow a
 // principal.
@@ -198,8 +215,8 @@ func Parse(data []byte) (*Set, error) {
 		return nil, errors.New("no principals")
 	}
 	names := make(map[string]bool)
-	tokens := make(map[string]bool)
-	s := &Set{}
+	digests := make(map[[sha256.Size]byte]bool)
+	var entries []entry
 	for i, fp := range f.Principals {
 		where := fmt.Sprintf("principal %d (%q)", i, fp.Name)
 		if fp.Name == "" {
@@ -209,22 +226,23 @@ func Parse(data []byte) (*Set, error) {
 			return nil, fmt.Errorf("%s: name repeats an earlier principal", where)
 		}
 		names[fp.Name] = true
-		if len(fp.Token) < minTokenBytes || strings.TrimSpace(fp.Token) != fp.Token {
-			return nil, fmt.Errorf("%s: token must be at least %d bytes without surrounding spaces", where, minTokenBytes)
+		digest, err := tokenDigest(fp.Token)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		if tokens[fp.Token] {
+		if digests[digest] {
 			return nil, fmt.Errorf("%s: token repeats an earlier principal's", where)
 		}
-		tokens[fp.Token] = true
+		digests[digest] = true
 		if len(fp.Roles) == 0 {
 			return nil, fmt.Errorf("%s: at least one role is required", where)
 		}
 		p := Principal{Name: fp.Name}
 		for _, r := range fp.Roles {
 			switch r {
-			case RoleSubmitter, RoleRenderer, RoleOperator:
+			case RoleSubmitter, RoleRenderer, RoleOperator, RoleBackup:
 			default:
-				return nil, fmt.Errorf("%s: unknown role %q (want submitter, renderer or operator)", where, r)
+				return nil, fmt.Errorf("%s: unknown role %q (want submitter, renderer, operator or backup)", where, r)
 			}
 			if !slices.Contains(p.Roles, r) {
 				p.Roles = append(p.Roles, r)
@@ -251,9 +269,32 @@ func Parse(data []byte) (*Set, error) {
 		if err := parseRenderer(fp, &p); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		s.add(fp.Token, p)
+		entries = append(entries, entry{digest: digest, principal: p})
 	}
+	s := &Set{}
+	s.entries.Store(&entries)
 	return s, nil
+}
+
+// tokenDigest returns the SHA-256 that identifies a principals file's
+// token: the digest written after DigestPrefix, or the digest of a token
+// given in the clear, which must be at least minTokenBytes long without
+// surrounding spaces. The length of a token given as a digest cannot be
+// checked.
+func tokenDigest(token string) ([sha256.Size]byte, error) {
+	var d [sha256.Size]byte
+	if hexDigest, ok := strings.CutPrefix(token, DigestPrefix); ok {
+		b, err := hex.DecodeString(hexDigest)
+		if err != nil || len(b) != sha256.Size {
+			return d, fmt.Errorf("token %s… must be %s and the %d hex digits of the token's SHA-256", DigestPrefix, DigestPrefix, 2*sha256.Size)
+		}
+		copy(d[:], b)
+		return d, nil
+	}
+	if len(token) < minTokenBytes || strings.TrimSpace(token) != token {
+		return d, fmt.Errorf("token must be at least %d bytes without surrounding spaces (or %s and the hex SHA-256 of the token)", minTokenBytes, DigestPrefix)
+	}
+	return sha256.Sum256([]byte(token)), nil
 }
 
 // parseRenderer validates the renderer keys of fp (renderer_ids,
@@ -304,24 +345,22 @@ func parseRenderer(fp filePrincipal, p *Principal) error {
 // A renderer principal without a MaxCapacity gets DefaultMaxCapacity; its
 // renderer ids are taken as given (none means it may use no id).
 func NewSet(byToken map[string]Principal) *Set {
-	s := &Set{}
 	keys := make([]string, 0, len(byToken))
 	for k := range byToken {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	entries := make([]entry, 0, len(keys))
 	for _, k := range keys {
 		p := byToken[k]
 		if p.Can(RoleRenderer) && p.MaxCapacity <= 0 {
 			p.MaxCapacity = DefaultMaxCapacity
 		}
-		s.add(k, p)
+		entries = append(entries, entry{digest: sha256.Sum256([]byte(k)), principal: p})
 	}
+	s := &Set{}
+	s.entries.Store(&entries)
 	return s
-}
-
-func (s *Set) add(token string, p Principal) {
-	s.entries = append(s.entries, entry{digest: sha256.Sum256([]byte(token)), principal: p})
 }
 
 // The development tokens of DevPrincipals.
@@ -337,8 +376,9 @@ const (
 // stack: dev-alpha and dev-beta submit for teams alpha and beta,
 // dev-renderer renders under any renderer id with DefaultMaxCapacity,
 // dev-operator operates on every team and
-// dev-operator-alpha on team alpha only. The tokens are public; the
-// coordinator uses them only on a loopback address.
+// dev-operator-alpha on team alpha only. None holds RoleBackup: a backup
+// needs a principals file. The tokens are public; the coordinator uses
+// them only on a loopback address.
 func DevPrincipals() *Set {
 	return NewSet(map[string]Principal{
 		DevAlphaToken:         {Name: "dev-alpha", Team: "alpha", Roles: []Role{RoleSubmitter}},

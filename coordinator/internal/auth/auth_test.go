@@ -27,24 +27,24 @@ func TestParse(t *testing.T) {
 	t.Run("A valid file maps tokens to principals with team and scope", func(t *testing.T) {
 		t.Parallel()
 		s, err := Parse([]byte(`{"principals":[
-			{"name":"alpha-svc","token":"alpha-secret","team":"alpha","roles":["submitter"]},
-			{"name":"ops","token":"ops-secret","roles":["operator"],"scope":["alpha","beta"]},
-			{"name":"pool","token":"pool-secret","roles":["renderer"],"renderer_id_prefix":"pool-a-"}]}`))
+			{"name":"alpha-svc","token":"alpha-secret-token","team":"alpha","roles":["submitter"]},
+			{"name":"ops","token":"ops-secret-token","roles":["operator"],"scope":["alpha","beta"]},
+			{"name":"pool","token":"pool-secret-token","roles":["renderer"],"renderer_id_prefix":"pool-a-"}]}`))
 		if err != nil {
 			t.Fatalf("Parse: %v", err)
 		}
 		if got, want := s.Len(), 3; got != want {
 			t.Fatalf("Len = %d, want %d", got, want)
 		}
-		got, ok := s.Lookup("ops-secret")
+		got, ok := s.Lookup("ops-secret-token")
 		if !ok {
-			t.Fatalf("Lookup(ops-secret) found nothing")
+			t.Fatalf("Lookup(ops-secret-token) found nothing")
 		}
 		want := Principal{Name: "ops", Scope: []string{"alpha", "beta"}, Roles: []Role{RoleOperator}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("principal (-want +got):\n%s", diff)
 		}
-		if _, ok := s.Lookup("ops-secreT"); ok {
+		if _, ok := s.Lookup("ops-secret-tokeN"); ok {
 			t.Errorf("Lookup of a near-miss token found a principal")
 		}
 	})
@@ -52,24 +52,24 @@ func TestParse(t *testing.T) {
 	bad := []struct {
 		name, json, wantErr string
 	}{
-		{"A renderer without renderer ids or a prefix is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"]}]}`, "needs renderer_ids or renderer_id_prefix"},
-		{"A renderer with an empty id list and no prefix is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":[]}]}`, "needs renderer_ids or renderer_id_prefix"},
-		{"An explicitly empty renderer id prefix is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_id_prefix":""}]}`, `renderer_id_prefix "" must be non-empty`},
-		{"A renderer id prefix with spaces is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_id_prefix":" pool"}]}`, "without surrounding spaces"},
-		{"An empty renderer id is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["r-1",""]}]}`, "an id must be non-empty"},
-		{"The wildcard id mixed with others is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*","r-1"]}]}`, "listed alone"},
-		{"A zero max_capacity is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["r-1"],"max_capacity":0}]}`, "max_capacity must be at least 1"},
-		{"Renderer keys on a submitter are refused", `{"principals":[{"name":"a","token":"12345678","team":"alpha","roles":["submitter"],"renderer_ids":["r-1"]}]}`, "serve only the renderer role"},
-		{"max_capacity on an operator is refused", `{"principals":[{"name":"a","token":"12345678","scope":["*"],"roles":["operator"],"max_capacity":8}]}`, "serve only the renderer role"},
+		{"A renderer without renderer ids or a prefix is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"]}]}`, "needs renderer_ids or renderer_id_prefix"},
+		{"A renderer with an empty id list and no prefix is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_ids":[]}]}`, "needs renderer_ids or renderer_id_prefix"},
+		{"An explicitly empty renderer id prefix is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_id_prefix":""}]}`, `renderer_id_prefix "" must be non-empty`},
+		{"A renderer id prefix with spaces is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_id_prefix":" pool"}]}`, "without surrounding spaces"},
+		{"An empty renderer id is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_ids":["r-1",""]}]}`, "an id must be non-empty"},
+		{"The wildcard id mixed with others is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_ids":["*","r-1"]}]}`, "listed alone"},
+		{"A zero max_capacity is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_ids":["r-1"],"max_capacity":0}]}`, "max_capacity must be at least 1"},
+		{"Renderer keys on a submitter are refused", `{"principals":[{"name":"a","token":"1234567812345678","team":"alpha","roles":["submitter"],"renderer_ids":["r-1"]}]}`, "serve only the renderer role"},
+		{"max_capacity on an operator is refused", `{"principals":[{"name":"a","token":"1234567812345678","scope":["*"],"roles":["operator"],"max_capacity":8}]}`, "serve only the renderer role"},
 		{"An empty list is refused", `{"principals":[]}`, "no principals"},
-		{"An unknown field is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*"],"teams":["x"]}]}`, "unknown field"},
-		{"A short token is refused", `{"principals":[{"name":"a","token":"short","roles":["renderer"],"renderer_ids":["*"]}]}`, "at least 8 bytes"},
-		{"A repeated token is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*"]},{"name":"b","token":"12345678","roles":["renderer"],"renderer_ids":["*"]}]}`, "token repeats"},
-		{"A repeated name is refused", `{"principals":[{"name":"a","token":"12345678","roles":["renderer"],"renderer_ids":["*"]},{"name":"a","token":"87654321","roles":["renderer"],"renderer_ids":["*"]}]}`, "name repeats"},
-		{"An unknown role is refused", `{"principals":[{"name":"a","token":"12345678","roles":["admin"]}]}`, "unknown role"},
-		{"A submitter without a team is refused", `{"principals":[{"name":"a","token":"12345678","roles":["submitter"]}]}`, "needs a team"},
-		{"An operator without a scope is refused", `{"principals":[{"name":"a","token":"12345678","roles":["operator"]}]}`, "needs a scope"},
-		{"A submitter for every team is refused", `{"principals":[{"name":"a","token":"12345678","team":"*","roles":["submitter"]}]}`, "one team"},
+		{"An unknown field is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_ids":["*"],"teams":["x"]}]}`, "unknown field"},
+		{"A short token is refused", `{"principals":[{"name":"a","token":"short","roles":["renderer"],"renderer_ids":["*"]}]}`, "at least 16 bytes"},
+		{"A repeated token is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_ids":["*"]},{"name":"b","token":"1234567812345678","roles":["renderer"],"renderer_ids":["*"]}]}`, "token repeats"},
+		{"A repeated name is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["renderer"],"renderer_ids":["*"]},{"name":"a","token":"8765432187654321","roles":["renderer"],"renderer_ids":["*"]}]}`, "name repeats"},
+		{"An unknown role is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["admin"]}]}`, "unknown role"},
+		{"A submitter without a team is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["submitter"]}]}`, "needs a team"},
+		{"An operator without a scope is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["operator"]}]}`, "needs a scope"},
+		{"A submitter for every team is refused", `{"principals":[{"name":"a","token":"1234567812345678","team":"*","roles":["submitter"]}]}`, "one team"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,16 +86,16 @@ func TestParse(t *testing.T) {
 func TestLoadFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "principals.json")
-	if err := os.WriteFile(path, []byte(`{"principals":[{"name":"pool","token":"pool-secret","roles":["renderer"],"renderer_ids":["*"]}]}`), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(`{"principals":[{"name":"pool","token":"pool-secret-token","roles":["renderer"],"renderer_ids":["*"]}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err := LoadFile(path)
 	if err != nil {
 		t.Fatalf("LoadFile: %v", err)
 	}
-	p, ok := s.Lookup("pool-secret")
+	p, ok := s.Lookup("pool-secret-token")
 	if !ok || !p.Can(RoleRenderer) {
-		t.Errorf("Lookup(pool-secret) = %+v, %v; want a renderer", p, ok)
+		t.Errorf("Lookup(pool-secret-token) = %+v, %v; want a renderer", p, ok)
 	}
 	if _, err := LoadFile(filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Errorf("LoadFile of a missing file succeeded")
@@ -107,11 +107,11 @@ func TestLoadFile(t *testing.T) {
 func TestRendererIdentity(t *testing.T) {
 	t.Parallel()
 	s, err := Parse([]byte(`{"principals":[
-		{"name":"listed","token":"listed-secret","roles":["renderer"],"renderer_ids":["r-1","r-2","r-1"]},
-		{"name":"pool","token":"pool-secret","roles":["renderer"],"renderer_id_prefix":"pool-a-","max_capacity":64},
-		{"name":"both","token":"both-secret","roles":["renderer"],"renderer_ids":["solo"],"renderer_id_prefix":"pool-b-"},
-		{"name":"any","token":"any-secret","roles":["renderer"],"renderer_ids":["*"]},
-		{"name":"alpha-svc","token":"alpha-secret","team":"alpha","roles":["submitter"]}]}`))
+		{"name":"listed","token":"listed-secret-token","roles":["renderer"],"renderer_ids":["r-1","r-2","r-1"]},
+		{"name":"pool","token":"pool-secret-token","roles":["renderer"],"renderer_id_prefix":"pool-a-","max_capacity":64},
+		{"name":"both","token":"both-secret-token","roles":["renderer"],"renderer_ids":["solo"],"renderer_id_prefix":"pool-b-"},
+		{"name":"any","token":"any-secret-token","roles":["renderer"],"renderer_ids":["*"]},
+		{"name":"alpha-svc","token":"alpha-secret-token","team":"alpha","roles":["submitter"]}]}`))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -126,14 +126,14 @@ func TestRendererIdentity(t *testing.T) {
 
 	t.Run("The file's keys land on the principal, ids deduplicated", func(t *testing.T) {
 		want := Principal{Name: "listed", Roles: []Role{RoleRenderer}, RendererIDs: []string{"r-1", "r-2"}, MaxCapacity: DefaultMaxCapacity}
-		if diff := cmp.Diff(want, lookup("listed-secret")); diff != "" {
+		if diff := cmp.Diff(want, lookup("listed-secret-token")); diff != "" {
 			t.Errorf("principal (-want +got):\n%s", diff)
 		}
 		want = Principal{Name: "pool", Roles: []Role{RoleRenderer}, RendererIDPrefix: "pool-a-", MaxCapacity: 64}
-		if diff := cmp.Diff(want, lookup("pool-secret")); diff != "" {
+		if diff := cmp.Diff(want, lookup("pool-secret-token")); diff != "" {
 			t.Errorf("principal (-want +got):\n%s", diff)
 		}
-		if got := lookup("alpha-secret").MaxCapacity; got != 0 {
+		if got := lookup("alpha-secret-token").MaxCapacity; got != 0 {
 			t.Errorf("a submitter's MaxCapacity = %d, want 0", got)
 		}
 	})
@@ -146,21 +146,21 @@ func TestRendererIdentity(t *testing.T) {
 		id   string
 		want bool
 	}{
-		{"listed", lookup("listed-secret"), "r-1", true},
-		{"listed", lookup("listed-secret"), "r-2", true},
-		{"listed", lookup("listed-secret"), "r-3", false},
-		{"listed", lookup("listed-secret"), "r-", false},
-		{"listed", lookup("listed-secret"), "", false},
-		{"pool", lookup("pool-secret"), "pool-a-7", true},
-		{"pool", lookup("pool-secret"), "pool-b-7", false},
-		{"pool", lookup("pool-secret"), "pool-a", false},
-		{"pool", lookup("pool-secret"), "xpool-a-7", false},
-		{"both", lookup("both-secret"), "solo", true},
-		{"both", lookup("both-secret"), "pool-b-1", true},
-		{"both", lookup("both-secret"), "solo-2", false},
-		{"any", lookup("any-secret"), "anything", true},
-		{"any", lookup("any-secret"), "", false},
-		{"a submitter", lookup("alpha-secret"), "r-1", false},
+		{"listed", lookup("listed-secret-token"), "r-1", true},
+		{"listed", lookup("listed-secret-token"), "r-2", true},
+		{"listed", lookup("listed-secret-token"), "r-3", false},
+		{"listed", lookup("listed-secret-token"), "r-", false},
+		{"listed", lookup("listed-secret-token"), "", false},
+		{"pool", lookup("pool-secret-token"), "pool-a-7", true},
+		{"pool", lookup("pool-secret-token"), "pool-b-7", false},
+		{"pool", lookup("pool-secret-token"), "pool-a", false},
+		{"pool", lookup("pool-secret-token"), "xpool-a-7", false},
+		{"both", lookup("both-secret-token"), "solo", true},
+		{"both", lookup("both-secret-token"), "pool-b-1", true},
+		{"both", lookup("both-secret-token"), "solo-2", false},
+		{"any", lookup("any-secret-token"), "anything", true},
+		{"any", lookup("any-secret-token"), "", false},
+		{"a submitter", lookup("alpha-secret-token"), "r-1", false},
 		{"dev-renderer", dev, "whatever-1", true},
 		{"dev-alpha", devAlpha, "whatever-1", false},
 		{"a renderer built without ids", Principal{Name: "bare", Roles: []Role{RoleRenderer}}, "r-1", false},
@@ -222,11 +222,11 @@ func TestPrincipalScope(t *testing.T) {
 	}
 
 	t.Run("An operator who also submits for one team submits for that team only", func(t *testing.T) {
-		set, err := Parse([]byte(`{"principals":[{"name":"both","token":"both-secret","team":"alpha","scope":["*"],"roles":["submitter","operator"]}]}`))
+		set, err := Parse([]byte(`{"principals":[{"name":"both","token":"both-secret-token","team":"alpha","scope":["*"],"roles":["submitter","operator"]}]}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, _ := set.Lookup("both-secret")
+		p, _ := set.Lookup("both-secret-token")
 		if !p.SubmitterOf("alpha") || p.SubmitterOf("beta") || !p.InScope("beta") {
 			t.Errorf("SubmitterOf(alpha)=%v SubmitterOf(beta)=%v InScope(beta)=%v; want true, false, true",
 				p.SubmitterOf("alpha"), p.SubmitterOf("beta"), p.InScope("beta"))

@@ -16,16 +16,28 @@
 //	    {"name": "alpha-svc", "token": "…", "team": "alpha", "roles": ["submitter"]},
 //	    {"name": "render-pool", "token": "…", "roles": ["renderer"], "renderer_id_prefix": "pool-a-"},
 //	    {"name": "render-ab", "token": "…", "roles": ["renderer"], "renderer_ids": ["r-1", "r-2"], "max_capacity": 64},
-//	    {"name": "ops", "token": "…", "roles": ["operator"], "scope": ["alpha", "beta"]}
+//	    {"name": "ops", "token": "…", "roles": ["operator"], "scope": ["alpha", "beta"]},
+//	    {"name": "nightly-backup", "token": "sha256:9f86d0…", "roles": ["backup"]}
 //	  ]
 //	}
 //
 // name is the principal's identity in job histories and the audit trail;
 // token is the secret callers send as "authorization: Bearer <token>" (at
-// least 8 bytes, unique in the file); team is a submitter's one team; scope
-// lists an operator's teams, "*" meaning all; roles is any of submitter,
-// renderer and operator. The team serves only the submitter role and the
-// scope only the operator role.
+// least 16 bytes, unique in the file), or "sha256:" and the 64 hex digits
+// of its SHA-256, so that the file need not hold the secret itself (the
+// length of a token given so cannot be checked: make it long); team is a
+// submitter's one team; scope lists an operator's teams, "*" meaning all;
+// roles is any of submitter, renderer, operator and backup. The team
+// serves only the submitter role and the scope only the operator role.
+//
+// The backup role downloads a copy of the whole database, every team's
+// documents and previews included, which an operator never sees; so no
+// scope implies it, and it must be named in the file.
+//
+// OpenFile warns when the file's permissions let other users read it;
+// File.Reload reads it again (the coordinator does so on SIGHUP) and
+// swaps the principals at once, keeping the old ones if the new file is
+// invalid.
 //
 // # Renderer identity
 //

@@ -1,8 +1,8 @@
 // Package edge holds the coordinator's gRPC edge concerns that sit in front
 // of the services and know nothing of jobs: a server codec that turns
 // undecodable requests into INVALID_ARGUMENT, per-principal caps on
-// long-lived streams, and counting and rate-limited logging of refused
-// calls.
+// long-lived streams, counting and rate-limited logging of refused
+// calls, and a cap on a listener's connections.
 //
 // # Malformed requests
 //
@@ -34,7 +34,18 @@
 // go-grpc-middleware logging interceptor, lets through at most
 // RefusalsConfig.LinesPerSecond "finished call" lines per second for each
 // refusal code; the rest are counted and summarised once per window in one
-// "suppressed refused calls" line. Other lines pass unchanged.
+// "suppressed refused calls" line. Other lines pass unchanged. Early
+// does the same for a call the authentication tap refused before any
+// interceptor ran.
+//
+// # Connections
+//
+// LimitListener serves at most n connections of a listener at once
+// (DefaultMaxConnections for the coordinator's gRPC listener): when n are
+// open it accepts the next only once one closes, so that connections
+// alone cannot exhaust memory or file descriptors. Calls are capped per
+// principal by the stream caps, and a call without a known token never
+// reaches the server's handlers (auth.Set.InTapHandle).
 //
 // # Errors
 //

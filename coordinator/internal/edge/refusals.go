@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -249,4 +251,32 @@ func (r *Refusals) Flush() {
 func (r *Refusals) logSummary(ctx context.Context, s summary) {
 	r.log.Log(ctx, logging.LevelWarn, "suppressed refused calls",
 		codeField, s.code.String(), "suppressed", s.suppressed, "since", s.since.Format(time.RFC3339Nano))
+}
+
+// Early reports a call refused before any interceptor ran, by the
+// authentication tap (auth.Set.InTapHandle), which the interceptors never
+// see: it counts the call as they would and writes its "finished call"
+// line through Logger's limit, with the method, the peer, the code and
+// the error, at Info. It does not block beyond writing that line, so that
+// it may run on a connection's reading goroutine.
+func (r *Refusals) Early(ctx context.Context, fullMethod string, err error) {
+	r.count(err)
+	service, method := splitMethod(fullMethod)
+	fields := []any{"protocol", "grpc", "grpc.component", "server", "grpc.service", service, "grpc.method", method}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		fields = append(fields, "peer.address", p.Addr.String())
+	}
+	st := status.Convert(err)
+	fields = append(fields, codeField, st.Code().String(), "grpc.error", st.Message(), "grpc.time_ms", "0", "refused", "before the request was read")
+	r.Logger().Log(ctx, logging.LevelInfo, finishedCallMsg, fields...)
+}
+
+// splitMethod splits "/package.Service/Method" into the service and the
+// method, as the logging interceptor names them.
+func splitMethod(fullMethod string) (service, method string) {
+	s, m, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	if !ok {
+		return "unknown", fullMethod
+	}
+	return s, m
 }

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -216,4 +218,49 @@ func refusedCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// fieldRecorder keeps every line's fields.
+type fieldRecorder struct {
+	mu    sync.Mutex
+	lines []map[string]any
+}
+
+func (r *fieldRecorder) Log(_ context.Context, lvl logging.Level, msg string, fields ...any) {
+	l := map[string]any{"level": lvl, "msg": msg}
+	for i := 0; i+1 < len(fields); i += 2 {
+		l[fields[i].(string)] = fields[i+1]
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, l)
+}
+
+// TestRefusalsEarly checks that a call refused before the interceptors
+// (by the authentication tap) is counted and logged as they would, within
+// the same line limit.
+func TestRefusalsEarly(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rec := &fieldRecorder{}
+	r := NewRefusals(RefusalsConfig{Logger: rec, Registerer: reg, LinesPerSecond: 2, Now: clock.Now})
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4242}})
+	for range 3 {
+		r.Early(ctx, "/leasehold.v1.JobService/SubmitBatch", status.Error(codes.Unauthenticated, "missing bearer token"))
+	}
+	if got := refusedCounts(t, reg)["Unauthenticated"]; got != 3 {
+		t.Errorf("leasehold_refused_calls_total{code=Unauthenticated} = %v, want 3", got)
+	}
+	if len(rec.lines) != 2 {
+		t.Fatalf("logged %d lines, want the limit of 2: %v", len(rec.lines), rec.lines)
+	}
+	want := map[string]any{
+		"level": logging.LevelInfo, "msg": "finished call", "protocol": "grpc", "grpc.component": "server",
+		"grpc.service": "leasehold.v1.JobService", "grpc.method": "SubmitBatch", "peer.address": "192.0.2.7:4242",
+		"grpc.code": "Unauthenticated", "grpc.error": "missing bearer token", "grpc.time_ms": "0", "refused": "before the request was read",
+	}
+	if diff := cmp.Diff(want, rec.lines[0]); diff != "" {
+		t.Errorf("the line (-want +got):\n%s", diff)
+	}
 }

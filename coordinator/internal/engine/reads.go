@@ -314,10 +314,16 @@ type BackupInfo struct {
 	TakenAt time.Time
 }
 
-// Backup writes a consistent copy of the whole database to w, from one
-// read transaction, calling start first with what it is about to write
-// (see store.WriteBackup). It does not go through the writer, which goes
-// on meanwhile.
+// ErrBackupSpace is returned by Backup when the database's file system
+// has no room for the copy it takes first (store.ErrBackupSpace).
+var ErrBackupSpace = store.ErrBackupSpace
+
+// Backup writes a consistent copy of the whole database to w, calling
+// start first with what it is about to write. The copy is taken from one
+// short read transaction into a temporary file beside the database, and w
+// is fed from the file, so a slow w holds no transaction (see
+// store.WriteBackup). It does not go through the writer, which goes on
+// meanwhile.
 func (e *Engine) Backup(w io.Writer, start func(BackupInfo) error) (int64, error) {
 	return e.st.WriteBackup(w, func(info store.BackupInfo) error {
 		return start(BackupInfo{BackupInfo: info, TakenAt: e.cfg.Now()})

@@ -6,15 +6,33 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
+
+// backupToken is the token of the backup principal withBackupPrincipal
+// adds to the development principals.
+const backupToken = "backup-token-4d1e7a22"
+
+// withBackupPrincipal serves the development principals and a principal
+// that holds the backup role and nothing else.
+func withBackupPrincipal(o *options) {
+	byToken := map[string]auth.Principal{backupToken: {Name: "nightly-backup", Roles: []auth.Role{auth.RoleBackup}}}
+	for _, tok := range []string{alpha, beta, renderer, operator, opAlpha} {
+		p, _ := auth.DevPrincipals().Lookup(tok)
+		byToken[tok] = p
+	}
+	o.principals = auth.NewSet(byToken)
+}
 
 // backupStream is what one Backup call sent, message by message.
 type backupStream struct {
@@ -55,7 +73,7 @@ func readBackup(ctx context.Context, b *testBundle) ([]byte, backupStream, error
 
 func TestBackup(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, withBackupPrincipal)
 	big := func(name string) *leaseholdv1.Document {
 		d := doc(name)
 		d.Content = bytes.Repeat([]byte(name), 200<<10/len(name))
@@ -65,7 +83,7 @@ func TestBackup(t *testing.T) {
 	g := b.leaseOne(t)
 	b.succeed(t, g, []byte("png of the first"))
 
-	data, s, err := readBackup(as(t, operator), b)
+	data, s, err := readBackup(as(t, backupToken), b)
 	if err != nil {
 		t.Fatalf("Backup: %v", err)
 	}
@@ -121,8 +139,93 @@ func TestBackup(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	t.Run("An operator of some teams is refused", func(t *testing.T) {
-		_, _, err := readBackup(as(t, opAlpha), b)
-		wantError(t, err, codes.PermissionDenied, reasonPermissionDenied)
+	t.Run("Operators are refused, of every team or of some", func(t *testing.T) {
+		for _, tok := range []string{operator, opAlpha} {
+			_, _, err := readBackup(as(t, tok), b)
+			wantError(t, err, codes.PermissionDenied, reasonPermissionDenied)
+		}
 	})
+}
+
+// TestBackupStalledReaderHoldsNothing starts a backup whose client reads
+// its header and then stops reading, with a flow-control window far
+// smaller than the database, and then grows the database past its
+// mapping: bbolt remaps the file only once every read transaction has
+// ended, and queues new reads behind the remap, so a backup streamed from
+// its read transaction froze every write and read while health said
+// SERVING. The writes and reads must complete while the backup stays
+// stalled, and the backup must then finish with the database as it was.
+func TestBackupStalledReaderHoldsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withBackupPrincipal, func(o *options) { o.store = []store.Option{store.WithInitialMmapSize(1 << 16)} })
+	docs := func(prefix string, n int) []*leaseholdv1.Document {
+		var out []*leaseholdv1.Document
+		for i := range n {
+			d := doc(fmt.Sprintf("%s-%d.pdf", prefix, i))
+			d.Content = bytes.Repeat([]byte{byte(i)}, 200<<10)
+			out = append(out, d)
+		}
+		return out
+	}
+	before := b.submit(t, alpha, "alpha", "before", docs("before", 16)...) // about 3 MiB, past the first chunk and the window
+
+	conn := b.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	ctx, cancel := context.WithCancel(as(t, backupToken))
+	defer conn.Close()
+	defer cancel()
+	stream, err := leaseholdv1.NewOperatorServiceClient(conn).Backup(ctx, &leaseholdv1.BackupRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil || first.GetHeader() == nil {
+		t.Fatalf("first Backup message = %v, %v; want the header", first, err)
+	}
+	// The client reads nothing more. 8 MiB more is far past the mapping
+	// the file had when the backup began.
+	var after []*leaseholdv1.Batch
+	for i := range 4 {
+		after = append(after, b.submit(t, beta, "beta", fmt.Sprintf("after-%d", i), docs("after", 10)...))
+	}
+	if j := b.getJob(t, after[3].GetJobIds()[9]); j.GetTeam() != "beta" {
+		t.Errorf("reading the last job after the writes: team %q, want beta", j.GetTeam())
+	}
+
+	// The backup, read to its end now, is the database before the writes.
+	var file bytes.Buffer
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Backup: %v", err)
+		}
+		file.Write(msg.GetChunk())
+	}
+	if int64(file.Len()) != first.GetHeader().GetSizeBytes() {
+		t.Fatalf("backup of %d bytes, header says %d", file.Len(), first.GetHeader().GetSizeBytes())
+	}
+	path := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(path, file.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(path)
+	if err != nil {
+		t.Fatalf("opening the backup: %v", err)
+	}
+	defer st.Close()
+	err = st.View(func(tx *store.Tx) error {
+		n := uint64(len(before.GetJobIds()))
+		if _, found, err := tx.Job(n); err != nil || !found {
+			t.Errorf("the backup lacks job %d, submitted before it: %v", n, err)
+		}
+		if _, found, _ := tx.Job(n + 1); found {
+			t.Errorf("the backup has job %d, submitted after it began", n+1)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

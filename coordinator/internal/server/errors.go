@@ -68,6 +68,7 @@ const (
 	reasonInvalidInstance       = "INVALID_INSTANCE_ID"
 	reasonInvalidBatchState     = "INVALID_BATCH_STATE"
 	reasonInvalidInterval       = "INVALID_INTERVAL"
+	reasonBackupNoSpace         = "BACKUP_NO_SPACE"
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -160,6 +161,7 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	engine.ErrRendererInUse           ALREADY_EXISTS RENDERER_ID_IN_USE
 //	engine.ErrReplaced                ABORTED SESSION_REPLACED
 //	engine.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
+//	engine.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
 //	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
@@ -234,6 +236,8 @@ func toStatus(log *slog.Logger, err error) error {
 		return newStatus(codes.Aborted, reasonSessionReplaced, "a newer session of this renderer process replaced this one", nil)
 	case errors.Is(err, engine.ErrSlowWatcher):
 		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
+	case errors.Is(err, engine.ErrBackupSpace):
+		return newStatus(codes.ResourceExhausted, reasonBackupNoSpace, err.Error(), nil)
 	case errors.Is(err, engine.ErrStorageFull):
 		return newStatus(codes.Unavailable, reasonStorageFull, "the coordinator's disk is full; it stopped taking writes and acknowledged nothing unsaved", nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):

@@ -76,6 +76,7 @@ func TestToStatus(t *testing.T) {
 		{"A renderer id live in another process is ALREADY_EXISTS RENDERER_ID_IN_USE", engine.ErrRendererInUse, codes.AlreadyExists, reasonRendererInUse, nil, false},
 		{"A replaced session is ABORTED SESSION_REPLACED", engine.ErrReplaced, codes.Aborted, reasonSessionReplaced, nil, false},
 		{"A watcher too far behind is RESOURCE_EXHAUSTED SLOW_WATCHER", engine.ErrSlowWatcher, codes.ResourceExhausted, reasonSlowWatcher, nil, false},
+		{"No room for a backup's copy is RESOURCE_EXHAUSTED BACKUP_NO_SPACE", fmt.Errorf("copying: %w", engine.ErrBackupSpace), codes.ResourceExhausted, reasonBackupNoSpace, nil, false},
 		{"A full disk is UNAVAILABLE STORAGE_FULL", fmt.Errorf("%w: %w", engine.ErrStorageFull, engine.ErrStorageFailed), codes.Unavailable, reasonStorageFull, nil, false},
 		{"Shutting down is UNAVAILABLE SHUTTING_DOWN", errShuttingDown, codes.Unavailable, reasonShuttingDown, nil, false},
 		{"Anything else is INTERNAL and logged", errors.New("disk on fire"), codes.Internal, reasonInternal, nil, true},

@@ -28,10 +28,11 @@ type teamFixture struct {
 // nowhere names objects that do not exist.
 var nowhere = teamFixture{team: "nowhere", batch: "b-999", succeeded: "j-997", failed: "j-998", leased: "j-999", token: 1}
 
-// matrixWorld builds the world every matrix case starts from.
+// matrixWorld builds the world every matrix case starts from, served to
+// the development principals and a backup principal.
 func matrixWorld(t *testing.T) (*testBundle, map[string]teamFixture) {
 	t.Helper()
-	b := setup(t)
+	b := setup(t, withBackupPrincipal)
 	world := map[string]teamFixture{}
 	for _, team := range []string{"alpha", "beta"} {
 		owner := map[string]string{"alpha": alpha, "beta": beta}[team]
@@ -76,6 +77,7 @@ type matrixCaller struct {
 	operator      bool
 	allScope      bool
 	renderer      bool
+	backup        bool
 }
 
 var matrixCallers = []matrixCaller{
@@ -85,6 +87,7 @@ var matrixCallers = []matrixCaller{
 	{name: "renderer", token: renderer, sees: never, submits: never, renderer: true},
 	{name: "operator of every team", token: operator, sees: always, submits: never, operator: true, allScope: true},
 	{name: "operator of alpha", token: opAlpha, sees: only("alpha"), submits: never, operator: true},
+	{name: "backup", token: backupToken, sees: never, submits: never, backup: true},
 }
 
 func never(string) bool  { return false }
@@ -254,7 +257,7 @@ var matrixRPCs = []matrixRPC{
 			_, err := b.ops.ResumeDispatch(ctx, &leaseholdv1.ResumeDispatchRequest{Reason: "matrix"})
 			return err
 		}},
-	{name: "Backup", want: byRole(func(c matrixCaller) bool { return c.allScope }),
+	{name: "Backup", want: byRole(func(c matrixCaller) bool { return c.backup }),
 		call: func(ctx context.Context, t *testing.T, b *testBundle, f teamFixture) error {
 			_, _, err := readBackup(ctx, b)
 			return err

@@ -231,12 +231,13 @@ func (s *OperatorServer) GetAudit(ctx context.Context, req *leaseholdv1.GetAudit
 // backupChunkBytes is the most bytes one Backup message carries.
 const backupChunkBytes = 1 << 20
 
-// Backup implements OperatorService.Backup. It needs an operator whose
-// scope is every team. The copy comes from one read transaction (see
-// engine.Backup); the header goes first, the chunks as the transaction
-// writes them, and the trailer with their SHA-256 last.
+// Backup implements OperatorService.Backup. It needs the backup role,
+// which no operator scope implies: the copy holds every team's documents
+// and previews. The copy is taken into a file first (see engine.Backup),
+// so that a slow or stalled reader holds no read transaction; the header
+// goes first, the chunks next, and the trailer with their SHA-256 last.
 func (s *OperatorServer) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1.OperatorService_BackupServer) error {
-	if _, err := requireAllTeams(stream.Context(), "a backup holds every team's jobs"); err != nil {
+	if _, err := require(stream.Context(), auth.RoleBackup); err != nil {
 		return s.status(err)
 	}
 	w := &chunkWriter{send: func(b []byte) error {

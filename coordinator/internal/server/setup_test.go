@@ -81,6 +81,8 @@ type options struct {
 	maxArtifactBytes int64
 	// fault, when set, is the store's fault hook.
 	fault func(op string) error
+	// store are further options of the store.
+	store []store.Option
 	// wrap, when set, wraps the engine the services call.
 	wrap func(Engine) Engine
 	// principals replaces the development principals.
@@ -118,7 +120,7 @@ func (b *testBundle) start(t *testing.T) {
 	t.Helper()
 	o := b.opts
 	b.reg = prometheus.NewRegistry()
-	var storeOpts []store.Option
+	storeOpts := append([]store.Option(nil), o.store...)
 	if o.fault != nil {
 		storeOpts = append(storeOpts, store.WithFault(o.fault))
 	}

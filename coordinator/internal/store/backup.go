@@ -20,29 +20,100 @@ type BackupInfo struct {
 	LastToken uint64
 }
 
+// ErrBackupSpace is returned by WriteBackup when the file system of the
+// database lacks the room for the copy it takes first, with
+// backupHeadroom to spare for the writer.
+var ErrBackupSpace = errors.New("not enough free disk space beside the database for the backup's copy")
+
 // WriteBackup writes a consistent copy of the whole database to w: the
 // file as one read transaction sees it, which is itself a valid database.
 // It calls start with what it is about to write before the first byte.
 // Any goroutine may call it; the writer goes on meanwhile.
 //
-// The read transaction lasts as long as w takes to accept the copy, and
-// pages the writer frees meanwhile are reused only after it ends, so the
-// file may grow while a slow backup runs.
+// The transaction writes the copy into a temporary file beside the
+// database, which takes as long as the disk does, and ends before the
+// first byte goes to w; w is then fed from the file. So a slow or stalled
+// w holds no read transaction: it keeps no freed page from reuse, and it
+// cannot make the writer wait when the file outgrows its mapping (bbolt
+// remaps only once every reader has ended, and queues new readers behind
+// the remap). The temporary file is unlinked as soon as it is open where
+// the system allows, so it takes disk space only while WriteBackup runs
+// and never outlives the process. Before the copy, WriteBackup checks
+// that the file system has room for it and backupHeadroom more, and fails
+// with ErrBackupSpace otherwise: the copy must not fill the disk the
+// writer commits to.
 func (s *Store) WriteBackup(w io.Writer, start func(BackupInfo) error) (int64, error) {
-	var n int64
-	err := s.view(func(tx *bbolt.Tx) error {
-		info := BackupInfo{Size: tx.Size(), LastToken: tx.Bucket(bucketTokens).Sequence()}
+	spool, info, err := s.spoolBackup()
+	if err != nil {
+		return 0, err
+	}
+	defer spool.Close()
+	if err := start(info); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(w, spool)
+	if err == nil && n != info.Size {
+		err = fmt.Errorf("backup copy: read %d bytes back of the %d written", n, info.Size)
+	}
+	return n, err
+}
+
+// backupHeadroom is the free space a backup's copy must leave on the
+// database's file system: a quarter of the database, at least
+// minBackupHeadroom.
+func backupHeadroom(size int64) int64 { return max(size/4, minBackupHeadroom) }
+
+// minBackupHeadroom is the least free space a backup's copy leaves.
+const minBackupHeadroom = 64 << 20
+
+// spoolFile is a backup's temporary copy, open for reading from its start.
+type spoolFile struct {
+	*os.File
+	// linked: the file could not be unlinked while open, so Close
+	// removes it.
+	linked bool
+}
+
+// Close closes the copy and removes it.
+func (f *spoolFile) Close() error {
+	err := f.File.Close()
+	if f.linked {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// spoolBackup copies the database, from one read transaction, into a
+// temporary file beside it and returns the file, at its start, and what
+// the copy holds.
+func (s *Store) spoolBackup() (*spoolFile, BackupInfo, error) {
+	var info BackupInfo
+	dir := filepath.Dir(s.Path())
+	f, err := os.CreateTemp(dir, ".backup-*.db")
+	if err != nil {
+		return nil, info, fmt.Errorf("creating the backup's copy: %w", err)
+	}
+	spool := &spoolFile{File: f, linked: os.Remove(f.Name()) != nil}
+	err = s.view(func(tx *bbolt.Tx) error {
+		info = BackupInfo{Size: tx.Size(), LastToken: tx.Bucket(bucketTokens).Sequence()}
 		if v := tx.Bucket(bucketMeta).Get(keySchema); v != nil {
 			info.Schema = btoi(v)
 		}
-		if err := start(info); err != nil {
-			return err
+		if free, ok := freeBytes(dir); ok && free < info.Size+backupHeadroom(info.Size) {
+			return fmt.Errorf("%w: the copy takes %d bytes and must leave %d free, and %d are free",
+				ErrBackupSpace, info.Size, backupHeadroom(info.Size), free)
 		}
-		var err error
-		n, err = tx.WriteTo(w)
+		_, err := tx.WriteTo(f)
 		return err
 	})
-	return n, err
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		spool.Close()
+		return nil, info, fmt.Errorf("copying the database for a backup: %w", err)
+	}
+	return spool, info, nil
 }
 
 // offlineOptions open a database file for the offline tools, failing

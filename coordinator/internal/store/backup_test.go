@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
@@ -60,6 +61,126 @@ func TestWriteBackup(t *testing.T) {
 	got := takeSnapshot(t, openAt(t, path), snapTeams, snapProbes)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the backup opened as a store (-original +backup):\n%s", diff)
+	}
+}
+
+// stallingWriter is a backup's reader that stops reading: its first Write
+// says so on writing and returns only once release is closed.
+type stallingWriter struct {
+	writing, release chan struct{}
+	once             bool
+	got              bytes.Buffer
+}
+
+func (w *stallingWriter) Write(p []byte) (int, error) {
+	if !w.once {
+		w.once = true
+		close(w.writing)
+		<-w.release
+	}
+	return w.got.Write(p)
+}
+
+// hangGuard bounds the wait for a write the old backup made wait forever;
+// it only turns that hang into a failure, and a passing run never waits
+// on it.
+const hangGuard = 30 * time.Second
+
+// TestWriteBackupHoldsNoTransactionWhileItsReaderStalls checks that a
+// backup whose reader stops reading does not stop the writer when the
+// file outgrows its mapping (bbolt remaps only once every reader has
+// ended), and that the copy is the database as it was when the backup
+// began.
+func TestWriteBackupHoldsNoTransactionWhileItsReaderStalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, store.WithInitialMmapSize(1<<16))
+	populate(t, b)
+	doc := func(id uint64) []byte { return bytes.Repeat([]byte{byte(id)}, 64<<10) }
+	b.update(t, func(tx *store.Tx) error {
+		for id := uint64(100); id < 116; id++ {
+			if err := tx.PutDocument(id, doc(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	w := &stallingWriter{writing: make(chan struct{}), release: make(chan struct{})}
+	type result struct {
+		n    int64
+		info store.BackupInfo
+		err  error
+	}
+	backedUp := make(chan result, 1)
+	go func() {
+		var r result
+		r.n, r.err = b.st.WriteBackup(w, func(i store.BackupInfo) error { r.info = i; return nil })
+		backedUp <- r
+	}()
+	<-w.writing
+
+	// 8 MiB more: far past the 64 KiB mapping and the file's size.
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- b.st.Update(func(tx *store.Tx) error {
+			for id := uint64(200); id < 328; id++ {
+				if err := tx.PutDocument(id, doc(id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatalf("Update while the backup's reader stalls: %v", err)
+		}
+	case <-time.After(hangGuard):
+		close(w.release)
+		<-wrote
+		<-backedUp
+		t.Fatalf("a write that grows the file waited for a backup whose reader stopped reading")
+	}
+	err := b.st.View(func(tx *store.Tx) error {
+		if got := tx.Document(327); !bytes.Equal(got, doc(327)) {
+			t.Errorf("a read after the write found %d bytes of document 327, want %d", len(got), len(doc(327)))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	close(w.release)
+	r := <-backedUp
+	if r.err != nil || r.n != r.info.Size || int64(w.got.Len()) != r.info.Size {
+		t.Fatalf("WriteBackup = %d bytes, %v; announced %d, reader got %d", r.n, r.err, r.info.Size, w.got.Len())
+	}
+	path := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(path, w.got.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = openAt(t, path).View(func(tx *store.Tx) error {
+		if got := tx.Document(115); !bytes.Equal(got, doc(115)) {
+			t.Errorf("the backup has %d bytes of document 115, written before it began; want %d", len(got), len(doc(115)))
+		}
+		if got := tx.Document(200); got != nil {
+			t.Errorf("the backup has document 200, written after it began")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Dir(b.path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != filepath.Base(b.path) {
+			t.Errorf("the backup left %s beside the database", e.Name())
+		}
 	}
 }
 

@@ -70,14 +70,11 @@ func (s *Store) ReplaceFile(r io.Reader) error {
 	if err := replace(tmp, path); err != nil {
 		return fmt.Errorf("renaming %s over %s: %w", tmp, path, err)
 	}
-	db, err := bbolt.Open(path, 0o600, liveOptions())
+	db, err := s.openDB(path)
 	if err != nil {
 		return fmt.Errorf("opening the restored %s: %w", path, err)
 	}
 	s.db = db
-	for _, o := range s.opts {
-		o(s)
-	}
 	return nil
 }
 

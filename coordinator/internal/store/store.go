@@ -23,8 +23,8 @@
 //
 // Terminal jobs are indexed by when they ended, so that retention deletes
 // the oldest in bounded steps without scanning (retention.go). WriteBackup
-// copies the file from one read transaction while the writer goes on;
-// Compact and Restore work on a file no coordinator holds (backup.go).
+// copies the file from one short read transaction into a temporary file
+// and hands it out from there while the writer goes on; Compact and Restore work on a file no coordinator holds (backup.go).
 package store
 
 import (
@@ -110,9 +110,10 @@ type Store struct {
 	legacyArtifacts string
 	migrateChunk    int
 	migration       Migration
-	// opts are the options the store was opened with, applied again to a
-	// file ReplaceFile puts in place.
-	opts []Option
+	// mmapSize is the address space mapped at open.
+	mmapSize int
+	// noSync opens the file with bbolt's NoSync (WithoutSync).
+	noSync bool
 }
 
 // Option configures Open.
@@ -128,6 +129,11 @@ func WithFault(f func(op string) error) Option { return func(s *Store) { s.fault
 // every succeeded job from it into the database.
 func WithLegacyArtifacts(dir string) Option { return func(s *Store) { s.legacyArtifacts = dir } }
 
+// WithInitialMmapSize maps n bytes at open instead of the default 1 GiB,
+// so that a test can make the file outgrow its mapping, and bbolt remap
+// it, with a few MiB of writes.
+func WithInitialMmapSize(n int) Option { return func(s *Store) { s.mmapSize = n } }
+
 // Open opens (creating if needed) the database at path, migrating a schema 1
 // file to schema 2. It waits at most one second for the file lock and then
 // fails with ErrLocked.
@@ -138,17 +144,18 @@ func Open(path string, opts ...Option) (*Store, error) {
 	// 2 s and the whole 1.5 GiB file mapped in). The array freelist keeps
 	// its ids sorted as it goes; the hashmap one sorts them at every commit,
 	// which cost a tenth of the writer's time.
-	db, err := bbolt.Open(path, 0o600, liveOptions())
+	s := &Store{migrateChunk: 10_000, mmapSize: initialMmapSize}
+	for _, o := range opts {
+		o(s)
+	}
+	db, err := s.openDB(path)
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("opening %s: %w (%w)", path, ErrLocked, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	s := &Store{db: db, migrateChunk: 10_000, opts: opts}
-	for _, o := range opts {
-		o(s)
-	}
+	s.db = db
 	version, err := s.prepare()
 	if err == nil && version == 1 {
 		err = s.migrateFrom1()
@@ -160,13 +167,17 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// liveOptions are the bbolt options of a coordinator's open store.
-func liveOptions() *bbolt.Options {
-	return &bbolt.Options{
+// openDB opens the bbolt file at path with the store's options.
+func (s *Store) openDB(path string) (*bbolt.DB, error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		Timeout:         lockTimeout,
 		FreelistType:    bbolt.FreelistArrayType,
-		InitialMmapSize: initialMmapSize,
+		InitialMmapSize: s.mmapSize,
+	})
+	if err == nil {
+		db.NoSync = s.noSync
 	}
+	return db, err
 }
 
 // prepare creates missing buckets and returns the file's schema version,

@@ -37,7 +37,8 @@ const (
 // their previews.
 //
 // Every call needs a bearer token ("authorization: Bearer <token>") that maps
-// to a principal. A missing or unknown token is UNAUTHENTICATED. Errors carry
+// to a principal. A missing or unknown token is UNAUTHENTICATED, answered
+// from the call's headers before any of its request is read. Errors carry
 // google.rpc.ErrorInfo with domain "leasehold.v1" and a stable reason; field
 // errors also carry google.rpc.BadRequest naming each offending field. A
 // request that cannot be decoded (invalid UTF-8 in a string field, bytes
@@ -278,7 +279,8 @@ type JobService_GetArtifactClient = grpc.ServerStreamingClient[GetArtifactRespon
 // their previews.
 //
 // Every call needs a bearer token ("authorization: Bearer <token>") that maps
-// to a principal. A missing or unknown token is UNAUTHENTICATED. Errors carry
+// to a principal. A missing or unknown token is UNAUTHENTICATED, answered
+// from the call's headers before any of its request is read. Errors carry
 // google.rpc.ErrorInfo with domain "leasehold.v1" and a stable reason; field
 // errors also carry google.rpc.BadRequest naming each offending field. A
 // request that cannot be decoded (invalid UTF-8 in a string field, bytes

@@ -33,8 +33,9 @@ const (
 //
 // OperatorService is the API for people who run the coordinator.
 //
-// Every call needs a principal with the operator role; anything else is
-// PERMISSION_DENIED. An operator's scope is the list of teams it may act on
+// Every call but Backup needs a principal with the operator role; anything
+// else is PERMISSION_DENIED. Backup needs the backup role instead (see
+// there). An operator's scope is the list of teams it may act on
 // ("*" for all); jobs and batches outside the scope are answered exactly as
 // ones that do not exist, never touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
@@ -78,21 +79,27 @@ type OperatorServiceClient interface {
 	// scope "*".
 	GetAudit(ctx context.Context, in *GetAuditRequest, opts ...grpc.CallOption) (*GetAuditResponse, error)
 	// Backup streams a consistent copy of the coordinator's whole database,
-	// previews and documents included: the bbolt file as one read
-	// transaction sees it, itself a database a coordinator can start on
-	// (see `coordinator restore`). The writer goes on meanwhile; pages it
-	// frees are reused only once the backup ends, so a slow reader lets the
-	// file grow.
+	// every team's documents and previews included: the bbolt file as one
+	// read transaction sees it, itself a database a coordinator can start on
+	// (see `coordinator restore`). The coordinator first writes the copy to
+	// a temporary file beside the database, in one short read transaction,
+	// and streams from that file, so a slow or stalled reader holds no
+	// transaction and never keeps the writer or other readers waiting; the
+	// file takes disk space until the stream ends.
 	//
 	// The first message is the header (the size of what follows, schema,
 	// largest fencing token in the copy), then chunks of at most 1 MiB, then
 	// the trailer with the SHA-256 of every chunk's bytes: a reader checks
 	// the size and the digest before trusting the copy.
 	//
-	// Needs an operator whose scope is every team ("*"): the file holds every
-	// team's jobs. One backup at a time per credential.
-	// Errors: PERMISSION_DENIED PERMISSION_DENIED; RESOURCE_EXHAUSTED
-	// TOO_MANY_STREAMS (a backup of the same credential is running).
+	// Needs a principal with the backup role, a capability of its own: no
+	// operator scope implies it, "*" included, since operators never see
+	// document data; no development token holds it. One backup at a time per
+	// credential.
+	// Errors: PERMISSION_DENIED PERMISSION_DENIED (no backup role);
+	// RESOURCE_EXHAUSTED TOO_MANY_STREAMS (a backup of the same credential is
+	// running), BACKUP_NO_SPACE (the database's disk lacks room for the copy
+	// and a quarter of the database, at least 64 MiB, to spare).
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
 }
 
@@ -179,8 +186,9 @@ type OperatorService_BackupClient = grpc.ServerStreamingClient[BackupResponse]
 //
 // OperatorService is the API for people who run the coordinator.
 //
-// Every call needs a principal with the operator role; anything else is
-// PERMISSION_DENIED. An operator's scope is the list of teams it may act on
+// Every call but Backup needs a principal with the operator role; anything
+// else is PERMISSION_DENIED. Backup needs the backup role instead (see
+// there). An operator's scope is the list of teams it may act on
 // ("*" for all); jobs and batches outside the scope are answered exactly as
 // ones that do not exist, never touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
@@ -224,21 +232,27 @@ type OperatorServiceServer interface {
 	// scope "*".
 	GetAudit(context.Context, *GetAuditRequest) (*GetAuditResponse, error)
 	// Backup streams a consistent copy of the coordinator's whole database,
-	// previews and documents included: the bbolt file as one read
-	// transaction sees it, itself a database a coordinator can start on
-	// (see `coordinator restore`). The writer goes on meanwhile; pages it
-	// frees are reused only once the backup ends, so a slow reader lets the
-	// file grow.
+	// every team's documents and previews included: the bbolt file as one
+	// read transaction sees it, itself a database a coordinator can start on
+	// (see `coordinator restore`). The coordinator first writes the copy to
+	// a temporary file beside the database, in one short read transaction,
+	// and streams from that file, so a slow or stalled reader holds no
+	// transaction and never keeps the writer or other readers waiting; the
+	// file takes disk space until the stream ends.
 	//
 	// The first message is the header (the size of what follows, schema,
 	// largest fencing token in the copy), then chunks of at most 1 MiB, then
 	// the trailer with the SHA-256 of every chunk's bytes: a reader checks
 	// the size and the digest before trusting the copy.
 	//
-	// Needs an operator whose scope is every team ("*"): the file holds every
-	// team's jobs. One backup at a time per credential.
-	// Errors: PERMISSION_DENIED PERMISSION_DENIED; RESOURCE_EXHAUSTED
-	// TOO_MANY_STREAMS (a backup of the same credential is running).
+	// Needs a principal with the backup role, a capability of its own: no
+	// operator scope implies it, "*" included, since operators never see
+	// document data; no development token holds it. One backup at a time per
+	// credential.
+	// Errors: PERMISSION_DENIED PERMISSION_DENIED (no backup role);
+	// RESOURCE_EXHAUSTED TOO_MANY_STREAMS (a backup of the same credential is
+	// running), BACKUP_NO_SPACE (the database's disk lacks room for the copy
+	// and a quarter of the database, at least 64 MiB, to spare).
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
 	mustEmbedUnimplementedOperatorServiceServer()
 }
