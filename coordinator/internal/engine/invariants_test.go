@@ -339,14 +339,15 @@ func TestWriterInvariants(t *testing.T) {
 					kind = kindStream
 				}
 				// A renderer process's session replaces its own and is
-				// refused beside any other; a unary client's stream lives
-				// beside its others and is refused beside a process's.
+				// refused beside any other; a unary client's stream
+				// replaces its older stream, lives beside its polls, and is
+				// refused beside a process's session.
 				live := liveOf(renderer)
 				var old *testConn
 				opens := true
 				for _, c := range live {
 					switch {
-					case kind == kindSession && c.kind == kindSession && c.instance == instance:
+					case kind == kindSession && c.kind == kindSession && c.instance == instance, kind == kindStream && c.kind == kindStream:
 						old = c
 					case kind == kindSession || c.kind == kindSession:
 						opens = false

@@ -40,6 +40,9 @@ type request struct {
 	// then (but never before the command ahead of it).
 	wall time.Time
 	mono time.Duration
+	// term is the writer's run the command was sent to; a later run
+	// refuses it (its sender was told it was not applied).
+	term *term
 }
 
 // group is one commit: the commands drained together, the transaction
@@ -284,9 +287,9 @@ func (g *group) deliver(c *Conn, gr Grant) {
 	g.deliveries[c] = append(g.deliveries[c], gr)
 }
 
-// run is the writer goroutine.
-func (e *Engine) run() {
-	defer close(e.doneC)
+// run is the writer goroutine of term t.
+func (e *Engine) run(t *term) {
+	defer close(t.doneC)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -294,18 +297,20 @@ func (e *Engine) run() {
 		var batch []*request
 		fired := false
 		select {
-		case <-e.stopC:
-			e.drain(ErrStopped)
+		case <-t.stopC:
+			e.drain(t.err())
 			return
 		case r := <-e.reqC:
-			batch = append(batch, r)
+			if t.admit(r) {
+				batch = append(batch, r)
+			}
 		case <-timer.C:
 			fired = true
 		}
 		// Timers are judged up to this instant at the end of the group:
 		// every command drained below was sent before it or judges itself
 		// later, and none sent after it is held back by it.
-		wall, mono := e.cfg.Now(), e.cfg.Mono()
+		wall, mono := e.now(), e.cfg.Mono()
 		if fired {
 			// A timer far behind its time: the process was frozen.
 			e.noteStall(e.timerAt, mono)
@@ -318,14 +323,20 @@ func (e *Engine) run() {
 		for len(batch) < e.cfg.MaxGroup && bytes < e.cfg.MaxGroupBytes {
 			select {
 			case r := <-e.reqC:
-				batch = append(batch, r)
-				bytes += r.cmd.size()
+				if t.admit(r) {
+					batch = append(batch, r)
+					bytes += r.cmd.size()
+				}
 			default:
 				break more
 			}
 		}
 		if err := e.runGroup(batch, wall, mono); err != nil {
-			e.drain(e.stoppedErr())
+			if t.lost(err) {
+				e.lose(t)
+			} else {
+				e.drain(e.stoppedErr())
+			}
 			return
 		}
 	}
@@ -418,6 +429,10 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 		committed, err = e.commit(g)
 	}
 	if err != nil {
+		if lost := leadershipLost(err); lost != nil {
+			e.stepDown(g, batch, lost)
+			return lost
+		}
 		e.failStop(g, batch, err)
 		return err
 	}

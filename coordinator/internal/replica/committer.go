@@ -9,17 +9,17 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
-// Errors of a replicated commit. Neither is a storage failure: the writer
-// answers the group's commands with them and steps down instead of
-// fail-stopping.
+// Errors of a replicated commit: the store's commit outcomes, so that the
+// writer, which knows no raft, tells them from a storage failure, answers
+// the group's commands with them and steps down instead of fail-stopping.
 var (
 	// ErrNotLeader is returned when the group was not committed and never
 	// will be: this node is not (or no longer) the leader, or the entry was
 	// evaluated on a base the log had moved past.
-	ErrNotLeader = errors.New("not the leader")
+	ErrNotLeader = fmt.Errorf("not the leader: %w", store.ErrNotCommitted)
 	// ErrOutcomeUnknown is returned when leadership was lost with the entry
 	// proposed: it may yet commit under the next leader, or not.
-	ErrOutcomeUnknown = errors.New("outcome unknown: leadership was lost with the write proposed")
+	ErrOutcomeUnknown = fmt.Errorf("leadership was lost with the write proposed: %w", store.ErrCommitUnknown)
 )
 
 // Committer is the replicated committer (engine.Committer): it rolls the
