@@ -69,7 +69,9 @@ func (t *term) admit(r *request) bool {
 }
 
 // lost reports whether err ended the term by a lost leadership.
-func (t *term) lost(err error) bool { return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown) }
+func (t *term) lost(err error) bool {
+	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown)
+}
 
 // Lost is closed when the writer's current term ended by itself because a
 // group was not committed or its outcome is unknown (a replicated commit
