@@ -108,6 +108,9 @@ type Config struct {
 	StallAfter time.Duration
 	// Committer makes each group durable; nil commits in place with fsync.
 	Committer Committer
+	// LeaderHint, on a replicated coordinator, names the leader (id and
+	// gRPC address, empty when unknown) for the ErrNotLeader answers.
+	LeaderHint func() (id, addr string)
 }
 
 // MinStallAfter is the shortest default StallAfter: a group of ordinary
@@ -449,7 +452,7 @@ func (e *Engine) do(ctx context.Context, c command) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.stopC:
-		return t.err()
+		return e.termErr(t)
 	case <-e.failedC:
 		return e.stoppedErr()
 	}
@@ -465,8 +468,18 @@ func (e *Engine) do(ctx context.Context, c command) error {
 			return err
 		default:
 		}
-		return t.err()
+		return e.termErr(t)
 	}
+}
+
+// termErr is why term t answers no more: ErrNotLeader, with a fresh leader
+// hint, when leadership ended it.
+func (e *Engine) termErr(t *term) error {
+	err := t.err()
+	if errors.Is(err, ErrNotLeader) {
+		return e.notLeader()
+	}
+	return err
 }
 
 // idleErr says why no writer takes commands: stopped, failed, or not the
@@ -480,7 +493,7 @@ func (e *Engine) idleErr() error {
 	if err := e.FailErr(); err != nil {
 		return err
 	}
-	return ErrNotLeader
+	return e.notLeader()
 }
 
 // now is the wall clock the writer stamps, never before the floor a

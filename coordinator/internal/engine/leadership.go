@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -23,6 +24,34 @@ var (
 	// on the new leader is safe.
 	ErrOutcomeUnknown = errors.New("outcome unknown: leadership was lost with the command proposed")
 )
+
+// NotLeaderError is ErrNotLeader with what this node knows of the leader
+// (Config.LeaderHint): its id and gRPC address, either empty when unknown.
+type NotLeaderError struct {
+	LeaderID, LeaderAddr string
+	// Err is the cause (ErrNotLeader, or a commit that lost leadership).
+	Err error
+}
+
+// Error implements error.
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == "" {
+		return "not the leader; no leader is known"
+	}
+	return fmt.Sprintf("not the leader; the leader is %s (%s)", e.LeaderID, e.LeaderAddr)
+}
+
+// Unwrap returns ErrNotLeader and the cause.
+func (e *NotLeaderError) Unwrap() []error { return []error{ErrNotLeader, e.Err} }
+
+// notLeader returns ErrNotLeader with the leader hint.
+func (e *Engine) notLeader() error {
+	if e.cfg.LeaderHint == nil {
+		return ErrNotLeader
+	}
+	id, addr := e.cfg.LeaderHint()
+	return &NotLeaderError{LeaderID: id, LeaderAddr: addr, Err: ErrNotLeader}
+}
 
 // term is one run of the writer goroutine: from Start or Promote until
 // Stop, Demote, or a commit that lost leadership. Each has its own
@@ -154,7 +183,7 @@ func (e *Engine) Demote() {
 	e.lifecycle.Lock()
 	defer e.lifecycle.Unlock()
 	if e.endTerm(ErrNotLeader) {
-		e.dropSoft(ErrNotLeader)
+		e.dropSoft(e.notLeader())
 		e.log.Info("writer demoted")
 	}
 }
@@ -179,7 +208,7 @@ func (e *Engine) stepDown(g *group, batch []*request, why error) {
 	if g.tx != nil {
 		_ = g.tx.Rollback()
 	}
-	answer := ErrNotLeader
+	answer := e.notLeader()
 	if errors.Is(why, ErrOutcomeUnknown) {
 		answer = ErrOutcomeUnknown
 	}
@@ -195,8 +224,9 @@ func (e *Engine) stepDown(g *group, batch []*request, why error) {
 // Lost tells the coordinator.
 func (e *Engine) lose(t *term) {
 	t.why.CompareAndSwap(nil, &ErrNotLeader)
-	e.drain(ErrNotLeader)
-	e.dropSoft(ErrNotLeader)
+	why := e.notLeader()
+	e.drain(why)
+	e.dropSoft(why)
 	close(t.lostC)
 }
 
@@ -223,4 +253,38 @@ func (e *Engine) resetSoft() {
 	e.conns = newConnSet()
 	e.rings = make(map[string]*minuteRing)
 	e.stallFrom, e.stallTo = 0, 0
+}
+
+// Announce records, through the writer, that this node (id, reachable for
+// gRPC at addr) leads: the record replicates to every follower, which names
+// the leader from it when it refuses a write. The coordinator calls it
+// once promoted.
+func (e *Engine) Announce(ctx context.Context, id, addr string) error {
+	return e.do(ctx, &announceCmd{id: id, addr: addr})
+}
+
+type announceCmd struct {
+	base
+	id, addr string
+}
+
+func (c *announceCmd) apply(g *group) error {
+	tx, err := g.txn()
+	if err != nil {
+		return err
+	}
+	if id, addr := tx.Leader(); id == c.id && addr == c.addr {
+		return nil
+	}
+	return tx.PutLeader(c.id, c.addr)
+}
+
+// AnnouncedLeader returns the leader last announced in the store (see
+// Announce); any goroutine may call it.
+func (e *Engine) AnnouncedLeader() (id, addr string) {
+	_ = e.st.View(func(tx *store.Tx) error {
+		id, addr = tx.Leader()
+		return nil
+	})
+	return id, addr
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
@@ -143,4 +144,21 @@ func reverse(c cursor, before uint64, fn func(k, v []byte) (bool, error)) error 
 		}
 	}
 	return nil
+}
+
+// PutLeader records the leader of a replicated coordinator, as it announces
+// itself on taking over: followers read it to name the leader's gRPC
+// address.
+func (t *Tx) PutLeader(id, addr string) error {
+	return t.put(bucketMeta, keyLeader, []byte(id+"\x00"+addr))
+}
+
+// Leader returns the last leader announced, or empty strings.
+func (t *Tx) Leader() (id, addr string) {
+	v := t.tx.Bucket(bucketMeta).Get(keyLeader)
+	if v == nil {
+		return "", ""
+	}
+	id, addr, _ = strings.Cut(string(v), "\x00")
+	return id, addr
 }

@@ -43,26 +43,29 @@ import (
 const SchemaVersion = 2
 
 var (
-	bucketMeta         = []byte("meta")
-	bucketJobs         = []byte("jobs")
-	bucketEvents       = []byte("events")
-	bucketDocuments    = []byte("documents")
-	bucketArtifacts    = []byte("artifacts")
-	bucketBatches      = []byte("batches")
-	bucketRequests     = []byte("batch_requests")
-	bucketUnfinished   = []byte("unfinished")
-	bucketTeamJobs     = []byte("team_jobs")
-	bucketTeamBatches  = []byte("team_batches")
-	bucketBatchCounts  = []byte("batch_counts")
-	bucketTeamCounts   = []byte("team_counts")
-	bucketRejections   = []byte("rejections")
-	bucketAudit        = []byte("audit")
-	bucketReplays      = []byte("replay_requests")
-	bucketTokens       = []byte("tokens")
-	bucketFinished     = []byte("finished")
-	bucketsOfSchema2   = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts, bucketFinished}
-	keySchema          = []byte("schema_version")
-	keyDispatch        = []byte("dispatch")
+	bucketMeta        = []byte("meta")
+	bucketJobs        = []byte("jobs")
+	bucketEvents      = []byte("events")
+	bucketDocuments   = []byte("documents")
+	bucketArtifacts   = []byte("artifacts")
+	bucketBatches     = []byte("batches")
+	bucketRequests    = []byte("batch_requests")
+	bucketUnfinished  = []byte("unfinished")
+	bucketTeamJobs    = []byte("team_jobs")
+	bucketTeamBatches = []byte("team_batches")
+	bucketBatchCounts = []byte("batch_counts")
+	bucketTeamCounts  = []byte("team_counts")
+	bucketRejections  = []byte("rejections")
+	bucketAudit       = []byte("audit")
+	bucketReplays     = []byte("replay_requests")
+	bucketTokens      = []byte("tokens")
+	bucketFinished    = []byte("finished")
+	bucketsOfSchema2  = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts, bucketFinished}
+	keySchema         = []byte("schema_version")
+	keyDispatch       = []byte("dispatch")
+	// keyLeader is the leader of a replicated coordinator as it announced
+	// itself: id, then a NUL, then its gRPC address.
+	keyLeader          = []byte("leader")
 	keyMigrationCursor = []byte("migration_cursor")
 	// keyFinishedBackfill is the last job id indexed by the backfill of the
 	// finished-jobs index, present while it is under way.
