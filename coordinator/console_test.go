@@ -91,7 +91,7 @@ func TestConsoleConfig(t *testing.T) {
 		}
 		resp.Body.Close()
 		ck := resp.Header.Get("Set-Cookie")
-		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(ck, "__Host-leasehold-console=") || !strings.Contains(ck, "Secure") {
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(ck, "__Host-leasehold-console-"+strings.TrimSuffix(strings.TrimPrefix(u, "https://127.0.0.1:"), "/console/")+"=") || !strings.Contains(ck, "Secure") {
 			t.Errorf("sign-in over TLS = %d, Set-Cookie %q; want 303 and a Secure __Host- cookie", resp.StatusCode, ck)
 		}
 	})
