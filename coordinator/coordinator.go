@@ -534,13 +534,13 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 		return fmt.Errorf("listening for metrics on %s: %w", c.cfg.MetricsListen, err)
 	}
 	undo.push(func() { lis.Close() })
-	if c.cfg.Console && c.cfg.HTTPTLS == nil && !localAddr(lis.Addr()) {
-		return fmt.Errorf("refusing to serve the console on %s without TLS: it signs in with bearer tokens; "+
-			"serve it on a loopback address or turn TLS on", lis.Addr())
-	}
 	if c.cfg.Console && c.devTokens && !localAddr(lis.Addr()) {
 		return fmt.Errorf("refusing to serve the console with the public development tokens on %s; "+
 			"pass a principals file (--tokens) or serve the console on a loopback address", lis.Addr())
+	}
+	if c.cfg.Console && c.cfg.HTTPTLS == nil && !localAddr(lis.Addr()) {
+		return fmt.Errorf("refusing to serve the console on %s without TLS: it signs in with bearer tokens; "+
+			"serve it on a loopback address or turn TLS on", lis.Addr())
 	}
 	limits := cmp.Or(c.cfg.httpLimits, &defaultHTTPLimits)
 	lis = limitConns(lis, *limits)
@@ -607,7 +607,8 @@ func (c *Coordinator) principals() (*auth.Set, error) {
 			"refusing to serve the public development tokens on a network address", c.cfg.Listen)
 	}
 	c.devTokens = true
-	c.log.Warn("no principals file: using the public development tokens (dev-alpha, dev-beta, dev-renderer, dev-operator, dev-operator-alpha); loopback only")
+	c.log.Warn("no principals file: using the public development tokens (dev-alpha, dev-beta, dev-renderer, dev-operator, dev-operator-alpha); " +
+		"loopback listeners only, and only from this machine")
 	return auth.DevPrincipals(), nil
 }
 

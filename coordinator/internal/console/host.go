@@ -19,6 +19,14 @@ type hostName struct {
 	host, port string
 }
 
+// CheckHosts reports what is wrong with names as Config.Hosts, if
+// anything: each must be a host name or IP address, with or without a
+// port.
+func CheckHosts(names []string) error {
+	_, err := parseHosts(names)
+	return err
+}
+
 // parseHosts checks the names of Config.Hosts: each a host name or IP
 // address, with or without a port.
 func parseHosts(names []string) ([]hostName, error) {
