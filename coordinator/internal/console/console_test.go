@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,6 +35,8 @@ type testBundle struct {
 	c   *http.Client
 	// clk is the console's clock of sessions and sign-in throttling.
 	clk *clock
+	// conn is the console's connection to the gRPC server.
+	conn grpc.ClientConnInterface
 }
 
 func setup(t *testing.T) *testBundle {
@@ -60,7 +63,6 @@ func setup(t *testing.T) *testBundle {
 	srv := httptest.NewServer(con)
 	jar, _ := cookiejar.New(nil)
 	b := &testBundle{eng: eng, srv: srv, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	b.clk = clk
 	t.Cleanup(func() {
 		b.c.CloseIdleConnections()
 		srv.Close()
@@ -69,6 +71,7 @@ func setup(t *testing.T) *testBundle {
 		eng.Stop()
 		st.Close()
 	})
+	b.clk, b.conn = clk, conn
 	return b
 }
 
@@ -88,6 +91,9 @@ func (b *testBundle) do(t *testing.T, method, path string, form url.Values, head
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
+	}
+	if h, ok := header["Host"]; ok {
+		req.Host = h
 	}
 	resp, err := b.c.Do(req)
 	if err != nil {
