@@ -48,19 +48,13 @@ func writePrincipals(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "principals.json")
 	data := `{"principals":[
-		{"name":"ops","token":"` + opsToken + `","roles":["operator"],"scope":["*"]},
-		{"name":"alpha-svc","token":"` + alphaToken + `","team":"alpha","roles":["submitter"]}]}`
+		{"name":"ops","token":"ops-token-0123456789abcdef","roles":["operator"],"scope":["*"]},
+		{"name":"alpha-svc","token":"alpha-token-0123456789abcdef","team":"alpha","roles":["submitter"]}]}`
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
-
-// The tokens of writePrincipals.
-const (
-	opsToken   = "ops-token-0123456789abcdef"
-	alphaToken = "alpha-token-0123456789abcdef"
-)
 
 func TestConsoleConfig(t *testing.T) {
 	t.Parallel()
