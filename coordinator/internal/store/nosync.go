@@ -6,4 +6,4 @@ package store
 // the coordinator by closing and reopening the file in one process, which
 // fsync has no part in, and power loss is beyond what it simulates. The
 // coordinator never uses it: its acknowledgements promise durability.
-func WithoutSync() Option { return func(s *Store) { s.db.NoSync = true } }
+func WithoutSync() Option { return func(s *Store) { s.noSync = true } }

@@ -108,6 +108,8 @@ type Store struct {
 	migration       Migration
 	// mmapSize is the address space mapped at open.
 	mmapSize int
+	// noSync opens the file with bbolt's NoSync (WithoutSync).
+	noSync bool
 }
 
 // Option configures Open.
@@ -153,6 +155,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
+	db.NoSync = s.noSync
 	s.db = db
 	version, err := s.prepare()
 	if err == nil && version == 1 {
