@@ -563,6 +563,7 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 	c.metricsLis = lis
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	c.handleHealth(mux)
 	if c.cfg.Pprof {
 		// Profiles name functions and expose heap contents' shapes, never
 		// document data; still, serve them only where metrics are served.
