@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,6 +42,20 @@ func selfSigned(t *testing.T) (*tls.Config, *x509.CertPool) {
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, pool
 }
 
+// writePrincipals writes a principals file of one operator of every team
+// and one submitter of team alpha, and returns its path.
+func writePrincipals(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "principals.json")
+	data := `{"principals":[
+		{"name":"ops","token":"ops-token-0123456789abcdef","roles":["operator"],"scope":["*"]},
+		{"name":"alpha-svc","token":"alpha-token-0123456789abcdef","team":"alpha","roles":["submitter"]}]}`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestConsoleConfig(t *testing.T) {
 	t.Parallel()
 
@@ -54,9 +69,19 @@ func TestConsoleConfig(t *testing.T) {
 
 	t.Run("Off loopback the console needs TLS", func(t *testing.T) {
 		t.Parallel()
-		_, err := New(Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(t.TempDir(), "d"), Console: true, MetricsListen: "0.0.0.0:0"})
+		_, err := New(Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(t.TempDir(), "d"), Console: true, MetricsListen: "0.0.0.0:0",
+			TokensFile: writePrincipals(t)})
 		if err == nil || !strings.Contains(err.Error(), "without TLS") {
 			t.Errorf("New = %v, want a refusal without TLS", err)
+		}
+	})
+
+	t.Run("Off loopback the console never serves the development tokens, even under TLS", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := selfSigned(t)
+		_, err := New(Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(t.TempDir(), "d"), Console: true, MetricsListen: "0.0.0.0:0", HTTPTLS: cfg})
+		if err == nil || !strings.Contains(err.Error(), "public development tokens") {
+			t.Errorf("New = %v, want a refusal of the development tokens", err)
 		}
 	})
 
@@ -91,7 +116,7 @@ func TestConsoleConfig(t *testing.T) {
 		}
 		resp.Body.Close()
 		ck := resp.Header.Get("Set-Cookie")
-		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(ck, "__Host-leasehold-console=") || !strings.Contains(ck, "Secure") {
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(ck, "__Host-leasehold-console-"+strings.TrimSuffix(strings.TrimPrefix(u, "https://127.0.0.1:"), "/console/")+"=") || !strings.Contains(ck, "Secure") {
 			t.Errorf("sign-in over TLS = %d, Set-Cookie %q; want 303 and a Secure __Host- cookie", resp.StatusCode, ck)
 		}
 	})

@@ -108,16 +108,24 @@ type Config struct {
 	// address.
 	Pprof bool
 	// Console serves the web console under /console/ on the metrics
-	// address (see package console). It needs MetricsListen, and is
-	// refused on an address other machines can reach unless HTTPTLS is
-	// set: the console signs in with bearer tokens.
+	// address (see package console), and redirects "/" there. It needs
+	// MetricsListen, and is refused on an address other machines can
+	// reach unless HTTPTLS is set, as it signs in with bearer tokens, and
+	// always with the development tokens. Its calls go through the gRPC
+	// server like any client's, over an in-process connection.
 	Console bool
+	// ConsoleHosts are the names the console answers to besides localhost
+	// and the address it listens on (host or host:port); a request for any
+	// other Host is refused 421, against DNS rebinding.
+	ConsoleHosts []string
 	// HTTPTLS, when set, makes the metrics address serve HTTPS with it
 	// (metrics, profiles and the console alike); the console's session
 	// cookie is then Secure. The coordinator's TLS flags fill it in.
 	HTTPTLS *tls.Config
 	// TokensFile is the principals file (see package auth). Empty means the
-	// development tokens, allowed only on a loopback address.
+	// development tokens (the command asks for --dev), allowed only on
+	// loopback listeners, the console's too, and accepted only from peers
+	// on this machine.
 	// ReloadPrincipals reads it again.
 	TokensFile string
 	// MaxConnections bounds the connections Serve serves at once on its
@@ -195,6 +203,8 @@ type Config struct {
 	purgeEvery time.Duration
 	// keepalive, when set, replaces keepaliveParams; tests shorten it.
 	keepalive *keepalive.ServerParameters
+	// httpLimits, when set, replaces defaultHTTPLimits; tests shorten them.
+	httpLimits *httpLimits
 }
 
 // MaxRecvMsgSize is the largest message the gRPC server receives:
@@ -285,6 +295,9 @@ type Coordinator struct {
 	metricsLis  net.Listener
 	metricsSrv  *http.Server
 	metricsOnce sync.Once
+	// inproc is the console's connection to the gRPC server, nil without
+	// the console.
+	inproc *inProcess
 
 	done      chan struct{}
 	watcher   sync.WaitGroup
@@ -503,7 +516,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		),
 	}
 	if c.cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(c.cfg.TLS)))
+		opts = append(opts, grpc.Creds(serverCreds{credentials.NewTLS(c.cfg.TLS)}))
 	}
 	if c.cfg.TracerProvider != nil {
 		opts = append(opts, tracing.ServerOption(c.cfg.TracerProvider))
@@ -534,16 +547,23 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 		return fmt.Errorf("listening for metrics on %s: %w", c.cfg.MetricsListen, err)
 	}
 	undo.push(func() { lis.Close() })
+	if c.cfg.Console && c.devTokens && !localAddr(lis.Addr()) {
+		return fmt.Errorf("refusing to serve the console with the public development tokens on %s; "+
+			"pass a principals file (--tokens) or serve the console on a loopback address", lis.Addr())
+	}
 	if c.cfg.Console && c.cfg.HTTPTLS == nil && !localAddr(lis.Addr()) {
 		return fmt.Errorf("refusing to serve the console on %s without TLS: it signs in with bearer tokens; "+
 			"serve it on a loopback address or turn TLS on", lis.Addr())
 	}
+	limits := cmp.Or(c.cfg.httpLimits, &defaultHTTPLimits)
+	lis = limitConns(lis, *limits)
 	if c.cfg.HTTPTLS != nil {
 		lis = tls.NewListener(lis, c.cfg.HTTPTLS)
 	}
 	c.metricsLis = lis
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	c.handleHealth(mux)
 	if c.cfg.Pprof {
 		// Profiles name functions and expose heap contents' shapes, never
 		// document data; still, serve them only where metrics are served.
@@ -552,14 +572,21 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	if c.cfg.Console {
-		con, err := console.New(console.Config{Services: c.services, Principals: principals, Secure: c.cfg.HTTPTLS != nil,
-			Logger: c.log.With("component", "console")})
+		inproc, err := newInProcess(MaxSendMsgSize)
+		if err != nil {
+			return err
+		}
+		undo.push(inproc.close)
+		c.inproc = inproc
+		con, err := console.New(console.Config{Conn: inproc.conn, Principals: principals, Hosts: c.cfg.ConsoleHosts,
+			Secure: c.cfg.HTTPTLS != nil, Logger: c.log.With("component", "console")})
 		if err != nil {
 			return err
 		}
 		mux.Handle(console.Prefix, con)
+		mux.Handle("GET /{$}", con)
 	}
-	c.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	c.metricsSrv = newHTTPServer(mux, *limits)
 	return nil
 }
 
@@ -599,7 +626,8 @@ func (c *Coordinator) principals() (*auth.Set, error) {
 			"refusing to serve the public development tokens on a network address", c.cfg.Listen)
 	}
 	c.devTokens = true
-	c.log.Warn("no principals file: using the public development tokens (dev-alpha, dev-beta, dev-renderer, dev-operator, dev-operator-alpha); loopback only")
+	c.log.Warn("no principals file: using the public development tokens (dev-alpha, dev-beta, dev-renderer, dev-operator, dev-operator-alpha); " +
+		"loopback listeners only, and only from this machine")
 	return auth.DevPrincipals(), nil
 }
 
@@ -764,6 +792,9 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	lis = edge.LimitListener(lis, cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections), c.connectionsFull)
 	if c.metricsSrv != nil {
 		c.metricsOnce.Do(func() {
+			if c.inproc != nil {
+				go c.inproc.serve(c.grpc)
+			}
 			go func() {
 				if err := c.metricsSrv.Serve(c.metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					c.log.Error("metrics server stopped", "err", err)
@@ -860,6 +891,9 @@ func (c *Coordinator) Close() error {
 			}
 			cancel()
 			c.metricsLis.Close()
+		}
+		if c.inproc != nil {
+			c.inproc.close()
 		}
 		c.eng.Stop()
 		if err := c.st.Close(); err != nil {

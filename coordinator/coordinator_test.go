@@ -132,6 +132,11 @@ func TestServeAndClose(t *testing.T) {
 		if got := check(""); got != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("server health while paused = %v, want SERVING", got)
 		}
+		for _, path := range []string{healthzPath, readyzPath} {
+			if code, body := getHealth(t, c.MetricsAddr(), path); code != http.StatusOK || body != "SERVING\n" {
+				t.Errorf("GET %s while paused = %d %q, want 200 SERVING", path, code, body)
+			}
+		}
 		if _, err := oc.ResumeDispatch(op, &leaseholdv1.ResumeDispatchRequest{Reason: "done"}); err != nil {
 			t.Fatal(err)
 		}
@@ -178,6 +183,23 @@ func scrapeMetrics(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return string(body)
+}
+
+// getHealth returns the status and body of GET path on the metrics
+// address addr.
+func getHealth(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }
 
 // TestDevelopmentTokensOnlyOnLoopback checks that the public development
@@ -323,6 +345,11 @@ func TestFailStopTurnsHealthNotServing(t *testing.T) {
 	if body := scrapeMetrics(t, c.MetricsAddr()); !strings.Contains(body, "\nleasehold_writer_stopped 0\n") {
 		t.Errorf("metrics before the failure lack leasehold_writer_stopped 0:\n%s", body)
 	}
+	for _, path := range []string{healthzPath, readyzPath} {
+		if code, body := getHealth(t, c.MetricsAddr(), path); code != http.StatusOK || body != "SERVING\n" {
+			t.Errorf("GET %s before the failure = %d %q, want 200 SERVING", path, code, body)
+		}
+	}
 
 	broken.Store(true)
 	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-alpha")
@@ -338,6 +365,12 @@ func TestFailStopTurnsHealthNotServing(t *testing.T) {
 		}
 		if next.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("%s health after fail-stop = %v, want NOT_SERVING", names[i], next.GetStatus())
+		}
+	}
+	// The HTTP endpoints read the entries the watches just saw change.
+	for _, path := range []string{healthzPath, readyzPath} {
+		if code, body := getHealth(t, c.MetricsAddr(), path); code != http.StatusServiceUnavailable || body != "NOT_SERVING\n" {
+			t.Errorf("GET %s after fail-stop = %d %q, want 503 NOT_SERVING", path, code, body)
 		}
 	}
 	// Health turns NOT_SERVING after the flag behind the gauge is set.

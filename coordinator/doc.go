@@ -2,7 +2,8 @@
 // store and artifact directory, the single-writer engine, the gRPC
 // services behind authentication, logging, recovery and Prometheus
 // interceptors, gRPC reflection, grpc.health.v1, and an HTTP listener with
-// /metrics and, with Config.Console, the web console under /console/.
+// /metrics, the same health as /healthz and /readyz and, with
+// Config.Console, the web console under /console/.
 //
 // It holds no logic of its own. New opens everything (and, when it fails,
 // closes what it opened, the database's file lock included), Serve serves
@@ -27,6 +28,12 @@
 // turns the dispatch entry NOT_SERVING too, for good: nothing is granted
 // after it; the leasehold_writer_stopped gauge turns 1 at the same time,
 // for alerts, and stays 1 until the process restarts.
+//
+// The metrics address answers the same health over HTTP (HTTPS with TLS),
+// for probes that cannot ask gRPC over TLS, as a kubelet's grpc probe
+// cannot: /healthz is the server entry "", /readyz is
+// leasehold.v1.JobService; each answers 200 with "SERVING" or 503 with the
+// status.
 //
 // # The gRPC edge
 //

@@ -2,16 +2,20 @@
 // beside them against the programs they deploy. The Kubernetes manifests
 // are decoded strictly and every flag and LEASEHOLD_* variable they set
 // must be one that the built binaries' --help lists; ports, probes, grace
-// periods, Secrets and the image must agree with each other; and the
+// periods, Secrets, TLS and the image must agree with each other; and the
 // coordinator and renderer are run with the manifests' own configuration
-// (addresses moved to free loopback ports, volumes to temporary
-// directories) to show that the probes answer and every metric the
+// (volumes moved to temporary directories, addresses kept: they run in a
+// network namespace of their own where the Service's names resolve) to
+// show that the renderer reaches the coordinator's Service over TLS, that
+// the probes pass as the kubelet asks them and that every metric the
 // Prometheus rules use exists.
 package deploy
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +23,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/testbin"
 )
@@ -32,7 +38,9 @@ var moduleRoot string
 func TestMain(m *testing.M) {
 	testbin.Main("deploy", func(root, dir string) int {
 		moduleRoot, binDir = root, dir
-		return m.Run()
+		code := 0
+		goleak.VerifyTestMain(m, goleak.Cleanup(func(c int) { code = c }))
+		return code
 	})
 }
 
@@ -292,20 +300,32 @@ func TestManifests(t *testing.T) {
 				t.Errorf("container %s listens on %d (%s) but declares no such containerPort", c.ctr.Name, c.port, c.what)
 			}
 		}
-		for _, p := range []*probe{d.coordC.StartupProbe, d.coordC.ReadinessProbe, d.coordC.LivenessProbe} {
-			if p != nil && (p.GRPC == nil || p.GRPC.Port != grpcPort) {
-				t.Errorf("coordinator probe %+v: want a grpc probe on the --listen port %d", p, grpcPort)
+		listens := map[*container][]int{d.coordC: {grpcPort, metricsPort}, d.rendC: {httpPort}}
+		for c, ports := range listens {
+			for name, p := range c.probes() {
+				port := 0
+				switch {
+				case p.GRPC != nil:
+					port = p.GRPC.Port
+				case p.HTTPGet != nil:
+					port = c.containerPort(p.HTTPGet.Port)
+				}
+				if !slices.Contains(ports, port) {
+					t.Errorf("%s %s probe %+v: want a probe on a port the program listens on, %v", c.Name, name, p, ports)
+				}
 			}
 		}
-		for _, p := range []*probe{d.rendC.ReadinessProbe, d.rendC.LivenessProbe} {
-			if p == nil || p.HTTPGet == nil || d.rendC.containerPort(p.HTTPGet.Port) != httpPort {
-				t.Errorf("renderer probe %+v: want an httpGet probe on the --http-listen port %d", p, httpPort)
-			}
+		// The metrics address serves HTTPS when the coordinator has a
+		// certificate; the renderer's is plain HTTP.
+		wantScheme := map[*workload]string{d.coord: "http", d.rend: "http"}
+		if d.coordTLS() {
+			wantScheme[d.coord] = "https"
 		}
 		for w, port := range map[*workload]int{d.coord: metricsPort, d.rend: httpPort} {
 			a := w.Spec.Template.Metadata.Annotations
-			if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != fmt.Sprint(port) || a["prometheus.io/path"] != "/metrics" {
-				t.Errorf("%s: scrape annotations %v, want scrape true, port %d, path /metrics", w.Metadata.Name, a, port)
+			scheme := cmp.Or(a["prometheus.io/scheme"], "http")
+			if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != fmt.Sprint(port) || a["prometheus.io/path"] != "/metrics" || scheme != wantScheme[w] {
+				t.Errorf("%s: scrape annotations %v, want scrape true, scheme %s, port %d, path /metrics", w.Metadata.Name, a, wantScheme[w], port)
 			}
 		}
 		for _, s := range d.services {
@@ -323,6 +343,9 @@ func TestManifests(t *testing.T) {
 				if !slices.ContainsFunc(target.Spec.Template.Spec.Containers, func(c container) bool { return c.containerPort(p.TargetPort) != 0 }) {
 					t.Errorf("Service %s port %s targets %v, which %s's containers do not declare", s.Metadata.Name, p.Name, p.TargetPort, target.Metadata.Name)
 				}
+				if p.AppProtocol == "kubernetes.io/h2c" && target == d.coord && d.coordTLS() {
+					t.Errorf("Service %s port %s says kubernetes.io/h2c (HTTP/2 in the clear), but the coordinator serves TLS", s.Metadata.Name, p.Name)
+				}
 			}
 		}
 		coordAddr := d.rendCfg["coordinator"]
@@ -333,21 +356,123 @@ func TestManifests(t *testing.T) {
 		}
 	})
 
-	t.Run("The coordinator's probes are gRPC health checks: liveness on the server, readiness on a service", func(t *testing.T) {
-		for name, p := range map[string]*probe{"startup": d.coordC.StartupProbe, "readiness": d.coordC.ReadinessProbe, "liveness": d.coordC.LivenessProbe} {
-			if p == nil || p.GRPC == nil || p.GRPC.Service == nil {
-				t.Errorf("coordinator %s probe %+v: want grpc with an explicit service", name, p)
+	t.Run("The coordinator's probes ask its health as a kubelet can: liveness the server's, readiness a service's", func(t *testing.T) {
+		metricsPort := mustPort(t, d.coordCfg, "metrics-listen")
+		probes := d.coordC.probes()
+		for _, name := range []string{"startup", "readiness", "liveness"} {
+			if probes[name] == nil {
+				t.Errorf("the coordinator has no %s probe", name)
 			}
 		}
-		if p := d.coordC.LivenessProbe; p != nil && p.GRPC != nil && p.GRPC.Service != nil && *p.GRPC.Service != "" {
-			t.Errorf("liveness probes service %q, want the server entry \"\"", *p.GRPC.Service)
+		// The health entry each probe reads: gRPC names it, the HTTP
+		// endpoints stand for one (coordinator/httphealth.go).
+		httpEntry := map[string]string{"/healthz": "", "/readyz": "leasehold.v1.JobService"}
+		for name, p := range probes {
+			entry, known := "", false
+			switch {
+			case p.GRPC != nil && d.coordTLS():
+				t.Errorf("%s probe is a grpc probe, which the kubelet asks in plaintext: it cannot pass against a coordinator serving TLS; "+
+					"probe /healthz or /readyz over HTTPS on the metrics port", name)
+				continue
+			case p.GRPC != nil && p.GRPC.Service != nil:
+				entry, known = *p.GRPC.Service, true
+			case p.HTTPGet != nil:
+				if port := d.coordC.containerPort(p.HTTPGet.Port); port != metricsPort {
+					t.Errorf("%s probe on port %v; the health endpoints are on the metrics port %d", name, p.HTTPGet.Port, metricsPort)
+				}
+				if scheme := cmp.Or(p.HTTPGet.Scheme, "HTTP"); d.coordTLS() != (scheme == "HTTPS") {
+					t.Errorf("%s probe scheme %s, but the metrics port serves %s", name, scheme, map[bool]string{true: "HTTPS", false: "HTTP"}[d.coordTLS()])
+				}
+				entry, known = httpEntry[p.HTTPGet.Path]
+			}
+			if !known {
+				t.Errorf("%s probe %+v reads no health entry this test knows", name, p)
+				continue
+			}
+			switch {
+			case name != "readiness" && entry != "":
+				t.Errorf("%s probe reads the health of %q, want the server entry \"\"", name, entry)
+			case name == "readiness" && entry == "":
+				t.Error(`readiness reads the server entry ""; read a service entry, so that readiness is about what clients call`)
+			case name == "readiness" && entry == dispatchHealthEntry:
+				t.Errorf("readiness reads %s, which is NOT_SERVING while dispatch is paused: a pause would cut clients off", entry)
+			}
 		}
-		if p := d.coordC.ReadinessProbe; p != nil && p.GRPC != nil && p.GRPC.Service != nil {
-			switch s := *p.GRPC.Service; s {
-			case "":
-				t.Error(`readiness probes the server entry ""; probe a service entry, so that readiness is about what clients call`)
-			case dispatchHealthEntry:
-				t.Errorf("readiness probes %s, which is NOT_SERVING while dispatch is paused: a pause would cut clients off", s)
+	})
+
+	t.Run("Tokens cross the network over TLS only; no manifest turns on plaintext tokens or the development tokens", func(t *testing.T) {
+		for _, w := range d.workloads {
+			for _, c := range w.Spec.Template.Spec.Containers {
+				for _, a := range c.Args {
+					name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+					if name == "insecure-plaintext" || name == "dev" {
+						t.Errorf("%s/%s passes %s", w.Metadata.Name, c.Name, a)
+					}
+				}
+				for _, e := range c.Env {
+					if e.Name == "LEASEHOLD_INSECURE_PLAINTEXT" || e.Name == "LEASEHOLD_DEV" {
+						t.Errorf("%s/%s sets %s", w.Metadata.Name, c.Name, e.Name)
+					}
+				}
+			}
+		}
+		if _, ok := d.coordCfg["tokens"]; !ok {
+			t.Error("the coordinator has no --tokens: it would use the public development tokens")
+		}
+		var tlsSecret string
+		for _, flag := range []string{"tls-cert", "tls-key"} {
+			s, ok := d.coordCfg[flag]
+			if !ok || s.value == "" {
+				t.Errorf("the coordinator has no --%s: it serves bearer tokens in plaintext", flag)
+				continue
+			}
+			vol, rel, ok := d.coord.mountOf(d.coordC, s.value)
+			name := d.coord.secretVolume(vol)
+			if !ok || name == "" {
+				t.Errorf("%s=%s is on no Secret volume of the coordinator", s.source, s.value)
+				continue
+			}
+			sec := d.secrets[name]
+			if sec == nil || sec.Type != tlsSecretType {
+				t.Errorf("%s=%s: Secret %s is no example of type %s (cert-manager's and kubectl create secret tls's)", s.source, s.value, name, tlsSecretType)
+				continue
+			}
+			if _, ok := sec.StringData[rel]; !ok {
+				t.Errorf("%s=%s: Secret %s has no key %s", s.source, s.value, name, rel)
+			}
+			tlsSecret = name
+		}
+		ca, ok := d.rendCfg["tls-ca"]
+		if !ok {
+			t.Fatal("the renderer has no --tls-ca: it cannot verify the coordinator")
+		}
+		vol, rel, ok := d.rend.mountOf(d.rendC, ca.value)
+		name := d.rend.configMapVolume(vol)
+		if !ok || name == "" || d.configMaps[name] == nil {
+			t.Errorf("renderer %s=%s is on no example ConfigMap: the CA is public, and a Secret beside the coordinator's key invites mounting the key", ca.source, ca.value)
+		} else if _, ok := d.configMaps[name].Data[rel]; !ok {
+			t.Errorf("renderer %s=%s: ConfigMap %s has no key %s", ca.source, ca.value, name, rel)
+		}
+		for _, w := range d.workloads {
+			for _, v := range w.Spec.Template.Spec.Volumes {
+				if w != d.coord && v.Secret != nil && v.Secret.SecretName == tlsSecret {
+					t.Errorf("%s mounts Secret %s, the coordinator's private key", w.Metadata.Name, tlsSecret)
+				}
+			}
+		}
+		if host, _, err := net.SplitHostPort(d.rendCfg["coordinator"].value); err != nil || d.serviceNamed(strings.Split(host, ".")[0]) == nil {
+			t.Errorf("renderer --coordinator=%s: want the coordinator's Service, which its certificate names", d.rendCfg["coordinator"].value)
+		}
+	})
+
+	t.Run("deploy/README.md says how to make a certificate for each of the Service's names", func(t *testing.T) {
+		readme, err := os.ReadFile("README.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range append(d.serviceDNSNames(t), "server_name: "+d.scrapeServerName(t)) {
+			if !strings.Contains(string(readme), name) {
+				t.Errorf("deploy/README.md does not mention %s", name)
 			}
 		}
 	})
@@ -378,11 +503,14 @@ func TestManifests(t *testing.T) {
 		}
 	})
 
-	t.Run("Every Secret a pod reads is in the example, and the renderer credential allows the pods' names", func(t *testing.T) {
+	t.Run("Every Secret and ConfigMap a pod reads is in the example, and the renderer credential allows the pods' names", func(t *testing.T) {
 		for _, w := range d.workloads {
 			for _, v := range w.Spec.Template.Spec.Volumes {
 				if v.Secret != nil && d.secrets[v.Secret.SecretName] == nil {
 					t.Errorf("%s mounts Secret %s, which %s lacks", w.Metadata.Name, v.Secret.SecretName, exampleSecrets)
+				}
+				if v.ConfigMap != nil && d.configMaps[v.ConfigMap.Name] == nil {
+					t.Errorf("%s mounts ConfigMap %s, which %s lacks", w.Metadata.Name, v.ConfigMap.Name, exampleSecrets)
 				}
 			}
 		}
@@ -421,6 +549,52 @@ func TestManifests(t *testing.T) {
 			}
 		}
 	})
+}
+
+// tlsSecretType is the type of a Secret holding a certificate and its key
+// as tls.crt and tls.key.
+const tlsSecretType = "kubernetes.io/tls"
+
+// caKey is the key of a CA certificate in a Secret or ConfigMap, as
+// cert-manager names it.
+const caKey = "ca.crt"
+
+// coordTLS reports whether the coordinator serves TLS.
+func (d *deployment) coordTLS() bool {
+	return d.coordCfg["tls-cert"].value != ""
+}
+
+// serviceDNSNames returns the names a pod may reach the Service of the
+// renderers' --coordinator by: the Service's name, with its namespace,
+// with .svc and with the cluster domain. The coordinator's certificate
+// must carry them all.
+func (d *deployment) serviceDNSNames(t *testing.T) []string {
+	t.Helper()
+	host, _, err := net.SplitHostPort(d.rendCfg["coordinator"].value)
+	if err != nil {
+		t.Fatalf("renderer --coordinator: %v", err)
+	}
+	svc, _, _ := strings.Cut(host, ".")
+	ns := d.kust.Namespace
+	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
+}
+
+// scrapeServerName is the name Prometheus verifies the coordinator's
+// certificate against when it scrapes a pod by IP (deploy/README.md).
+func (d *deployment) scrapeServerName(t *testing.T) string {
+	t.Helper()
+	return d.serviceDNSNames(t)[2]
+}
+
+// probes returns a container's probes by kind.
+func (c *container) probes() map[string]*probe {
+	out := map[string]*probe{}
+	for name, p := range map[string]*probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p != nil {
+			out[name] = p
+		}
+	}
+	return out
 }
 
 // mustPort returns the port of a host:port flag.

@@ -91,6 +91,10 @@ type volume struct {
 	PersistentVolumeClaim *struct {
 		ClaimName string `yaml:"claimName"`
 	} `yaml:"persistentVolumeClaim"`
+	ConfigMap *struct {
+		Name        string `yaml:"name"`
+		DefaultMode int    `yaml:"defaultMode"`
+	} `yaml:"configMap"`
 }
 
 // pod is a bare Pod: the maintenance shell on the coordinator's volume.
@@ -147,8 +151,9 @@ type probe struct {
 		Service *string `yaml:"service"`
 	} `yaml:"grpc"`
 	HTTPGet *struct {
-		Path string `yaml:"path"`
-		Port any    `yaml:"port"`
+		Path   string `yaml:"path"`
+		Port   any    `yaml:"port"`
+		Scheme string `yaml:"scheme"`
 	} `yaml:"httpGet"`
 	InitialDelaySeconds int `yaml:"initialDelaySeconds"`
 	PeriodSeconds       int `yaml:"periodSeconds"`
@@ -186,6 +191,13 @@ type secret struct {
 	StringData map[string]string `yaml:"stringData"`
 }
 
+// configMap is a ConfigMap the operator creates: the CA that verifies
+// the coordinator.
+type configMap struct {
+	object `yaml:",inline"`
+	Data   map[string]string `yaml:"data"`
+}
+
 type kustomization struct {
 	APIVersion string      `yaml:"apiVersion"`
 	Kind       string      `yaml:"kind"`
@@ -202,13 +214,14 @@ type kustImage struct {
 
 // manifests is every object of deploy/kubernetes, by kind.
 type manifests struct {
-	workloads []*workload
-	services  []*service
-	budgets   []*disruptionBudget
-	pods      []*pod
-	secrets   map[string]*secret  // the example Secrets, by name
-	files     map[string][]string // file -> kinds, for the kustomization check
-	kust      kustomization
+	workloads  []*workload
+	services   []*service
+	budgets    []*disruptionBudget
+	pods       []*pod
+	secrets    map[string]*secret    // the example Secrets, by name
+	configMaps map[string]*configMap // the example ConfigMaps, by name
+	files      map[string][]string   // file -> kinds, for the kustomization check
+	kust       kustomization
 }
 
 const (
@@ -223,7 +236,7 @@ const (
 // loadManifests decodes every YAML file of deploy/kubernetes strictly.
 func loadManifests(t *testing.T) *manifests {
 	t.Helper()
-	m := &manifests{secrets: map[string]*secret{}, files: map[string][]string{}}
+	m := &manifests{secrets: map[string]*secret{}, configMaps: map[string]*configMap{}, files: map[string][]string{}}
 	paths, err := filepath.Glob(filepath.Join(kubeDir, "*.yaml"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no manifests in %s: %v", kubeDir, err)
@@ -264,7 +277,7 @@ func (m *manifests) add(file string, doc []byte) error {
 		return fmt.Errorf("apiVersion, kind and metadata.name are required, got %+v", head)
 	}
 	want := map[string]string{
-		"Namespace": "v1", "Service": "v1", "Secret": "v1",
+		"Namespace": "v1", "Service": "v1", "Secret": "v1", "ConfigMap": "v1",
 		"StatefulSet": "apps/v1", "Deployment": "apps/v1", "PodDisruptionBudget": "policy/v1", "Pod": "v1",
 	}
 	if v, ok := want[head.Kind]; !ok {
@@ -317,6 +330,15 @@ func (m *manifests) add(file string, doc []byte) error {
 			return err
 		}
 		m.secrets[s.Metadata.Name] = s
+	case "ConfigMap":
+		if file != exampleSecrets {
+			return fmt.Errorf("ConfigMap %s: the ConfigMaps the pods read are made per deployment; keep an example in %s", head.Metadata.Name, exampleSecrets)
+		}
+		cm := &configMap{}
+		if err := decodeStrict(doc, cm); err != nil {
+			return err
+		}
+		m.configMaps[cm.Metadata.Name] = cm
 	}
 	return nil
 }
@@ -438,6 +460,16 @@ func (w *workload) secretVolume(name string) string {
 	for _, v := range w.Spec.Template.Spec.Volumes {
 		if v.Name == name && v.Secret != nil {
 			return v.Secret.SecretName
+		}
+	}
+	return ""
+}
+
+// configMapVolume returns the ConfigMap a pod volume projects, or "".
+func (w *workload) configMapVolume(name string) string {
+	for _, v := range w.Spec.Template.Spec.Volumes {
+		if v.Name == name && v.ConfigMap != nil {
+			return v.ConfigMap.Name
 		}
 	}
 	return ""

@@ -12,6 +12,8 @@ package docs
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -33,9 +35,11 @@ import (
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leasehold/leasehold/internal/security/securitytest"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -81,7 +85,7 @@ func TestRunbooks(t *testing.T) {
 			t.Errorf("%s has no page docs/runbooks/%s.md", s, strings.TrimSuffix(filepath.Base(s), ".txtar"))
 		}
 	}
-	testscript.Run(t, params(scripts, nil))
+	testscript.Run(t, params(scripts, tlsFiles(t), nil))
 }
 
 // TestREADME replays the README's walk-through: a stack like scripts/up
@@ -93,7 +97,7 @@ func TestREADME(t *testing.T) {
 	script := filepath.Join("testdata", "readme.txtar")
 	checkCovered(t, readme, script)
 	checkJSONBlocks(t, readme, script)
-	testscript.Run(t, params([]string{script}, func(env *testscript.Env) error {
+	testscript.Run(t, params([]string{script}, tlsFiles(t), func(env *testscript.Env) error {
 		if err := copyFile(readme, filepath.Join(env.WorkDir, "README.md")); err != nil {
 			return err
 		}
@@ -135,9 +139,23 @@ func TestLinks(t *testing.T) {
 	}
 }
 
+// tlsServerName is the name on the scripts' server certificate: the
+// Service's, which the runbooks verify through a port-forward.
+const tlsServerName = "leasehold-coordinator"
+
+// tlsFiles returns the files of a CA and a server certificate it signed
+// for tlsServerName, by the names the runbooks use: ca.crt, and tls.crt
+// and tls.key as a kubernetes.io/tls Secret holds them.
+func tlsFiles(t *testing.T) map[string][]byte {
+	ca := securitytest.NewCA(t, "leasehold docs test CA")
+	certPEM, keyPEM := securitytest.KeyPairPEM(t, ca.ServerFor(t, tlsServerName))
+	return map[string][]byte{"ca.crt": ca.PEM(), "tls.crt": certPEM, "tls.key": keyPEM}
+}
+
 // params are the testscript parameters every script runs with: the
-// binaries on PATH, free loopback addresses, and the commands below.
-func params(files []string, setup func(*testscript.Env) error) testscript.Params {
+// binaries on PATH, free loopback addresses, the files of tlsFiles in the
+// work directory, and the commands below.
+func params(files []string, certs map[string][]byte, setup func(*testscript.Env) error) testscript.Params {
 	return testscript.Params{
 		Files:               files,
 		RequireExplicitExec: true,
@@ -155,6 +173,11 @@ func params(files []string, setup func(*testscript.Env) error) testscript.Params
 			}
 			// The CLI's default address stands for 127.0.0.1:7070.
 			env.Setenv("LEASEHOLD_ADDR", env.Getenv("ADDR"))
+			for name, data := range certs {
+				if err := os.WriteFile(filepath.Join(env.WorkDir, name), data, 0o600); err != nil {
+					return err
+				}
+			}
 			if setup != nil {
 				return setup(env)
 			}
@@ -255,7 +278,8 @@ func cmdMountTmpfs(ts *testscript.TestScript, neg bool, args []string) {
 // cmdWaitHealth waits until the health entry SERVICE of the coordinator at
 // ADDR reports STATUS (SERVING, NOT_SERVING), connecting as soon as the
 // coordinator listens. The server's own entry is the empty name, an
-// empty pair of single quotes in a script.
+// empty pair of single quotes in a script. With LEASEHOLD_TLS_CA set in
+// the script, it connects over TLS as the CLI does (see scriptTLS).
 //
 //	waithealth ADDR SERVICE STATUS
 func cmdWaitHealth(ts *testscript.TestScript, neg bool, args []string) {
@@ -268,7 +292,11 @@ func cmdWaitHealth(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	// Retry the connection often: the coordinator may be starting.
 	retry := grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond}}
-	conn, err := grpc.NewClient(args[0], grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(retry))
+	creds := insecure.NewCredentials()
+	if cfg := scriptTLS(ts); cfg != nil {
+		creds = credentials.NewTLS(cfg)
+	}
+	conn, err := grpc.NewClient(args[0], grpc.WithTransportCredentials(creds), grpc.WithConnectParams(retry))
 	ts.Check(err)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -288,7 +316,25 @@ func cmdWaitHealth(ts *testscript.TestScript, neg bool, args []string) {
 
 // scriptEnvNames are the variables a command started by waitfor sees,
 // taken from the script's environment (testscript offers no list of it).
-var scriptEnvNames = []string{"PATH", "HOME", "TMPDIR", "LEASEHOLD_ADDR", "LEASEHOLD_TOKEN", "LEASEHOLD_TEAM"}
+var scriptEnvNames = []string{"PATH", "HOME", "TMPDIR", "LEASEHOLD_ADDR", "LEASEHOLD_TOKEN", "LEASEHOLD_TEAM",
+	"LEASEHOLD_TLS_CA", "LEASEHOLD_TLS_SERVER_NAME"}
+
+// scriptTLS returns the TLS configuration the CLI would take from the
+// script's LEASEHOLD_TLS_CA and LEASEHOLD_TLS_SERVER_NAME, or nil without
+// a CA.
+func scriptTLS(ts *testscript.TestScript) *tls.Config {
+	caFile := ts.Getenv("LEASEHOLD_TLS_CA")
+	if caFile == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(ts.MkAbs(caFile))
+	ts.Check(err)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		ts.Fatalf("LEASEHOLD_TLS_CA=%s holds no certificate", caFile)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: ts.Getenv("LEASEHOLD_TLS_SERVER_NAME")}
+}
 
 // cmdWaitFor starts CMD, reads its standard output line by line until a
 // line matches REGEXP, then stops it. The lines read are its stdout. It
@@ -341,14 +387,19 @@ func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // cmdHTTPGet prints the body of GET URL. It fails on a status other than
-// 200 (with !, on 200).
+// 200 (with !, on 200). An https URL is verified as waithealth verifies
+// the coordinator (scriptTLS).
 //
 //	httpget URL
 func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: httpget URL")
 	}
-	client := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	var tlsCfg *tls.Config
+	if strings.HasPrefix(args[0], "https://") {
+		tlsCfg = scriptTLS(ts)
+	}
+	client := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tlsCfg}}
 	resp, err := client.Get(args[0])
 	ts.Check(err)
 	body, err := io.ReadAll(resp.Body)

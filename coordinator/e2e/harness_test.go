@@ -82,7 +82,7 @@ func startCoordinator(t testing.TB, args ...string) *coordinator {
 // SERVING.
 func startCoordinatorAt(t testing.TB, listen, dataDir string, args ...string) *coordinator {
 	t.Helper()
-	all := append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...)
+	all := proctest.CoordinatorPrincipals(append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...))
 	p := procs.Start(t, "coordinator", bins.coordinator, all...)
 	line := p.WaitFor("coordinator listening")
 	c := &coordinator{Proc: p, addr: proctest.LogAttr(line, "addr"), dataDir: dataDir}

@@ -29,7 +29,7 @@ func TestMutualTLS(t *testing.T) {
 	serverCert, serverKey := securitytest.WriteKeyPair(t, dir, "coordinator", ca.Server(t))
 	clientCert, clientKey := securitytest.WriteKeyPair(t, dir, "client", ca.Client(t, "client"))
 
-	p := procs.Start(t, "coordinator", bins.coordinator, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+	p := procs.Start(t, "coordinator", bins.coordinator, "--dev", "--listen", "127.0.0.1:0", "--metrics-listen", "",
 		"--data-dir", t.TempDir(), "--tls-cert", serverCert, "--tls-key", serverKey, "--tls-client-ca", caFile)
 	line := p.WaitFor("coordinator listening")
 	addr := proctest.LogAttr(line, "addr")

@@ -302,3 +302,15 @@ func (o Options) Health(t testing.TB, addr string, waitReady bool) healthpb.Heal
 	}
 	return resp.GetStatus()
 }
+
+// CoordinatorPrincipals returns a coordinator's arguments with --dev in
+// front, for the public development tokens, unless they name a principals
+// file with --tokens: the coordinator needs exactly one of the two.
+func CoordinatorPrincipals(args []string) []string {
+	for _, a := range args {
+		if a == "--tokens" || strings.HasPrefix(a, "--tokens=") {
+			return args
+		}
+	}
+	return append([]string{"--dev"}, args...)
+}

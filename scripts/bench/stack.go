@@ -120,7 +120,7 @@ func fsType(path string) string {
 // startCoordinator starts the coordinator on the stack's data directory and
 // waits until it is SERVING. It returns the time from exec to SERVING.
 func (s *stack) startCoordinator() (time.Duration, error) {
-	args := []string{"--listen", s.addr, "--data-dir", s.data, "--metrics-listen", s.metricsAddr}
+	args := []string{"--dev", "--listen", s.addr, "--data-dir", s.data, "--metrics-listen", s.metricsAddr}
 	if s.cfg.logLevel != "" {
 		args = append(args, "--log-level", s.cfg.logLevel)
 	}

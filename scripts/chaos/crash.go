@@ -203,7 +203,7 @@ func (h *harness) failpointFor(n int) string {
 // if not empty, and waits until it serves.
 func (h *harness) startCoordinator(n int, fp string) (*testbin.Child, lifetime, error) {
 	r := lifetime{N: n, Failpoint: fp}
-	args := []string{"--listen", h.addr, "--data-dir", h.data, "--metrics-listen", "",
+	args := []string{"--dev", "--listen", h.addr, "--data-dir", h.data, "--metrics-listen", "",
 		"--lease-ttl", h.cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
 		"--backoff-base", "20ms", "--backoff-cap", "200ms"}
 	var env []string

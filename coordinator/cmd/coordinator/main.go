@@ -13,6 +13,10 @@
 // does not have, are invalid values too. Other failures to start exit with
 // status 1.
 //
+// It needs its principals: --tokens FILE, or --dev for the public
+// development tokens, which it serves only on loopback addresses and
+// accepts only from this machine. Neither, or both, is a usage error.
+//
 // With --tls-cert and --tls-key the coordinator serves TLS only; with
 // --tls-client-ca as well, every client must present a certificate signed
 // by one of those CAs (mutual TLS). Logs are JSON lines unless stderr is a
@@ -47,6 +51,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
+	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/internal/logformat"
@@ -199,6 +204,7 @@ type flagValues struct {
 	tlsCert        string
 	tlsKey         string
 	tlsClientCA    string
+	dev            bool
 }
 
 // parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
@@ -217,7 +223,9 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC listen address")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "directory of the bbolt file and the artifacts")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of /metrics, profiles and the console, HTTPS with --tls-cert (empty: none); not 9090, which is Prometheus's own")
-	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON), read again on SIGHUP; without it the development tokens are used, on loopback only")
+	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON), read again on SIGHUP; required unless --dev")
+	fs.BoolVar(&fv.dev, "dev", false, "use the public development tokens (dev-alpha, dev-operator, ...) instead of --tokens: "+
+		"only on loopback addresses, the console's too, and only from this machine")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; further clients wait until one closes")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
 	fs.UintVar(&fv.maxAttempts, "max-attempts", 5, "attempts per job cycle, including the first (at least 1)")
@@ -237,6 +245,8 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the metrics address")
 	fs.BoolVar(&cfg.Console, "console", false, "serve the web console under /console/ on the metrics address (loopback only unless TLS is on)")
+	fs.Var((*hostList)(&cfg.ConsoleHosts), "console-host", "a `name` (host or host:port) the console answers to besides localhost and its listen address, "+
+		"as browsers reach it through DNS or a proxy; repeat it or separate names with commas (others are refused 421)")
 	fs.BoolVar(&fv.runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", 1000, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
@@ -267,6 +277,9 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	}
 	tlsCfg, err := loadTLS(fv, source)
 	if err != nil {
+		return cfg, level, err
+	}
+	if err := checkAccess(cfg, fv, source); err != nil {
 		return cfg, level, err
 	}
 	cfg.TLS = tlsCfg
@@ -418,6 +431,42 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 	for _, c := range checks {
 		if !c.ok {
 			return usagef("%s=%v: want %s", source[c.flag], c.value, c.want)
+		}
+	}
+	return nil
+}
+
+// checkAccess requires one source of principals: --tokens or --dev, not
+// both and not neither, so that the public development tokens are never
+// served by accident (a principals file that went missing from a
+// deployment's arguments). --console-host needs --console, and names.
+func checkAccess(cfg coordinator.Config, fv flagValues, source map[string]string) error {
+	switch {
+	case fv.dev && cfg.TokensFile != "":
+		return usagef("%s and %s exclude each other: the development tokens or a principals file", source["dev"], source["tokens"])
+	case !fv.dev && cfg.TokensFile == "":
+		return usagef("no principals: pass --tokens FILE (a principals file), or --dev for the public development tokens on loopback")
+	case len(cfg.ConsoleHosts) > 0 && !cfg.Console:
+		return usagef("%s needs --console", source["console-host"])
+	}
+	if err := console.CheckHosts(cfg.ConsoleHosts); err != nil {
+		return usagef("%s=%q: %v", source["console-host"], strings.Join(cfg.ConsoleHosts, ","), err)
+	}
+	return nil
+}
+
+// hostList is a flag of names, repeatable and comma-separated.
+type hostList []string
+
+// String implements flag.Value.
+func (l *hostList) String() string { return strings.Join(*l, ",") }
+
+// Set implements flag.Value: it adds each comma-separated name.
+func (l *hostList) Set(s string) error {
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if n != "" {
+			*l = append(*l, n)
 		}
 	}
 	return nil

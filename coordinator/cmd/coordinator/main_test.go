@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // line's precedence over them.
 func TestParseFlags(t *testing.T) {
 	t.Run("Defaults match the documented ones", func(t *testing.T) {
-		cfg, level, err := parseFlags(nil, io.Discard)
+		cfg, level, err := parseFlags([]string{"--dev"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func TestParseFlags(t *testing.T) {
 	})
 	t.Run("Retention takes days, durations and 0 for forever", func(t *testing.T) {
 		t.Setenv("LEASEHOLD_AUDIT_RETENTION", "0")
-		cfg, _, err := parseFlags([]string{"--retention", "14d", "--rejection-retention", "36h"}, io.Discard)
+		cfg, _, err := parseFlags([]string{"--dev", "--retention", "14d", "--rejection-retention", "36h"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestParseFlags(t *testing.T) {
 		t.Setenv("LEASEHOLD_RUNNING_CANCEL", "false")
 		t.Setenv("LEASEHOLD_MAX_BATCH_INLINE_BYTES", "1048576")
 		t.Setenv("LEASEHOLD_TEAM_SHARE", "1")
-		cfg, _, err := parseFlags([]string{"--listen", "127.0.0.1:2", "--team-weights", "alpha=3, beta=1", "--unsupported", ".exe, ,.js", "--log-level", "debug"}, io.Discard)
+		cfg, _, err := parseFlags([]string{"--dev", "--listen", "127.0.0.1:2", "--team-weights", "alpha=3, beta=1", "--unsupported", ".exe, ,.js", "--log-level", "debug"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +176,7 @@ func TestInvalidConfigurationExitsTwo(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			dataDir := filepath.Join(dir, "data")
-			args := append([]string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.args...)
+			args := append([]string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--dev"}, tc.args...)
 			code, stderr := runCommand(t, dir, args, tc.env)
 			if code != 2 {
 				t.Errorf("exit status = %d, want 2; stderr:\n%s", code, stderr)

@@ -23,7 +23,7 @@ func TestTLSAndLogFlags(t *testing.T) {
 	cert, key := securitytest.WriteKeyPair(t, dir, "server", ca.Server(t))
 
 	t.Run("No TLS flag serves plaintext", func(t *testing.T) {
-		cfg, _, err := parseFlags(nil, io.Discard)
+		cfg, _, err := parseFlags([]string{"--dev"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func TestTLSAndLogFlags(t *testing.T) {
 		}
 	})
 	t.Run("Certificate and key serve TLS without client certificates", func(t *testing.T) {
-		cfg, _, err := parseFlags([]string{"--tls-cert", cert, "--tls-key", key}, io.Discard)
+		cfg, _, err := parseFlags([]string{"--dev", "--tls-cert", cert, "--tls-key", key}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestTLSAndLogFlags(t *testing.T) {
 		t.Setenv("LEASEHOLD_TLS_CERT", cert)
 		t.Setenv("LEASEHOLD_TLS_KEY", key)
 		t.Setenv("LEASEHOLD_TLS_CLIENT_CA", caFile)
-		cfg, _, err := parseFlags(nil, io.Discard)
+		cfg, _, err := parseFlags([]string{"--dev"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestTLSAndLogFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out strings.Builder
-			cfg, _, err := parseFlags(tc.args, &out)
+			cfg, _, err := parseFlags(append([]string{"--dev"}, tc.args...), &out)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestInvalidSecurityConfigurationExitsTwo(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			dataDir := filepath.Join(dir, "data")
-			args := append([]string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.args...)
+			args := append([]string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--dev"}, tc.args...)
 			code, stderr := runCommand(t, dir, args, tc.env)
 			if code != 2 {
 				t.Errorf("exit status = %d, want 2; stderr:\n%s", code, stderr)

@@ -86,6 +86,10 @@ type Principal struct {
 	// many streams that each declare a large capacity and so defeating the
 	// team share cap.
 	MaxCapacity int
+	// LoopbackOnly marks a principal whose token is public (the
+	// development tokens): AuthFunc accepts it only on a call from this
+	// machine (LocalPeer), and the console only from a loopback browser.
+	LoopbackOnly bool
 }
 
 // Can reports whether p holds role.
@@ -381,11 +385,11 @@ const (
 // them only on a loopback address.
 func DevPrincipals() *Set {
 	return NewSet(map[string]Principal{
-		DevAlphaToken:         {Name: "dev-alpha", Team: "alpha", Roles: []Role{RoleSubmitter}},
-		DevBetaToken:          {Name: "dev-beta", Team: "beta", Roles: []Role{RoleSubmitter}},
-		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}, RendererIDs: []string{AnyRendererID}, MaxCapacity: DefaultMaxCapacity},
-		DevOperatorToken:      {Name: "dev-operator", Scope: []string{AllTeams}, Roles: []Role{RoleOperator}},
-		DevOperatorAlphaToken: {Name: "dev-operator-alpha", Scope: []string{"alpha"}, Roles: []Role{RoleOperator}},
+		DevAlphaToken:         {Name: "dev-alpha", Team: "alpha", Roles: []Role{RoleSubmitter}, LoopbackOnly: true},
+		DevBetaToken:          {Name: "dev-beta", Team: "beta", Roles: []Role{RoleSubmitter}, LoopbackOnly: true},
+		DevRendererToken:      {Name: "dev-renderer", Roles: []Role{RoleRenderer}, RendererIDs: []string{AnyRendererID}, MaxCapacity: DefaultMaxCapacity, LoopbackOnly: true},
+		DevOperatorToken:      {Name: "dev-operator", Scope: []string{AllTeams}, Roles: []Role{RoleOperator}, LoopbackOnly: true},
+		DevOperatorAlphaToken: {Name: "dev-operator-alpha", Scope: []string{"alpha"}, Roles: []Role{RoleOperator}, LoopbackOnly: true},
 	})
 }
 
@@ -422,7 +426,9 @@ func unauthenticated(msg string) error {
 }
 
 // AuthFunc authenticates the bearer token in ctx's metadata and returns ctx
-// carrying the principal, or an UNAUTHENTICATED error. It also records the
+// carrying the principal, or an UNAUTHENTICATED error. A LoopbackOnly
+// principal's token is refused unless ctx's peer is on this machine
+// (LocalPeer), whatever address the server listens on. It also records the
 // principal in ctx's Caller, if any.
 func (s *Set) AuthFunc(ctx context.Context) (context.Context, error) {
 	token, err := grpcauth.AuthFromMD(ctx, "bearer")
@@ -432,6 +438,9 @@ func (s *Set) AuthFunc(ctx context.Context) (context.Context, error) {
 	p, ok := s.Lookup(token)
 	if !ok {
 		return nil, unauthenticated("unknown bearer token")
+	}
+	if p.LoopbackOnly && !fromThisMachine(ctx) {
+		return nil, errNotLocal
 	}
 	record(ctx, p)
 	return NewContext(ctx, p), nil

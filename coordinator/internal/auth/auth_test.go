@@ -246,7 +246,7 @@ func TestInterceptor(t *testing.T) {
 		return "ok", nil
 	}
 	call := func(method, authz string) error {
-		ctx := context.Background()
+		ctx := fromLoopback()
 		if authz != "" {
 			ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", authz))
 		}

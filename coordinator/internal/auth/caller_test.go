@@ -16,7 +16,7 @@ func TestCaller(t *testing.T) {
 	outer := CallerUnaryServerInterceptor()
 	inner := DevPrincipals().UnaryServerInterceptor()
 	call := func(authz string) (Principal, bool) {
-		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", authz))
+		ctx := metadata.NewIncomingContext(fromLoopback(), metadata.Pairs("authorization", authz))
 		var caller *Caller
 		_, _ = outer(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/leasehold.v1.JobService/GetJob"}, func(ctx context.Context, req any) (any, error) {
 			caller = CallerFromContext(ctx)

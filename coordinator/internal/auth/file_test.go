@@ -258,7 +258,7 @@ func TestInTapHandle(t *testing.T) {
 		if authz != "" {
 			md.Set("authorization", authz)
 		}
-		_, err := handle(context.Background(), &tap.Info{FullMethodName: method, Header: md})
+		_, err := handle(fromLoopback(), &tap.Info{FullMethodName: method, Header: md})
 		return err
 	}
 	const submit = "/leasehold.v1.JobService/SubmitBatch"

@@ -2,23 +2,24 @@ package console
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
 	"embed"
-	"encoding/base64"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
-	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -29,9 +30,12 @@ const Prefix = "/console/"
 const (
 	// DefaultSessionTTL is how long a session lasts after sign-in.
 	DefaultSessionTTL = 12 * time.Hour
-	// MaxSessions bounds the sessions held at once; signing in past it
-	// ends the oldest.
-	MaxSessions = 10_000
+	// DefaultIdleTimeout ends a session after this long without a request
+	// of its browser (the live parts' own refreshes do not count).
+	DefaultIdleTimeout = time.Hour
+	// MaxSessionsPerPrincipal bounds one principal's sessions; signing in
+	// past it ends that principal's oldest session.
+	MaxSessionsPerPrincipal = 32
 )
 
 //go:embed assets templates
@@ -39,38 +43,56 @@ var files embed.FS
 
 // Config configures a Console.
 type Config struct {
-	// Services are the coordinator's service implementations; every page
-	// calls them in process.
-	Services *server.Services
+	// Conn is a connection to the coordinator's own gRPC server; every page
+	// and action is a call on it with the signed-in caller's bearer token,
+	// through the server's whole interceptor chain.
+	Conn grpc.ClientConnInterface
 	// Principals are the bearer tokens sign-in accepts.
 	Principals *auth.Set
+	// Hosts are the names, besides localhost and the listener's own
+	// address, that the console answers to (see Console.checkHost): a host
+	// name or address, with a port or without one.
+	Hosts []string
 	// Secure says the console is served over TLS: the session cookie is
 	// then Secure, with the __Host- prefix.
 	Secure bool
 	// SessionTTL is how long a session lasts; zero means DefaultSessionTTL.
 	SessionTTL time.Duration
-	Logger     *slog.Logger
-	// Now is the clock of session expiry; nil means time.Now.
+	// IdleTimeout ends a session its browser has not used for this long;
+	// zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
+	// Now is the clock of session expiry and of sign-in throttling; nil
+	// means time.Now.
 	Now func() time.Time
 }
 
 // Console serves the web console. It is safe for concurrent use.
 type Console struct {
 	cfg      Config
-	svc      *server.Services
+	svc      clients
 	log      *slog.Logger
 	pages    *templates
+	hosts    []hostName
 	sessions *sessions
+	throttle *throttle
 	handler  http.Handler
 }
 
-// New returns the console over cfg.Services.
+// New returns the console over cfg.Conn.
 func New(cfg Config) (*Console, error) {
-	if cfg.Services == nil || cfg.Principals == nil {
-		return nil, errors.New("console: Config.Services and Config.Principals are required")
+	if cfg.Conn == nil || cfg.Principals == nil {
+		return nil, errors.New("console: Config.Conn and Config.Principals are required")
+	}
+	hosts, err := parseHosts(cfg.Hosts)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -82,19 +104,21 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, svc: cfg.Services, log: cfg.Logger, pages: pages,
-		sessions: newSessions(cfg.SessionTTL, cfg.Now)}
+	c := &Console{cfg: cfg, svc: newClients(cfg.Conn), log: cfg.Logger, pages: pages, hosts: hosts,
+		sessions: newSessions(cfg.SessionTTL, cfg.IdleTimeout, cfg.Now), throttle: newThrottle(cfg.Now)}
 	c.handler = c.routes()
 	return c, nil
 }
 
-// ServeHTTP implements http.Handler for paths under Prefix.
+// ServeHTTP implements http.Handler for paths under Prefix, and for "/",
+// which it redirects to Prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
 
-// routes builds the console's mux behind the cross-origin check and the
-// security headers.
+// routes builds the console's mux behind the host check, the cross-origin
+// check and the security headers.
 func (c *Console) routes() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", http.RedirectHandler(Prefix, http.StatusFound))
 	assets, _ := fs.Sub(files, "assets")
 	mux.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", cacheAssets(http.FileServerFS(assets))))
 	mux.HandleFunc("GET /console/signin", c.signInPage)
@@ -125,7 +149,7 @@ func (c *Console) routes() http.Handler {
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		c.render(w, r, http.StatusForbidden, "error", nil, errorView{Title: "Refused", Message: "The request came from another site."})
 	}))
-	return securityHeaders(cop.Handler(mux))
+	return c.hostGuard(securityHeaders(cop.Handler(mux)))
 }
 
 // securityHeaders sets the headers every console response carries: no
@@ -154,8 +178,8 @@ func cacheAssets(h http.Handler) http.Handler {
 	})
 }
 
-// request is one signed-in request: the session and the context carrying
-// its principal, as the auth interceptor would put it there.
+// request is one signed-in request: the session and the context of its
+// calls, which carries the session's bearer token as outgoing metadata.
 type request struct {
 	*http.Request
 	sess *session
@@ -163,18 +187,64 @@ type request struct {
 }
 
 // page wraps a GET handler: it needs a session (else it sends the browser
-// to sign in) and renders what the handler returns.
+// to sign in), a browser on this machine when the session's token is only
+// for development, and a request whose text is UTF-8; it renders what the
+// handler returns. A session whose token the coordinator no longer
+// accepts ends.
 func (c *Console) page(h func(w http.ResponseWriter, r *request) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sess := c.sessions.get(r, c.cookieName())
+		live := r.URL.Query().Get("part") == "live"
+		sess := c.sessions.get(r, c.cookieName(r), !live)
+		if sess != nil && sess.principal.LoopbackOnly && !auth.LocalHostPort(r.RemoteAddr) {
+			c.log.Info("console: refused a development token's session from another machine", "principal", sess.principal.Name, "remote", r.RemoteAddr)
+			c.sessions.close(sess)
+			sess = nil
+		}
 		if sess == nil {
 			c.toSignIn(w, r)
 			return
 		}
-		if err := h(w, &request{Request: r, sess: sess, ctx: auth.NewContext(r.Context(), sess.principal)}); err != nil {
+		if err := r.ParseForm(); err != nil {
+			c.fail(w, r, sess, errBadForm)
+			return
+		}
+		if !validText(r) {
+			c.log.Info("console: refused a request that is not UTF-8", "method", r.Method, "path", r.URL.Path, "principal", sess.principal.Name)
+			c.fail(w, r, sess, errNotUTF8)
+			return
+		}
+		ctx := metadata.AppendToOutgoingContext(r.Context(), "authorization", "Bearer "+sess.token)
+		err := h(w, &request{Request: r, sess: sess, ctx: ctx})
+		if status.Code(err) == codes.Unauthenticated {
+			c.sessions.close(sess)
+			c.setCookie(w, r, nil)
+			sess = nil
+		}
+		if err != nil {
 			c.fail(w, r, sess, err)
 		}
 	}
+}
+
+// validText reports whether r's path and form values (query and body, as
+// ParseForm left them) are UTF-8. Protobuf strings must be, so a call could
+// not even be encoded with anything else: the console refuses the request
+// as the coordinator's codec refuses such a message from a gRPC client.
+func validText(r *http.Request) bool {
+	if !utf8.ValidString(r.URL.Path) {
+		return false
+	}
+	for k, vs := range r.Form {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // toSignIn sends a browser without a live session to sign in, and back
@@ -211,9 +281,6 @@ func (c *Console) toSignIn(w http.ResponseWriter, r *http.Request) {
 // token in the form (the cross-origin check has already run).
 func (c *Console) action(h func(w http.ResponseWriter, r *request) error) http.HandlerFunc {
 	return c.page(func(w http.ResponseWriter, r *request) error {
-		if err := r.ParseForm(); err != nil {
-			return errBadForm
-		}
 		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(r.sess.csrf)) != 1 {
 			c.log.Info("console: refused a form without its session's CSRF token", "path", r.URL.Path, "principal", r.sess.principal.Name)
 			return errCSRF
@@ -226,7 +293,14 @@ func (c *Console) action(h func(w http.ResponseWriter, r *request) error) http.H
 var (
 	errBadForm = errors.New("the form could not be read")
 	errCSRF    = errors.New("the form is stale or was not sent from this console; reload the page and try again")
+	// errNotUTF8 is answered as the coordinator answers a message with a
+	// string that is not UTF-8: INVALID_ARGUMENT MALFORMED_REQUEST.
+	errNotUTF8 = status.Error(codes.InvalidArgument, "the request holds text that is not UTF-8")
 )
+
+// reasonMalformed is the reason errNotUTF8 shows, the coordinator's for an
+// undecodable request.
+const reasonMalformed = "MALFORMED_REQUEST"
 
 // errorView is what the error page shows.
 type errorView struct {
@@ -272,6 +346,9 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, sess *session, er
 		return
 	}
 	v := errorView{Title: titleOf(st.Code()), Message: st.Message(), Code: codeName(st.Code())}
+	if errors.Is(err, errNotUTF8) {
+		v.Reason = reasonMalformed
+	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
 			v.Reason = info.GetReason()
@@ -301,97 +378,27 @@ func titleOf(c codes.Code) string {
 	return "Error"
 }
 
-// session is one signed-in browser.
-type session struct {
-	id        string
-	principal auth.Principal
-	// csrf is the token every form of this session carries.
-	csrf    string
-	expires time.Time
-}
-
-// sessions holds the signed-in sessions in memory.
-type sessions struct {
-	ttl time.Duration
-	now func() time.Time
-
-	mu   sync.Mutex
-	byID map[string]*session
-}
-
-func newSessions(ttl time.Duration, now func() time.Time) *sessions {
-	return &sessions{ttl: ttl, now: now, byID: make(map[string]*session)}
-}
-
-// randomToken returns 32 random bytes, base64url.
-func randomToken() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// open starts a session for p, ending the one that expires first when
-// MaxSessions are open.
-func (s *sessions) open(p auth.Principal) *session {
-	now := s.now()
-	sess := &session{id: randomToken(), principal: p, csrf: randomToken(), expires: now.Add(s.ttl)}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.byID) >= MaxSessions {
-		var first *session
-		for _, o := range s.byID {
-			if !o.expires.After(now) {
-				delete(s.byID, o.id)
-			} else if first == nil || o.expires.Before(first.expires) {
-				first = o
-			}
-		}
-		if len(s.byID) >= MaxSessions && first != nil {
-			delete(s.byID, first.id)
-		}
-	}
-	s.byID[sess.id] = sess
-	return sess
-}
-
-// get returns the live session r's cookie names, or nil.
-func (s *sessions) get(r *http.Request, cookie string) *session {
-	ck, err := r.Cookie(cookie)
-	if err != nil || ck.Value == "" {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sess := s.byID[ck.Value]
-	if sess == nil {
-		return nil
-	}
-	if !sess.expires.After(s.now()) {
-		delete(s.byID, sess.id)
-		return nil
-	}
-	return sess
-}
-
-// close ends a session.
-func (s *sessions) close(sess *session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.byID, sess.id)
-}
-
 // cookieName is the session cookie's name: with the __Host- prefix under
-// TLS, which binds it to this host and path "/" and requires Secure.
-func (c *Console) cookieName() string {
+// TLS, which binds it to this host and path "/" and requires Secure. It
+// ends in the port of the listener r came in on: browsers keep cookies per
+// host, not per port, so two coordinators on one machine would otherwise
+// overwrite each other's sessions.
+func (c *Console) cookieName(r *http.Request) string {
+	name := "leasehold-console"
 	if c.cfg.Secure {
-		return "__Host-leasehold-console"
+		name = "__Host-" + name
 	}
-	return "leasehold-console"
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if port := portOf(local); port != "" {
+			name += "-" + port
+		}
+	}
+	return name
 }
 
 // setCookie sets (or, with a nil session, clears) the session cookie.
-func (c *Console) setCookie(w http.ResponseWriter, sess *session) {
-	ck := &http.Cookie{Name: c.cookieName(), Path: Prefix, HttpOnly: true, Secure: c.cfg.Secure, SameSite: http.SameSiteStrictMode}
+func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, sess *session) {
+	ck := &http.Cookie{Name: c.cookieName(r), Path: Prefix, HttpOnly: true, Secure: c.cfg.Secure, SameSite: http.SameSiteStrictMode}
 	if c.cfg.Secure {
 		ck.Path = "/"
 	}
@@ -419,23 +426,45 @@ type signInView struct {
 // session for its principal. A session the browser already had ends: its
 // id must not stay valid after its cookie is replaced, under whatever
 // principal it was.
+//
+// Failed sign-ins are counted per remote address: past MaxFailedSignIns
+// in SignInWindow the address is refused (429) without the token being
+// looked at, until the window has passed. A development token
+// (LoopbackOnly) signs in only from a browser on this machine.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
+	addr := remoteIP(r)
+	if left, blocked := c.throttle.blocked(addr); blocked {
+		c.log.Info("console: refused a sign-in from an address with too many failures", "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", fmt.Sprint(int(left.Round(time.Second).Seconds())))
+		c.render(w, r, http.StatusTooManyRequests, "signin", nil, signInView{Next: safeNext(r.URL.Query().Get("next")),
+			Error: fmt.Sprintf("Too many failed sign-ins from this address; try again in %s.", roundDuration(left))})
+		return
+	}
 	if err := r.ParseForm(); err != nil {
 		c.render(w, r, http.StatusBadRequest, "signin", nil, signInView{Error: "The form could not be read."})
 		return
 	}
 	next := safeNext(r.PostFormValue("next"))
-	p, ok := c.cfg.Principals.Lookup(strings.TrimSpace(r.PostFormValue("token")))
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	p, ok := c.cfg.Principals.Lookup(token)
+	if ok && p.LoopbackOnly && !auth.LocalHostPort(r.RemoteAddr) {
+		c.throttle.fail(addr)
+		c.log.Info("console: refused a development token from another machine", "principal", p.Name, "remote", r.RemoteAddr)
+		c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next,
+			Error: "That is a public development token: it signs in only from a browser on the coordinator's machine."})
+		return
+	}
 	if !ok {
+		c.throttle.fail(addr)
 		c.log.Info("console: sign-in with an unknown token", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next, Error: "Unknown token."})
 		return
 	}
-	if old := c.sessions.get(r, c.cookieName()); old != nil {
+	if old := c.sessions.get(r, c.cookieName(r), false); old != nil {
 		c.sessions.close(old)
 	}
-	sess := c.sessions.open(p)
-	c.setCookie(w, sess)
+	sess := c.sessions.open(p, token)
+	c.setCookie(w, r, sess)
 	c.log.Info("console: signed in", "principal", p.Name)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -443,7 +472,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 // signOut ends the session.
 func (c *Console) signOut(w http.ResponseWriter, r *request) error {
 	c.sessions.close(r.sess)
-	c.setCookie(w, nil)
+	c.setCookie(w, r.Request, nil)
 	http.Redirect(w, r.Request, "/console/signin", http.StatusSeeOther)
 	return nil
 }

@@ -2,7 +2,9 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -19,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -30,10 +33,15 @@ type testBundle struct {
 	eng *engine.Engine
 	srv *httptest.Server
 	c   *http.Client
+	// clk is the console's clock of sessions and sign-in throttling.
+	clk *clock
+	// conn is the console's connection to the gRPC server.
+	conn grpc.ClientConnInterface
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	clk := &clock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	st, err := store.Open(filepath.Join(t.TempDir(), "leasehold.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +55,8 @@ func setup(t *testing.T) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	con, err := New(Config{Services: svc, Principals: auth.DevPrincipals()})
+	conn, stopGRPC := serveInProcess(t, svc, auth.DevPrincipals())
+	con, err := New(Config{Conn: conn, Principals: auth.DevPrincipals(), Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +67,11 @@ func setup(t *testing.T) *testBundle {
 		b.c.CloseIdleConnections()
 		srv.Close()
 		svc.Shutdown()
+		stopGRPC()
 		eng.Stop()
 		st.Close()
 	})
+	b.clk, b.conn = clk, conn
 	return b
 }
 
@@ -80,6 +91,9 @@ func (b *testBundle) do(t *testing.T, method, path string, form url.Values, head
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
+	}
+	if h, ok := header["Host"]; ok {
+		req.Host = h
 	}
 	resp, err := b.c.Do(req)
 	if err != nil {
@@ -159,12 +173,13 @@ func TestSignIn(t *testing.T) {
 		}
 	})
 
-	t.Run("The session cookie is HttpOnly and SameSite=Strict", func(t *testing.T) {
+	t.Run("The session cookie is HttpOnly and SameSite=Strict, and named for the listener's port", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		_, _, h := b.do(t, "POST", "/console/signin", url.Values{"token": {auth.DevOperatorToken}}, nil)
 		ck := h.Get("Set-Cookie")
-		for _, want := range []string{"leasehold-console=", "HttpOnly", "SameSite=Strict", "Path=/console/"} {
+		port := b.srv.Listener.Addr().(*net.TCPAddr).Port
+		for _, want := range []string{fmt.Sprintf("leasehold-console-%d=", port), "HttpOnly", "SameSite=Strict", "Path=/console/"} {
 			if !strings.Contains(ck, want) {
 				t.Errorf("Set-Cookie %q lacks %s", ck, want)
 			}
@@ -217,9 +232,11 @@ func TestSecureCookie(t *testing.T) {
 	t.Parallel()
 	con := &Console{cfg: Config{Secure: true}}
 	rec := httptest.NewRecorder()
-	con.setCookie(rec, &session{id: "abc", expires: time.Now().Add(time.Hour)})
+	req := httptest.NewRequest("GET", "https://127.0.0.1:7071/console/", nil)
+	req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7071}))
+	con.setCookie(rec, req, &session{id: "abc", expires: time.Now().Add(time.Hour)})
 	ck := rec.Header().Get("Set-Cookie")
-	for _, want := range []string{"__Host-leasehold-console=abc", "Path=/", "Secure", "HttpOnly", "SameSite=Strict"} {
+	for _, want := range []string{"__Host-leasehold-console-7071=abc", "Path=/", "Secure", "HttpOnly", "SameSite=Strict"} {
 		if !strings.Contains(ck, want) {
 			t.Errorf("Set-Cookie %q lacks %s", ck, want)
 		}
@@ -358,7 +375,7 @@ func TestActions(t *testing.T) {
 func setupSibling(t *testing.T, b *testBundle) *testBundle {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
-	s := &testBundle{eng: b.eng, srv: b.srv, c: &http.Client{Jar: jar, CheckRedirect: b.c.CheckRedirect}}
+	s := &testBundle{eng: b.eng, srv: b.srv, c: &http.Client{Jar: jar, CheckRedirect: b.c.CheckRedirect}, clk: b.clk}
 	t.Cleanup(s.c.CloseIdleConnections)
 	return s
 }

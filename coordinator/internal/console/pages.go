@@ -2,14 +2,12 @@ package console
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -166,31 +164,11 @@ func (c *Console) preview(w http.ResponseWriter, r *request) error {
 }
 
 // artifactSink is GetArtifact's server stream, in process: it collects
-// what the handler sends.
+// what the console's client receives (see jobsClient.GetArtifact).
 type artifactSink struct {
 	ctx  context.Context
 	meta *leaseholdv1.Artifact
 	data []byte
-}
-
-var _ leaseholdv1.JobService_GetArtifactServer = (*artifactSink)(nil)
-
-func (s *artifactSink) Send(m *leaseholdv1.GetArtifactResponse) error {
-	if m.GetArtifact() != nil {
-		s.meta = m.GetArtifact()
-	}
-	s.data = append(s.data, m.GetChunk()...)
-	return nil
-}
-func (s *artifactSink) Context() context.Context     { return s.ctx }
-func (s *artifactSink) SetHeader(metadata.MD) error  { return nil }
-func (s *artifactSink) SendHeader(metadata.MD) error { return nil }
-func (s *artifactSink) SetTrailer(metadata.MD)       {}
-func (s *artifactSink) SendMsg(any) error {
-	return errors.New("console: SendMsg on an in-process stream")
-}
-func (s *artifactSink) RecvMsg(any) error {
-	return errors.New("console: RecvMsg on an in-process stream")
 }
 
 // renderersView is the renderer list.

@@ -158,6 +158,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
+	db.NoSync = s.noSync
 	s.db = db
 	version, err := s.prepare()
 	if err == nil && version == 1 {

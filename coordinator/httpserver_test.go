@@ -1,0 +1,215 @@
+package coordinator
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// pipeListener is an in-memory listener of net.Pipe connections, so that
+// an HTTP server runs inside a synctest bubble on its fake clock.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn, 16), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7071} }
+
+// dial returns the client end of a new connection; the server end waits
+// to be accepted.
+func (l *pipeListener) dial() net.Conn {
+	server, client := net.Pipe()
+	l.conns <- server
+	return client
+}
+
+// limitsHandler answers "/" with "ok", reads the body of "/upload" and
+// writes 4 MiB for "/big".
+func limitsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) { _, _ = io.ReadAll(r.Body) })
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(make([]byte, 4<<20)) })
+	return mux
+}
+
+// serveLimited serves limitsHandler with the metrics address's server and
+// connection cap under l, until the bubble's test ends.
+func serveLimited(t *testing.T, l httpLimits) *pipeListener {
+	lis := newPipeListener()
+	srv := newHTTPServer(limitsHandler(), l)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(limitConns(lis, l)) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return lis
+}
+
+// get sends GET path on c and reads the response.
+func get(t *testing.T, c net.Conn, br *bufio.Reader, path string) string {
+	t.Helper()
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n\r\n", path); err != nil {
+		t.Fatalf("writing the request: %v", err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// closedAfter reads c until the server closes it and returns how long that
+// took on the bubble's clock.
+func closedAfter(br io.Reader) time.Duration {
+	start := time.Now()
+	_, _ = io.Copy(io.Discard, br)
+	return time.Since(start)
+}
+
+// TestMetricsListenerLimits checks the metrics address's timeouts and
+// connection cap on the fake clock of a synctest bubble: a client too slow
+// or idle is cut off when its limit passes, and a connection past the cap
+// waits until another closes.
+func TestMetricsListenerLimits(t *testing.T) {
+	t.Parallel()
+	l := defaultHTTPLimits
+
+	t.Run("Headers that never end are cut off after ReadHeader", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := serveLimited(t, l).dial()
+			defer c.Close()
+			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n")
+			if got := closedAfter(c); got != l.ReadHeader {
+				t.Errorf("closed after %v, want %v", got, l.ReadHeader)
+			}
+		})
+	})
+
+	t.Run("A body that never ends is cut off after Read", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := serveLimited(t, l).dial()
+			defer c.Close()
+			fmt.Fprint(c, "POST /upload HTTP/1.1\r\nHost: 127.0.0.1:7071\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nsome")
+			if got := closedAfter(c); got != l.Read {
+				t.Errorf("closed after %v, want %v", got, l.Read)
+			}
+		})
+	})
+
+	t.Run("A response the client does not read is cut off after Write", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := serveLimited(t, l).dial()
+			defer c.Close()
+			fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n\r\n")
+			// The client reads nothing until the write timeout has passed
+			// on the bubble's clock.
+			time.Sleep(l.Write + time.Second)
+			if n, _ := io.Copy(io.Discard, c); n >= 4<<20 {
+				t.Errorf("read %d bytes after %v, want the response cut off at %v", n, l.Write+time.Second, l.Write)
+			}
+		})
+	})
+
+	t.Run("An idle connection is closed after Idle", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := serveLimited(t, l).dial()
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if body := get(t, c, br, "/"); body != "ok" {
+				t.Fatalf("GET / = %q", body)
+			}
+			if got := closedAfter(br); got != l.Idle {
+				t.Errorf("closed after %v idle, want %v", got, l.Idle)
+			}
+		})
+	})
+
+	t.Run("A connection past the cap waits until another closes", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			capped := l
+			capped.MaxConns = 2
+			lis := serveLimited(t, capped)
+			var open []net.Conn
+			for range capped.MaxConns {
+				c := lis.dial()
+				defer c.Close()
+				if body := get(t, c, bufio.NewReader(c), "/"); body != "ok" {
+					t.Fatalf("GET / = %q", body)
+				}
+				open = append(open, c)
+			}
+			extra := lis.dial()
+			defer extra.Close()
+			answered := make(chan string, 1)
+			go func() {
+				if _, err := fmt.Fprint(extra, "GET / HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n\r\n"); err != nil {
+					answered <- err.Error()
+					return
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(extra), nil)
+				if err != nil {
+					answered <- err.Error()
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				answered <- string(body)
+			}()
+			synctest.Wait()
+			select {
+			case got := <-answered:
+				t.Fatalf("a connection past the cap was served: %q", got)
+			default:
+			}
+			open[0].Close()
+			if got := <-answered; !strings.Contains(got, "ok") {
+				t.Errorf("the waiting connection got %q once another closed, want ok", got)
+			}
+		})
+	})
+}
+
+// TestMetricsServerHasTheLimits checks that the coordinator's metrics
+// address is served with the limits above.
+func TestMetricsServerHasTheLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{MetricsListen: "127.0.0.1:0", Console: true})
+	srv := b.c.metricsSrv
+	got := httpLimits{ReadHeader: srv.ReadHeaderTimeout, Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout, MaxConns: defaultHTTPLimits.MaxConns}
+	if got != defaultHTTPLimits {
+		t.Errorf("metrics server limits = %+v, want %+v", got, defaultHTTPLimits)
+	}
+}
