@@ -50,8 +50,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
+	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/internal/logformat"
