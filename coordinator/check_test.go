@@ -32,8 +32,9 @@ func TestCheck(t *testing.T) {
 	if _, err := c.eng.Submit(ctx, engine.SubmitRequest{Team: "alpha", RequestID: "r-1", Docs: docs}); err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
-	if _, err := c.eng.Acquire(ctx, engine.AcquireRequest{Renderer: engine.Renderer{ID: "r", Principal: "p"}, Max: 1, Capacity: 1}); err != nil {
-		t.Fatalf("Acquire: %v", err)
+	// A session with one credit takes one lease.
+	if _, _, err := c.eng.Open(ctx, engine.SessionOpen{Renderer: engine.Renderer{ID: "r", Principal: "p"}, Capacity: 1, Credits: 1}); err != nil {
+		t.Fatalf("Open: %v", err)
 	}
 
 	if _, err := Check(dir); !errors.Is(err, ErrDataDirInUse) {

@@ -192,6 +192,10 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful part of Close.
 	ShutdownTimeout time.Duration
 
+	// Cluster, when set, makes this coordinator one voter of a replicated
+	// cluster (see Cluster); nil is the single node.
+	Cluster *Cluster
+
 	// Logger receives the coordinator's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the writer's clock; nil means time.Now.
@@ -298,6 +302,9 @@ type Coordinator struct {
 	// inproc is the console's connection to the gRPC server, nil without
 	// the console.
 	inproc *inProcess
+	// replica is the raft side of a replicated coordinator, nil on a
+	// single node.
+	replica *replicated
 
 	done      chan struct{}
 	watcher   sync.WaitGroup
@@ -335,6 +342,11 @@ func New(cfg Config) (*Coordinator, error) {
 	if err := c.openStorage(&undo); err != nil {
 		return nil, err
 	}
+	if cfg.Cluster != nil {
+		if err := c.startReplica(&undo); err != nil {
+			return nil, err
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(debug.ReadBuildInfo))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -361,7 +373,12 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 
 	undo = nil
-	c.eng.Start()
+	if c.replica != nil {
+		c.watcher.Add(1)
+		go c.followLeadership()
+	} else {
+		c.eng.Start()
+	}
 	c.watcher.Add(2)
 	go c.watchFailure()
 	go c.flushRefusals()
@@ -424,7 +441,7 @@ func (c *Coordinator) startEngine(reg prometheus.Registerer, undo *undoStack) er
 	if unsupported == nil {
 		unsupported = jobs.DefaultUnsupported
 	}
-	eng, err := engine.New(engine.Config{
+	ecfg := engine.Config{
 		Store:    c.st,
 		Now:      cfg.Now,
 		LeaseTTL: cfg.LeaseTTL,
@@ -446,7 +463,13 @@ func (c *Coordinator) startEngine(reg prometheus.Registerer, undo *undoStack) er
 		Registerer:    reg,
 		Logger:        c.log.With("component", "engine"),
 		OnDispatch:    func(st jobs.DispatchState) { c.setDispatchHealth(st.Paused) },
-	})
+	}
+	if c.replica != nil {
+		ecfg.Committer = c.replica.committer
+		ecfg.LeaderHint = c.leaderHint
+		ecfg.MaxGroupBytes = clusterGroupBytes
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		return fmt.Errorf("starting the engine: %w", err)
 	}
@@ -479,6 +502,9 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		return status.Error(codes.Internal, "internal error")
 	})
 	streamCaps := edge.NewStreamCaps(edge.DefaultStreamCaps()...)
+	// On a replicated coordinator, the read mode last: reads are judged
+	// once the caller is known and the request is well formed.
+	readUnary, readStream := c.consistency()
 	kp := keepaliveParams
 	if c.cfg.keepalive != nil {
 		kp = *c.cfg.keepalive
@@ -504,6 +530,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 			edge.MalformedUnaryInterceptor(),
 			recovery.UnaryServerInterceptor(recoverOpt),
 		),
+		grpc.ChainUnaryInterceptor(readUnary...),
 		grpc.ChainStreamInterceptor(
 			srvMetrics.StreamServerInterceptor(),
 			c.refusals.StreamServerInterceptor(),
@@ -514,6 +541,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 			edge.MalformedStreamInterceptor(),
 			recovery.StreamServerInterceptor(recoverOpt),
 		),
+		grpc.ChainStreamInterceptor(readStream...),
 	}
 	if c.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(serverCreds{credentials.NewTLS(c.cfg.TLS)}))
@@ -530,6 +558,13 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 	for _, name := range serviceNames {
 		c.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
+	// A single node always leads; a replica leads once promoted.
+	leader := healthpb.HealthCheckResponse_SERVING
+	if c.replica != nil {
+		leader = healthpb.HealthCheckResponse_NOT_SERVING
+		c.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	c.health.SetServingStatus(LeaderHealthName, leader)
 	c.setDispatchHealth(c.eng.DispatchState().Paused)
 }
 
@@ -764,7 +799,10 @@ func (c *Coordinator) purgeDue() {
 	for {
 		r, err := c.eng.Purge(context.Background())
 		if err != nil {
-			if !errors.Is(err, engine.ErrStopped) && !errors.Is(err, engine.ErrStorageFailed) {
+			// A follower purges nothing itself: the leader's purges
+			// reach it as write sets.
+			if !errors.Is(err, engine.ErrStopped) && !errors.Is(err, engine.ErrStorageFailed) &&
+				!errors.Is(err, engine.ErrNotLeader) && !errors.Is(err, engine.ErrOutcomeUnknown) {
 				c.log.Error("retention step failed", "err", err)
 			}
 			return
@@ -864,6 +902,7 @@ func (c *Coordinator) ConsoleURL() string {
 // than once and returns the first call's error.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
+		c.handOver()
 		close(c.done)
 		c.watcher.Wait()
 		c.health.Shutdown()
@@ -896,6 +935,11 @@ func (c *Coordinator) Close() error {
 			c.inproc.close()
 		}
 		c.eng.Stop()
+		if c.replica != nil {
+			if err := c.replica.node.Shutdown(); err != nil {
+				c.log.Warn("stopping raft", "err", err)
+			}
+		}
 		if err := c.st.Close(); err != nil {
 			c.closeErr = fmt.Errorf("closing the store: %w", err)
 		}

@@ -133,6 +133,18 @@ func (c *checker) group(evs []engine.JobEvent, noGrant bool) {
 	c.sinceFull += len(evs)
 	if c.sinceFull >= max(w.cfg.FullCheckEvery, 8*len(c.jobs)) {
 		c.full()
+		c.compareShadow()
+	}
+}
+
+// compareShadow compares the whole shadow store with the coordinator's
+// (Config.Shadow); after every group the shadow itself checks each key the
+// group wrote.
+func (c *checker) compareShadow() {
+	if sh := c.w.coord.shadow; sh != nil {
+		if err := sh.Compare(); err != nil {
+			c.w.failf("write-set replication: %v", err)
+		}
 	}
 }
 
@@ -366,6 +378,7 @@ func (c *checker) failStopped() {
 // ended.
 func (c *checker) final() {
 	c.full()
+	c.compareShadow()
 	if c.nonTerminal != 0 {
 		c.w.failf("%s at the end", c.unfinishedSummary())
 	}

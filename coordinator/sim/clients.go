@@ -48,22 +48,19 @@ func (u *unaryRenderer) poll(inst int) {
 	if free <= 0 {
 		return
 	}
-	req := engine.AcquireRequest{Renderer: u.who(), Max: free, Capacity: u.capacity}
+	open := engine.SessionOpen{Renderer: u.who(), Capacity: u.capacity, Credits: free}
 	w.rpc(func(respond func(func())) {
-		c := w.coord
-		p := c.s.Acquire(req)
-		c.queued(kindOther)
-		await(c, p, func(res engine.AcquireResult, err error) {
-			respond(func() { u.acquired(inst, res, err) })
+		w.coord.acquire(open, func(grants []engine.Grant, err error) {
+			respond(func() { u.acquired(inst, grants, err) })
 		})
 	})
 }
 
-func (u *unaryRenderer) acquired(inst int, res engine.AcquireResult, err error) {
+func (u *unaryRenderer) acquired(inst int, grants []engine.Grant, err error) {
 	if !u.alive || inst != u.instance || err != nil {
 		return
 	}
-	for _, g := range res.Grants {
+	for _, g := range grants {
 		l := &lease{job: g.Job.ID, token: g.Job.Lease.Token, doc: g.Job.Doc}
 		u.leases = append(u.leases, l)
 		u.w.after(renderTime(u.w), func() { u.finish(inst, l) })
@@ -79,23 +76,25 @@ func (u *unaryRenderer) heartbeat(inst int) {
 	if len(u.leases) == 0 {
 		return
 	}
-	req := engine.HeartbeatRequest{Renderer: u.who(), Capacity: u.capacity}
+	// A heartbeat outside any session: the message a unary heartbeat
+	// stream's session would carry.
+	in := engine.SessionInput{Renderer: u.who(), Capacity: u.capacity}
 	for _, l := range u.leases {
-		req.Leases = append(req.Leases, l.ref())
+		in.Heartbeats = append(in.Heartbeats, l.ref())
 	}
 	w.rpc(func(respond func(func())) {
 		c := w.coord
-		p := c.s.Heartbeat(req)
+		p := c.s.Receive(nil, in)
 		c.queued(kindOther)
-		await(c, p, func(res engine.HeartbeatResult, err error) {
+		await(c, p, func(res engine.SessionResult, err error) {
 			if err == nil {
-				w.check.leaseStatuses(u.id, "heartbeat", res.Leases)
+				w.check.leaseStatuses(u.id, "heartbeat", res.Heartbeats)
 			}
 			respond(func() {
 				if !u.alive || inst != u.instance || err != nil {
 					return
 				}
-				for _, s := range res.Leases {
+				for _, s := range res.Heartbeats {
 					if !s.Held {
 						u.leases = slices.DeleteFunc(u.leases, func(l *lease) bool { return l.job == s.Job && l.token == s.Token })
 					}
@@ -124,9 +123,14 @@ func (u *unaryRenderer) complete(inst int, req engine.CompleteRequest, tries int
 	answered := false
 	w.rpc(func(respond func(func())) {
 		c := w.coord
-		p := c.s.Complete(req)
+		p := c.s.Receive(nil, engine.SessionInput{Renderer: u.who(), Completions: []engine.CompleteRequest{req}})
 		c.queued(kindOther)
-		await(c, p, func(res engine.CompleteResult, err error) {
+		await(c, p, func(out engine.SessionResult, err error) {
+			var res engine.CompleteResult
+			if err == nil {
+				res = out.Completions[0]
+				err = res.Err
+			}
 			w.check.completed(req, res, err)
 			respond(func() { answered = true })
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -59,6 +60,10 @@ type coordinator struct {
 	st *store.Store
 	e  *engine.Engine
 	s  *engine.Stepper
+	// shadow and shadowSt replicate every group (Config.Shadow).
+	shadow   *replica.Shadow
+	shadowSt *store.Store
+	shadowed int
 
 	// waiting are the handlers waiting for an answer, in the order their
 	// commands were queued; kinds are the queued commands' kinds.
@@ -116,7 +121,13 @@ func (c *coordinator) start() {
 	}
 	c.incarnation++
 	c.monoBase = time.Duration(w.rng.Int64N(int64(time.Hour))) - w.now
+	var committer engine.Committer
+	if w.cfg.Shadow {
+		c.openShadow(st)
+		committer = c.shadow
+	}
 	e, err := engine.New(engine.Config{
+		Committer:     committer,
 		Store:         st,
 		Now:           w.wall,
 		Mono:          func() time.Duration { return w.now + c.monoBase },
@@ -141,11 +152,41 @@ func (c *coordinator) start() {
 	w.check.restarted()
 }
 
+// openShadow opens the shadow store beside the coordinator's and a shadow
+// committer onto it. The shadow starts equal to the store (both new) and
+// stays equal across crashes: a group is applied to it only once
+// committed, and every crash point of the run is before the commit or
+// after the apply.
+func (c *coordinator) openShadow(st *store.Store) {
+	w := c.w
+	sst, err := store.Open(filepath.Join(w.cfg.Dir, "shadow.db"), store.WithoutSync())
+	if err != nil {
+		w.failf("opening the shadow store: %v", err)
+	}
+	sh, err := replica.NewShadow(st, sst)
+	if err != nil {
+		sst.Close()
+		w.failf("after a restart: %v", err)
+	}
+	c.shadow, c.shadowSt = sh, sst
+}
+
+// closeShadow closes the shadow store, counting what it replicated.
+func (c *coordinator) closeShadow() {
+	if c.shadow != nil {
+		w := c.w
+		w.res.Shadowed += c.shadow.Groups()
+		c.shadowSt.Close()
+		c.shadow, c.shadowSt = nil, nil
+	}
+}
+
 // shutdown closes the store at the end of a run.
 func (c *coordinator) shutdown() {
 	if c.up {
 		c.e.Stop()
 		c.st.Close()
+		c.closeShadow()
 		c.up = false
 	}
 }
@@ -160,6 +201,7 @@ func (c *coordinator) crash(why string) {
 	if err := c.st.Close(); err != nil {
 		w.failf("closing the store: %v", err)
 	}
+	c.closeShadow()
 	c.up = false
 	c.waiting, c.kinds, c.sessions = nil, nil, nil
 	for _, r := range w.renderers {
@@ -258,6 +300,11 @@ func (c *coordinator) group() {
 		return
 	}
 	w.res.Groups++
+	if c.shadow != nil {
+		if err := c.shadow.Err(); err != nil {
+			w.failf("write-set replication: %v", err)
+		}
+	}
 	if w.cfg.Trace != nil {
 		w.tracef("group of %d commits %d events (%016x)", taken, len(evs), eventsDigest(evs))
 	}
@@ -340,7 +387,7 @@ func (c *coordinator) setTimer() {
 // credits of its first message.
 func (c *coordinator) openSession(st *stream, open engine.SessionOpen, credits int) {
 	st.incarnation = c.incarnation
-	p := c.s.OpenSession(open)
+	p := c.s.Open(open)
 	c.queued(kindOther)
 	await(c, p, func(o engine.Opened, err error) {
 		if err != nil {
@@ -360,12 +407,12 @@ func (c *coordinator) openSession(st *stream, open engine.SessionOpen, credits i
 
 // send applies one session message and sends its answers back in order.
 func (c *coordinator) send(ss *serverSession, in engine.SessionInput) {
-	p := c.s.Send(ss.conn, in)
+	p := c.s.Receive(ss.conn, in)
 	c.queued(kindOther)
 	await(c, p, func(res engine.SessionResult, err error) {
 		if err != nil {
 			if !engine.IsConnEnd(err) && !errors.Is(err, engine.ErrStorageFailed) {
-				c.w.failf("Send: %v", err)
+				c.w.failf("Receive: %v", err)
 			}
 			return // the session's end reaches the renderer from its outbox, or the crash
 		}
@@ -382,8 +429,50 @@ func (c *coordinator) closeSession(st *stream) {
 		return
 	}
 	st.srv.ended = true
-	c.s.CloseConn(st.srv.conn, nil, true)
+	c.close(st.srv.conn, nil)
+}
+
+// close ends a session and hands back what it never took, as the
+// handlers do.
+func (c *coordinator) close(conn *engine.Conn, then func([]engine.Grant, error)) {
+	p := c.s.Close(conn, nil)
 	c.queued(kindOther)
+	await(c, p, func(left []engine.Grant, err error) {
+		if then != nil {
+			then(left, err)
+			return
+		}
+		c.handBack(left)
+	})
+}
+
+// handBack re-queues grants that never reached their renderer.
+func (c *coordinator) handBack(grants []engine.Grant) {
+	if len(grants) == 0 {
+		return
+	}
+	in := engine.SessionInput{Renderer: engine.Renderer{ID: grants[0].Job.Lease.Renderer, Principal: principal}}
+	for _, g := range grants {
+		in.Undelivered = append(in.Undelivered, engine.LeaseRef{Job: g.Job.ID, Token: g.Job.Lease.Token})
+	}
+	c.s.Receive(nil, in)
+	c.queued(kindOther)
+}
+
+// acquire is the unary Acquire handler without a wait: open a session with
+// credit, take what its group granted, close it, and answer with those and
+// whatever the session took before it closed.
+func (c *coordinator) acquire(open engine.SessionOpen, then func([]engine.Grant, error)) {
+	p := c.s.Open(open)
+	c.queued(kindOther)
+	await(c, p, func(o engine.Opened, err error) {
+		if err != nil {
+			then(nil, err)
+			return
+		}
+		grants, _, _ := o.Conn.Outbox.Take()
+		c.close(o.Conn, func(left []engine.Grant, err error) { then(append(grants, left...), err) })
+	})
 }
 
 // streamGone is the coordinator noticing a broken connection (keepalive):

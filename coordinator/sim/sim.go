@@ -40,6 +40,11 @@ type Config struct {
 	// bounded share of the run), besides at the end; a restart checks
 	// every job and index (0: DefaultFullCheckEvery).
 	FullCheckEvery int
+	// Shadow replicates every committed group's write set onto a second
+	// bbolt file in Dir and fails the run when the two stores' digests
+	// differ after a group (package replica, Shadow). The shadow outlives
+	// the coordinator's crashes, as a replica outlives its leader's.
+	Shadow bool
 	// Trace, when set, is told what happens at every step.
 	Trace func(format string, args ...any)
 }
@@ -63,6 +68,9 @@ type Result struct {
 	Rejected, Replayed int
 	// SimTime is the simulated time the run took.
 	SimTime time.Duration
+	// Shadowed is the groups replicated onto the shadow store and found
+	// equal (Config.Shadow).
+	Shadowed int
 }
 
 // Add adds r2's counts to r.
@@ -76,6 +84,7 @@ func (r *Result) Add(r2 Result) {
 	r.Rejected += r2.Rejected
 	r.Replayed += r2.Replayed
 	r.SimTime += r2.SimTime
+	r.Shadowed += r2.Shadowed
 }
 
 // Failure is a broken invariant, or a panic, found by a run: where it was

@@ -98,6 +98,29 @@ func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 	return cfg, nil
 }
 
+// PeerTLS returns the mutual TLS of a replicated coordinator's raft
+// traffic: each node presents its own certificate (certFile, keyFile) when
+// it dials and when it is dialled, and verifies the other's against the
+// cluster CA in caFile, both ways. A peer's certificate must name the host
+// of its raft address, and be usable for client and server authentication.
+func PeerTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the key pair %s and %s: %w", certFile, keyFile, err)
+	}
+	pool, err := LoadCertPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
 // LoadCertPool reads PEM certificates from path into a new pool. A file
 // without any certificate is an error.
 func LoadCertPool(path string) (*x509.CertPool, error) {

@@ -70,6 +70,17 @@
 // (the coordinator lets a caller hold 64), and reports the coordinator's log
 // growth and memory meanwhile.
 //
+// With -compare DIR, the phases run -rounds times (default 3) with the
+// coordinator and renderer in DIR (another build: check it out and run
+// scripts/build there, or go build -o DIR ./coordinator/cmd/coordinator
+// ./renderer/cmd/renderer) and -rounds times with those in -bin,
+// interleaved, the order swapped every round, and the report is a table: for
+// every figure, each build's median, and the median and range of the
+// per-round ratios of this build over DIR's, with a verdict that calls a
+// change only when every round's ratio is past 2% on the same side. Judge a
+// change this way, on one machine in one run, not against a figure from
+// another day.
+//
 // With -store N, the phases are replaced by: a drain on the empty store;
 // filling the store to N jobs, half of them SUCCEEDED (closed loop) and half
 // QUEUED (submitted with dispatch paused); SIGTERM to the coordinator and a
@@ -146,6 +157,9 @@ type config struct {
 	stopGrace        time.Duration
 	timeout          time.Duration
 	json             bool
+	// compare and rounds: -compare.
+	compare string
+	rounds  int
 }
 
 // allPhases are the phases of a run without -store, in the order they run.
@@ -193,6 +207,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.stopGrace, "stop-grace", 30*time.Second, "time a child has to exit after SIGTERM before SIGKILL")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Hour, "longest the whole run may take")
 	fs.BoolVar(&cfg.json, "json", false, "print the report as one JSON object")
+	fs.StringVar(&cfg.compare, "compare", "", "directory of another build's coordinator and renderer: run both builds' phases interleaved and print ratios")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each build with -compare")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./scripts/bench [flags]   (go doc ./scripts/bench explains the figures)")
 		fs.PrintDefaults()
@@ -245,6 +261,8 @@ func (c config) validate() error {
 		return errors.New("-idle-samples must be at least 1 and -idle-gap not negative")
 	case c.duration <= 0 || c.latencyDuration <= 0 || c.latencyTick <= 0 || c.healthPoll <= 0 || c.stopGrace <= 0 || c.timeout <= 0:
 		return errors.New("-duration, -latency-duration, -latency-tick, -health-poll, -stop-grace and -timeout must be above zero")
+	case c.compare != "" && (c.store > 0 || c.rounds < 1 || c.json):
+		return errors.New("-compare needs -rounds of at least 1 and takes neither -store nor -json")
 	case c.latencyRate < 0:
 		return errors.New("-latency-rate must not be negative")
 	case c.store == 0 && c.has("latency") && !c.has("steady") && c.latencyRate == 0:
@@ -264,6 +282,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	lg := newLogger(stderr)
 	if load, err := loadAverage(); err == nil && load > float64(numCPU)/2 {
 		lg.printf("warning: the load average is %.1f on %d CPUs: other work will skew the figures", load, numCPU)
+	}
+	if cfg.compare != "" {
+		return runCompare(ctx, cfg, lg, stdout)
 	}
 	var rep *report
 	if cfg.store > 0 {

@@ -114,6 +114,9 @@ func (s *stack) why(err error) error {
 // together and this process.
 type cpuSample struct {
 	coordinator, renderers, generator time.Duration
+	// written is the bytes every process has written to storage so far
+	// (write_bytes), all of them together; coordWritten the coordinator's.
+	written, coordWritten int64
 }
 
 // sampleCPU reads every process's CPU time.
@@ -133,6 +136,16 @@ func (r *runner) sampleCPU() (cpuSample, error) {
 	}
 	if s.generator, err = cpuTime(0); err != nil {
 		return s, fmt.Errorf("reading the harness's CPU time: %w", err)
+	}
+	for i, pid := range append([]int{coord, 0}, renderers...) {
+		n, err := writeBytes(pid)
+		if err != nil {
+			return s, fmt.Errorf("reading the bytes a process wrote: %w", err)
+		}
+		if i == 0 {
+			s.coordWritten = n
+		}
+		s.written += n
 	}
 	return s, nil
 }
@@ -159,6 +172,8 @@ func cpuBetween(a, b cpuSample, docs int, wall time.Duration) *cpuResult {
 	}
 	if docs > 0 {
 		res.TotalMicrosPerDoc = float64((c + rd + g).Microseconds()) / float64(docs)
+		res.CoordinatorWrittenPerDoc = float64(b.coordWritten-a.coordWritten) / float64(docs)
+		res.WrittenPerDoc = float64(b.written-a.written) / float64(docs)
 	}
 	return res
 }

@@ -160,3 +160,32 @@ func parseLoadavg(data []byte) (float64, error) {
 	}
 	return v, nil
 }
+
+// writeBytes reads how many bytes process pid (all its threads) has caused
+// to be written to storage, from write_bytes in /proc/<pid>/io: pages sent
+// to the block layer, so fsynced bbolt pages count and writes to a pipe or
+// socket do not. pid 0 means this process.
+func writeBytes(pid int) (int64, error) {
+	data, err := os.ReadFile(procPath(pid, "io"))
+	if err != nil {
+		return 0, err
+	}
+	return parseIO(data)
+}
+
+// parseIO returns write_bytes from the contents of /proc/<pid>/io.
+func parseIO(data []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok || key != "write_bytes" {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing /proc io write_bytes: %w", err)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("parsing /proc io %q: no write_bytes", truncate(data))
+}

@@ -128,3 +128,18 @@ func TestParseLoadavg(t *testing.T) {
 		}
 	}
 }
+
+func TestParseIO(t *testing.T) {
+	t.Parallel()
+	const sample = "rchar: 1948\nwchar: 306\nsyscr: 7\nsyscw: 3\nread_bytes: 4096\nwrite_bytes: 1269760\ncancelled_write_bytes: 0\n"
+	got, err := parseIO([]byte(sample))
+	if err != nil || got != 1269760 {
+		t.Fatalf("parseIO = %d, %v; want 1269760", got, err)
+	}
+	if _, err := parseIO([]byte("rchar: 1\n")); err == nil {
+		t.Fatal("parseIO without write_bytes: no error")
+	}
+	if _, err := parseIO([]byte("write_bytes: lots\n")); err == nil {
+		t.Fatal("parseIO with a bad number: no error")
+	}
+}

@@ -127,6 +127,11 @@ type cpuResult struct {
 	RenderersPer1000   float64 `json:"renderers_seconds_per_1000_docs"`
 	GeneratorPer1000   float64 `json:"generator_seconds_per_1000_docs"`
 	TotalMicrosPerDoc  float64 `json:"total_us_per_doc"`
+	// CoordinatorWrittenPerDoc and WrittenPerDoc are the bytes written to
+	// storage (/proc/<pid>/io write_bytes) per document, by the
+	// coordinator and by every process.
+	CoordinatorWrittenPerDoc float64 `json:"coordinator_written_bytes_per_doc"`
+	WrittenPerDoc            float64 `json:"written_bytes_per_doc"`
 }
 
 // storeResult is the -store mode.
@@ -380,9 +385,19 @@ func drainLine(line func(name, value, detail, target string), name string, x *dr
 // cpuLine writes the line of one CPU window.
 func cpuLine(line func(name, value, detail, target string), name string, c *cpuResult, window, target string) {
 	line(name, fmt.Sprintf("%.0f µs/doc", c.TotalMicrosPerDoc),
-		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f, renderers %.3f, generator %.3f (%s docs, %s; 10 ms ticks)",
-			c.CoordinatorPer1000, c.RenderersPer1000, c.GeneratorPer1000, count(c.Documents), window),
+		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f, renderers %.3f, generator %.3f (%s docs, %s; 10 ms ticks); "+
+			"written to disk per doc: coordinator %s, all %s",
+			c.CoordinatorPer1000, c.RenderersPer1000, c.GeneratorPer1000, count(c.Documents), window,
+			bytesText(c.CoordinatorWrittenPerDoc), bytesText(c.WrittenPerDoc)),
 		target)
+}
+
+// bytesText formats a byte count per document.
+func bytesText(v float64) string {
+	if v >= 10<<10 {
+		return fmt.Sprintf("%.1f KiB", v/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", v)
 }
 
 // docsPerSecond formats a throughput.

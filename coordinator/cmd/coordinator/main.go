@@ -50,8 +50,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
+	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/internal/logformat"
@@ -205,6 +205,8 @@ type flagValues struct {
 	tlsKey         string
 	tlsClientCA    string
 	dev            bool
+	// The cluster flags (see clusterConfig).
+	nodeID, raftListen, raftAdvertise, peers, grpcAdvertise, tlsPeerCA string
 }
 
 // parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
@@ -260,6 +262,12 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&fv.tlsCert, "tls-cert", "", "PEM certificate chain of the gRPC server; with --tls-key, serve TLS only")
 	fs.StringVar(&fv.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&fv.tlsClientCA, "tls-client-ca", "", "PEM CA certificates that sign client certificates; requires every client to present one (mutual TLS)")
+	fs.StringVar(&fv.nodeID, "node-id", "", "this node's id among --peers: run as one voter of a replicated cluster (needs --raft-listen and --peers)")
+	fs.StringVar(&fv.raftListen, "raft-listen", "", "address of this node's raft listener (peer traffic; with --node-id)")
+	fs.StringVar(&fv.raftAdvertise, "raft-advertise", "", "raft address peers dial (default: this node's address in --peers)")
+	fs.StringVar(&fv.peers, "peers", "", "every voter, the same on every node: id=raft_address[/grpc_address],... (1, 3 or 5 of them)")
+	fs.StringVar(&fv.grpcAdvertise, "grpc-advertise", "", "gRPC address this node announces when it leads, for followers to name (default: --listen)")
+	fs.StringVar(&fv.tlsPeerCA, "tls-peer-ca", "", "PEM CA that signs every node's certificate: with --tls-cert, peers speak mutual TLS (default: --tls-client-ca)")
 
 	source, err := parseWithEnv(fs, args, "coordinator", stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -280,6 +288,9 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 		return cfg, level, err
 	}
 	if err := checkAccess(cfg, fv, source); err != nil {
+		return cfg, level, err
+	}
+	if cfg.Cluster, err = clusterConfig(cfg, fv, source); err != nil {
 		return cfg, level, err
 	}
 	cfg.TLS = tlsCfg

@@ -60,32 +60,11 @@ type Renderer struct {
 	MaxCapacity int
 }
 
-// AcquireRequest asks for up to Max leases for a renderer, whose total
-// capacity is Capacity, in a reply of at most MaxBytes (0: no bound).
-// With Wait set and nothing to grant at once, the call registers a waiter
-// that the writer grants to as work arrives; see Engine.Acquire.
-type AcquireRequest struct {
-	Renderer Renderer
-	Max      int
-	Capacity int
-	MaxBytes int
-	Wait     bool
-}
-
 // Grant is a granted lease: the job as leased. Its inline content is read
 // after the commit (ReadContent).
 type Grant struct {
 	Job     jobs.Job
 	Content []byte
-}
-
-// AcquireResult is the leases granted at once; Paused reports that
-// dispatch is paused by an operator. With Wait, Waiter is set when nothing
-// was granted: its Outbox delivers later grants.
-type AcquireResult struct {
-	Grants []Grant
-	Paused bool
-	Waiter *Conn
 }
 
 // LeaseRef names a lease.
@@ -106,22 +85,6 @@ type LeaseStatus struct {
 	Deadline     time.Time
 	CurrentToken uint64
 	CurrentPhase jobs.Phase
-}
-
-// HeartbeatRequest is one message of a renderer's heartbeat stream.
-type HeartbeatRequest struct {
-	Renderer  Renderer
-	Capacity  int
-	Leases    []LeaseRef
-	Acks      []LeaseRef
-	HandBacks []LeaseRef
-}
-
-// HeartbeatResult answers a HeartbeatRequest: the heartbeated leases in
-// order, then the hand-backs in order.
-type HeartbeatResult struct {
-	Leases    []LeaseStatus
-	HandBacks []LeaseStatus
 }
 
 // Preview is a completion's preview carried inline: the bytes with their
@@ -159,26 +122,44 @@ type StageRequest struct {
 	Preview  Preview
 }
 
-// SessionOpen opens a renderer session.
+// SessionOpen opens a renderer session (Engine.Open).
 type SessionOpen struct {
 	Renderer Renderer
 	// Instance identifies the renderer process; a session of the same
-	// instance replaces a live one, another instance is refused.
+	// instance replaces a live one, another instance is refused. A unary
+	// client names none.
 	Instance string
+	// Capacity is how many leases the renderer holds at most, for live
+	// capacity; 0 leaves what it said before.
 	Capacity int
+	// Credits is how many grants the session may take at once (a unary
+	// Acquire's max_leases); a Session stream sends its credits later.
+	Credits int
+	// MaxBytes bounds the bytes all the grants the session takes may carry
+	// (a unary Acquire's reply); 0 is no bound.
+	MaxBytes int
 	// Holding are leases the renderer still holds from an earlier session.
 	Holding []LeaseRef
 }
 
 // SessionInput is one message of a renderer session: everything it carries
 // is applied by one writer command, in this order: receipts, heartbeats,
-// completions, hand-backs, cancel acknowledgements, credits.
+// completions, hand-backs, cancel acknowledgements, undelivered grants,
+// credits.
 type SessionInput struct {
+	// Renderer is who sends a message outside any session (Receive with a
+	// nil Conn); a session's messages are its renderer's.
+	Renderer Renderer
+	// Capacity, when set, is the renderer's new capacity.
+	Capacity    int
 	Received    []LeaseRef
 	Heartbeats  []LeaseRef
 	Completions []CompleteRequest
 	HandBacks   []LeaseRef
 	Acks        []LeaseRef
+	// Undelivered are grants that never reached the renderer (the reply or
+	// message to carry them failed): they are re-queued uncounted.
+	Undelivered []LeaseRef
 	Credits     int
 	Draining    bool
 }

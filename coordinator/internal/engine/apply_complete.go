@@ -8,41 +8,6 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
-// Complete applies one renderer's completion under the fencing check, as
-// the unary Complete call does; a session applies each of its completions
-// through the same function. A refused completion is recorded once
-// (history event, rejections listing, metric) and returned as a
-// *jobs.FenceError.
-func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
-	c := &completeCmd{req: req}
-	res, err := call(ctx, e, c)
-	if err != nil {
-		return res, err
-	}
-	return res, res.Err
-}
-
-type completeCmd struct {
-	base
-	req CompleteRequest
-	res CompleteResult
-}
-
-func (c *completeCmd) result() CompleteResult { return c.res }
-
-func (c *completeCmd) size() int {
-	if c.req.Preview != nil {
-		return len(c.req.Preview.Content)
-	}
-	return 0
-}
-
-func (c *completeCmd) apply(g *group) error {
-	var err error
-	c.res, err = g.e.completeOne(g, c.req)
-	return err
-}
-
 // completeOne applies one completion. The returned error is a storage
 // failure; the completion's own refusal is in the result's Err.
 //

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"context"
-
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
@@ -12,7 +10,7 @@ import (
 // reports whether it granted one; false means no job is ready (or c's
 // reply has no room left).
 func (e *Engine) grantOne(g *group, c *Conn, live int) (bool, error) {
-	if c.credit <= 0 || (c.kind == ConnWaiter && c.budget < e.MaxGrantBytes()) {
+	if c.credit <= 0 || (c.budget >= 0 && c.budget < e.MaxGrantBytes()) {
 		return false, nil
 	}
 	for {
@@ -54,10 +52,9 @@ func (e *Engine) grantOne(g *group, c *Conn, live int) (bool, error) {
 		e.trackLease(next, g.mono+e.cfg.LeaseTTL, true)
 		e.m.queueWait(team, g.now.Sub(j.EnqueuedAt))
 		c.credit--
-		if c.kind == ConnWaiter {
+		if c.budget >= 0 {
 			c.budget -= int(j.ContentBytes) + GrantOverheadBytes
 		}
-		c.granted++
 		g.deliver(c, Grant{Job: next})
 		return true, nil
 	}
@@ -77,15 +74,6 @@ func (e *Engine) dispatchWaiting(g *group) error {
 		return nil
 	}
 	live := e.liveCapacity(g.mono)
-	// A long poll answers once, with what this group gave it (up to its Max
-	// and byte budget); it takes nothing more while its answer is sent.
-	defer func() {
-		for _, c := range wanting {
-			if c.kind == ConnWaiter && c.granted > 0 {
-				c.credit = 0
-			}
-		}
-	}()
 	for progressed := true; progressed; {
 		progressed = false
 		for _, c := range wanting {
@@ -103,62 +91,6 @@ func (e *Engine) dispatchWaiting(g *group) error {
 	return nil
 }
 
-// Acquire grants up to req.Max leases to a renderer, each under a fresh
-// fencing token persisted in the same transaction. When nothing can be
-// granted at once and req.Wait is set, it registers a waiter: the writer
-// grants to it as work arrives and publishes the grants in
-// Waiter.Outbox. The caller ends the wait with CloseConn, which hands back
-// what the waiter never took.
-//
-// Document content is read after the commit (ReadContent), on the caller's
-// goroutine: it never changes once stored, and copying it is no work for
-// the writer.
-func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error) {
-	return call(ctx, e, &acquireCmd{req: req})
-}
-
-type acquireCmd struct {
-	base
-	req AcquireRequest
-	res AcquireResult
-}
-
-func (c *acquireCmd) result() AcquireResult { return c.res }
-
-func (c *acquireCmd) apply(g *group) error {
-	e := g.e
-	if s := e.conns.sessions[c.req.Renderer.ID]; s != nil && s.kind == ConnSession {
-		c.err = ErrRendererInUse
-		return nil
-	}
-	e.seen(c.req.Renderer, c.req.Capacity, g.mono)
-	w := &Conn{kind: ConnWaiter, renderer: c.req.Renderer, credit: c.req.Max, budget: c.req.MaxBytes}
-	if w.budget <= 0 {
-		w.budget = 1 << 62
-	}
-	e.conns.add(w)
-	c.res.Paused = e.dispatchSt.Paused
-	if !c.res.Paused {
-		live := e.liveCapacity(g.mono)
-		for {
-			ok, err := e.grantOne(g, w, live)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				break
-			}
-		}
-	}
-	if len(g.deliveries[w]) > 0 || !c.req.Wait {
-		c.res.Grants = g.endConn(w, nil)
-		return nil
-	}
-	e.conns.want(w)
-	c.res.Waiter = w
-	return nil
-}
-
 // ReadContent fills in the inline document content of grants, in one read
 // transaction.
 func (e *Engine) ReadContent(grants []Grant) error {
@@ -170,29 +102,6 @@ func (e *Engine) ReadContent(grants []Grant) error {
 		}
 		return nil
 	})
-}
-
-// Release returns leases granted to renderer that never reached it (the
-// call or stream that was to carry them ended first) to their ready
-// queues, without counting the attempt. A lease that has meanwhile moved
-// on is left alone.
-func (e *Engine) Release(ctx context.Context, renderer string, leases []LeaseRef) error {
-	return e.do(ctx, &releaseCmd{renderer: renderer, leases: leases})
-}
-
-type releaseCmd struct {
-	base
-	renderer string
-	leases   []LeaseRef
-}
-
-func (c *releaseCmd) apply(g *group) error {
-	for _, ref := range c.leases {
-		if err := g.e.release(g, c.renderer, ref, jobs.ReleaseUndelivered); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // release re-queues a lease granted to renderer that never reached it.

@@ -8,31 +8,31 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
-// OpenSession registers a renderer session. A live session of the same
-// renderer id and instance is replaced (it ends with ErrReplaced, and the
-// grants it never took move to the new one); any other live session or
-// heartbeat stream of the id is refused with ErrRendererInUse, so two
-// processes are never both served under one id. The leases in
-// Holding are heartbeated at once and answered in order.
-func (e *Engine) OpenSession(ctx context.Context, req SessionOpen) (*Conn, []LeaseStatus, error) {
-	c := &openCmd{kind: ConnSession, req: req}
+// Open registers a renderer session: the one way a renderer is served,
+// whether it speaks the Session stream or the unary RPCs (their handlers
+// open a session per Acquire and per Heartbeat stream). A session takes
+// grants up to its credit (SessionOpen.Credits, then Receive's Credits),
+// within its byte budget when it has one, and is told of revocations of
+// its renderer's leases; the leases in Holding are heartbeated at once and
+// answered in order.
+//
+// One renderer process holds one id: a session of the same renderer id
+// and instance replaces a live one (which ends with ErrReplaced, its
+// grants never taken moving to the new one), and a session of another
+// instance is refused with ErrRendererInUse. A unary client names no
+// instance: its sessions live side by side (a poll per Acquire, its
+// heartbeat stream), are refused while a renderer process holds the id,
+// and refuse one likewise; a newer heartbeat stream (a session with
+// neither instance nor credit) replaces an older one, which is most
+// likely a dead connection not yet noticed.
+func (e *Engine) Open(ctx context.Context, req SessionOpen) (*Conn, []LeaseStatus, error) {
+	c := &openCmd{req: req}
 	err := e.do(ctx, c)
 	return c.conn, c.holding, err
 }
 
-// OpenStream registers a unary client's heartbeat stream: its capacity
-// counts as live until CloseConn, and revocations of its leases are
-// published to it. A newer heartbeat stream of the same id replaces an
-// older one; a live session of the id refuses it (ErrRendererInUse).
-func (e *Engine) OpenStream(ctx context.Context, r Renderer, capacity int) (*Conn, error) {
-	c := &openCmd{kind: ConnHeartbeat, req: SessionOpen{Renderer: r, Capacity: capacity}}
-	err := e.do(ctx, c)
-	return c.conn, err
-}
-
 type openCmd struct {
 	base
-	kind    ConnKind
 	req     SessionOpen
 	conn    *Conn
 	holding []LeaseStatus
@@ -41,21 +41,28 @@ type openCmd struct {
 func (c *openCmd) apply(g *group) error {
 	e := g.e
 	r := c.req.Renderer
-	var moved []Grant
-	if old := e.conns.sessions[r.ID]; old != nil {
-		sameProcess := c.kind == ConnSession && old.kind == ConnSession && old.instance == c.req.Instance && c.req.Instance != ""
-		// A heartbeat stream carries no instance id: the newer one replaces
-		// the older (which is most likely a dead connection not yet noticed).
-		if !sameProcess && (c.kind != ConnHeartbeat || old.kind != ConnHeartbeat) {
+	conn := &Conn{renderer: r, instance: c.req.Instance, credit: min(c.req.Credits, maxCredit), budget: -1}
+	conn.poll = conn.instance == "" && conn.credit > 0
+	var replaced *Conn
+	for _, old := range e.conns.byRenderer[r.ID] {
+		switch {
+		case conn.instance != "" && old.instance == conn.instance, conn.stream() && old.stream():
+			replaced = old
+		case conn.instance != "" || old.instance != "":
 			c.err = ErrRendererInUse
 			return nil
 		}
-		moved = g.endConn(old, ErrReplaced)
-		e.renderers[r.ID].conns--
 	}
-	conn := &Conn{kind: c.kind, renderer: r, instance: c.req.Instance}
-	e.conns.add(conn)
+	var moved []Grant
 	rs := e.seen(r, c.req.Capacity, g.mono)
+	if replaced != nil {
+		moved = g.endConn(replaced, ErrReplaced)
+		rs.conns--
+	}
+	if c.req.MaxBytes > 0 {
+		conn.budget = c.req.MaxBytes
+	}
+	e.conns.add(conn)
 	rs.conns++
 	rs.draining = false
 	for _, gr := range moved {
@@ -68,54 +75,65 @@ func (c *openCmd) apply(g *group) error {
 		}
 		c.holding = append(c.holding, st)
 	}
+	// A session opened with credit (a unary Acquire) is granted to at once,
+	// in its place in the group, so that the commands after it see its
+	// leases; what is left of its credit is served at the end of each
+	// group as work arrives, like any session's.
+	if conn.credit > 0 && !e.dispatchSt.Paused {
+		live := e.liveCapacity(g.mono)
+		for {
+			ok, err := e.grantOne(g, conn, live)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+		}
+	}
+	if conn.credit > 0 {
+		e.conns.want(conn)
+	}
 	g.work = true
 	c.conn = conn
 	return nil
 }
 
-// CloseConn ends a session, heartbeat stream or waiter. The leases in
-// undelivered (grants whose message could not be sent) are handed back
-// uncounted; the grants still in its outbox are handed back too when
-// releaseLeftovers is set, and otherwise returned (a waiter answers with
-// them). A renderer's leases outlive its session until their deadlines,
-// so a renderer that reconnects in time keeps them.
-func (e *Engine) CloseConn(ctx context.Context, conn *Conn, undelivered []LeaseRef, releaseLeftovers bool) ([]Grant, error) {
-	return call(ctx, e, &closeCmd{conn: conn, undelivered: undelivered, releaseLeftovers: releaseLeftovers})
+// Close ends a session. The leases in undelivered (grants the handler
+// took and could not send) are handed back uncounted; the grants the
+// session never took are returned, for the handler to deliver (a unary
+// Acquire answers with them) or to hand back with Receive's Undelivered.
+// A renderer's leases outlive its sessions until their deadlines, so a
+// renderer that reconnects in time keeps them. Its capacity leaves live
+// capacity with its last session, unless that was a unary Acquire's poll:
+// a unary client between polls counts until it has been silent for
+// Config.RendererTimeout.
+func (e *Engine) Close(ctx context.Context, conn *Conn, undelivered []LeaseRef) ([]Grant, error) {
+	return call(ctx, e, &closeCmd{conn: conn, undelivered: undelivered})
 }
 
 type closeCmd struct {
 	base
-	conn             *Conn
-	undelivered      []LeaseRef
-	releaseLeftovers bool
-	left             []Grant
+	conn        *Conn
+	undelivered []LeaseRef
+	left        []Grant
 }
 
 func (c *closeCmd) result() []Grant { return c.left }
 
 func (c *closeCmd) apply(g *group) error {
 	e := g.e
-	refs := c.undelivered
 	if _, live := e.conns.byID[c.conn.id]; live {
-		left := g.endConn(c.conn, ErrStopped)
-		if c.conn.kind != ConnWaiter {
-			if rs := e.renderers[c.conn.renderer.ID]; rs != nil {
-				rs.conns = max(rs.conns-1, 0)
-				if rs.conns == 0 {
-					delete(e.renderers, c.conn.renderer.ID)
-				}
+		c.left = g.endConn(c.conn, ErrStopped)
+		if rs := e.renderers[c.conn.renderer.ID]; rs != nil {
+			rs.conns = max(rs.conns-1, 0)
+			if rs.conns == 0 && !c.conn.poll {
+				delete(e.renderers, c.conn.renderer.ID)
 			}
-			g.work = true
 		}
-		if c.releaseLeftovers {
-			for _, gr := range left {
-				refs = append(refs, LeaseRef{Job: gr.Job.ID, Token: gr.Job.Lease.Token})
-			}
-		} else {
-			c.left = left
-		}
+		g.work = true
 	}
-	for _, ref := range refs {
+	for _, ref := range c.undelivered {
 		if err := e.release(g, c.conn.renderer.ID, ref, jobs.ReleaseUndelivered); err != nil {
 			return err
 		}
@@ -123,27 +141,31 @@ func (c *closeCmd) apply(g *group) error {
 	return nil
 }
 
-// Send applies one message of a renderer session in one writer command:
-// receipts, heartbeats, completions, hand-backs, cancel acknowledgements
-// and credits, in that order. Each item is answered on its own; a refused
-// completion does not stop the others. Grants the new credits allow are
-// made at the end of the same group and published to the session's
-// outbox. It fails with ErrReplaced when the session was replaced or
-// closed.
-func (e *Engine) Send(ctx context.Context, conn *Conn, in SessionInput) (SessionResult, error) {
-	return call(ctx, e, &sessionCmd{conn: conn, in: in})
+// Receive applies one message of a renderer session in one writer
+// command: receipts, heartbeats, completions, hand-backs, cancel
+// acknowledgements, undelivered grants and credits, in that order. Each
+// item is answered on its own; a refused completion does not stop the
+// others. Grants the new credits allow are made at the end of the same
+// group and published to the session's outbox. It fails with ErrReplaced
+// when the session was replaced or closed.
+//
+// With conn nil the message belongs to no session: a unary Complete, or
+// the hand-back of grants a unary reply could not carry. It is judged for
+// in.Renderer, and carries no receipts, credits or draining.
+func (e *Engine) Receive(ctx context.Context, conn *Conn, in SessionInput) (SessionResult, error) {
+	return call(ctx, e, &receiveCmd{conn: conn, in: in})
 }
 
-type sessionCmd struct {
+type receiveCmd struct {
 	base
 	conn *Conn
 	in   SessionInput
 	res  SessionResult
 }
 
-func (c *sessionCmd) result() SessionResult { return c.res }
+func (c *receiveCmd) result() SessionResult { return c.res }
 
-func (c *sessionCmd) size() int {
+func (c *receiveCmd) size() int {
 	n := 0
 	for _, cr := range c.in.Completions {
 		if cr.Preview != nil {
@@ -153,18 +175,23 @@ func (c *sessionCmd) size() int {
 	return n
 }
 
-func (c *sessionCmd) apply(g *group) error {
+func (c *receiveCmd) apply(g *group) error {
 	e := g.e
-	conn := c.conn
-	if _, live := e.conns.byID[conn.id]; !live {
-		c.err = ErrReplaced
-		return nil
+	conn, r := c.conn, c.in.Renderer
+	if conn != nil {
+		if _, live := e.conns.byID[conn.id]; !live {
+			c.err = ErrReplaced
+			return nil
+		}
+		r = conn.renderer
 	}
-	renderer := conn.renderer.ID
-	e.seen(conn.renderer, 0, g.mono)
-	for _, ref := range c.in.Received {
-		if le := e.leases[ref.Job]; le != nil && le.token == ref.Token && le.renderer == renderer {
-			le.heard = true
+	renderer := r.ID
+	if conn != nil {
+		e.seen(r, c.in.Capacity, g.mono)
+		for _, ref := range c.in.Received {
+			if le := e.leases[ref.Job]; le != nil && le.token == ref.Token && le.renderer == renderer {
+				le.heard = true
+			}
 		}
 	}
 	for _, ref := range c.in.Heartbeats {
@@ -194,6 +221,14 @@ func (c *sessionCmd) apply(g *group) error {
 			return err
 		}
 	}
+	for _, ref := range c.in.Undelivered {
+		if err := e.release(g, renderer, ref, jobs.ReleaseUndelivered); err != nil {
+			return err
+		}
+	}
+	if conn == nil {
+		return nil
+	}
 	if c.in.Draining && !conn.draining {
 		conn.draining = true
 		if rs := e.renderers[renderer]; rs != nil {
@@ -211,47 +246,6 @@ func (c *sessionCmd) apply(g *group) error {
 
 // maxCredit bounds the credit one session can hold, whatever it claims.
 const maxCredit = 4096
-
-// Heartbeat applies one message of a unary client's heartbeat stream:
-// deadline extensions, cancel acknowledgements and hand-backs, through the
-// same item functions as a session.
-func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResult, error) {
-	return call(ctx, e, &heartbeatCmd{req: req})
-}
-
-type heartbeatCmd struct {
-	base
-	req HeartbeatRequest
-	res HeartbeatResult
-}
-
-func (c *heartbeatCmd) result() HeartbeatResult { return c.res }
-
-func (c *heartbeatCmd) apply(g *group) error {
-	e := g.e
-	renderer := c.req.Renderer.ID
-	e.seen(c.req.Renderer, c.req.Capacity, g.mono)
-	for _, ref := range c.req.Leases {
-		st, err := e.heartbeatOne(g, renderer, ref)
-		if err != nil {
-			return err
-		}
-		c.res.Leases = append(c.res.Leases, st)
-	}
-	for _, ref := range c.req.Acks {
-		if err := e.ackOne(g, renderer, ref); err != nil {
-			return err
-		}
-	}
-	for _, ref := range c.req.HandBacks {
-		st, err := e.handBackOne(g, renderer, ref)
-		if err != nil {
-			return err
-		}
-		c.res.HandBacks = append(c.res.HandBacks, st)
-	}
-	return nil
-}
 
 // heartbeatOne extends one lease held by renderer, through the fencing
 // predicate, and persists the new deadline.
@@ -317,7 +311,7 @@ func lost(ref LeaseRef, j jobs.Job, err error) LeaseStatus {
 	return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: jobs.ReasonCode(err), CurrentToken: j.LastToken(), CurrentPhase: j.Phase}
 }
 
-// IsConnEnd reports whether err ends a renderer connection for a reason of
+// IsConnEnd reports whether err ends a renderer session for a reason of
 // the writer's own (replaced, stopped).
 func IsConnEnd(err error) bool {
 	return errors.Is(err, ErrReplaced) || errors.Is(err, ErrStopped)

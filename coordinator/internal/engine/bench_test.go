@@ -125,7 +125,7 @@ func preGrant(b *testing.B, e *Engine, n int) []Grant {
 		if _, err := e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: fmt.Sprintf("batch-%d", batch), Docs: docs}); err != nil {
 			b.Fatal(err)
 		}
-		res, err := e.Acquire(ctx, AcquireRequest{Renderer: rend("r-1"), Max: size, Capacity: n})
+		res, err := acquire(ctx, e, acquireRequest{Renderer: rend("r-1"), Max: size, Capacity: n})
 		if err != nil || len(res.Grants) != size {
 			b.Fatalf("Acquire = %d grants, %v; want %d", len(res.Grants), err, size)
 		}
@@ -152,7 +152,7 @@ func BenchmarkComplete(b *testing.B) {
 		if stale {
 			tok += 1 << 40
 		}
-		_, err := e.Complete(context.Background(), success(g.Job.ID, tok, "r-1", "digest"))
+		_, err := complete(context.Background(), e, success(g.Job.ID, tok, "r-1", "digest"))
 		if stale != (err != nil) {
 			b.Errorf("completion %d (stale %v): err = %v", i, stale, err)
 		}
@@ -199,7 +199,7 @@ func BenchmarkSessionPerDocument(b *testing.B) {
 			submitDocs(b, e, b.N+sessions)
 			conns := make([]*Conn, sessions)
 			for i := range conns {
-				c, _, err := e.OpenSession(ctx, SessionOpen{Renderer: rend(fmt.Sprintf("r-%d", i)), Instance: "i", Capacity: 1})
+				c, _, err := e.Open(ctx, SessionOpen{Renderer: rend(fmt.Sprintf("r-%d", i)), Instance: "i", Capacity: 1})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -216,7 +216,7 @@ func BenchmarkSessionPerDocument(b *testing.B) {
 			b.ResetTimer()
 			for _, c := range conns {
 				wg.Go(func() {
-					if _, err := e.Send(ctx, c, SessionInput{Credits: 1}); err != nil {
+					if _, err := e.Receive(ctx, c, SessionInput{Credits: 1}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -240,7 +240,7 @@ func BenchmarkSessionPerDocument(b *testing.B) {
 							sum := sha256.Sum256(content)
 							req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Success: true},
 								Preview: &Preview{Digest: hex.EncodeToString(sum[:]), ContentType: "image/png", Content: content}}
-							res, err := e.Send(ctx, c, SessionInput{Completions: []CompleteRequest{req}, Credits: 1})
+							res, err := e.Receive(ctx, c, SessionInput{Completions: []CompleteRequest{req}, Credits: 1})
 							if err != nil || res.Completions[0].Err != nil {
 								b.Errorf("completion of job %d: %v, %v", g.Job.ID, err, res.Completions)
 								return
@@ -253,7 +253,7 @@ func BenchmarkSessionPerDocument(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(before.since(meanGroupState(b, reg)), "cmds/group")
 			for _, c := range conns {
-				if _, err := e.CloseConn(ctx, c, nil, true); err != nil {
+				if _, err := closeConn(ctx, e, c, nil, true); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -311,7 +311,7 @@ func BenchmarkPurgeStep(b *testing.B) {
 				g := grants[i]
 				req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Renderer: "r-1", Success: true},
 					Preview: &Preview{Digest: fmt.Sprint(i), ContentType: "image/png", Content: png}}
-				if _, err := e.Complete(ctx, req); err != nil {
+				if _, err := complete(ctx, e, req); err != nil {
 					b.Error(err)
 					return
 				}

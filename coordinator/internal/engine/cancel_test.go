@@ -26,7 +26,7 @@ func TestCancel(t *testing.T) {
 		if g.Job.ID != ids[0] {
 			t.Fatalf("first grant = job %d, want %d", g.Job.ID, ids[0])
 		}
-		if _, err := b.e.Complete(ctx, failure(ids[0], g.Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky")); err != nil {
+		if _, err := complete(ctx, b.e, failure(ids[0], g.Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky")); err != nil {
 			t.Fatal(err)
 		}
 		if j := b.job(t, ids[0]); j.Phase != jobs.PhaseRetryWait {
@@ -73,7 +73,7 @@ func TestCancel(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
-		stream, err := b.e.OpenStream(ctx, rend("r-1"), 4)
+		stream, err := openStream(ctx, b.e, rend("r-1"), 4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestCancel(t *testing.T) {
 		// The holder finishes anyway: refused, recorded once, no artifact.
 		b.clock.Advance(time.Second)
 		for i := range 2 {
-			_, err := b.e.Complete(ctx, success(id, tok, "r-1", "late-digest"))
+			_, err := complete(ctx, b.e, success(id, tok, "r-1", "late-digest"))
 			if !errors.Is(err, jobs.ErrJobCancelled) {
 				t.Fatalf("completion %d after cancel: err = %v, want ErrJobCancelled", i+1, err)
 			}
@@ -134,7 +134,7 @@ func TestCancel(t *testing.T) {
 		}
 
 		// Its heartbeat learns the lease is lost.
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: id, Token: tok}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: id, Token: tok}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func TestCancel(t *testing.T) {
 
 		// An acknowledgement under another token records nothing.
 		before := b.job(t, id)
-		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok + 1}}}); err != nil {
+		if _, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok + 1}}}); err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(before, b.job(t, id)); diff != "" {
@@ -155,7 +155,7 @@ func TestCancel(t *testing.T) {
 		// The holder acknowledges.
 		b.clock.Advance(time.Second)
 		ackAt := b.clock.Now()
-		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
+		if _, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
 			t.Fatal(err)
 		}
 		acked := b.job(t, id)
@@ -170,7 +170,7 @@ func TestCancel(t *testing.T) {
 		}
 
 		b.clock.Advance(time.Second)
-		if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
+		if _, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Acks: []LeaseRef{{Job: id, Token: tok}}}); err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(acked, b.job(t, id)); diff != "" {
@@ -183,7 +183,7 @@ func TestCancel(t *testing.T) {
 		b := setup(t)
 		id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
 		g := b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, success(id, g.Job.Lease.Token, "r-1", "d1")); err != nil {
+		if _, err := complete(ctx, b.e, success(id, g.Job.Lease.Token, "r-1", "d1")); err != nil {
 			t.Fatal(err)
 		}
 		succeeded := b.job(t, id)
@@ -225,7 +225,7 @@ func TestCancel(t *testing.T) {
 		b := setup(t)
 		ids := b.submit(t, "alpha", "r1", "a.pdf", "b.pdf").JobIDs()
 		g := b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1")); err != nil {
+		if _, err := complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1")); err != nil {
 			t.Fatal(err)
 		}
 		queued := ids[0]
@@ -286,7 +286,7 @@ func TestCancel(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(c *Config) { c.RunningCancel = false })
 		id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
-		stream, err := b.e.OpenStream(ctx, rend("r-1"), 4)
+		stream, err := openStream(ctx, b.e, rend("r-1"), 4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +300,7 @@ func TestCancel(t *testing.T) {
 		if diff := cmp.Diff(before, b.job(t, id)); diff != "" {
 			t.Errorf("refused cancel changed the job:\n%s", diff)
 		}
-		res, err := b.e.Complete(ctx, success(id, g.Job.Lease.Token, "r-1", "d1"))
+		res, err := complete(ctx, b.e, success(id, g.Job.Lease.Token, "r-1", "d1"))
 		if err != nil || res.Job.Phase != jobs.PhaseSucceeded {
 			t.Fatalf("completion after the refused cancel = %v, %v; want SUCCEEDED", res.Job.Phase, err)
 		}
@@ -319,7 +319,7 @@ func TestCancel(t *testing.T) {
 		if len(grants) != 2 || grants[0].Job.ID != ids[0] || grants[1].Job.ID != ids[1] {
 			t.Fatalf("grants = %+v, want the first two jobs", grants)
 		}
-		if _, err := b.e.Complete(ctx, success(ids[0], grants[0].Job.Lease.Token, "r-1", "d")); err != nil {
+		if _, err := complete(ctx, b.e, success(ids[0], grants[0].Job.Lease.Token, "r-1", "d")); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.e.Cancel(ctx, CancelRequest{Job: ids[2], Principal: "alice"}); err != nil {
@@ -459,7 +459,7 @@ func TestCancelCompleteRace(t *testing.T) {
 			t.Fatalf("job %d ended %v, want CANCELLED or SUCCEEDED", id, j.Phase)
 		}
 
-		cres, cerr := b.e.Complete(ctx, success(id, tok, "r-1", digest))
+		cres, cerr := complete(ctx, b.e, success(id, tok, "r-1", digest))
 		kres, kerr := b.e.Cancel(ctx, cancelReq(id))
 		if j.Phase == jobs.PhaseCancelled {
 			if !errors.Is(cerr, jobs.ErrJobCancelled) || kerr != nil || kres.Result != jobs.AlreadyCancelled {
@@ -487,7 +487,7 @@ func TestCancelCompleteRace(t *testing.T) {
 		var o outcome
 		start := make(chan struct{})
 		var wg sync.WaitGroup
-		complete := func() { <-start; o.complete, o.cerr = b.e.Complete(ctx, success(id, tok, "r-1", digest)) }
+		complete := func() { <-start; o.complete, o.cerr = complete(ctx, b.e, success(id, tok, "r-1", digest)) }
 		cancel := func() { <-start; o.cancel, o.kerr = b.e.Cancel(ctx, cancelReq(id)) }
 		// Alternate which goroutine is started first so both orders get
 		// their chance whatever the scheduler prefers.
@@ -511,7 +511,7 @@ func TestCancelCompleteRace(t *testing.T) {
 		g := b.acquire(t, "r-1", 1)[0]
 		var o outcome
 		o.cancel, o.kerr = b.e.Cancel(ctx, cancelReq(g.Job.ID))
-		o.complete, o.cerr = b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "digest-forced"))
+		o.complete, o.cerr = complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "digest-forced"))
 		if p := check(t, g.Job.ID, g.Job.Lease.Token, "digest-forced", o); p != jobs.PhaseCancelled {
 			t.Fatalf("cancel applied first ended %v, want CANCELLED", p)
 		}
@@ -520,7 +520,7 @@ func TestCancelCompleteRace(t *testing.T) {
 		t.Log("no race was won by the completion; checking complete-then-cancel in order")
 		g := b.acquire(t, "r-1", 1)[0]
 		var o outcome
-		o.complete, o.cerr = b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "digest-forced"))
+		o.complete, o.cerr = complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "digest-forced"))
 		o.cancel, o.kerr = b.e.Cancel(ctx, cancelReq(g.Job.ID))
 		if p := check(t, g.Job.ID, g.Job.Lease.Token, "digest-forced", o); p != jobs.PhaseSucceeded {
 			t.Fatalf("completion applied first ended %v, want SUCCEEDED", p)

@@ -5,41 +5,32 @@ import (
 	"time"
 )
 
-// ConnKind is what a registered renderer connection is.
-type ConnKind int
-
-// The kinds of renderer connections the writer knows.
-const (
-	// ConnSession is a Session stream: it takes grants by credit and gets
-	// revocations.
-	ConnSession ConnKind = iota + 1
-	// ConnHeartbeat is a Heartbeat stream of a unary client: it takes no
-	// grants and gets revocations.
-	ConnHeartbeat
-	// ConnWaiter is an Acquire long poll waiting for work: it takes grants
-	// once, up to its Max and byte budget.
-	ConnWaiter
-)
-
-// Conn is a renderer connection registered with the writer. The writer
-// owns its fields; handlers read what it delivers through Outbox.
+// Conn is a renderer session registered with the writer. The writer owns
+// its fields; handlers read what it delivers through Outbox.
 type Conn struct {
 	id       uint64
-	kind     ConnKind
 	renderer Renderer
+	// instance identifies the renderer process; "" for a unary client's
+	// session (see Engine.Open).
 	instance string
 	// credit is how many more grants it may take.
 	credit int
-	// budget is what a waiter's reply may still carry in bytes. A session
-	// has none here: the server splits what it pushes into messages within
-	// the renderer's stated limit.
+	// budget is what the grants it takes may still carry in bytes, when
+	// bounded (SessionOpen.MaxBytes); -1 is unbounded. A Session stream
+	// has no bound here: the server splits what it pushes into messages
+	// within the renderer's stated limit.
 	budget   int
 	draining bool
-	granted  int
+	// poll marks a unary Acquire's session (no instance, credit at open).
+	poll bool
 
 	// Outbox delivers what the writer publishes after each commit.
 	Outbox *Outbox
 }
+
+// stream reports whether c is a unary client's heartbeat stream: a
+// session with neither instance nor credit of its own.
+func (c *Conn) stream() bool { return c.instance == "" && !c.poll }
 
 // ID returns the connection's id, for the commands that name it.
 func (c *Conn) ID() uint64 { return c.id }
@@ -117,19 +108,19 @@ func (o *Outbox) end(why error) []Grant {
 	return left
 }
 
-// connSet is the writer's registry of renderer connections.
+// connSet is the writer's registry of renderer sessions.
 type connSet struct {
 	next uint64
 	byID map[uint64]*Conn
-	// sessions maps a renderer id to its one live session or heartbeat
-	// stream.
-	sessions map[string]*Conn
+	// byRenderer lists each renderer id's live sessions: one of a renderer
+	// process, or any number of a unary client's.
+	byRenderer map[string][]*Conn
 	// hungry are the connections with credit, in rotation order.
 	hungry []*Conn
 }
 
 func newConnSet() connSet {
-	return connSet{byID: make(map[uint64]*Conn), sessions: make(map[string]*Conn)}
+	return connSet{byID: make(map[uint64]*Conn), byRenderer: make(map[string][]*Conn)}
 }
 
 func (s *connSet) add(c *Conn) {
@@ -137,15 +128,22 @@ func (s *connSet) add(c *Conn) {
 	c.id = s.next
 	c.Outbox = newOutbox()
 	s.byID[c.id] = c
-	if c.kind != ConnWaiter {
-		s.sessions[c.renderer.ID] = c
-	}
+	s.byRenderer[c.renderer.ID] = append(s.byRenderer[c.renderer.ID], c)
 }
 
 func (s *connSet) remove(c *Conn) {
 	delete(s.byID, c.id)
-	if s.sessions[c.renderer.ID] == c {
-		delete(s.sessions, c.renderer.ID)
+	list := s.byRenderer[c.renderer.ID]
+	for i, o := range list {
+		if o == c {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.byRenderer, c.renderer.ID)
+	} else {
+		s.byRenderer[c.renderer.ID] = list
 	}
 }
 
@@ -193,7 +191,7 @@ func (e *Engine) seen(r Renderer, capacity int, now time.Duration) *rendererStat
 }
 
 // liveCapacity sums the capacity of renderers that hold a session or
-// stream or acquired recently, forgetting the rest. Each credential's
+// polled recently, forgetting the rest. Each credential's
 // renderers count together for at most its MaxCapacity, so one credential
 // cannot inflate live capacity (and so the share cap) by declaring much.
 func (e *Engine) liveCapacity(now time.Duration) int {

@@ -22,7 +22,7 @@ func names(prefix string, n int) []string {
 // grantOne asks for one lease from a renderer of the given capacity.
 func (b *testBundle) grantOne(t *testing.T, capacity int) (Grant, bool) {
 	t.Helper()
-	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: capacity})
+	res, err := acquire(context.Background(), b.e, acquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: capacity})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -34,7 +34,7 @@ func (b *testBundle) grantOne(t *testing.T, capacity int) (Grant, bool) {
 
 func (b *testBundle) finish(t *testing.T, g Grant) {
 	t.Helper()
-	if _, err := b.e.Complete(context.Background(), success(g.Job.ID, g.Job.Lease.Token, "r-1", "d")); err != nil {
+	if _, err := complete(context.Background(), b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d")); err != nil {
 		t.Fatalf("Complete job %d: %v", g.Job.ID, err)
 	}
 }
@@ -73,7 +73,7 @@ func TestFairDispatch(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(c *Config) { c.Dispatch.MaxShare = 0.5 })
 		b.submit(t, "alpha", "r1", names("a", 8)...)
-		res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: rend("r-1"), Max: 8, Capacity: 4})
+		res, err := acquire(context.Background(), b.e, acquireRequest{Renderer: rend("r-1"), Max: 8, Capacity: 4})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -106,6 +106,11 @@ type Config struct {
 	// are applied first. Zero means a tenth of LeaseTTL, at least
 	// MinStallAfter; negative turns stall detection off.
 	StallAfter time.Duration
+	// Committer makes each group durable; nil commits in place with fsync.
+	Committer Committer
+	// LeaderHint, on a replicated coordinator, names the leader (id and
+	// gRPC address, empty when unknown) for the ErrNotLeader answers.
+	LeaderHint func() (id, addr string)
 }
 
 // MinStallAfter is the shortest default StallAfter: a group of ordinary
@@ -150,21 +155,29 @@ func (c Config) withDefaults() Config {
 
 // Engine is the single writer and the read side over the same store.
 type Engine struct {
-	cfg Config
-	st  *store.Store
-	log *slog.Logger
-	m   *metrics
+	cfg       Config
+	st        *store.Store
+	log       *slog.Logger
+	m         *metrics
+	committer Committer
 
-	reqC    chan *request
-	stopC   chan struct{}
-	doneC   chan struct{}
-	failedC chan struct{}
-	failErr atomic.Pointer[error]
+	reqC chan *request
+	// term is the writer goroutine's current run (nil while none runs: not
+	// started, stopped, or a follower); stoppedC is closed by Stop.
+	term     atomic.Pointer[term]
+	stoppedC chan struct{}
+	failedC  chan struct{}
+	failErr  atomic.Pointer[error]
+	// wallFloor is the earliest wall clock the writer stamps, in Unix
+	// nanoseconds (Promote): records never go back in time across leaders.
+	wallFloor atomic.Int64
 
 	startOnce sync.Once
 	stopOnce  sync.Once
 	started   atomic.Bool
 	serving   atomic.Bool
+	// lifecycle serialises Start, Stop, Promote and Demote.
+	lifecycle sync.Mutex
 
 	// Owned by the writer goroutine (and by New before Start).
 	sched      *dispatch.Scheduler
@@ -228,8 +241,7 @@ func New(cfg Config) (*Engine, error) {
 		st:         cfg.Store,
 		log:        cfg.Logger,
 		reqC:       make(chan *request, cfg.MaxGroup),
-		stopC:      make(chan struct{}),
-		doneC:      make(chan struct{}),
+		stoppedC:   make(chan struct{}),
 		failedC:    make(chan struct{}),
 		sched:      dispatch.New(cfg.Dispatch),
 		leases:     make(map[uint64]*leaseEntry),
@@ -239,11 +251,15 @@ func New(cfg Config) (*Engine, error) {
 		rings:      make(map[string]*minuteRing),
 		conns:      newConnSet(),
 		rng:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		committer:  cfg.Committer,
+	}
+	if e.committer == nil {
+		e.committer = localCommitter{}
 	}
 	e.hub.init()
 	e.serving.Store(true)
 	e.clockMono = cfg.Mono()
-	if err := e.rebuild(cfg.Now()); err != nil {
+	if err := e.rebuild(cfg.Now(), 0); err != nil {
 		return nil, err
 	}
 	e.m = newMetrics(cfg.Registerer, e)
@@ -252,10 +268,10 @@ func New(cfg Config) (*Engine, error) {
 }
 
 // rebuild loads the indexes from the store. Every live lease gets a full
-// TTL from now: the coordinator's downtime must not expire leases whose
-// renderers reconnect in time. Leases are marked not heard from until
-// their holder speaks again.
-func (e *Engine) rebuild(wall time.Time) error {
+// TTL from now, and extend more (a failover's election): the coordinator's
+// downtime must not expire leases whose renderers reconnect in time.
+// Leases are marked not heard from until their holder speaks again.
+func (e *Engine) rebuild(wall time.Time, extend time.Duration) error {
 	var ready []store.QueuedJob
 	mono := e.clockMono
 	err := e.st.View(func(tx *store.Tx) error {
@@ -277,7 +293,7 @@ func (e *Engine) rebuild(wall time.Time) error {
 		return tx.ForEachUnfinished(queued, func(j jobs.Job) error {
 			switch j.Phase {
 			case jobs.PhaseLeased:
-				e.trackLease(j, mono+e.cfg.LeaseTTL, false)
+				e.trackLease(j, mono+e.cfg.LeaseTTL+extend, false)
 				e.sched.Acquired(j.Team)
 			case jobs.PhaseRetryWait:
 				e.trackRetry(j.ID, mono+max(j.NextAttemptAt.Sub(wall), 0))
@@ -311,21 +327,30 @@ func (e *Engine) trackRetry(id uint64, at time.Duration) {
 	heap.Push(&e.retryQ, timerItem{at: at, job: id})
 }
 
-// Start starts the writer goroutine. Calling it again does nothing.
+// Start starts the writer goroutine over the state New rebuilt: the single
+// node's one term. Calling it again does nothing. A replicated
+// coordinator calls Promote instead, on each leadership.
 func (e *Engine) Start() {
 	e.startOnce.Do(func() {
+		e.lifecycle.Lock()
+		defer e.lifecycle.Unlock()
+		select {
+		case <-e.stoppedC:
+			return
+		default:
+		}
 		e.started.Store(true)
-		go e.run()
+		e.begin()
 	})
 }
 
 // Stop stops the writer and waits for it. Commands not yet applied are
 // answered with ErrStopped. It is safe to call twice or without Start.
 func (e *Engine) Stop() {
-	e.stopOnce.Do(func() { close(e.stopC) })
-	if e.started.Load() {
-		<-e.doneC
-	}
+	e.lifecycle.Lock()
+	defer e.lifecycle.Unlock()
+	e.stopOnce.Do(func() { close(e.stoppedC) })
+	e.endTerm(ErrStopped)
 	e.hub.closeAll()
 }
 
@@ -417,13 +442,17 @@ func (e *Engine) do(ctx context.Context, c command) error {
 	if !e.serving.Load() {
 		return e.stoppedErr()
 	}
-	r := &request{cmd: c, done: make(chan error, 1), wall: e.cfg.Now(), mono: e.cfg.Mono()}
+	t := e.term.Load()
+	if t == nil {
+		return e.idleErr()
+	}
+	r := &request{cmd: c, done: make(chan error, 1), wall: e.now(), mono: e.cfg.Mono(), term: t}
 	select {
 	case e.reqC <- r:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-e.stopC:
-		return ErrStopped
+	case <-t.stopC:
+		return e.termErr(t)
 	case <-e.failedC:
 		return e.stoppedErr()
 	}
@@ -432,15 +461,49 @@ func (e *Engine) do(ctx context.Context, c command) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-e.doneC:
+	case <-t.doneC:
 		// The writer exited; it may have answered just before.
 		select {
 		case err := <-r.done:
 			return err
 		default:
 		}
-		return e.stoppedErr()
+		return e.termErr(t)
 	}
+}
+
+// termErr is why term t answers no more: ErrNotLeader, with a fresh leader
+// hint, when leadership ended it.
+func (e *Engine) termErr(t *term) error {
+	err := t.err()
+	if errors.Is(err, ErrNotLeader) {
+		return e.notLeader()
+	}
+	return err
+}
+
+// idleErr says why no writer takes commands: stopped, failed, or not the
+// leader (a follower, or an engine not started yet).
+func (e *Engine) idleErr() error {
+	select {
+	case <-e.stoppedC:
+		return ErrStopped
+	default:
+	}
+	if err := e.FailErr(); err != nil {
+		return err
+	}
+	return e.notLeader()
+}
+
+// now is the wall clock the writer stamps, never before the floor a
+// promotion set.
+func (e *Engine) now() time.Time {
+	t := e.cfg.Now()
+	if f := e.wallFloor.Load(); f != 0 && t.UnixNano() < f {
+		return time.Unix(0, f).In(t.Location())
+	}
+	return t
 }
 
 // stoppedErr says why the writer takes no command.

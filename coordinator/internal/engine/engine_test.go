@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"flag"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -69,6 +72,13 @@ type testBundle struct {
 	cfg   Config
 	e     *Engine
 	st    *store.Store
+	// shadow, unless -shadow=false, applies every group's write set to a
+	// second store and compares: each test's scenario is also a test of
+	// write-set replication.
+	shadow   *replica.Shadow
+	shadowSt *store.Store
+	// shadowErr is what the shadows of closed engines found.
+	shadowErr error
 	// reg is the registry of the engine opened last.
 	reg *prometheus.Registry
 }
@@ -110,7 +120,13 @@ func newBundle(dir string) *testBundle {
 func (b *testBundle) open(t *testing.T, opts ...store.Option) {
 	t.Helper()
 	b.start(t, opts...)
-	t.Cleanup(b.close)
+	t.Cleanup(func() {
+		b.close()
+		if b.shadowErr != nil {
+			t.Errorf("write-set replication: %v", b.shadowErr)
+			b.shadowErr = nil
+		}
+	})
 }
 
 // start opens the store and starts an engine on it; the caller closes.
@@ -123,6 +139,10 @@ func (b *testBundle) start(t fataler, opts ...store.Option) {
 	cfg := b.cfg
 	b.reg = prometheus.NewRegistry()
 	cfg.Store, cfg.Registerer = st, b.reg
+	if *shadowFlag && cfg.Committer == nil {
+		b.shadowSt, b.shadow = openShadow(t, st, filepath.Join(b.dir, "shadow.db"))
+		cfg.Committer = fullShadow{b.shadow}
+	}
 	e, err := New(cfg)
 	if err != nil {
 		st.Close()
@@ -132,12 +152,66 @@ func (b *testBundle) start(t fataler, opts ...store.Option) {
 	b.e, b.st = e, st
 }
 
+// resetShadow drops the shadow store, for a test that changed the primary
+// file behind the engine's back: the next start copies it afresh.
+func (b *testBundle) resetShadow(t *testing.T) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(b.dir, "shadow.db")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+}
+
+// fullShadow compares the whole stores after every group: the tests' stores
+// are small.
+type fullShadow struct{ *replica.Shadow }
+
+func (s fullShadow) Commit(tx *store.Tx, wall time.Time) error {
+	if err := s.Shadow.Commit(tx, wall); err != nil {
+		return err
+	}
+	_ = s.Compare() // recorded in Err
+	return nil
+}
+
+var shadowFlag = flag.Bool("shadow", true, "replicate every test's writer groups onto a shadow store and compare digests")
+
+// openShadow opens the shadow store at path and a shadow committer from st
+// to it. A shadow store that is new while st is not starts as a copy of st.
+func openShadow(t fataler, st *store.Store, path string) (*store.Store, *replica.Shadow) {
+	t.Helper()
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		f, err := os.Create(path)
+		if err == nil {
+			_, err = st.WriteBackup(f, func(store.BackupInfo) error { return nil })
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			t.Fatalf("copying the store to its shadow: %v", err)
+		}
+	}
+	sst, err := store.Open(path, store.WithoutSync())
+	if err != nil {
+		t.Fatalf("opening the shadow store: %v", err)
+	}
+	sh, err := replica.NewShadow(st, sst)
+	if err != nil {
+		sst.Close()
+		t.Fatalf("shadow: %v", err)
+	}
+	return sst, sh
+}
+
 // close stops the engine and closes the store; safe to call twice.
 func (b *testBundle) close() {
 	if b.e != nil {
 		b.e.Stop()
 		b.st.Close()
 		b.e, b.st = nil, nil
+	}
+	if b.shadow != nil {
+		b.shadowErr = errors.Join(b.shadowErr, b.shadow.Err())
+		b.shadowSt.Close()
+		b.shadow, b.shadowSt = nil, nil
 	}
 }
 
@@ -171,7 +245,7 @@ func (b *testBundle) submit(t *testing.T, team, req string, names ...string) job
 // content, as the Acquire handler does.
 func (b *testBundle) acquire(t *testing.T, renderer string, n int) []Grant {
 	t.Helper()
-	res, err := b.e.Acquire(context.Background(), AcquireRequest{Renderer: rend(renderer), Max: n, Capacity: 4})
+	res, err := acquire(context.Background(), b.e, acquireRequest{Renderer: rend(renderer), Max: n, Capacity: 4})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -229,14 +303,14 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("content = %q", g.Content)
 		}
 		b.clock.Advance(10 * time.Second)
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st := hb.Leases[0]; !st.Held || !st.Deadline.Equal(b.clock.Now().Add(15*time.Second)) {
 			t.Fatalf("heartbeat = %+v, want held until now+15s", st)
 		}
-		res, err := b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1"))
+		res, err := complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,12 +408,12 @@ func TestFencing(t *testing.T) {
 		if len(bg) != 1 || bg[0].Job.Lease.Token <= a.Job.Lease.Token {
 			t.Fatalf("B's grant = %+v, want a larger token than %d", bg, a.Job.Lease.Token)
 		}
-		bres, err := b.e.Complete(ctx, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
+		bres, err := complete(ctx, b.e, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := b.job(t, batch.FirstJob)
-		_, err = b.e.Complete(ctx, success(batch.FirstJob, a.Job.Lease.Token, "renderer-a", "digest-a"))
+		_, err = complete(ctx, b.e, success(batch.FirstJob, a.Job.Lease.Token, "renderer-a", "digest-a"))
 		if !errors.Is(err, jobs.ErrLeaseExpired) {
 			t.Fatalf("A's completion err = %v, want ErrLeaseExpired", err)
 		}
@@ -358,7 +432,7 @@ func TestFencing(t *testing.T) {
 		if _, err := b.artifactAt(t, batch.FirstJob, a.Job.Lease.Token); !errors.Is(err, store.ErrArtifactNotFound) {
 			t.Errorf("preview of the refused completion: err = %v, want ErrArtifactNotFound", err)
 		}
-		replay, err := b.e.Complete(ctx, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
+		replay, err := complete(ctx, b.e, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
 		if err != nil || !replay.Replayed {
 			t.Fatalf("replayed completion = %+v, %v; want replayed", replay, err)
 		}
@@ -378,7 +452,7 @@ func TestFencing(t *testing.T) {
 		g := b.acquire(t, "r-1", 1)[0]
 		missing := stagedSuccess(batch.FirstJob, g.Job.Lease.Token, "r-1", "never-uploaded")
 		before := b.job(t, batch.FirstJob)
-		if _, err := b.e.Complete(ctx, missing); !errors.Is(err, jobs.ErrArtifactMissing) {
+		if _, err := complete(ctx, b.e, missing); !errors.Is(err, jobs.ErrArtifactMissing) {
 			t.Fatalf("holder's completion with no upload: err = %v, want ErrArtifactMissing", err)
 		}
 		if diff := cmp.Diff(before, b.job(t, batch.FirstJob)); diff != "" {
@@ -386,7 +460,7 @@ func TestFencing(t *testing.T) {
 		}
 		stale := missing
 		stale.Token = g.Job.Lease.Token + 100
-		if _, err := b.e.Complete(ctx, stale); !errors.Is(err, jobs.ErrStaleLease) {
+		if _, err := complete(ctx, b.e, stale); !errors.Is(err, jobs.ErrStaleLease) {
 			t.Fatalf("stale completion with no upload: err = %v, want ErrStaleLease", err)
 		}
 		if rej := b.rejections(t, batch.FirstJob); len(rej) != 1 {
@@ -399,10 +473,10 @@ func TestFencing(t *testing.T) {
 		if err := b.e.Stage(ctx, StageRequest{Job: g.Job.ID, Token: g.Job.Lease.Token, Renderer: "r-1", Preview: *p}); err != nil {
 			t.Fatalf("Stage: %v", err)
 		}
-		if _, err := b.e.Complete(ctx, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "other")); !errors.Is(err, jobs.ErrArtifactMissing) {
+		if _, err := complete(ctx, b.e, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "other")); !errors.Is(err, jobs.ErrArtifactMissing) {
 			t.Fatalf("completion naming another digest than the upload: err = %v, want ErrArtifactMissing", err)
 		}
-		res, err := b.e.Complete(ctx, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "uploaded"))
+		res, err := complete(ctx, b.e, stagedSuccess(g.Job.ID, g.Job.Lease.Token, "r-1", "uploaded"))
 		if err != nil {
 			t.Fatalf("completion naming the upload: %v", err)
 		}
@@ -435,7 +509,7 @@ func TestFencing(t *testing.T) {
 		b.submit(t, "alpha", "r1", "a", "b", "c")
 		first := b.acquire(t, "r-1", 2)
 		b.restart(t)
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: first[0].Job.ID, Token: first[0].Job.Lease.Token}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: first[0].Job.ID, Token: first[0].Job.Lease.Token}}})
 		if err != nil || !hb.Leases[0].Held {
 			t.Fatalf("heartbeat after restart = %+v, %v; want held", hb, err)
 		}
@@ -443,7 +517,7 @@ func TestFencing(t *testing.T) {
 		if len(later) != 1 || later[0].Job.Lease.Token <= first[1].Job.Lease.Token {
 			t.Fatalf("token after restart = %+v, want > %d", later, first[1].Job.Lease.Token)
 		}
-		if _, err := b.e.Complete(ctx, success(first[1].Job.ID, first[1].Job.Lease.Token, "r-1", "d")); err != nil {
+		if _, err := complete(ctx, b.e, success(first[1].Job.ID, first[1].Job.Lease.Token, "r-1", "d")); err != nil {
 			t.Fatalf("old lease inside its deadline should complete: %v", err)
 		}
 	})
@@ -500,17 +574,17 @@ func TestLiveCapacity(t *testing.T) {
 	t.Run("StreamsCountUntilClosedAndAcquirersUntilSilent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		if _, err := b.e.OpenStream(ctx, rend("r-1"), 4); err != nil {
+		if _, err := openStream(ctx, b.e, rend("r-1"), 4); err != nil {
 			t.Fatal(err)
 		}
-		r2, err := b.e.OpenStream(ctx, rend("r-2"), 2)
+		r2, err := openStream(ctx, b.e, rend("r-2"), 2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := b.capacity(t); got != 6 {
 			t.Fatalf("live capacity with two streams = %d, want 6", got)
 		}
-		if _, err := b.e.CloseConn(ctx, r2, nil, true); err != nil {
+		if _, err := closeConn(ctx, b.e, r2, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.capacity(t); got != 4 {
@@ -534,14 +608,14 @@ func TestLiveCapacity(t *testing.T) {
 		b := setup(t)
 		shared := func(id string) Renderer { return Renderer{ID: id, Principal: "pool", MaxCapacity: 4} }
 		for _, id := range []string{"p-1", "p-2"} {
-			if _, err := b.e.OpenStream(ctx, shared(id), 100); err != nil {
+			if _, err := openStream(ctx, b.e, shared(id), 100); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if got := b.capacity(t); got != 4 {
 			t.Fatalf("two renderers of one credential declaring 100 each count %d, want its MaxCapacity 4", got)
 		}
-		if _, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: shared("p-3"), Instance: "i", Capacity: 100}); err != nil {
+		if _, _, err := b.e.Open(ctx, SessionOpen{Renderer: shared("p-3"), Instance: "i", Capacity: 100}); err != nil {
 			t.Fatal(err)
 		}
 		b.acquire(t, "other", 1) // another credential, unbounded, capacity 4
@@ -557,12 +631,12 @@ func TestLiveCapacity(t *testing.T) {
 		b := setup(t, func(c *Config) { c.Dispatch.MaxShare = 0.5 })
 		shared := Renderer{ID: "p-1", Principal: "pool", MaxCapacity: 4}
 		b.submit(t, "alpha", "bulk", names("a", 6)...)
-		res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: shared, Max: 2, Capacity: 200})
+		res, err := acquire(ctx, b.e, acquireRequest{Renderer: shared, Max: 2, Capacity: 200})
 		if err != nil || len(res.Grants) != 2 {
 			t.Fatalf("Acquire = %d grants, %v; want 2", len(res.Grants), err)
 		}
 		b.submit(t, "beta", "small", names("b", 2)...)
-		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: shared, Max: 2, Capacity: 200})
+		res, err = acquire(ctx, b.e, acquireRequest{Renderer: shared, Max: 2, Capacity: 200})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -106,7 +106,7 @@ func (b *testBundle) document(t *testing.T, job uint64) []byte {
 // credit, and fails the test on an error.
 func (b *testBundle) openSession(t *testing.T, renderer string, credits int) *Conn {
 	t.Helper()
-	conn, _, err := b.e.OpenSession(context.Background(), SessionOpen{Renderer: rend(renderer), Instance: "i-1", Capacity: 4})
+	conn, _, err := b.e.Open(context.Background(), SessionOpen{Renderer: rend(renderer), Instance: "i-1", Capacity: 4})
 	if err != nil {
 		t.Fatalf("OpenSession(%s): %v", renderer, err)
 	}
@@ -119,7 +119,7 @@ func (b *testBundle) openSession(t *testing.T, renderer string, credits int) *Co
 // send applies one session message and fails the test on an error.
 func (b *testBundle) send(t *testing.T, conn *Conn, in SessionInput) SessionResult {
 	t.Helper()
-	res, err := b.e.Send(context.Background(), conn, in)
+	res, err := b.e.Receive(context.Background(), conn, in)
 	if err != nil {
 		t.Fatalf("Send: %v", err)
 	}

@@ -144,6 +144,19 @@ func (h *hub) publishJob(ev JobEvent) {
 	}
 }
 
+// endAll ends every subscription with why (the writer's term ended); new
+// ones may follow.
+func (h *hub) endAll(why error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, set := range h.watches {
+		for w := range set {
+			w.end(why)
+		}
+	}
+	clear(h.watches)
+}
+
 // closeAll ends every subscription (engine stop).
 func (h *hub) closeAll() {
 	h.mu.Lock()

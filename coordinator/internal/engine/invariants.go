@@ -166,29 +166,37 @@ func (e *Engine) indexProblems(tx *store.Tx, now time.Time, mono time.Duration, 
 		fail("index sizes: %d leases for %d LEASED, %d timers for %d RETRY_WAIT", len(e.leases), nLeased, len(e.retryAt), nRetry)
 	}
 
-	// One session or stream per renderer id, counted once.
-	streams := map[string]int{}
+	// A renderer's sessions: one of a renderer process, or any number of a
+	// unary client's, each counted once.
+	sessions := map[string]int{}
 	for _, c := range e.conns.byID {
-		if c.kind != ConnWaiter {
-			streams[c.renderer.ID]++
-			if e.conns.sessions[c.renderer.ID] != c {
-				fail("connection %d of %s is not its registered session", c.id, c.renderer.ID)
-			}
+		sessions[c.renderer.ID]++
+		if !slices.Contains(e.conns.byRenderer[c.renderer.ID], c) {
+			fail("session %d of %s is not listed under its renderer", c.id, c.renderer.ID)
 		}
 	}
-	for id, c := range e.conns.sessions {
-		if e.conns.byID[c.id] != c {
-			fail("the registered session of %s is not a live connection", id)
+	for id, list := range e.conns.byRenderer {
+		named := 0
+		for _, c := range list {
+			if e.conns.byID[c.id] != c {
+				fail("a session listed under %s is not live", id)
+			}
+			if c.instance != "" {
+				named++
+			}
+		}
+		if named > 0 && len(list) > 1 {
+			fail("renderer %s has %d sessions, %d of a renderer process", id, len(list), named)
 		}
 	}
 	for id, rs := range e.renderers {
-		if rs.conns != streams[id] {
-			fail("renderer %s counts %d connections, %d registered", id, rs.conns, streams[id])
+		if rs.conns != sessions[id] {
+			fail("renderer %s counts %d sessions, %d live", id, rs.conns, sessions[id])
 		}
 	}
-	for id, n := range streams {
-		if n != 1 || e.renderers[id] == nil {
-			fail("renderer %s has %d live sessions or streams (state %v)", id, n, e.renderers[id] != nil)
+	for id := range sessions {
+		if e.renderers[id] == nil {
+			fail("renderer %s has live sessions and no state", id)
 		}
 	}
 	return problems

@@ -73,12 +73,21 @@ func checkStore(t tester, st *store.Store, prev StoreState) StoreState {
 	return now
 }
 
+// connKind is which of the renderer protocols' calls opened a session.
+type connKind int
+
+const (
+	kindSession connKind = iota + 1 // a Session stream: an instance, credits
+	kindStream                      // a unary client's heartbeat stream
+	kindWaiter                      // a unary Acquire's long poll
+)
+
 // testConn is a connection the invariants test holds, with what it took.
 type testConn struct {
 	conn     *Conn
 	renderer string
 	instance string
-	kind     ConnKind
+	kind     connKind
 	// max and budget bound a waiter's grants.
 	max, budget int
 	got         []Grant
@@ -128,13 +137,14 @@ func TestWriterInvariants(t *testing.T) {
 		)
 		sessionIDs := []string{"s-1", "s-2"}
 		unaryIDs := []string{"u-1", "u-2"}
-		liveSession := func(renderer string) *testConn {
+		liveOf := func(renderer string) []*testConn {
+			var out []*testConn
 			for _, c := range conns {
-				if c.renderer == renderer && c.kind != ConnWaiter {
-					return c
+				if c.renderer == renderer {
+					out = append(out, c)
 				}
 			}
-			return nil
+			return out
 		}
 		dropConn := func(c *testConn) { conns = slices.DeleteFunc(conns, func(x *testConn) bool { return x == c }) }
 		pickGrant := func(label string) (Grant, bool) {
@@ -143,7 +153,7 @@ func TestWriterInvariants(t *testing.T) {
 			}
 			return granted[rapid.IntRange(0, len(granted)-1).Draw(rt, label)], true
 		}
-		pickConn := func(label string, kinds ...ConnKind) (*testConn, bool) {
+		pickConn := func(label string, kinds ...connKind) (*testConn, bool) {
 			var of []*testConn
 			for _, c := range conns {
 				if slices.Contains(kinds, c.kind) {
@@ -227,16 +237,16 @@ func TestWriterInvariants(t *testing.T) {
 				}
 			case 1: // unary acquire, or a long poll
 				renderer := rapid.SampledFrom(unaryIDs).Draw(rt, "renderer")
-				req := AcquireRequest{Renderer: rend(renderer), Max: rapid.IntRange(1, 3).Draw(rt, "max"), Capacity: 3,
+				req := acquireRequest{Renderer: rend(renderer), Max: rapid.IntRange(1, 3).Draw(rt, "max"), Capacity: 3,
 					Wait: rapid.IntRange(0, 3).Draw(rt, "wait") == 0}
 				if rapid.Bool().Draw(rt, "budget") {
 					req.MaxBytes = rapid.IntRange(1, 3).Draw(rt, "grants") * b.e.MaxGrantBytes()
 				}
-				res, err := b.e.Acquire(ctx, req)
+				res, err := acquire(ctx, b.e, req)
 				if err != nil {
 					rt.Fatalf("Acquire: %v", err)
 				}
-				w := &testConn{conn: res.Waiter, renderer: renderer, kind: ConnWaiter, max: req.Max, budget: req.MaxBytes}
+				w := &testConn{conn: res.Waiter, renderer: renderer, kind: kindWaiter, max: req.Max, budget: req.MaxBytes}
 				received(w, res.Grants)
 				if res.Waiter != nil {
 					conns = append(conns, w)
@@ -244,12 +254,12 @@ func TestWriterInvariants(t *testing.T) {
 					rt.Fatal(err)
 				}
 			case 2: // a long poll ends
-				w, ok := pickConn("waiter", ConnWaiter)
+				w, ok := pickConn("waiter", kindWaiter)
 				if !ok {
 					continue
 				}
 				release := rapid.Bool().Draw(rt, "releaseLeftovers")
-				left, err := b.e.CloseConn(ctx, w.conn, nil, release)
+				left, err := closeConn(ctx, b.e, w.conn, nil, release)
 				if err != nil {
 					rt.Fatalf("CloseConn(waiter): %v", err)
 				}
@@ -264,7 +274,7 @@ func TestWriterInvariants(t *testing.T) {
 			case 3: // unary heartbeat, by the holder or another renderer
 				if g, ok := pickGrant("heartbeat"); ok {
 					renderer := rapid.SampledFrom([]string{g.Job.Lease.Renderer, "u-1"}).Draw(rt, "heartbeater")
-					if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend(renderer), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}},
+					if _, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend(renderer), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}},
 						HandBacks: someRefs("handbacks", 1), Acks: someRefs("acks", 1)}); err != nil {
 						rt.Fatalf("Heartbeat: %v", err)
 					}
@@ -276,7 +286,7 @@ func TestWriterInvariants(t *testing.T) {
 				}
 				renderer := rapid.SampledFrom([]string{g.Job.Lease.Renderer, "u-2"}).Draw(rt, "completer")
 				req := completion(g, renderer)
-				res, err := b.e.Complete(ctx, req)
+				res, err := complete(ctx, b.e, req)
 				if err != nil && !jobs.IsFence(err) && !errors.Is(err, jobs.ErrArtifactMissing) && !errors.Is(err, ErrNotFound) {
 					rt.Fatalf("Complete: %v", err)
 				}
@@ -317,21 +327,35 @@ func TestWriterInvariants(t *testing.T) {
 				}
 			case 9: // an undelivered grant is handed back
 				if g, ok := pickGrant("release"); ok {
-					if err := b.e.Release(ctx, g.Job.Lease.Renderer, []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}); err != nil {
+					if err := release(ctx, b.e, g.Job.Lease.Renderer, []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}); err != nil {
 						rt.Fatalf("Release: %v", err)
 					}
 				}
 			case 10: // a session or heartbeat stream opens
 				renderer := rapid.SampledFrom(sessionIDs).Draw(rt, "sessionRenderer")
 				instance := rapid.SampledFrom([]string{"i-1", "i-1", "i-1", "i-2"}).Draw(rt, "instance")
-				kind := ConnSession
+				kind := kindSession
 				if rapid.IntRange(0, 3).Draw(rt, "stream") == 0 {
-					kind = ConnHeartbeat
+					kind = kindStream
 				}
-				old := liveSession(renderer)
+				// A renderer process's session replaces its own and is
+				// refused beside any other; a unary client's stream
+				// replaces its older stream, lives beside its polls, and is
+				// refused beside a process's session.
+				live := liveOf(renderer)
+				var old *testConn
+				opens := true
+				for _, c := range live {
+					switch {
+					case kind == kindSession && c.kind == kindSession && c.instance == instance, kind == kindStream && c.kind == kindStream:
+						old = c
+					case kind == kindSession || c.kind == kindSession:
+						opens = false
+					}
+				}
 				var conn *Conn
 				var err error
-				if kind == ConnSession {
+				if kind == kindSession {
 					var holding []LeaseRef
 					for _, g := range granted {
 						if g.Job.Lease.Renderer == renderer && rapid.Bool().Draw(rt, "holding") {
@@ -339,21 +363,23 @@ func TestWriterInvariants(t *testing.T) {
 						}
 					}
 					var st []LeaseStatus
-					conn, st, err = b.e.OpenSession(ctx, SessionOpen{Renderer: rend(renderer), Instance: instance, Capacity: 2, Holding: holding})
+					conn, st, err = b.e.Open(ctx, SessionOpen{Renderer: rend(renderer), Instance: instance, Capacity: 2, Holding: holding})
 					if err == nil && len(st) != len(holding) {
 						rt.Fatalf("OpenSession answered %d of %d held leases", len(st), len(holding))
 					}
 				} else {
-					conn, err = b.e.OpenStream(ctx, rend(renderer), 2)
+					conn, err = openStream(ctx, b.e, rend(renderer), 2)
 				}
-				replaces := old == nil || (kind == old.kind && (kind == ConnHeartbeat || instance == old.instance))
-				if replaces != (err == nil) || (err != nil && !errors.Is(err, ErrRendererInUse)) {
+				if opens != (err == nil) || (err != nil && !errors.Is(err, ErrRendererInUse)) {
 					rt.Fatalf("opening a %v of %s/%s beside %+v: err = %v", kind, renderer, instance, old, err)
 				}
 				if err != nil {
 					continue
 				}
-				if old != nil {
+				if kind == kindStream {
+					instance = ""
+				}
+				if opens && old != nil {
 					gs, _, ended := take(old.conn)
 					if len(gs) != 0 || !errors.Is(ended, ErrReplaced) {
 						rt.Fatalf("the replaced connection of %s holds %d grants, ended %v", renderer, len(gs), ended)
@@ -363,7 +389,7 @@ func TestWriterInvariants(t *testing.T) {
 				delete(draining, renderer)
 				conns = append(conns, &testConn{conn: conn, renderer: renderer, instance: instance, kind: kind})
 			case 11: // a session message
-				c, ok := pickConn("session", ConnSession)
+				c, ok := pickConn("session", kindSession)
 				if !ok {
 					continue
 				}
@@ -382,9 +408,9 @@ func TestWriterInvariants(t *testing.T) {
 						in.Completions = append(in.Completions, completion(g, ""))
 					}
 				}
-				res, err := b.e.Send(ctx, c.conn, in)
+				res, err := b.e.Receive(ctx, c.conn, in)
 				if err != nil {
-					rt.Fatalf("Send: %v", err)
+					rt.Fatalf("Receive: %v", err)
 				}
 				if len(res.Completions) != len(in.Completions) || len(res.Heartbeats) != len(in.Heartbeats) || len(res.HandBacks) != len(in.HandBacks) {
 					rt.Fatalf("Send answered %d/%d completions, %d/%d heartbeats, %d/%d hand-backs", len(res.Completions), len(in.Completions),
@@ -403,12 +429,12 @@ func TestWriterInvariants(t *testing.T) {
 					received(c, gs)
 				}
 			case 12: // a connection takes what was published to it
-				if c, ok := pickConn("taker", ConnSession, ConnHeartbeat, ConnWaiter); ok {
+				if c, ok := pickConn("taker", kindSession, kindStream, kindWaiter); ok {
 					gs, _, _ := take(c.conn)
 					received(c, gs)
 				}
 			case 13: // a session or stream ends
-				c, ok := pickConn("closer", ConnSession, ConnHeartbeat)
+				c, ok := pickConn("closer", kindSession, kindStream)
 				if !ok {
 					continue
 				}
@@ -422,13 +448,13 @@ func TestWriterInvariants(t *testing.T) {
 					gs, _, _ := take(c.conn)
 					received(c, gs)
 				}
-				if _, err := b.e.CloseConn(ctx, c.conn, undelivered, true); err != nil {
+				if _, err := closeConn(ctx, b.e, c.conn, undelivered, true); err != nil {
 					rt.Fatalf("CloseConn: %v", err)
 				}
 				dropConn(c)
 			case 14: // restart: connections die with the process
 				for _, c := range conns {
-					if c.kind == ConnWaiter {
+					if c.kind == kindWaiter {
 						gs, _, _ := take(c.conn)
 						received(c, gs)
 						if err := checkWaiter(c); err != nil {
@@ -455,8 +481,8 @@ func TestWriterInvariants(t *testing.T) {
 					}
 				}
 			case 15: // a session renderer's unary call is refused while its session lives
-				if c, ok := pickConn("inUse", ConnSession); ok {
-					if _, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend(c.renderer), Max: 1}); !errors.Is(err, ErrRendererInUse) {
+				if c, ok := pickConn("inUse", kindSession); ok {
+					if _, err := acquire(ctx, b.e, acquireRequest{Renderer: rend(c.renderer), Max: 1}); !errors.Is(err, ErrRendererInUse) {
 						rt.Fatalf("Acquire beside the session of %s: err = %v, want ErrRendererInUse", c.renderer, err)
 					}
 				}
@@ -475,7 +501,7 @@ func TestWriterInvariants(t *testing.T) {
 				}
 			}
 			for _, c := range conns {
-				if c.kind == ConnWaiter {
+				if c.kind == kindWaiter {
 					if err := checkWaiter(c); err != nil {
 						rt.Fatal(err)
 					}

@@ -40,6 +40,9 @@ type request struct {
 	// then (but never before the command ahead of it).
 	wall time.Time
 	mono time.Duration
+	// term is the writer's run the command was sent to; a later run
+	// refuses it (its sender was told it was not applied).
+	term *term
 }
 
 // group is one commit: the commands drained together, the transaction
@@ -85,6 +88,9 @@ func (g *group) txn() (*store.Tx, error) {
 		tx, err := g.e.st.Begin()
 		if err != nil {
 			return nil, fmt.Errorf("beginning transaction: %w", err)
+		}
+		if g.e.committer.Record() {
+			tx.Record()
 		}
 		g.tx = tx
 	}
@@ -281,9 +287,9 @@ func (g *group) deliver(c *Conn, gr Grant) {
 	g.deliveries[c] = append(g.deliveries[c], gr)
 }
 
-// run is the writer goroutine.
-func (e *Engine) run() {
-	defer close(e.doneC)
+// run is the writer goroutine of term t.
+func (e *Engine) run(t *term) {
+	defer close(t.doneC)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -291,18 +297,20 @@ func (e *Engine) run() {
 		var batch []*request
 		fired := false
 		select {
-		case <-e.stopC:
-			e.drain(ErrStopped)
+		case <-t.stopC:
+			e.drain(t.err())
 			return
 		case r := <-e.reqC:
-			batch = append(batch, r)
+			if t.admit(r) {
+				batch = append(batch, r)
+			}
 		case <-timer.C:
 			fired = true
 		}
 		// Timers are judged up to this instant at the end of the group:
 		// every command drained below was sent before it or judges itself
 		// later, and none sent after it is held back by it.
-		wall, mono := e.cfg.Now(), e.cfg.Mono()
+		wall, mono := e.now(), e.cfg.Mono()
 		if fired {
 			// A timer far behind its time: the process was frozen.
 			e.noteStall(e.timerAt, mono)
@@ -315,14 +323,20 @@ func (e *Engine) run() {
 		for len(batch) < e.cfg.MaxGroup && bytes < e.cfg.MaxGroupBytes {
 			select {
 			case r := <-e.reqC:
-				batch = append(batch, r)
-				bytes += r.cmd.size()
+				if t.admit(r) {
+					batch = append(batch, r)
+					bytes += r.cmd.size()
+				}
 			default:
 				break more
 			}
 		}
 		if err := e.runGroup(batch, wall, mono); err != nil {
-			e.drain(e.stoppedErr())
+			if t.lost(err) {
+				e.lose(t)
+			} else {
+				e.drain(e.stoppedErr())
+			}
 			return
 		}
 	}
@@ -403,11 +417,36 @@ func (e *Engine) deferred(job uint64, le *leaseEntry, now time.Duration) bool {
 
 // runGroup applies a group of requests in one transaction, each judged at
 // its send time after the timers due by then, grants queued work to the
-// connections with credit, commits, and then publishes the group's effects
-// and answers the requests. A failed commit fail-stops the engine: nothing
-// of the group is acknowledged, and no later command is taken.
+// connections with credit, commits through the Committer, and then
+// publishes the group's effects and answers the requests. A failed commit
+// fail-stops the engine: nothing of the group is acknowledged, and no
+// later command is taken.
 func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) error {
 	start := time.Now()
+	g, err := e.evaluate(batch, wall, mono)
+	committed := false
+	if err == nil {
+		committed, err = e.commit(g)
+	}
+	if err != nil {
+		if lost := leadershipLost(err); lost != nil {
+			e.stepDown(g, batch, lost)
+			return lost
+		}
+		e.failStop(g, batch, err)
+		return err
+	}
+	e.finish(g, batch, committed, mono, start)
+	return nil
+}
+
+// evaluate applies the group's commands in order, each at its send time
+// after the timers due by then, then the timers due by the group's own
+// clock reading, grants work to the connections with credit, and adds the
+// count changes, all in the group's transaction (opened on first write,
+// recording when the committer needs write sets). An error is a storage
+// failure: the group must not commit.
+func (e *Engine) evaluate(batch []*request, wall time.Time, mono time.Duration) (*group, error) {
 	g := &group{e: e}
 	var err error
 	for i := 0; err == nil && i < len(batch); i++ {
@@ -426,20 +465,27 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	if err == nil {
 		err = g.flushCounts()
 	}
-	committed := false
-	if err == nil && g.tx != nil {
-		if g.tx.Dirty() {
-			failpointBeforeCommit()
-			err = g.tx.Commit()
-			committed = err == nil
-		} else {
-			err = g.tx.Rollback()
-		}
+	return g, err
+}
+
+// commit makes the group durable through the committer, or rolls back a
+// transaction that wrote nothing. It reports whether anything was
+// committed.
+func (e *Engine) commit(g *group) (bool, error) {
+	if g.tx == nil {
+		return false, nil
 	}
-	if err != nil {
-		e.failStop(g, batch, err)
-		return err
+	if !g.tx.Dirty() {
+		return false, g.tx.Rollback()
 	}
+	failpointBeforeCommit()
+	err := e.committer.Commit(g.tx, g.now)
+	return err == nil, err
+}
+
+// finish publishes a group the committer made durable (or one that wrote
+// nothing), then answers its requests.
+func (e *Engine) finish(g *group, batch []*request, committed bool, mono time.Duration, start time.Time) {
 	e.noteStall(mono, e.cfg.Mono())
 	if committed && len(g.deliveries) > 0 {
 		failpointGrantsUnpublished()
@@ -462,7 +508,6 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	for _, r := range batch {
 		r.done <- r.cmd.outcome()
 	}
-	return nil
 }
 
 // failStop stops the writer after a failed commit: nothing of the group is
@@ -496,7 +541,7 @@ func (e *Engine) publish(g *group) {
 		e.m.purgedN(g.purged)
 	}
 	for r, list := range g.revocations {
-		if c := e.conns.sessions[r]; c != nil {
+		for _, c := range e.conns.byRenderer[r] {
 			c.Outbox.pushRevoked(list)
 		}
 	}

@@ -76,9 +76,9 @@ leasehold_queue_depth{team="beta"} 0
 		var err error
 		switch g.Job.ID {
 		case ids[0]:
-			_, err = b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
+			_, err = complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
 		case ids[1]:
-			_, err = b.e.Complete(ctx, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom"))
+			_, err = complete(ctx, b.e, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom"))
 		case ids[2]:
 			_, err = b.e.Cancel(ctx, CancelRequest{Job: g.Job.ID, Principal: "alice"})
 		}
@@ -88,13 +88,13 @@ leasehold_queue_depth{team="beta"} 0
 	}
 	b.tick(t, 10*time.Second) // the backoff elapses
 	second := b.acquire(t, "r-1", 1)[0]
-	if _, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: second.Job.ID, Token: second.Job.Lease.Token}}}); err != nil {
+	if _, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: second.Job.ID, Token: second.Job.Lease.Token}}}); err != nil {
 		t.Fatal(err)
 	}
 	b.tick(t, 16*time.Second) // its lease expires, counted
 	b.tick(t, 10*time.Second)
 	third := b.acquire(t, "r-1", 1)[0]
-	if _, err := b.e.Complete(ctx, failure(third.Job.ID, third.Job.Lease.Token, "r-1", jobs.ClassInvalidDocument, "bad")); err != nil {
+	if _, err := complete(ctx, b.e, failure(third.Job.ID, third.Job.Lease.Token, "r-1", jobs.ClassInvalidDocument, "bad")); err != nil {
 		t.Fatal(err)
 	}
 

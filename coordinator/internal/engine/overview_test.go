@@ -88,10 +88,10 @@ func TestOverview(t *testing.T) {
 			t.Errorf("LiveCapacity = %d, want 4", o.LiveCapacity)
 		}
 
-		if _, err := b.e.Complete(ctx, success(gs[0].Job.ID, gs[0].Job.Lease.Token, "r-1", "d1")); err != nil {
+		if _, err := complete(ctx, b.e, success(gs[0].Job.ID, gs[0].Job.Lease.Token, "r-1", "d1")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.e.Complete(ctx, failure(gs[1].Job.ID, gs[1].Job.Lease.Token, "r-1", jobs.ClassInvalidDocument, "corrupt")); err != nil {
+		if _, err := complete(ctx, b.e, failure(gs[1].Job.ID, gs[1].Job.Lease.Token, "r-1", jobs.ClassInvalidDocument, "corrupt")); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.e.Cancel(ctx, CancelRequest{Job: alpha[2], Principal: "p"}); err != nil {

@@ -33,7 +33,7 @@ func TestPauseDispatch(t *testing.T) {
 		if diff := cmp.Diff(want, b.e.DispatchState()); diff != "" {
 			t.Errorf("DispatchState (-want +got):\n%s", diff)
 		}
-		res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-2"), Max: 10, Capacity: 4})
+		res, err := acquire(ctx, b.e, acquireRequest{Renderer: rend("r-2"), Max: 10, Capacity: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,11 +43,11 @@ func TestPauseDispatch(t *testing.T) {
 
 		// Everything but granting goes on.
 		c := b.submit(t, "alpha", "r2", "c.pdf")
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: held.Job.ID, Token: held.Job.Lease.Token}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: held.Job.ID, Token: held.Job.Lease.Token}}})
 		if err != nil || len(hb.Leases) != 1 || !hb.Leases[0].Held {
 			t.Fatalf("heartbeat while paused = %+v, %v; want held", hb, err)
 		}
-		done, err := b.e.Complete(ctx, success(held.Job.ID, held.Job.Lease.Token, "r-1", "d"))
+		done, err := complete(ctx, b.e, success(held.Job.ID, held.Job.Lease.Token, "r-1", "d"))
 		if err != nil || done.Job.Phase != jobs.PhaseSucceeded {
 			t.Fatalf("completion while paused = %v, %v; want SUCCEEDED", done.Job.Phase, err)
 		}
@@ -57,7 +57,7 @@ func TestPauseDispatch(t *testing.T) {
 			t.Errorf("DispatchState after a restart (-want +got):\n%s", diff)
 		}
 		// A long poll waits through the pause.
-		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-2"), Max: 10, Capacity: 4, Wait: true})
+		res, err = acquire(ctx, b.e, acquireRequest{Renderer: rend("r-2"), Max: 10, Capacity: 4, Wait: true})
 		if err != nil || !res.Paused || len(res.Grants) != 0 || res.Waiter == nil {
 			t.Fatalf("Acquire after a restart = %d grants, paused %v, waiter %v, %v; want none, paused, waiting", len(res.Grants), res.Paused, res.Waiter != nil, err)
 		}
@@ -77,7 +77,7 @@ func TestPauseDispatch(t *testing.T) {
 		}
 		// The resume grants to the waiter in its own commit, all the
 		// waiter asked for, in one delivery.
-		granted, err := b.e.CloseConn(ctx, res.Waiter, nil, false)
+		granted, err := closeConn(ctx, b.e, res.Waiter, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestPauseDispatch(t *testing.T) {
 		if j.Phase != jobs.PhaseRetryWait {
 			t.Fatalf("lease past its deadline while paused: phase %v, want RETRY_WAIT", j.Phase)
 		}
-		if _, err := b.e.Complete(ctx, success(id, g.Job.Lease.Token, "r-1", "late")); !errors.Is(err, jobs.ErrLeaseExpired) {
+		if _, err := complete(ctx, b.e, success(id, g.Job.Lease.Token, "r-1", "late")); !errors.Is(err, jobs.ErrLeaseExpired) {
 			t.Fatalf("late completion while paused: err = %v, want ErrLeaseExpired", err)
 		}
 		b.tick(t, j.NextAttemptAt.Sub(b.clock.Now()))

@@ -31,7 +31,7 @@ func TestPreviews(t *testing.T) {
 		release := b.block(t)
 		cctx, cancel := context.WithCancel(ctx)
 		var err error
-		done := async(func() { _, err = b.e.Complete(cctx, req) })
+		done := async(func() { _, err = complete(cctx, b.e, req) })
 		b.waitQueued(t, 1)
 		cancel()
 		waitClosed(t, done, "the abandoned completion")
@@ -53,7 +53,7 @@ func TestPreviews(t *testing.T) {
 		if diff := cmp.Diff(want, art); err != nil || diff != "" {
 			t.Fatalf("preview after the restart, %v (-want +got):\n%s", err, diff)
 		}
-		res, err := b.e.Complete(ctx, req)
+		res, err := complete(ctx, b.e, req)
 		if err != nil || !res.Replayed {
 			t.Fatalf("the renderer's retry = %+v, %v; want a replay", res, err)
 		}
@@ -78,7 +78,7 @@ func TestPreviews(t *testing.T) {
 			success(id, tok+1, "r-1", "never-granted"),
 			success(id, tok, "r-2", "impostor"),
 		} {
-			if _, err := b.e.Complete(ctx, req); !jobs.IsFence(err) {
+			if _, err := complete(ctx, b.e, req); !jobs.IsFence(err) {
 				t.Fatalf("completion %+v: err = %v, want a fencing refusal", req.Completion, err)
 			}
 		}
@@ -88,7 +88,7 @@ func TestPreviews(t *testing.T) {
 			}
 		}
 		// The holder's own completion then stores its preview.
-		if _, err := b.e.Complete(ctx, success(id, tok, "r-1", "mine")); err != nil {
+		if _, err := complete(ctx, b.e, success(id, tok, "r-1", "mine")); err != nil {
 			t.Fatal(err)
 		}
 		if a, err := b.artifactAt(t, id, tok); err != nil || a.Digest != "mine" || a.Renderer != "r-1" {
@@ -131,7 +131,7 @@ func TestPreviews(t *testing.T) {
 		if err := stage(second[0], "r-2", "second"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.e.Complete(ctx, stagedSuccess(ids[0], second[0].Job.Lease.Token, "r-2", "second")); err != nil {
+		if _, err := complete(ctx, b.e, stagedSuccess(ids[0], second[0].Job.Lease.Token, "r-2", "second")); err != nil {
 			t.Fatalf("completion naming the upload: %v", err)
 		}
 		if _, err := b.e.Cancel(ctx, CancelRequest{Job: ids[1], Principal: "alice"}); err != nil {
@@ -140,7 +140,7 @@ func TestPreviews(t *testing.T) {
 		if err := stage(second[2], "r-2", "second"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.e.Complete(ctx, failure(ids[2], second[2].Job.Lease.Token, "r-2", jobs.ClassInvalidDocument, "broken")); err != nil {
+		if _, err := complete(ctx, b.e, failure(ids[2], second[2].Job.Lease.Token, "r-2", jobs.ClassInvalidDocument, "broken")); err != nil {
 			t.Fatal(err)
 		}
 

@@ -74,9 +74,9 @@ func (b *testBundle) endAll(t *testing.T) {
 		var err error
 		switch i {
 		case 0:
-			_, err = b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
+			_, err = complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
 		case 1:
-			_, err = b.e.Complete(ctx, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassInvalidDocument, "bad"))
+			_, err = complete(ctx, b.e, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassInvalidDocument, "bad"))
 		default:
 			_, err = b.e.Cancel(ctx, CancelRequest{Job: g.Job.ID, Principal: "alice"})
 		}
@@ -161,12 +161,12 @@ func TestPurge(t *testing.T) {
 		b := setup(t, retention(10))
 		batch := b.submit(t, "alpha", "r", "a.pdf", "b.pdf")
 		first := b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, success(first.Job.ID, first.Job.Lease.Token, "r-1", "d")); err != nil {
+		if _, err := complete(ctx, b.e, success(first.Job.ID, first.Job.Lease.Token, "r-1", "d")); err != nil {
 			t.Fatal(err)
 		}
 		b.clock.Advance(week + time.Second)
 		second := b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, success(second.Job.ID, second.Job.Lease.Token, "r-1", "d")); err != nil {
+		if _, err := complete(ctx, b.e, success(second.Job.ID, second.Job.Lease.Token, "r-1", "d")); err != nil {
 			t.Fatal(err)
 		}
 		if r := b.purge(t); r != (PurgeResult{Jobs: 1}) {
@@ -196,7 +196,7 @@ func TestPurge(t *testing.T) {
 		b := setup(t, retention(10), func(c *Config) { c.Retry.MaxAttempts = 1 })
 		id := b.submit(t, "alpha", "r", "a.pdf").FirstJob
 		g := b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, failure(id, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom")); err != nil {
+		if _, err := complete(ctx, b.e, failure(id, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom")); err != nil {
 			t.Fatal(err)
 		}
 		b.clock.Advance(6 * 24 * time.Hour)
@@ -204,7 +204,7 @@ func TestPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 		g = b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, success(id, g.Job.Lease.Token, "r-1", "d")); err != nil {
+		if _, err := complete(ctx, b.e, success(id, g.Job.Lease.Token, "r-1", "d")); err != nil {
 			t.Fatal(err)
 		}
 		b.clock.Advance(2 * 24 * time.Hour) // 8 days after the first end, 2 after the second
@@ -284,10 +284,10 @@ func TestPurge(t *testing.T) {
 		// Day 0: a rejection, a replay (audited, with its request id) and a pause.
 		id := b.submit(t, "alpha", "r", "a.pdf").FirstJob
 		stale := b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, failure(id, stale.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom")); err != nil {
+		if _, err := complete(ctx, b.e, failure(id, stale.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.e.Complete(ctx, success(id, stale.Job.Lease.Token+1, "r-1", "d")); !jobs.IsFence(err) {
+		if _, err := complete(ctx, b.e, success(id, stale.Job.Lease.Token+1, "r-1", "d")); !jobs.IsFence(err) {
 			t.Fatalf("a completion under a token never granted: %v, want a fencing refusal", err)
 		}
 		replay := ReplayRequest{Principal: "ops", RequestID: "rp-1", Reason: "retry", JobIDs: []uint64{id}, Encode: encodeReplay}
@@ -307,10 +307,10 @@ func TestPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := b.acquire(t, "r-1", 1)[0]
-		if _, err := b.e.Complete(ctx, failure(id, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom")); err != nil {
+		if _, err := complete(ctx, b.e, failure(id, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "boom")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.e.Complete(ctx, success(id, stale.Job.Lease.Token, "r-1", "d")); !jobs.IsFence(err) {
+		if _, err := complete(ctx, b.e, success(id, stale.Job.Lease.Token, "r-1", "d")); !jobs.IsFence(err) {
 			t.Fatalf("a stale completion: %v, want a fencing refusal", err)
 		}
 
@@ -361,6 +361,7 @@ func TestPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.Close()
+		b.resetShadow(t)
 		b.start(t)
 		b.clock.Advance(week + time.Second)
 		sum, steps := b.purgeAll(t)

@@ -36,7 +36,7 @@ func TestConcurrentCommands(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for {
-					res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend(fmt.Sprintf("r-%d", r)), Max: 3, Capacity: 3})
+					res, err := acquire(ctx, b.e, acquireRequest{Renderer: rend(fmt.Sprintf("r-%d", r)), Max: 3, Capacity: 3})
 					if err != nil {
 						t.Error(err)
 						return
@@ -119,7 +119,7 @@ func TestConcurrentCommands(t *testing.T) {
 		// No Tick: the writer must expire the lease in order, at the start
 		// of the group that carries the late heartbeat.
 		b.clock.Advance(15 * time.Second)
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: g.Job.ID, Token: g.Job.Lease.Token}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func TestConcurrentCommands(t *testing.T) {
 		if j := b.job(t, batch.FirstJob); j.Phase != jobs.PhaseRetryWait || j.Attempt != 1 {
 			t.Fatalf("job = %v attempt %d, want RETRY_WAIT after one attempt", j.Phase, j.Attempt)
 		}
-		_, err = b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
+		_, err = complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
 		if !errors.Is(err, jobs.ErrLeaseExpired) {
 			t.Fatalf("completion after the lost heartbeat: %v, want ErrLeaseExpired", err)
 		}

@@ -22,11 +22,11 @@ func TestListings(t *testing.T) {
 	beta := b.submit(t, "beta", "r1", names("b", 3)...).JobIDs()
 	gs := b.acquire(t, "r-1", 2) // a1, b1
 	for i := range 3 {
-		if _, err := b.e.Complete(ctx, success(gs[0].Job.ID, gs[0].Job.Lease.Token+uint64(10+i), "r-9", "stale")); !jobs.IsFence(err) {
+		if _, err := complete(ctx, b.e, success(gs[0].Job.ID, gs[0].Job.Lease.Token+uint64(10+i), "r-9", "stale")); !jobs.IsFence(err) {
 			t.Fatalf("stale completion %d: %v", i, err)
 		}
 	}
-	if _, err := b.e.Complete(ctx, success(gs[1].Job.ID, gs[1].Job.Lease.Token+10, "r-9", "stale")); !jobs.IsFence(err) {
+	if _, err := complete(ctx, b.e, success(gs[1].Job.ID, gs[1].Job.Lease.Token+10, "r-9", "stale")); !jobs.IsFence(err) {
 		t.Fatal(err)
 	}
 	for _, team := range []string{"alpha", "beta", ""} {
@@ -160,7 +160,7 @@ func TestWatch(t *testing.T) {
 		defer w.Close()
 		b.submit(t, "beta", "r1", "c.pdf")
 		gs := b.acquire(t, "r-1", 3)
-		if _, err := b.e.Complete(ctx, success(gs[0].Job.ID, gs[0].Job.Lease.Token, "r-1", "d")); err != nil {
+		if _, err := complete(ctx, b.e, success(gs[0].Job.ID, gs[0].Job.Lease.Token, "r-1", "d")); err != nil {
 			t.Fatal(err)
 		}
 		evs, err := w.Next(ctx)
@@ -203,7 +203,7 @@ func TestWatch(t *testing.T) {
 		// Each round adds two events per job: LEASED, then REQUEUED.
 		for events := 0; events <= WatchLimit; events += 2 * jobs.DefaultMaxDocuments {
 			gs := b.acquire(t, "r-1", jobs.DefaultMaxDocuments)
-			if err := b.e.Release(ctx, "r-1", refs(gs)); err != nil {
+			if err := release(ctx, b.e, "r-1", refs(gs)); err != nil {
 				t.Fatal(err)
 			}
 		}

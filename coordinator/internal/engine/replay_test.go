@@ -39,13 +39,13 @@ func newReplayFixture(t *testing.T, mutate ...func(*Config)) *replayFixture {
 		var err error
 		switch g.Job.Doc.Name {
 		case "ok.pdf":
-			_, err = f.e.Complete(ctx, success(g.Job.ID, tok, "r-1", "d"))
+			_, err = complete(ctx, f.e, success(g.Job.ID, tok, "r-1", "d"))
 		case "cancel.pdf":
 			_, err = f.e.Cancel(ctx, CancelRequest{Job: g.Job.ID, Principal: "alice"})
 		case "bad.pdf":
-			_, err = f.e.Complete(ctx, failure(g.Job.ID, tok, "r-1", jobs.ClassInvalidDocument, "broken xref table"))
+			_, err = complete(ctx, f.e, failure(g.Job.ID, tok, "r-1", jobs.ClassInvalidDocument, "broken xref table"))
 		default:
-			_, err = f.e.Complete(ctx, failure(g.Job.ID, tok, "r-1", jobs.ClassTransient, "renderer crashed"))
+			_, err = complete(ctx, f.e, failure(g.Job.ID, tok, "r-1", jobs.ClassTransient, "renderer crashed"))
 		}
 		if err != nil {
 			t.Fatalf("building the fixture: %s: %v", g.Job.Doc.Name, err)
@@ -254,7 +254,7 @@ func TestReplay(t *testing.T) {
 		b := setup(t, func(c *Config) { c.Retry.MaxAttempts = 1; c.ReplayLimit = 2 })
 		batch := b.submit(t, "alpha", "r1", "a.pdf", "b.pdf", "c.pdf")
 		for _, g := range b.acquire(t, "r-1", 10) {
-			if _, err := b.e.Complete(ctx, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "crash")); err != nil {
+			if _, err := complete(ctx, b.e, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "crash")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -359,7 +359,7 @@ func TestReplayIdempotencyAndBounds(t *testing.T) {
 		if len(g) != 1 || g[0].Job.ID != ids[2] {
 			t.Fatalf("grants = %+v, want only t.pdf", g)
 		}
-		if _, err := b.e.Complete(ctx, failure(ids[2], g[0].Job.Lease.Token, "r-1", jobs.ClassTransient, "crash")); err != nil {
+		if _, err := complete(ctx, b.e, failure(ids[2], g[0].Job.Lease.Token, "r-1", jobs.ClassTransient, "crash")); err != nil {
 			t.Fatal(err)
 		}
 		// Permanent failures are skipped, not touched, so they must not use

@@ -32,7 +32,7 @@ func TestRetries(t *testing.T) {
 			}
 			b.clock.Advance(time.Second)
 			failedAt := b.clock.Now()
-			res, err := b.e.Complete(ctx, failure(id, gs[0].Job.Lease.Token, "r-1", jobs.ClassTransient, fmt.Sprintf("cause %d", n)))
+			res, err := complete(ctx, b.e, failure(id, gs[0].Job.Lease.Token, "r-1", jobs.ClassTransient, fmt.Sprintf("cause %d", n)))
 			if err != nil {
 				t.Fatalf("attempt %d: %v", n, err)
 			}
@@ -101,7 +101,7 @@ func TestRetries(t *testing.T) {
 			gs := b.acquire(t, "r-1", len(names))
 			for _, g := range gs {
 				n := g.Job.Attempt
-				res, err := b.e.Complete(ctx, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky"))
+				res, err := complete(ctx, b.e, failure(g.Job.ID, g.Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -178,7 +178,7 @@ func TestRetries(t *testing.T) {
 			t.Fatalf("grants = %d, want 2", len(gs))
 		}
 		b.clock.Advance(time.Second)
-		res, err := b.e.Complete(ctx, failure(ids[0], gs[0].Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky"))
+		res, err := complete(ctx, b.e, failure(ids[0], gs[0].Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestRetries(t *testing.T) {
 				b := setup(t)
 				id := b.submit(t, "alpha", "r1", "a.pdf").FirstJob
 				g := b.acquire(t, "r-1", 1)[0]
-				res, err := b.e.Complete(ctx, failure(id, g.Job.Lease.Token, "r-1", tc.class, "broken xref table"))
+				res, err := complete(ctx, b.e, failure(id, g.Job.Lease.Token, "r-1", tc.class, "broken xref table"))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -42,14 +42,14 @@ func TestConnections(t *testing.T) {
 		maxGrant := b.e.MaxGrantBytes() // 1000 inline + overhead
 		budget := 2*maxGrant + 100
 		// Nothing ready: the call registers a waiter.
-		res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-1"), Max: 10, Capacity: 10, MaxBytes: budget, Wait: true})
+		res, err := acquire(ctx, b.e, acquireRequest{Renderer: rend("r-1"), Max: 10, Capacity: 10, MaxBytes: budget, Wait: true})
 		if err != nil || res.Waiter == nil || len(res.Grants) != 0 {
 			t.Fatalf("Acquire with nothing ready = %d grants, waiter %v, %v; want a waiter", len(res.Grants), res.Waiter != nil, err)
 		}
 		submitSized(t, b, "r1", 5, 500)
 		// The submit's commit granted to the waiter: as many as its budget
 		// holds while any document could still fit, in one delivery.
-		gs, err := b.e.CloseConn(ctx, res.Waiter, nil, false)
+		gs, err := closeConn(ctx, b.e, res.Waiter, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,17 +57,17 @@ func TestConnections(t *testing.T) {
 			t.Fatalf("the waiter got %d grants of %d bytes, want 2 within its budget of %d", len(gs), replyBytes(gs), budget)
 		}
 		// An immediate grant keeps to the same budget.
-		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-1"), Max: 10, Capacity: 10, MaxBytes: budget})
+		res, err = acquire(ctx, b.e, acquireRequest{Renderer: rend("r-1"), Max: 10, Capacity: 10, MaxBytes: budget})
 		if err != nil || len(res.Grants) != 2 || replyBytes(res.Grants) > budget {
 			t.Fatalf("immediate Acquire = %d grants of %d bytes, %v; want 2 within %d", len(res.Grants), replyBytes(res.Grants), err, budget)
 		}
 		// A budget too small for the largest grant takes nothing.
-		res, err = b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-1"), Max: 10, Capacity: 10, MaxBytes: maxGrant - 1, Wait: true})
+		res, err = acquire(ctx, b.e, acquireRequest{Renderer: rend("r-1"), Max: 10, Capacity: 10, MaxBytes: maxGrant - 1, Wait: true})
 		if err != nil || len(res.Grants) != 0 || res.Waiter == nil {
 			t.Fatalf("Acquire with a budget below one grant = %d grants, %v; want none, waiting", len(res.Grants), err)
 		}
 		submitSized(t, b, "r2", 1, 10)
-		if gs, err := b.e.CloseConn(ctx, res.Waiter, nil, false); err != nil || len(gs) != 0 {
+		if gs, err := closeConn(ctx, b.e, res.Waiter, nil, false); err != nil || len(gs) != 0 {
 			t.Fatalf("the small waiter got %d grants, %v; want none", len(gs), err)
 		}
 		if n := b.countPhase(t, jobs.PhaseQueued); n != 2 {
@@ -120,7 +120,7 @@ func TestConnections(t *testing.T) {
 		}
 		// The renderer's next session (after a restart of its process) is
 		// not draining.
-		next, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1", Capacity: 4})
+		next, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1", Capacity: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestConnections(t *testing.T) {
 		b := setup(t)
 		ids := b.submit(t, "alpha", "r1", names("a", 3)...).JobIDs()
 		old := b.openSession(t, "r-1", 2) // two grants published, not taken
-		conn, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1", Capacity: 4})
+		conn, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1", Capacity: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestConnections(t *testing.T) {
 		if diff := cmp.Diff(ids[:2], grantedIDs(gs)); diff != "" {
 			t.Fatalf("grants moved to the new session (-want +got):\n%s", diff)
 		}
-		if _, err := b.e.Send(ctx, old, SessionInput{Credits: 1}); !errors.Is(err, ErrReplaced) {
+		if _, err := b.e.Receive(ctx, old, SessionInput{Credits: 1}); !errors.Is(err, ErrReplaced) {
 			t.Fatalf("Send on the replaced session: err = %v, want ErrReplaced", err)
 		}
 		// Credit is the new session's own to give.
@@ -155,13 +155,13 @@ func TestConnections(t *testing.T) {
 			t.Fatalf("the new session was granted %v without credit", grantedIDs(more))
 		}
 		// Another process under the same id is refused, on either path.
-		if _, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-2"}); !errors.Is(err, ErrRendererInUse) {
+		if _, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-2"}); !errors.Is(err, ErrRendererInUse) {
 			t.Fatalf("a session of another instance: err = %v, want ErrRendererInUse", err)
 		}
-		if _, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-1"), Max: 1}); !errors.Is(err, ErrRendererInUse) {
+		if _, err := acquire(ctx, b.e, acquireRequest{Renderer: rend("r-1"), Max: 1}); !errors.Is(err, ErrRendererInUse) {
 			t.Fatalf("Acquire beside a session: err = %v, want ErrRendererInUse", err)
 		}
-		if _, err := b.e.OpenStream(ctx, rend("r-1"), 1); !errors.Is(err, ErrRendererInUse) {
+		if _, err := openStream(ctx, b.e, rend("r-1"), 1); !errors.Is(err, ErrRendererInUse) {
 			t.Fatalf("a heartbeat stream beside a session: err = %v, want ErrRendererInUse", err)
 		}
 	})
@@ -176,7 +176,7 @@ func TestConnections(t *testing.T) {
 		var done []<-chan struct{}
 		for i := range conns {
 			done = append(done, async(func() {
-				c, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1", Capacity: 4})
+				c, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1", Capacity: 4})
 				if err != nil {
 					t.Errorf("OpenSession %d: %v", i+2, err)
 				}
@@ -208,7 +208,7 @@ func TestConnections(t *testing.T) {
 		b.send(t, conn, SessionInput{Credits: 1}) // a fourth grant, never taken
 		b.clock.Advance(time.Second)
 		// The first grant was taken but its message could not be sent.
-		if left, err := b.e.CloseConn(ctx, conn, refs(sent[:1]), true); err != nil || len(left) != 0 {
+		if left, err := closeConn(ctx, b.e, conn, refs(sent[:1]), true); err != nil || len(left) != 0 {
 			t.Fatalf("CloseConn = %v, %v; want the leftovers handed back, none returned", grantedIDs(left), err)
 		}
 		for _, id := range []uint64{ids[0], ids[3]} {
@@ -230,7 +230,7 @@ func TestConnections(t *testing.T) {
 			t.Errorf("live capacity after the session closed = %d, want 0", got)
 		}
 		// Closing again hands back nothing more.
-		if _, err := b.e.CloseConn(ctx, conn, refs(sent[1:2]), true); err != nil {
+		if _, err := closeConn(ctx, b.e, conn, refs(sent[1:2]), true); err != nil {
 			t.Fatal(err)
 		}
 		if j := b.job(t, sent[1].Job.ID); j.Phase != jobs.PhaseQueued {
@@ -241,30 +241,30 @@ func TestConnections(t *testing.T) {
 	t.Run("ANewerHeartbeatStreamReplacesAnOlderOne", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		old, err := b.e.OpenStream(ctx, rend("r-1"), 2)
+		old, err := openStream(ctx, b.e, rend("r-1"), 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn, err := b.e.OpenStream(ctx, rend("r-1"), 3)
+		conn, err := openStream(ctx, b.e, rend("r-1"), 3)
 		if err != nil {
 			t.Fatalf("a newer heartbeat stream: %v", err)
 		}
 		if _, _, ended := take(old); !errors.Is(ended, ErrReplaced) {
 			t.Errorf("the older stream ended %v, want ErrReplaced", ended)
 		}
-		if _, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1"}); !errors.Is(err, ErrRendererInUse) {
+		if _, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i-1"}); !errors.Is(err, ErrRendererInUse) {
 			t.Errorf("a session beside a heartbeat stream: err = %v, want ErrRendererInUse", err)
 		}
 		if got := b.capacity(t); got != 3 {
 			t.Errorf("live capacity = %d, want the newer stream's 3", got)
 		}
-		if _, err := b.e.CloseConn(ctx, old, nil, true); err != nil {
+		if _, err := closeConn(ctx, b.e, old, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.capacity(t); got != 3 {
 			t.Errorf("live capacity after closing the replaced stream = %d, want 3 still", got)
 		}
-		if _, err := b.e.CloseConn(ctx, conn, nil, true); err != nil {
+		if _, err := closeConn(ctx, b.e, conn, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.capacity(t); got != 0 {
@@ -303,13 +303,13 @@ func (p unaryPath) grant(t *testing.T, renderer string) string {
 
 func (p unaryPath) complete(t *testing.T, renderer string, req CompleteRequest) string {
 	req.Renderer = renderer
-	res, err := p.b.e.Complete(context.Background(), req)
+	res, err := complete(context.Background(), p.b.e, req)
 	return describeCompletion(res, err)
 }
 
 func (p unaryPath) heartbeat(t *testing.T, renderer string, ref LeaseRef) LeaseStatus {
 	t.Helper()
-	res, err := p.b.e.Heartbeat(context.Background(), HeartbeatRequest{Renderer: rend(renderer), Leases: []LeaseRef{ref}})
+	res, err := heartbeat(context.Background(), p.b.e, heartbeatRequest{Renderer: rend(renderer), Leases: []LeaseRef{ref}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func (p unaryPath) heartbeat(t *testing.T, renderer string, ref LeaseRef) LeaseS
 
 func (p unaryPath) handBack(t *testing.T, renderer string, ref LeaseRef) LeaseStatus {
 	t.Helper()
-	res, err := p.b.e.Heartbeat(context.Background(), HeartbeatRequest{Renderer: rend(renderer), HandBacks: []LeaseRef{ref}})
+	res, err := heartbeat(context.Background(), p.b.e, heartbeatRequest{Renderer: rend(renderer), HandBacks: []LeaseRef{ref}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func (p unaryPath) handBack(t *testing.T, renderer string, ref LeaseRef) LeaseSt
 
 func (p unaryPath) ack(t *testing.T, renderer string, ref LeaseRef) {
 	t.Helper()
-	if _, err := p.b.e.Heartbeat(context.Background(), HeartbeatRequest{Renderer: rend(renderer), Acks: []LeaseRef{ref}}); err != nil {
+	if _, err := heartbeat(context.Background(), p.b.e, heartbeatRequest{Renderer: rend(renderer), Acks: []LeaseRef{ref}}); err != nil {
 		t.Fatal(err)
 	}
 }

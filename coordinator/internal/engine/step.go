@@ -207,29 +207,6 @@ func (s *Stepper) Submit(req SubmitRequest) *Pending[SubmitResult] {
 	return queueCall(s, c)
 }
 
-// Acquire queues a unary Acquire; see Engine.Acquire.
-func (s *Stepper) Acquire(req AcquireRequest) *Pending[AcquireResult] {
-	return queueCall(s, &acquireCmd{req: req})
-}
-
-// Release queues the hand-back of grants to renderer that never reached
-// it; see Engine.Release.
-func (s *Stepper) Release(renderer string, leases []LeaseRef) *Pending[struct{}] {
-	return enqueue(s, &releaseCmd{renderer: renderer, leases: leases}, func() (struct{}, error) { return struct{}{}, nil })
-}
-
-// Complete queues a unary completion; see Engine.Complete.
-func (s *Stepper) Complete(req CompleteRequest) *Pending[CompleteResult] {
-	c := &completeCmd{req: req}
-	return enqueue(s, c, func() (CompleteResult, error) { return c.res, c.res.Err })
-}
-
-// Heartbeat queues a message of a unary heartbeat stream; see
-// Engine.Heartbeat.
-func (s *Stepper) Heartbeat(req HeartbeatRequest) *Pending[HeartbeatResult] {
-	return queueCall(s, &heartbeatCmd{req: req})
-}
-
 // Cancel queues a cancel; see Engine.Cancel.
 func (s *Stepper) Cancel(req CancelRequest) *Pending[CancelResult] {
 	return queueCall(s, &cancelCmd{req: req})
@@ -253,20 +230,19 @@ type Opened struct {
 	Holding []LeaseStatus
 }
 
-// OpenSession queues the opening of a renderer session; see
-// Engine.OpenSession.
-func (s *Stepper) OpenSession(req SessionOpen) *Pending[Opened] {
-	c := &openCmd{kind: ConnSession, req: req}
+// Open queues the opening of a renderer session; see Engine.Open.
+func (s *Stepper) Open(req SessionOpen) *Pending[Opened] {
+	c := &openCmd{req: req}
 	return enqueue(s, c, func() (Opened, error) { return Opened{Conn: c.conn, Holding: c.holding}, nil })
 }
 
-// Send queues one message of a renderer session; see Engine.Send.
-func (s *Stepper) Send(conn *Conn, in SessionInput) *Pending[SessionResult] {
-	return queueCall(s, &sessionCmd{conn: conn, in: in})
+// Receive queues one message of a renderer session, or one outside any
+// session with conn nil; see Engine.Receive.
+func (s *Stepper) Receive(conn *Conn, in SessionInput) *Pending[SessionResult] {
+	return queueCall(s, &receiveCmd{conn: conn, in: in})
 }
 
-// CloseConn queues the end of a session, stream or waiter; see
-// Engine.CloseConn.
-func (s *Stepper) CloseConn(conn *Conn, undelivered []LeaseRef, releaseLeftovers bool) *Pending[[]Grant] {
-	return queueCall(s, &closeCmd{conn: conn, undelivered: undelivered, releaseLeftovers: releaseLeftovers})
+// Close queues the end of a session; see Engine.Close.
+func (s *Stepper) Close(conn *Conn, undelivered []LeaseRef) *Pending[[]Grant] {
+	return queueCall(s, &closeCmd{conn: conn, undelivered: undelivered})
 }

@@ -56,7 +56,7 @@ func TestStepper(t *testing.T) {
 		b := newBundle(t.TempDir())
 		s := b.stepped(t)
 		sub := s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
-		acq := s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		acq := stepAcquire(s, acquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
 		if s.Queued() != 2 || sub.Done() || acq.Done() {
 			t.Fatalf("queued %d, answered %v %v; want 2 queued, none answered", s.Queued(), sub.Done(), acq.Done())
 		}
@@ -86,7 +86,7 @@ func TestStepper(t *testing.T) {
 		b := newBundle(t.TempDir())
 		s := b.stepped(t)
 		s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
-		s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		stepAcquire(s, acquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
 		step(t, s, 2)
 		due, ok := s.NextTimer()
 		if !ok || due != b.clock.Mono()+b.cfg.LeaseTTL {
@@ -104,14 +104,14 @@ func TestStepper(t *testing.T) {
 		b := newBundle(t.TempDir())
 		s := b.stepped(t)
 		s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
-		acq := s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		acq := stepAcquire(s, acquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
 		step(t, s, 2)
 		res, _ := acq.Result()
 		g := res.Grants[0].Job
 		// The failure is sent now, and applied after a group judged 3 s
 		// later: its retry time on the wall clock must be the one armed on
 		// the monotonic clock (CheckIndexes in step compares them).
-		fail := s.Complete(failure(g.ID, g.Lease.Token, "r-1", jobs.ClassTransient, "hiccup"))
+		fail := stepComplete(s, failure(g.ID, g.Lease.Token, "r-1", jobs.ClassTransient, "hiccup"))
 		b.clock.Advance(3 * time.Second)
 		step(t, s, 0)
 		evs := step(t, s, 1)
@@ -128,13 +128,13 @@ func TestStepper(t *testing.T) {
 		b := newBundle(t.TempDir())
 		s := b.stepped(t)
 		s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
-		acq := s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		acq := stepAcquire(s, acquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
 		step(t, s, 2)
 		res, err := acq.Result()
 		if err != nil || len(res.Grants) != 1 {
 			t.Fatalf("Acquire = %+v, %v; want one grant", res, err)
 		}
-		rel := s.Release("r-1", refs(res.Grants))
+		rel := stepRelease(s, "r-1", refs(res.Grants))
 		evs := step(t, s, 1)
 		if _, err := rel.Result(); err != nil {
 			t.Fatalf("Release: %v", err)
@@ -152,7 +152,7 @@ func TestStepper(t *testing.T) {
 		b := newBundle(t.TempDir())
 		s := b.stepped(t)
 		s.Submit(SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
-		s.Acquire(AcquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
+		stepAcquire(s, acquireRequest{Renderer: rend("r-1"), Max: 1, Capacity: 1})
 		step(t, s, 2)
 		if n := b.e.sched.InFlight("alpha"); n != 1 {
 			t.Fatalf("alpha has %d leases in flight, want 1", n)

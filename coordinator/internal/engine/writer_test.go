@@ -37,7 +37,7 @@ func TestGroupCommit(t *testing.T) {
 		}
 		hb := func(renderer string, tok uint64) func() any {
 			return func() any {
-				res, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend(renderer), Leases: []LeaseRef{{Job: id, Token: tok}}})
+				res, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend(renderer), Leases: []LeaseRef{{Job: id, Token: tok}}})
 				if err != nil {
 					return err
 				}
@@ -50,7 +50,7 @@ func TestGroupCommit(t *testing.T) {
 		}
 		grant := func(renderer string) func() any {
 			return func() any {
-				res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend(renderer), Max: 1, Capacity: 1})
+				res, err := acquire(ctx, b.e, acquireRequest{Renderer: rend(renderer), Max: 1, Capacity: 1})
 				if err != nil {
 					return err
 				}
@@ -63,7 +63,7 @@ func TestGroupCommit(t *testing.T) {
 		}
 		complete := func(renderer string, tok uint64) func() any {
 			return func() any {
-				res, err := b.e.Complete(ctx, success(id, tok, renderer, fmt.Sprintf("d%d", tok)))
+				res, err := complete(ctx, b.e, success(id, tok, renderer, fmt.Sprintf("d%d", tok)))
 				return fmt.Sprintf("phase=%v reason=%s", res.Job.Phase, jobs.ReasonCode(err))
 			}
 		}
@@ -161,10 +161,10 @@ func TestGroupCommit(t *testing.T) {
 
 		b.clock.Advance(14 * time.Second)
 		release := b.block(t)
-		var res HeartbeatResult
+		var res heartbeatResult
 		var err error
 		done := async(func() {
-			res, err = b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: id, Token: g.Job.Lease.Token}}})
+			res, err = heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: id, Token: g.Job.Lease.Token}}})
 		})
 		b.waitQueued(t, 1)
 		// The group ahead takes long: by the time the heartbeat is applied,
@@ -284,7 +284,7 @@ func TestMonotonicClock(t *testing.T) {
 		if p := b.job(t, id).Phase; p != jobs.PhaseLeased {
 			t.Fatalf("after a +30s wall step: phase %v, want LEASED", p)
 		}
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: id, Token: g.Job.Lease.Token}}})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: []LeaseRef{{Job: id, Token: g.Job.Lease.Token}}})
 		if err != nil || !hb.Leases[0].Held {
 			t.Fatalf("heartbeat after a +30s wall step = %+v, %v; want held", hb, err)
 		}
@@ -305,7 +305,7 @@ func TestMonotonicClock(t *testing.T) {
 		ids := b.submit(t, "alpha", "r1", "retry.pdf", "leased.pdf").JobIDs()
 		gs := b.acquire(t, "r-1", 2)
 		b.clock.StepWall(-time.Hour)
-		res, err := b.e.Complete(ctx, failure(ids[0], gs[0].Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky"))
+		res, err := complete(ctx, b.e, failure(ids[0], gs[0].Job.Lease.Token, "r-1", jobs.ClassTransient, "flaky"))
 		if err != nil || res.Job.Phase != jobs.PhaseRetryWait {
 			t.Fatalf("transient failure after a -1h wall step = %v, %v; want RETRY_WAIT", res.Job.Phase, err)
 		}
@@ -328,7 +328,7 @@ func TestMonotonicClock(t *testing.T) {
 		g := b.acquire(t, "r-1", 1)[0]
 		b.clock.Advance(b.cfg.LeaseTTL)
 		b.clock.StepWall(-b.cfg.LeaseTTL)
-		_, err := b.e.Complete(ctx, success(id, g.Job.Lease.Token, "r-1", "d"))
+		_, err := complete(ctx, b.e, success(id, g.Job.Lease.Token, "r-1", "d"))
 		if !errors.Is(err, jobs.ErrLeaseExpired) {
 			t.Fatalf("completion a TTL later on the monotonic clock, at the grant's wall time: err = %v, want ErrLeaseExpired", err)
 		}
@@ -373,19 +373,19 @@ func TestRestart(t *testing.T) {
 		gs := b.acquire(t, "r-1", 4)
 		b.restart(t)
 		b.clock.Advance(time.Second)
-		hb, err := b.e.Heartbeat(ctx, HeartbeatRequest{Renderer: rend("r-1"), Leases: refs(gs[1:2])})
+		hb, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend("r-1"), Leases: refs(gs[1:2])})
 		if err != nil || !hb.Leases[0].Held {
 			t.Fatalf("heartbeat after the restart = %+v, %v; want held", hb, err)
 		}
 		// A session reconnecting with the lease it holds is heard from too.
-		_, holding, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("r-2"), Instance: "i", Capacity: 1, Holding: refs(gs[2:3])})
+		_, holding, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-2"), Instance: "i", Capacity: 1, Holding: refs(gs[2:3])})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(holding) != 1 || holding[0].Reason != "NOT_LEASE_HOLDER" {
 			t.Fatalf("another renderer claiming the lease = %+v, want NOT_LEASE_HOLDER", holding)
 		}
-		conn, holding, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i", Capacity: 3, Holding: refs(gs[2:3])})
+		conn, holding, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-1"), Instance: "i", Capacity: 3, Holding: refs(gs[2:3])})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +412,7 @@ func TestRestart(t *testing.T) {
 				t.Errorf("%s heard after the restart: phase %v attempt %d; want RETRY_WAIT after a counted expiry", j.Doc.Name, j.Phase, j.Attempt)
 			}
 		}
-		if _, err := b.e.CloseConn(ctx, conn, nil, true); err != nil {
+		if _, err := closeConn(ctx, b.e, conn, nil, true); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -433,15 +433,15 @@ func TestRefusalsNeverStopTheWriter(t *testing.T) {
 		want error
 	}{
 		{"a grant to a renderer in use", func() error {
-			_, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend("busy"), Max: 1})
+			_, err := acquire(ctx, b.e, acquireRequest{Renderer: rend("busy"), Max: 1})
 			return err
 		}, ErrRendererInUse},
 		{"a completion of a token never granted", func() error {
-			_, err := b.e.Complete(ctx, success(id, 99, "r-1", "d"))
+			_, err := complete(ctx, b.e, success(id, 99, "r-1", "d"))
 			return err
 		}, jobs.ErrStaleLease},
 		{"a completion of an unknown job", func() error {
-			_, err := b.e.Complete(ctx, success(999, 1, "r-1", "d"))
+			_, err := complete(ctx, b.e, success(999, 1, "r-1", "d"))
 			return err
 		}, ErrNotFound},
 		{"a replay of an unknown batch", func() error {
@@ -453,7 +453,7 @@ func TestRefusalsNeverStopTheWriter(t *testing.T) {
 			return err
 		}, ErrNotFound},
 		{"a second session of another process", func() error {
-			_, _, err := b.e.OpenSession(ctx, SessionOpen{Renderer: rend("busy"), Instance: "other"})
+			_, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("busy"), Instance: "other"})
 			return err
 		}, ErrRendererInUse},
 		{"an upload under a token never granted", func() error {
@@ -471,7 +471,7 @@ func TestRefusalsNeverStopTheWriter(t *testing.T) {
 			if err := b.e.do(ctx, &inspectCmd{fn: func(g *group, _ *store.Tx) { g.e.sched.Push("gamma", 999) }}); err != nil {
 				return err
 			}
-			res, err := b.e.Acquire(ctx, AcquireRequest{Renderer: rend("r-1"), Max: 100})
+			res, err := acquire(ctx, b.e, acquireRequest{Renderer: rend("r-1"), Max: 100})
 			if err == nil && len(res.Grants) != queued {
 				return fmt.Errorf("granted %v, want the %d real jobs", grantedIDs(res.Grants), queued)
 			}
@@ -509,7 +509,7 @@ func TestStorageFull(t *testing.T) {
 	}))
 	g := b.acquire(t, "r-1", 1)[0]
 	full.Store(true)
-	_, err := b.e.Complete(ctx, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
+	_, err := complete(ctx, b.e, success(g.Job.ID, g.Job.Lease.Token, "r-1", "d"))
 	if !errors.Is(err, ErrStorageFull) || !errors.Is(err, ErrStorageFailed) {
 		t.Fatalf("completion on a full disk: err = %v, want ErrStorageFull wrapping ErrStorageFailed", err)
 	}

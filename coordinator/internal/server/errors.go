@@ -69,6 +69,8 @@ const (
 	reasonInvalidBatchState     = "INVALID_BATCH_STATE"
 	reasonInvalidInterval       = "INVALID_INTERVAL"
 	reasonBackupNoSpace         = "BACKUP_NO_SPACE"
+	reasonNotLeader             = "NOT_LEADER"
+	reasonOutcomeUnknown        = "OUTCOME_UNKNOWN"
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -162,6 +164,8 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	engine.ErrReplaced                ABORTED SESSION_REPLACED
 //	engine.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
 //	engine.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
+//	engine.ErrNotLeader               UNAVAILABLE NOT_LEADER leader_id, leader_addr
+//	engine.ErrOutcomeUnknown          UNAVAILABLE OUTCOME_UNKNOWN
 //	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
@@ -238,6 +242,21 @@ func toStatus(log *slog.Logger, err error) error {
 		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
 	case errors.Is(err, engine.ErrBackupSpace):
 		return newStatus(codes.ResourceExhausted, reasonBackupNoSpace, err.Error(), nil)
+	case errors.Is(err, engine.ErrOutcomeUnknown):
+		return newStatus(codes.Unavailable, reasonOutcomeUnknown, "leadership changed with this write proposed: it may or may not have been applied; "+
+			"every write is idempotent, so send it again (to the leader)", nil)
+	case errors.Is(err, engine.ErrNotLeader):
+		meta := map[string]string{}
+		var nl *engine.NotLeaderError
+		if errors.As(err, &nl) {
+			if nl.LeaderID != "" {
+				meta["leader_id"] = nl.LeaderID
+			}
+			if nl.LeaderAddr != "" {
+				meta["leader_addr"] = nl.LeaderAddr
+			}
+		}
+		return newStatus(codes.Unavailable, reasonNotLeader, "this coordinator is not the leader; send writes and streams to the leader"+leaderText(nl), meta)
 	case errors.Is(err, engine.ErrStorageFull):
 		return newStatus(codes.Unavailable, reasonStorageFull, "the coordinator's disk is full; it stopped taking writes and acknowledged nothing unsaved", nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):
@@ -245,6 +264,17 @@ func toStatus(log *slog.Logger, err error) error {
 	}
 	log.Error("internal error", "err", err)
 	return newStatus(codes.Internal, reasonInternal, "internal error", nil)
+}
+
+// leaderText names the leader in a NOT_LEADER message, when known.
+func leaderText(nl *engine.NotLeaderError) string {
+	switch {
+	case nl == nil || nl.LeaderID == "":
+		return " (no leader is known now; retry shortly)"
+	case nl.LeaderAddr == "":
+		return fmt.Sprintf(" (%s)", nl.LeaderID)
+	}
+	return fmt.Sprintf(" (%s at %s)", nl.LeaderID, nl.LeaderAddr)
 }
 
 // newStatus builds a status error with ErrorInfo and further details.

@@ -17,10 +17,10 @@ type cancellingEngine struct {
 	cancel context.CancelFunc
 }
 
-func (e *cancellingEngine) Acquire(ctx context.Context, req engine.AcquireRequest) (engine.AcquireResult, error) {
-	res, err := e.Engine.Acquire(ctx, req)
+func (e *cancellingEngine) Open(ctx context.Context, req engine.SessionOpen) (*engine.Conn, []engine.LeaseStatus, error) {
+	conn, holding, err := e.Engine.Open(ctx, req)
 	e.cancel()
-	return res, err
+	return conn, holding, err
 }
 
 func TestAcquireHandsBackUndeliveredLeases(t *testing.T) {

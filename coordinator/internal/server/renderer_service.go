@@ -86,8 +86,11 @@ func (c *core) replyBudget(limit uint32, field string) (int, error) {
 	return n - replyOverheadBytes, nil
 }
 
-// Acquire implements RendererService.Acquire: grant at once, or register a
-// waiter the writer grants to as work arrives, until the wait elapses.
+// Acquire implements RendererService.Acquire over a renderer session: it
+// opens one with max_leases credit (granted at once, in the open's own
+// group), waits for grants up to the wait when it got none, and closes it,
+// answering with every grant the session took. A call that ends before it
+// can answer hands its grants back uncounted.
 func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRequest) (*leaseholdv1.AcquireResponse, error) {
 	p, err := require(ctx, auth.RoleRenderer)
 	if err != nil {
@@ -116,34 +119,45 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 	// The writer's answers are awaited even if the caller leaves, so that
 	// grants made for it are handed back rather than left to expire.
 	wctx := context.WithoutCancel(ctx)
-	res, err := s.e.Acquire(wctx, engine.AcquireRequest{Renderer: r, Max: int(req.GetMaxLeases()), Capacity: int(capacity), MaxBytes: budget, Wait: wait > 0})
+	conn, _, err := s.e.Open(wctx, engine.SessionOpen{Renderer: r, Capacity: int(capacity), Credits: int(req.GetMaxLeases()), MaxBytes: budget})
 	if err != nil {
 		return nil, s.status(err)
 	}
-	grants := res.Grants
-	if w := res.Waiter; w != nil {
+	grants, _, ended := conn.Outbox.Take()
+	if len(grants) == 0 && ended == nil && wait > 0 {
+		// Revocations of the renderer's leases reach this session too;
+		// they are its heartbeat stream's to tell, so the poll waits on.
 		t := time.NewTimer(wait)
-		select {
-		case <-w.Outbox.Ready():
-		case <-t.C:
-		case <-s.closing:
-		case <-ctx.Done():
+	poll:
+		for len(grants) == 0 && ended == nil {
+			select {
+			case <-conn.Outbox.Ready():
+				grants, _, ended = conn.Outbox.Take()
+			case <-t.C:
+				break poll
+			case <-s.closing:
+				break poll
+			case <-ctx.Done():
+				break poll
+			}
 		}
 		t.Stop()
-		grants, err = s.e.CloseConn(wctx, w, nil, ctx.Err() != nil)
-		if err != nil {
-			return nil, s.status(err)
-		}
+	}
+	left, err := s.e.Close(wctx, conn, nil)
+	grants = append(grants, left...)
+	if err != nil {
+		s.release(r, grants)
+		return nil, s.status(err)
 	}
 	if ctx.Err() != nil {
-		s.release(grants)
+		s.release(r, grants)
 		return nil, s.status(ctx.Err())
 	}
 	// A long poll that ended empty, the common answer of an idle
 	// coordinator, needs no read transaction.
 	if len(grants) > 0 {
 		if err := s.e.ReadContent(grants); err != nil {
-			s.release(grants)
+			s.release(r, grants)
 			return nil, s.status(err)
 		}
 	}
@@ -160,12 +174,13 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 	return resp, nil
 }
 
-// release hands undelivered grants back to their queues.
-func (c *core) release(grants []engine.Grant) {
+// release hands grants that never reached r back to their queues,
+// uncounted: one session message outside any session.
+func (c *core) release(r engine.Renderer, grants []engine.Grant) {
 	if len(grants) == 0 {
 		return
 	}
-	if err := c.e.Release(context.Background(), grants[0].Job.Lease.Renderer, grantRefs(grants)); err != nil {
+	if _, err := c.e.Receive(context.Background(), nil, engine.SessionInput{Renderer: r, Undelivered: grantRefs(grants)}); err != nil {
 		c.log.Warn("undelivered leases left to expire", "leases", len(grants), "err", err)
 	}
 }
@@ -191,10 +206,11 @@ func leaseRefs(in []*leaseholdv1.LeaseRef, field string) ([]engine.LeaseRef, err
 	return out, nil
 }
 
-// Heartbeat implements RendererService.Heartbeat. A goroutine receives;
-// this one answers each request in order and forwards revocations as soon
-// as the writer publishes them. When the stream ends the renderer's live
-// capacity is dropped.
+// Heartbeat implements RendererService.Heartbeat over a renderer session
+// with no credit: each request is one session message. A goroutine
+// receives; this one answers each request in order and forwards
+// revocations as soon as the writer publishes them. When the stream ends
+// the session closes, and the renderer's live capacity is dropped.
 func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatServer) error {
 	ctx := stream.Context()
 	p, err := require(ctx, auth.RoleRenderer)
@@ -215,16 +231,16 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 	if first.GetCapacity() > maxCapacity {
 		return s.status(invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity))
 	}
-	conn, err := s.e.OpenStream(ctx, r, int(first.GetCapacity()))
+	conn, _, err := s.e.Open(ctx, engine.SessionOpen{Renderer: r, Capacity: int(first.GetCapacity())})
 	if err != nil {
 		return s.streamEnd(err)
 	}
 	defer func() {
-		if _, err := s.e.CloseConn(context.Background(), conn, nil, true); err != nil {
+		if _, err := s.e.Close(context.Background(), conn, nil); err != nil {
 			s.log.Debug("closing a heartbeat stream", "renderer", r.ID, "err", err)
 		}
 	}()
-	if err := s.answerHeartbeat(ctx, stream, r, first); err != nil {
+	if err := s.answerHeartbeat(ctx, stream, conn, r, first); err != nil {
 		return s.streamEnd(err)
 	}
 	reqC, errC := receive(ctx, stream.Recv)
@@ -240,7 +256,7 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			}
 			return s.streamEnd(err)
 		case m := <-reqC:
-			if err := s.answerHeartbeat(ctx, stream, r, m); err != nil {
+			if err := s.answerHeartbeat(ctx, stream, conn, r, m); err != nil {
 				return s.streamEnd(err)
 			}
 		case <-conn.Outbox.Ready():
@@ -251,32 +267,33 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 	}
 }
 
-// answerHeartbeat applies one HeartbeatRequest through the writer and sends
-// its answer: the heartbeated leases, then the hand-backs, in order.
-func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1.RendererService_HeartbeatServer, r engine.Renderer, m *leaseholdv1.HeartbeatRequest) error {
+// answerHeartbeat applies one HeartbeatRequest as a message of the
+// stream's session and sends its answer: the heartbeated leases, then the
+// hand-backs, in order.
+func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1.RendererService_HeartbeatServer, conn *engine.Conn, r engine.Renderer, m *leaseholdv1.HeartbeatRequest) error {
 	if id := m.GetRendererId(); id != "" && id != r.ID {
 		return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id changed from %q to %q on one stream", r.ID, id)
 	}
 	if m.GetCapacity() > maxCapacity {
 		return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
 	}
-	hr := engine.HeartbeatRequest{Renderer: r, Capacity: int(m.GetCapacity())}
+	in := engine.SessionInput{Capacity: int(m.GetCapacity())}
 	var err error
-	if hr.Leases, err = leaseRefs(m.GetLeases(), "leases"); err != nil {
+	if in.Heartbeats, err = leaseRefs(m.GetLeases(), "leases"); err != nil {
 		return err
 	}
-	if hr.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
+	if in.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
 		return err
 	}
-	if hr.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
+	if in.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
 		return err
 	}
-	res, err := s.e.Heartbeat(ctx, hr)
+	res, err := s.e.Receive(ctx, conn, in)
 	if err != nil {
 		return err
 	}
 	resp := &leaseholdv1.HeartbeatResponse{}
-	for _, st := range append(res.Leases, res.HandBacks...) {
+	for _, st := range append(res.Heartbeats, res.HandBacks...) {
 		resp.Leases = append(resp.Leases, leaseStatusToProto(st))
 	}
 	return stream.Send(resp)
@@ -390,7 +407,8 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 	return req, nil
 }
 
-// Complete implements RendererService.Complete.
+// Complete implements RendererService.Complete: one session message,
+// outside any session, carrying the completion.
 func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.CompleteRequest) (*leaseholdv1.CompleteResponse, error) {
 	p, err := require(ctx, auth.RoleRenderer)
 	if err != nil {
@@ -404,9 +422,13 @@ func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.Complete
 	if err != nil {
 		return nil, s.status(err)
 	}
-	res, err := s.e.Complete(ctx, cr)
+	out, err := s.e.Receive(ctx, nil, engine.SessionInput{Renderer: r, Completions: []engine.CompleteRequest{cr}})
+	if err == nil {
+		err = out.Completions[0].Err
+	}
 	if err != nil {
 		return nil, s.status(notFound(err, reasonJobNotFound, "job %s not found", req.GetJobId()))
 	}
+	res := out.Completions[0]
 	return &leaseholdv1.CompleteResponse{Job: jobToProto(res.Job, viewFull, false), Replayed: res.Replayed}, nil
 }

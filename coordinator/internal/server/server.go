@@ -26,14 +26,9 @@ import (
 type Engine interface {
 	// Commands.
 	Submit(ctx context.Context, req engine.SubmitRequest) (engine.SubmitResult, error)
-	Acquire(ctx context.Context, req engine.AcquireRequest) (engine.AcquireResult, error)
-	Release(ctx context.Context, renderer string, leases []engine.LeaseRef) error
-	OpenSession(ctx context.Context, req engine.SessionOpen) (*engine.Conn, []engine.LeaseStatus, error)
-	OpenStream(ctx context.Context, r engine.Renderer, capacity int) (*engine.Conn, error)
-	Send(ctx context.Context, conn *engine.Conn, in engine.SessionInput) (engine.SessionResult, error)
-	CloseConn(ctx context.Context, conn *engine.Conn, undelivered []engine.LeaseRef, releaseLeftovers bool) ([]engine.Grant, error)
-	Heartbeat(ctx context.Context, req engine.HeartbeatRequest) (engine.HeartbeatResult, error)
-	Complete(ctx context.Context, req engine.CompleteRequest) (engine.CompleteResult, error)
+	Open(ctx context.Context, req engine.SessionOpen) (*engine.Conn, []engine.LeaseStatus, error)
+	Receive(ctx context.Context, conn *engine.Conn, in engine.SessionInput) (engine.SessionResult, error)
+	Close(ctx context.Context, conn *engine.Conn, undelivered []engine.LeaseRef) ([]engine.Grant, error)
 	Stage(ctx context.Context, req engine.StageRequest) error
 	Cancel(ctx context.Context, req engine.CancelRequest) (engine.CancelResult, error)
 	Replay(ctx context.Context, req engine.ReplayRequest) (engine.ReplayResult, error)

@@ -50,11 +50,11 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.status(err)
 	}
-	conn, holding, err := s.e.OpenSession(ctx, open)
+	conn, holding, err := s.e.Open(ctx, open)
 	if err != nil {
 		return s.streamEnd(err)
 	}
-	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer}
 	defer sess.close()
 	welcome := &leaseholdv1.SessionWelcome{
 		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
@@ -106,7 +106,10 @@ type session struct {
 	stream   leaseholdv1.RendererService_SessionServer
 	conn     *engine.Conn
 	renderer string
-	budget   int
+	// who is the renderer with its credential, for hand-backs after the
+	// session closed.
+	who    engine.Renderer
+	budget int
 	// pending are grants taken from the outbox and not yet sent; they are
 	// handed back if the session ends first.
 	pending []engine.Grant
@@ -239,7 +242,7 @@ func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- 
 			}
 		}
 		in, order := merge(batch)
-		res, err := ss.s.e.Send(ctx, ss.conn, in)
+		res, err := ss.s.e.Receive(ctx, ss.conn, in)
 		a := applied{err: err}
 		if err == nil {
 			a.resp = ss.answers(in, order, res)
@@ -434,9 +437,11 @@ func (ss *session) flush(revoked []engine.LeaseStatus) error {
 // and could not send and those it never took.
 func (ss *session) close() {
 	undelivered := grantRefs(ss.pending)
-	if _, err := ss.s.e.CloseConn(context.Background(), ss.conn, undelivered, true); err != nil && !errors.Is(err, engine.ErrStopped) {
+	left, err := ss.s.e.Close(context.Background(), ss.conn, undelivered)
+	if err != nil && !errors.Is(err, engine.ErrStopped) {
 		ss.s.log.Warn("closing a renderer session", "renderer", ss.renderer, "undelivered", len(undelivered), "err", err)
 	}
+	ss.s.release(ss.who, left)
 }
 
 // reasonOf returns the ErrorInfo reason of a status.

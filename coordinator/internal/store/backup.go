@@ -88,13 +88,13 @@ func (f *spoolFile) Close() error {
 // the copy holds.
 func (s *Store) spoolBackup() (*spoolFile, BackupInfo, error) {
 	var info BackupInfo
-	dir := filepath.Dir(s.db.Path())
+	dir := filepath.Dir(s.Path())
 	f, err := os.CreateTemp(dir, ".backup-*.db")
 	if err != nil {
 		return nil, info, fmt.Errorf("creating the backup's copy: %w", err)
 	}
 	spool := &spoolFile{File: f, linked: os.Remove(f.Name()) != nil}
-	err = s.db.View(func(tx *bbolt.Tx) error {
+	err = s.view(func(tx *bbolt.Tx) error {
 		info = BackupInfo{Size: tx.Size(), LastToken: tx.Bucket(bucketTokens).Sequence()}
 		if v := tx.Bucket(bucketMeta).Get(keySchema); v != nil {
 			info.Schema = btoi(v)

@@ -124,6 +124,9 @@ func (t *Tx) DeleteDocument(id uint64) error {
 		}
 	}
 	t.dirty = true
+	if t.rec != nil {
+		t.recordDelete(bucketDocuments, key)
+	}
 	return c.Delete()
 }
 

@@ -45,7 +45,7 @@ func (s *Store) migrateFrom1() error {
 			break
 		}
 	}
-	err := s.db.Update(func(btx *bbolt.Tx) error {
+	err := s.update(func(btx *bbolt.Tx) error {
 		tx := &Tx{tx: btx, fault: s.fault}
 		if err := tx.rebuildIndexes(); err != nil {
 			return err
@@ -68,7 +68,7 @@ func (s *Store) migrateFrom1() error {
 // migrateChunkFrom1 converts the next chunk of jobs and reports whether
 // none were left.
 func (s *Store) migrateChunkFrom1() (done bool, err error) {
-	err = s.db.Update(func(btx *bbolt.Tx) error {
+	err = s.update(func(btx *bbolt.Tx) error {
 		tx := &Tx{tx: btx, fault: s.fault}
 		meta := btx.Bucket(bucketMeta)
 		var after uint64

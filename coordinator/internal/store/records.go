@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
@@ -10,7 +11,7 @@ import (
 
 // PutRejection appends a rejected completion and returns it with its id.
 func (t *Tx) PutRejection(r jobs.Rejection) (jobs.Rejection, error) {
-	id, err := t.tx.Bucket(bucketRejections).NextSequence()
+	id, err := t.nextSequence(bucketRejections)
 	if err != nil {
 		return r, err
 	}
@@ -41,7 +42,7 @@ func (t *Tx) PutAudit(a jobs.AuditRecord) (jobs.AuditRecord, error) {
 	id := a.ID
 	if id == 0 {
 		var err error
-		if id, err = t.tx.Bucket(bucketAudit).NextSequence(); err != nil {
+		if id, err = t.nextSequence(bucketAudit); err != nil {
 			return a, err
 		}
 	}
@@ -143,4 +144,21 @@ func reverse(c cursor, before uint64, fn func(k, v []byte) (bool, error)) error 
 		}
 	}
 	return nil
+}
+
+// PutLeader records the leader of a replicated coordinator, as it announces
+// itself on taking over: followers read it to name the leader's gRPC
+// address.
+func (t *Tx) PutLeader(id, addr string) error {
+	return t.put(bucketMeta, keyLeader, []byte(id+"\x00"+addr))
+}
+
+// Leader returns the last leader announced, or empty strings.
+func (t *Tx) Leader() (id, addr string) {
+	v := t.tx.Bucket(bucketMeta).Get(keyLeader)
+	if v == nil {
+		return "", ""
+	}
+	id, addr, _ = strings.Cut(string(v), "\x00")
+	return id, addr
 }

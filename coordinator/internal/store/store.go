@@ -31,6 +31,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -42,26 +43,29 @@ import (
 const SchemaVersion = 2
 
 var (
-	bucketMeta         = []byte("meta")
-	bucketJobs         = []byte("jobs")
-	bucketEvents       = []byte("events")
-	bucketDocuments    = []byte("documents")
-	bucketArtifacts    = []byte("artifacts")
-	bucketBatches      = []byte("batches")
-	bucketRequests     = []byte("batch_requests")
-	bucketUnfinished   = []byte("unfinished")
-	bucketTeamJobs     = []byte("team_jobs")
-	bucketTeamBatches  = []byte("team_batches")
-	bucketBatchCounts  = []byte("batch_counts")
-	bucketTeamCounts   = []byte("team_counts")
-	bucketRejections   = []byte("rejections")
-	bucketAudit        = []byte("audit")
-	bucketReplays      = []byte("replay_requests")
-	bucketTokens       = []byte("tokens")
-	bucketFinished     = []byte("finished")
-	bucketsOfSchema2   = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts, bucketFinished}
-	keySchema          = []byte("schema_version")
-	keyDispatch        = []byte("dispatch")
+	bucketMeta        = []byte("meta")
+	bucketJobs        = []byte("jobs")
+	bucketEvents      = []byte("events")
+	bucketDocuments   = []byte("documents")
+	bucketArtifacts   = []byte("artifacts")
+	bucketBatches     = []byte("batches")
+	bucketRequests    = []byte("batch_requests")
+	bucketUnfinished  = []byte("unfinished")
+	bucketTeamJobs    = []byte("team_jobs")
+	bucketTeamBatches = []byte("team_batches")
+	bucketBatchCounts = []byte("batch_counts")
+	bucketTeamCounts  = []byte("team_counts")
+	bucketRejections  = []byte("rejections")
+	bucketAudit       = []byte("audit")
+	bucketReplays     = []byte("replay_requests")
+	bucketTokens      = []byte("tokens")
+	bucketFinished    = []byte("finished")
+	bucketsOfSchema2  = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts, bucketFinished}
+	keySchema         = []byte("schema_version")
+	keyDispatch       = []byte("dispatch")
+	// keyLeader is the leader of a replicated coordinator as it announced
+	// itself: id, then a NUL, then its gRPC address.
+	keyLeader          = []byte("leader")
 	keyMigrationCursor = []byte("migration_cursor")
 	// keyFinishedBackfill is the last job id indexed by the backfill of the
 	// finished-jobs index, present while it is under way.
@@ -97,6 +101,9 @@ const (
 
 // Store is an open bbolt database.
 type Store struct {
+	// mu is held for reading by every transaction and for writing while
+	// ReplaceFile swaps the file under db.
+	mu sync.RWMutex
 	db *bbolt.DB
 	// fault, when set, is called before every record write; an error aborts
 	// the transaction. Tests use it to fail a commit mid-way.
@@ -144,11 +151,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:         lockTimeout,
-		FreelistType:    bbolt.FreelistArrayType,
-		InitialMmapSize: s.mmapSize,
-	})
+	db, err := s.openDB(path)
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("opening %s: %w (%w)", path, ErrLocked, err)
 	}
@@ -168,11 +171,24 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// openDB opens the bbolt file at path with the store's options.
+func (s *Store) openDB(path string) (*bbolt.DB, error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:         lockTimeout,
+		FreelistType:    bbolt.FreelistArrayType,
+		InitialMmapSize: s.mmapSize,
+	})
+	if err == nil {
+		db.NoSync = s.noSync
+	}
+	return db, err
+}
+
 // prepare creates missing buckets and returns the file's schema version,
 // writing the current one into a new file.
 func (s *Store) prepare() (uint64, error) {
 	var version uint64
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	err := s.update(func(tx *bbolt.Tx) error {
 		// Any bucket without a version: not a file this code wrote, and
 		// not one to stamp with a version.
 		hasBuckets, _ := tx.Cursor().First()
@@ -214,32 +230,58 @@ func (s *Store) prepare() (uint64, error) {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.db.Close()
+}
 
 // Path returns the database file's path.
-func (s *Store) Path() string { return s.db.Path() }
+func (s *Store) Path() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db.Path()
+}
+
+// view runs fn in a bbolt read transaction. A transaction must not begin
+// another on the same goroutine: with ReplaceFile waiting, the second
+// would wait for ever.
+func (s *Store) view(fn func(*bbolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db.View(fn)
+}
+
+// update runs fn in a bbolt read-write transaction and commits it.
+func (s *Store) update(fn func(*bbolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db.Update(fn)
+}
 
 // Update runs fn in one read-write transaction and commits (with fsync)
 // when fn returns nil. Only the writer goroutine calls it.
 func (s *Store) Update(fn func(*Tx) error) error {
-	return s.db.Update(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx, fault: s.fault}) })
+	return s.update(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx, fault: s.fault}) })
 }
 
 // View runs fn in a read-only transaction. Any goroutine may call it;
 // values must not be kept past fn. Keep it short: a long read transaction
 // holds pages the writer cannot reuse.
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx}) })
+	return s.view(func(tx *bbolt.Tx) error { return fn(&Tx{tx: tx}) })
 }
 
 // Begin starts a read-write transaction for the writer's group commit.
 // The caller ends it with Commit or Rollback.
 func (s *Store) Begin() (*Tx, error) {
+	s.mu.RLock()
 	tx, err := s.db.Begin(true)
 	if err != nil {
+		s.mu.RUnlock()
 		return nil, err
 	}
-	return &Tx{tx: tx, fault: s.fault}, nil
+	return &Tx{tx: tx, fault: s.fault, release: s.mu.RUnlock}, nil
 }
 
 // Stats is the database file's size and its free pages.
@@ -255,13 +297,15 @@ type Stats struct {
 // may call it.
 func (s *Store) Stats() (Stats, error) {
 	var st Stats
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		st.Size = tx.Size()
 		return nil
 	})
+	s.mu.RLock()
 	bs := s.db.Stats()
-	st.FreePages = bs.FreePageN + bs.PendingPageN
 	st.PageSize = s.db.Info().PageSize
+	s.mu.RUnlock()
+	st.FreePages = bs.FreePageN + bs.PendingPageN
 	return st, err
 }
 
@@ -269,7 +313,7 @@ func (s *Store) Stats() (Stats, error) {
 // joined, or nil.
 func (s *Store) Check() error {
 	var errs []error
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		for err := range tx.Check() {
 			errs = append(errs, err)
 		}
@@ -283,6 +327,11 @@ type Tx struct {
 	tx    *bbolt.Tx
 	fault func(op string) error
 	dirty bool
+	// rec, when set, records every write (Record).
+	rec *recorder
+	// release, for a transaction from Begin, lets go of the store's lock
+	// when the transaction ends.
+	release func()
 	// arena holds the encoded values written in the transaction: bbolt
 	// keeps a reference to every value until commit, so they cannot share
 	// a reused buffer, but they can share one allocation.
@@ -313,10 +362,25 @@ func (t *Tx) encode(m proto.Message) ([]byte, error) {
 func (t *Tx) Dirty() bool { return t.dirty }
 
 // Commit commits (and fsyncs) a transaction from Begin.
-func (t *Tx) Commit() error { return t.tx.Commit() }
+func (t *Tx) Commit() error {
+	defer t.end()
+	return t.tx.Commit()
+}
 
-// Rollback abandons a transaction from Begin.
-func (t *Tx) Rollback() error { return t.tx.Rollback() }
+// Rollback abandons a transaction from Begin. Rolling back a transaction
+// that has ended returns an error and does nothing.
+func (t *Tx) Rollback() error {
+	defer t.end()
+	return t.tx.Rollback()
+}
+
+// end releases the store's lock, once.
+func (t *Tx) end() {
+	if t.release != nil {
+		t.release()
+		t.release = nil
+	}
+}
 
 // Size returns the size of the database file as seen by the transaction.
 func (t *Tx) Size() int64 { return t.tx.Size() }
@@ -351,6 +415,9 @@ func (t *Tx) put(bucket, key, val []byte) error {
 		}
 	}
 	t.dirty = true
+	if t.rec != nil {
+		t.recordPut(bucket, key, val)
+	}
 	b := t.tx.Bucket(bucket)
 	b.FillPercent = appendFill
 	return b.Put(key, val)
@@ -363,33 +430,28 @@ func (t *Tx) del(bucket, key []byte) error {
 		}
 	}
 	t.dirty = true
+	if t.rec != nil {
+		t.recordDelete(bucket, key)
+	}
 	return t.tx.Bucket(bucket).Delete(key)
 }
 
 // NextToken returns the next fencing token. The counter is persisted by the
 // same transaction, so a token is never handed out twice, even if the
 // process dies between the grant and the answer.
-func (t *Tx) NextToken() (uint64, error) {
-	t.dirty = true
-	return t.tx.Bucket(bucketTokens).NextSequence()
-}
+func (t *Tx) NextToken() (uint64, error) { return t.nextSequence(bucketTokens) }
 
 // LastToken returns the largest token ever handed out.
 func (t *Tx) LastToken() uint64 { return t.tx.Bucket(bucketTokens).Sequence() }
 
 // NextJobIDs reserves n consecutive job ids and returns the first.
 func (t *Tx) NextJobIDs(n int) (uint64, error) {
-	t.dirty = true
-	b := t.tx.Bucket(bucketJobs)
-	first := b.Sequence() + 1
-	if err := b.SetSequence(b.Sequence() + uint64(n)); err != nil {
+	first := t.tx.Bucket(bucketJobs).Sequence() + 1
+	if err := t.setSequence(bucketJobs, first+uint64(n)-1); err != nil {
 		return 0, err
 	}
 	return first, nil
 }
 
 // NextBatchID returns the next batch id.
-func (t *Tx) NextBatchID() (uint64, error) {
-	t.dirty = true
-	return t.tx.Bucket(bucketBatches).NextSequence()
-}
+func (t *Tx) NextBatchID() (uint64, error) { return t.nextSequence(bucketBatches) }

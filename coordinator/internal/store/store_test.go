@@ -212,74 +212,77 @@ func takeSnapshot(t *testing.T, st *store.Store, teams []string, artifacts [][2]
 // populate writes one of everything the store keeps.
 func populate(t *testing.T, b *testBundle) {
 	t.Helper()
-	b.update(t, func(tx *store.Tx) error {
-		for range 41 {
-			if _, err := tx.NextToken(); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.NextJobIDs(3); err != nil {
+	b.update(t, populateTx)
+}
+
+// populateTx writes a record of every kind in tx.
+func populateTx(tx *store.Tx) error {
+	for range 41 {
+		if _, err := tx.NextToken(); err != nil {
 			return err
 		}
-		for _, bt := range []jobs.Batch{
-			{ID: 1, Team: "a", RequestID: "req-1", CreatedAt: t0, FirstJob: 1, Count: 2, RequestHash: []byte{1}},
-			{ID: 2, Team: "ab", RequestID: "req-1", CreatedAt: t0, FirstJob: 3, Count: 1, RequestHash: []byte{2}},
-		} {
-			if _, err := tx.NextBatchID(); err != nil {
-				return err
-			}
-			if err := tx.PutBatch(bt); err != nil {
-				return err
-			}
-		}
-		j1, j2, j3 := fullJob(1, 1, "a"), fullJob(2, 1, "a"), fullJob(3, 2, "ab")
-		j2.Phase, j3.Phase = jobs.PhaseLeased, jobs.PhaseQueued
-		for _, j := range []jobs.Job{j1, j2, j3} {
-			if err := tx.PutJob(j); err != nil {
-				return err
-			}
-			if err := tx.PutEvents(j.ID, fullEvents()); err != nil {
-				return err
-			}
-			if err := tx.IndexTeamJob(j.Team, j.ID); err != nil {
-				return err
-			}
-			var d store.Counts
-			d[j.Phase]++
-			if err := tx.AddBatchCounts(j.BatchID, d); err != nil {
-				return err
-			}
-			if err := tx.AddTeamCounts(j.Team, d); err != nil {
-				return err
-			}
-			if !j.Phase.Terminal() {
-				if err := tx.SetUnfinished(j.ID, true); err != nil {
-					return err
-				}
-				if err := tx.PutDocument(j.ID, []byte("content of job "+string(rune('0'+j.ID)))); err != nil {
-					return err
-				}
-			} else if err := tx.IndexFinished(j); err != nil {
-				return err
-			}
-		}
-		if err := tx.PutArtifact(1, 40, store.Artifact{Digest: "d", ContentType: "image/png", Content: []byte("png"), Renderer: "r-0"}); err != nil {
+	}
+	if _, err := tx.NextJobIDs(3); err != nil {
+		return err
+	}
+	for _, bt := range []jobs.Batch{
+		{ID: 1, Team: "a", RequestID: "req-1", CreatedAt: t0, FirstJob: 1, Count: 2, RequestHash: []byte{1}},
+		{ID: 2, Team: "ab", RequestID: "req-1", CreatedAt: t0, FirstJob: 3, Count: 1, RequestHash: []byte{2}},
+	} {
+		if _, err := tx.NextBatchID(); err != nil {
 			return err
 		}
-		if _, err := tx.PutRejection(fullRejection(1, 12, t0)); err != nil {
+		if err := tx.PutBatch(bt); err != nil {
 			return err
 		}
-		for _, a := range []jobs.AuditRecord{
-			{At: t0, Principal: "ops", Action: jobs.AuditReplay, Reason: "fixed", RequestID: "replay-1", JobIDs: []uint64{1},
-				Teams: []string{"a"}, Response: []byte("answer")},
-			{At: t0, Principal: "ops", Action: jobs.AuditPause, Reason: "rollout"},
-		} {
-			if _, err := tx.PutAudit(a); err != nil {
+	}
+	j1, j2, j3 := fullJob(1, 1, "a"), fullJob(2, 1, "a"), fullJob(3, 2, "ab")
+	j2.Phase, j3.Phase = jobs.PhaseLeased, jobs.PhaseQueued
+	for _, j := range []jobs.Job{j1, j2, j3} {
+		if err := tx.PutJob(j); err != nil {
+			return err
+		}
+		if err := tx.PutEvents(j.ID, fullEvents()); err != nil {
+			return err
+		}
+		if err := tx.IndexTeamJob(j.Team, j.ID); err != nil {
+			return err
+		}
+		var d store.Counts
+		d[j.Phase]++
+		if err := tx.AddBatchCounts(j.BatchID, d); err != nil {
+			return err
+		}
+		if err := tx.AddTeamCounts(j.Team, d); err != nil {
+			return err
+		}
+		if !j.Phase.Terminal() {
+			if err := tx.SetUnfinished(j.ID, true); err != nil {
 				return err
 			}
+			if err := tx.PutDocument(j.ID, []byte("content of job "+string(rune('0'+j.ID)))); err != nil {
+				return err
+			}
+		} else if err := tx.IndexFinished(j); err != nil {
+			return err
 		}
-		return tx.PutDispatchState(jobs.DispatchState{Paused: true, Since: t0, Principal: "ops", Reason: "rollout"})
-	})
+	}
+	if err := tx.PutArtifact(1, 40, store.Artifact{Digest: "d", ContentType: "image/png", Content: []byte("png"), Renderer: "r-0"}); err != nil {
+		return err
+	}
+	if _, err := tx.PutRejection(fullRejection(1, 12, t0)); err != nil {
+		return err
+	}
+	for _, a := range []jobs.AuditRecord{
+		{At: t0, Principal: "ops", Action: jobs.AuditReplay, Reason: "fixed", RequestID: "replay-1", JobIDs: []uint64{1},
+			Teams: []string{"a"}, Response: []byte("answer")},
+		{At: t0, Principal: "ops", Action: jobs.AuditPause, Reason: "rollout"},
+	} {
+		if _, err := tx.PutAudit(a); err != nil {
+			return err
+		}
+	}
+	return tx.PutDispatchState(jobs.DispatchState{Paused: true, Since: t0, Principal: "ops", Reason: "rollout"})
 }
 
 func TestReopenKeepsEverything(t *testing.T) {

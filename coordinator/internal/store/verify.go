@@ -83,7 +83,7 @@ func (s *Summary) problemf(format string, args ...any) {
 // be read at all.
 func (s *Store) Verify() (Summary, error) {
 	var sum Summary
-	err := s.db.View(func(btx *bbolt.Tx) error {
+	err := s.view(func(btx *bbolt.Tx) error {
 		for err := range btx.Check() {
 			sum.problemf("bbolt: %v", err)
 		}

@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+)
+
+// losingCommitter commits in place until told to lose: then it rolls the
+// group back and answers as a replicated committer does when leadership
+// is lost with the entry proposed, or before it.
+type losingCommitter struct {
+	lose atomic.Pointer[error]
+}
+
+func (c *losingCommitter) Record() bool { return false }
+
+func (c *losingCommitter) Commit(tx *store.Tx, _ time.Time) error {
+	if p := c.lose.Load(); p != nil {
+		_ = tx.Rollback()
+		return *p
+	}
+	return tx.Commit()
+}
+
+func (c *losingCommitter) arm(err error) { c.lose.Store(&err) }
+
+func TestLeadership(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	setupLosing := func(t *testing.T) (*testBundle, *losingCommitter) {
+		t.Helper()
+		lc := &losingCommitter{}
+		b := setup(t, func(c *Config) { c.Committer = lc })
+		return b, lc
+	}
+
+	t.Run("AGroupWhoseOutcomeIsUnknownPublishesNothingAndDropsTheTerm", func(t *testing.T) {
+		t.Parallel()
+		b, lc := setupLosing(t)
+		first := b.submit(t, "alpha", "r1", "a.pdf")
+		conn := b.openSession(t, "r-1", 1)
+		gs, _, _ := take(conn)
+		if len(gs) != 1 {
+			t.Fatalf("granted %d, want 1", len(gs))
+		}
+		w, err := b.e.WatchBatch(first.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		lost := b.e.Lost()
+
+		lc.arm(store.ErrCommitUnknown)
+		_, err = b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r2", Docs: docs("b.pdf")})
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("a submit whose commit lost leadership: %v, want ErrOutcomeUnknown", err)
+		}
+		waitClosed(t, lost, "Lost")
+		if _, _, ended := take(conn); !errors.Is(ended, ErrNotLeader) {
+			t.Errorf("the session after the term ended: %v, want ErrNotLeader", ended)
+		}
+		if _, err := w.Next(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("the watch after the term ended: %v, want ErrNotLeader", err)
+		}
+		if _, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r3", Docs: docs("c.pdf")}); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("a command after the writer stepped down: %v, want ErrNotLeader", err)
+		}
+		b.e.Demote()
+		if b.e.Leading() {
+			t.Fatal("Leading after Demote")
+		}
+		if _, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r4", Docs: docs("d.pdf")}); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("a command to a follower: %v, want ErrNotLeader", err)
+		}
+
+		// Promoted again: the state is the store's, not what the lost group
+		// evaluated, and the lease of the first job is live, with its TTL
+		// and the extension.
+		lc.lose.Store(nil)
+		const extend = 5 * time.Second
+		if err := b.e.Promote(extend, time.Time{}); err != nil {
+			t.Fatalf("Promote: %v", err)
+		}
+		if j := b.job(t, first.FirstJob); j.Phase != jobs.PhaseLeased || j.Lease.Token != gs[0].Job.Lease.Token {
+			t.Fatalf("the leased job after promotion: %v token %d, want LEASED under %d", j.Phase, j.Lease.Token, gs[0].Job.Lease.Token)
+		}
+		if _, err := b.e.Batch(first.ID + 1); !errors.Is(err, ErrNotFound) {
+			t.Errorf("the lost group's batch: %v, want it absent", err)
+		}
+		b.clock.Advance(b.cfg.LeaseTTL + extend/2)
+		b.tick(t, 0)
+		if j := b.job(t, first.FirstJob); j.Phase != jobs.PhaseLeased {
+			t.Fatalf("past the TTL, within the extension: %v, want LEASED", j.Phase)
+		}
+		b.clock.Advance(extend)
+		b.tick(t, 0)
+		if j := b.job(t, first.FirstJob); j.Phase == jobs.PhaseLeased {
+			t.Fatalf("past the TTL and the extension: still LEASED")
+		}
+	})
+
+	t.Run("AGroupNotCommittedAnswersNotLeader", func(t *testing.T) {
+		t.Parallel()
+		b, lc := setupLosing(t)
+		lc.arm(store.ErrNotCommitted)
+		_, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
+		if !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a submit that was not committed: %v, want ErrNotLeader", err)
+		}
+		if !b.e.Serving() {
+			t.Fatal("a lost leadership fail-stopped the engine")
+		}
+	})
+
+	t.Run("PromotionStampsNothingBeforeTheWallFloor", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.e.Demote()
+		floor := b.clock.Now().Add(time.Hour)
+		if err := b.e.Promote(0, floor); err != nil {
+			t.Fatal(err)
+		}
+		batch := b.submit(t, "alpha", "r1", "a.pdf")
+		if j := b.job(t, batch.FirstJob); !j.CreatedAt.After(floor) {
+			t.Fatalf("a job created after a promotion with the floor %v was stamped %v", floor, j.CreatedAt)
+		}
+	})
+
+	t.Run("PromoteRefusesWhileATermRuns", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if err := b.e.Promote(0, time.Time{}); err == nil {
+			t.Fatal("Promote while the writer runs: no error")
+		}
+	})
+}

@@ -1,0 +1,419 @@
+package replica_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+)
+
+// member is one node of an in-process cluster: a real bbolt store, its
+// FSM, raft over the in-memory transport, and the leadership it was told.
+type member struct {
+	id    string
+	st    *store.Store
+	fsm   *replica.FSM
+	node  *replica.Node
+	trans *raft.InmemTransport
+
+	mu      sync.Mutex
+	leading bool
+	// changed is the cluster's: told of every change.
+	changed chan struct{}
+}
+
+type cluster struct {
+	t       *testing.T
+	members []*member
+	changed chan struct{}
+}
+
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{t: t, changed: make(chan struct{}, 1)}
+	var peers []replica.Peer
+	for i := range n {
+		id := fmt.Sprintf("n%d", i+1)
+		addr, trans := raft.NewInmemTransport(raft.ServerAddress(id))
+		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: "grpc-" + id})
+		c.members = append(c.members, &member{id: id, trans: trans, changed: c.changed})
+	}
+	for _, a := range c.members {
+		for _, b := range c.members {
+			if a != b {
+				a.trans.Connect(raft.ServerAddress(b.id), b.trans)
+			}
+		}
+	}
+	dir := t.TempDir()
+	for _, m := range c.members {
+		st, err := store.Open(filepath.Join(dir, m.id+".db"), store.WithoutSync())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.st = st
+		if m.fsm, err = replica.NewFSM(st); err != nil {
+			t.Fatal(err)
+		}
+		m.node, err = replica.StartNode(replica.NodeConfig{
+			ID: m.id, Peers: peers, Transport: m.trans, InmemStore: true,
+			// Short timeouts keep elections quick in memory.
+			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond,
+		}, m.fsm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go m.follow()
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			if err := m.node.Shutdown(); err != nil {
+				t.Errorf("Shutdown %s: %v", m.id, err)
+			}
+			m.st.Close()
+		}
+	})
+	return c
+}
+
+// follow reads the node's leadership changes until raft shuts down, as
+// the coordinator's monitor does.
+func (m *member) follow() {
+	for {
+		select {
+		case l := <-m.node.LeaderChanges():
+			m.mu.Lock()
+			m.leading = l
+			m.mu.Unlock()
+			select {
+			case m.changed <- struct{}{}:
+			default:
+			}
+		case <-m.node.Done():
+			return
+		}
+	}
+}
+
+// leader waits for a member of among (every member when none) to be told
+// it leads, and returns it once its barrier has applied everything before
+// its term. It wakes on every leadership change, and retries a member whose
+// barrier failed a little later.
+func (c *cluster) leader(among ...*member) *member {
+	c.t.Helper()
+	if len(among) == 0 {
+		among = c.members
+	}
+	deadline := time.After(10 * time.Second)
+	retry := time.NewTicker(50 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		for _, m := range among {
+			m.mu.Lock()
+			l := m.leading
+			m.mu.Unlock()
+			if l && m.node.Barrier(5*time.Second) == nil {
+				return m
+			}
+		}
+		select {
+		case <-deadline:
+			c.t.Fatal("no leader within 10 s")
+		case <-c.changed:
+		case <-retry.C:
+		}
+	}
+}
+
+// submit commits one group on m through the replicated committer: a job
+// record and a fencing token, as a grant writes. It returns the token.
+func (c *cluster) submit(m *member, id uint64) (uint64, error) {
+	tx, err := m.st.Begin()
+	if err != nil {
+		return 0, err
+	}
+	tx.Record()
+	if err := putJob(tx, id); err != nil {
+		_ = tx.Rollback()
+		return 0, err
+	}
+	token, err := tx.NextToken()
+	if err != nil {
+		_ = tx.Rollback()
+		return 0, err
+	}
+	committer := replica.NewCommitter(m.node.Raft, m.fsm, time.Second)
+	return token, committer.Commit(tx, t0)
+}
+
+// converge waits until every member applied what the leader did, then
+// checks that their stores are equal. raft tells no one when a follower
+// applies, so it asks again every few milliseconds, for at most 10 s.
+func (c *cluster) converge(leader *member) {
+	c.t.Helper()
+	want := leader.node.Raft.AppliedIndex()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, m := range c.members {
+		for m.node.Raft.AppliedIndex() < want {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("%s applied up to %d, the leader %d", m.id, m.node.Raft.AppliedIndex(), want)
+			}
+			if err := m.node.Barrier(time.Second); err != nil && m == leader {
+				c.t.Fatal(err)
+			}
+			select {
+			case <-m.node.Done():
+				c.t.Fatal("shut down")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	d0, _ := c.members[0].st.Digest()
+	for _, m := range c.members[1:] {
+		if d, _ := m.st.Digest(); d != d0 {
+			c.t.Fatalf("%s's store differs from %s's", m.id, c.members[0].id)
+		}
+	}
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EveryAcknowledgedGroupIsOnEveryNodeAcrossAPartitionAndATransfer", func(t *testing.T) {
+		t.Parallel()
+		c := newCluster(t, 3)
+		var acked []uint64
+		var tokens []uint64
+		next := uint64(1)
+		write := func(m *member, n int) {
+			t.Helper()
+			for range n {
+				tok, err := c.submit(m, next)
+				if err != nil {
+					t.Fatalf("submit %d on %s: %v", next, m.id, err)
+				}
+				acked, tokens = append(acked, next), append(tokens, tok)
+				next++
+			}
+		}
+		l1 := c.leader()
+		write(l1, 20)
+
+		// Cut the leader off from both followers: it steps down, the
+		// others elect a leader, and what it proposes alone is refused.
+		l1.trans.DisconnectAll()
+		for _, m := range c.members {
+			if m != l1 {
+				m.trans.Disconnect(raft.ServerAddress(l1.id))
+			}
+		}
+		var rest []*member
+		for _, m := range c.members {
+			if m != l1 {
+				rest = append(rest, m)
+			}
+		}
+		l2 := c.leader(rest...)
+		if _, err := c.submit(l1, 10_000); !errors.Is(err, replica.ErrNotLeader) && !errors.Is(err, replica.ErrOutcomeUnknown) {
+			t.Fatalf("a write on the deposed leader: %v, want NOT_LEADER or OUTCOME_UNKNOWN", err)
+		}
+		write(l2, 20)
+
+		// Heal, hand leadership on, and write on whoever leads.
+		for _, a := range c.members {
+			for _, b := range c.members {
+				if a != b {
+					a.trans.Connect(raft.ServerAddress(b.id), b.trans)
+				}
+			}
+		}
+		if err := l2.node.Raft.LeadershipTransfer().Error(); err != nil {
+			t.Fatalf("LeadershipTransfer: %v", err)
+		}
+		l3 := c.leader()
+		write(l3, 20)
+		c.converge(l3)
+
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("token %d after %d: tokens must strictly increase across leaders", tokens[i], tokens[i-1])
+			}
+		}
+		for _, m := range c.members {
+			err := m.st.View(func(tx *store.Tx) error {
+				for _, id := range acked {
+					if _, found, err := tx.Job(id); err != nil || !found {
+						return fmt.Errorf("acknowledged job %d is missing (%v)", id, err)
+					}
+				}
+				if _, found, _ := tx.Job(10_000); found {
+					return errors.New("the deposed leader's write is stored")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("%s: %v", m.id, err)
+			}
+		}
+	})
+}
+
+func TestFSM(t *testing.T) {
+	t.Parallel()
+
+	setupFSM := func(t *testing.T) (*store.Store, *replica.FSM, func(base uint64) []byte) {
+		t.Helper()
+		dir := t.TempDir()
+		src, err := store.Open(filepath.Join(dir, "src.db"), store.WithoutSync())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, err := store.Open(filepath.Join(dir, "dst.db"), store.WithoutSync())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close(); dst.Close() })
+		fsm, err := replica.NewFSM(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := uint64(0)
+		group := func(base uint64) []byte {
+			id++
+			tx, err := src.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx.Record()
+			if err := putJob(tx, id); err != nil {
+				t.Fatal(err)
+			}
+			ws := tx.WriteSet(base, t0)
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			return append([]byte{1}, ws...)
+		}
+		return dst, fsm, group
+	}
+	logAt := func(index uint64, data []byte) *raft.Log {
+		return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+	}
+
+	t.Run("IsIdempotentOnReplay", func(t *testing.T) {
+		t.Parallel()
+		st, fsm, group := setupFSM(t)
+		e1, e2 := group(0), group(1)
+		for _, l := range []*raft.Log{logAt(1, e1), logAt(2, e2)} {
+			if r := fsm.Apply(l); r != nil {
+				t.Fatalf("Apply(%d) = %v", l.Index, r)
+			}
+		}
+		before, _ := st.Digest()
+		res := fsm.ApplyBatch([]*raft.Log{logAt(1, e1), logAt(2, e2)})
+		after, _ := st.Digest()
+		if res[0] != nil || res[1] != nil || before != after {
+			t.Fatalf("replaying applied entries: %v, store changed %v", res, before != after)
+		}
+		if fsm.LastGroup() != 2 || fsm.Applied() != 2 {
+			t.Fatalf("LastGroup %d, Applied %d; want 2, 2", fsm.LastGroup(), fsm.Applied())
+		}
+	})
+
+	t.Run("RefusesAStaleBaseAsANoOpWithAnError", func(t *testing.T) {
+		t.Parallel()
+		st, fsm, group := setupFSM(t)
+		e1 := group(0)
+		stale := group(0) // built on base 0 too: a second proposer's
+		fsm.Apply(logAt(1, e1))
+		before, _ := st.Digest()
+		r := fsm.Apply(logAt(2, stale))
+		if err, _ := r.(error); !errors.Is(err, store.ErrStaleBase) {
+			t.Fatalf("Apply of a stale base = %v, want ErrStaleBase", r)
+		}
+		if after, _ := st.Digest(); after != before || fsm.LastGroup() != 1 {
+			t.Fatal("a stale entry changed the store")
+		}
+	})
+
+	t.Run("PanicsOnAnEntryOfAnUnknownKind", func(t *testing.T) {
+		t.Parallel()
+		_, fsm, _ := setupFSM(t)
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		fsm.Apply(logAt(1, []byte{99, 1, 2}))
+	})
+
+	t.Run("RestoresASnapshotWholeUnderReaders", func(t *testing.T) {
+		t.Parallel()
+		st, fsm, group := setupFSM(t)
+		fsm.Apply(logAt(1, group(0)))
+		fsm.Apply(logAt(2, group(1)))
+		want, _ := st.Digest()
+		snap, err := fsm.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := &memSink{}
+		if err := snap.Persist(sink); err != nil {
+			t.Fatal(err)
+		}
+		snap.Release()
+		fsm.Apply(logAt(3, group(2)))
+
+		// Readers hold the store while the restore waits for them.
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_ = st.View(func(tx *store.Tx) error {
+						_, _, err := tx.Job(1)
+						return err
+					})
+				}
+			})
+		}
+		err = fsm.Restore(io.NopCloser(bytes.NewReader(sink.Bytes())))
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		if got, _ := st.Digest(); got != want {
+			t.Fatal("the restored store differs from the snapshot")
+		}
+		if fsm.Applied() != 2 || fsm.LastGroup() != 2 {
+			t.Fatalf("after restoring a snapshot at 2: Applied %d, LastGroup %d", fsm.Applied(), fsm.LastGroup())
+		}
+		if r := fsm.Apply(logAt(3, group(2))); r != nil {
+			t.Fatalf("applying the entry after the snapshot: %v", r)
+		}
+	})
+}
+
+// memSink is a snapshot sink in memory.
+type memSink struct {
+	bytes.Buffer
+	cancelled bool
+}
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { s.cancelled = true; return nil }
+func (s *memSink) Close() error  { return nil }

@@ -1,0 +1,322 @@
+package replica
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+)
+
+// Timing defaults of a node. Failover is about a heartbeat timeout (a
+// follower notices) plus an election: 500 ms keeps it well under 3 s in
+// the worst case, where raft's default of 1 s does not.
+const (
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	// DefaultBarrierTimeout bounds the wait, on gaining leadership, for
+	// every entry of earlier terms to be applied.
+	DefaultBarrierTimeout = 10 * time.Second
+	// snapshotsRetained is how many snapshots a node keeps on disk.
+	snapshotsRetained = 2
+)
+
+// Peer is one voter of the cluster: its id, the address its raft listener
+// is reached at, and its gRPC address (for followers to name the leader).
+type Peer struct {
+	ID       string
+	RaftAddr string
+	GRPCAddr string
+}
+
+// ParsePeers reads the --peers list: comma-separated items
+// id=raft_address, or id=raft_address/grpc_address to let followers name
+// the leader's gRPC address when they refuse a write. A cluster has an odd
+// number of voters.
+func ParsePeers(s string) ([]Peer, error) {
+	var peers []Peer
+	seen := map[string]bool{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		id, addrs, ok := strings.Cut(item, "=")
+		if !ok || id == "" || addrs == "" {
+			return nil, fmt.Errorf("peer %q: want id=raft_address or id=raft_address/grpc_address", item)
+		}
+		raftAddr, grpcAddr, _ := strings.Cut(addrs, "/")
+		if seen[id] {
+			return nil, fmt.Errorf("peer id %q appears twice", id)
+		}
+		seen[id] = true
+		peers = append(peers, Peer{ID: id, RaftAddr: raftAddr, GRPCAddr: grpcAddr})
+	}
+	switch n := len(peers); {
+	case n == 0:
+		return nil, errors.New("no peers")
+	case n%2 == 0:
+		return nil, fmt.Errorf("%d peers: a cluster of an even size tolerates no more failures than one smaller; use 1, 3 or 5", n)
+	}
+	return peers, nil
+}
+
+// NodeConfig configures a Node.
+type NodeConfig struct {
+	// ID is this node's id, one of Peers.
+	ID string
+	// Listen is the raft listener's bind address; Advertise what peers dial
+	// (default: this node's RaftAddr in Peers).
+	Listen, Advertise string
+	// Peers is every voter, this node included; every node gets the same.
+	Peers []Peer
+	// Dir holds the raft log (wal/) and snapshots (snapshots/).
+	Dir string
+	// TLS, when set, is mutual TLS between peers: it must hold this node's
+	// certificate and verify peers' against the cluster CA both ways.
+	TLS *tls.Config
+	// Transport replaces the network transport (tests: raft's in-memory
+	// transport); Listen, Advertise and TLS are then unused.
+	Transport raft.Transport
+	// InmemStore keeps the log in memory (tests).
+	InmemStore bool
+
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	// SnapshotThreshold and TrailingLogs: raft's settings of the same
+	// names (entries carry whole groups, so both are far below raft's
+	// defaults).
+	SnapshotThreshold, TrailingLogs uint64
+	Logger                          *slog.Logger
+}
+
+// Node is this process's raft member: the log, the snapshots, the
+// transport, and the leadership notifications.
+type Node struct {
+	cfg   NodeConfig
+	Raft  *raft.Raft
+	fsm   *FSM
+	trans raft.Transport
+	log   *slog.Logger
+	// closers close the log store and transport after raft shut down.
+	closers []io.Closer
+
+	leaderC  chan bool
+	doneC    chan struct{}
+	stopOnce sync.Once
+}
+
+// StartNode starts this node's raft over fsm. A node whose directory holds
+// no raft state bootstraps the cluster with every peer as a voter: every
+// node of a new cluster does the same, with the same configuration, so no
+// separate step is needed; a node restarted on its directory rejoins, and
+// one whose directory was wiped rejoins by snapshot from the leader.
+func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
+	cfg.HeartbeatTimeout = cmp.Or(cfg.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	cfg.ElectionTimeout = cmp.Or(cfg.ElectionTimeout, DefaultElectionTimeout)
+	cfg.LeaderLeaseTimeout = cmp.Or(cfg.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	cfg.SnapshotThreshold = cmp.Or(cfg.SnapshotThreshold, 2048)
+	cfg.TrailingLogs = cmp.Or(cfg.TrailingLogs, 1024)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	self := -1
+	for i, p := range cfg.Peers {
+		if p.ID == cfg.ID {
+			self = i
+		}
+	}
+	if self < 0 {
+		return nil, fmt.Errorf("node id %q is not one of the peers", cfg.ID)
+	}
+	n := &Node{cfg: cfg, fsm: fsm, log: cfg.Logger, leaderC: make(chan bool, 1), doneC: make(chan struct{})}
+	hl := hclogOf(cfg.Logger)
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout
+	rc.SnapshotThreshold, rc.TrailingLogs = cfg.SnapshotThreshold, cfg.TrailingLogs
+	rc.BatchApplyCh = true
+	// The FSM's store records what it applied, in the same transaction as
+	// the writes: restoring the last snapshot at start-up would only throw
+	// that away.
+	rc.NoSnapshotRestoreOnStart = true
+	rc.NotifyCh = n.leaderC
+	rc.Logger = hl
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, err
+	}
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+		err    error
+	)
+	if cfg.InmemStore {
+		s := raft.NewInmemStore()
+		logs, stable, snaps = s, s, raft.NewInmemSnapshotStore()
+	} else {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, "wal"), 0o700); err != nil {
+			return nil, err
+		}
+		w, err := wal.Open(filepath.Join(cfg.Dir, "wal"), wal.WithLogger(hl.Named("wal")))
+		if err != nil {
+			return nil, fmt.Errorf("opening the raft log: %w", err)
+		}
+		n.closers = append(n.closers, w)
+		logs, stable = w, w
+		if snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.Dir, snapshotsRetained, hl.Named("snapshots")); err != nil {
+			n.closeStores()
+			return nil, fmt.Errorf("opening the snapshot store: %w", err)
+		}
+	}
+	n.trans = cfg.Transport
+	if n.trans == nil {
+		advertise := cmp.Or(cfg.Advertise, cfg.Peers[self].RaftAddr)
+		sl, err := listen(cfg.Listen, advertise, cfg.TLS)
+		if err != nil {
+			n.closeStores()
+			return nil, err
+		}
+		nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: sl, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl.Named("net"),
+		})
+		n.trans = nt
+		n.closers = append(n.closers, nt)
+	}
+
+	existing, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	if !existing {
+		var servers []raft.Server
+		for _, p := range cfg.Peers {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
+			n.closeStores()
+			return nil, fmt.Errorf("bootstrapping: %w", err)
+		}
+		n.log.Info("raft: bootstrapped a new cluster", "voters", len(servers))
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, n.trans)
+	if err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("starting raft: %w", err)
+	}
+	n.Raft = r
+	return n, nil
+}
+
+// LeaderChanges delivers true when this node becomes the leader and false
+// when it stops being one, in order; raft blocks until it is read, so the
+// caller must read it promptly.
+func (n *Node) LeaderChanges() <-chan bool { return n.leaderC }
+
+// Done is closed when Shutdown begins.
+func (n *Node) Done() <-chan struct{} { return n.doneC }
+
+// FSM returns the node's state machine.
+func (n *Node) FSM() *FSM { return n.fsm }
+
+// Barrier waits until every entry committed before it is applied to this
+// node's FSM; the new leader calls it before evaluating anything.
+func (n *Node) Barrier(timeout time.Duration) error { return n.Raft.Barrier(timeout).Error() }
+
+// Leader returns the leader's id and gRPC address as the peers list gives
+// it, empty when no leader is known.
+func (n *Node) Leader() (id, grpcAddr string) {
+	_, lid := n.Raft.LeaderWithID()
+	for _, p := range n.cfg.Peers {
+		if p.ID == string(lid) {
+			return p.ID, p.GRPCAddr
+		}
+	}
+	return string(lid), ""
+}
+
+// IsLeader reports whether raft says this node leads.
+func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }
+
+// VerifyLeader confirms with a quorum that this node still leads: a read
+// served after it is linearizable.
+func (n *Node) VerifyLeader(ctx context.Context) error {
+	f := n.Raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown stops raft and closes the log, the snapshots and the
+// transport. It is safe to call twice.
+func (n *Node) Shutdown() error {
+	var err error
+	n.stopOnce.Do(func() {
+		close(n.doneC)
+		err = n.Raft.Shutdown().Error()
+		n.closeStores()
+	})
+	return err
+}
+
+func (n *Node) closeStores() {
+	for _, c := range n.closers {
+		_ = c.Close()
+	}
+	n.closers = nil
+}
+
+// hclogOf adapts l for raft, which logs through hclog: every line raft
+// writes becomes one record of l, at raft's level.
+func hclogOf(l *slog.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "raft",
+		Level:      hclog.Info,
+		Output:     &slogWriter{l: l},
+		JSONFormat: false,
+		TimeFn:     func() time.Time { return time.Time{} },
+	})
+}
+
+// slogWriter turns hclog's text lines into slog records.
+type slogWriter struct{ l *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	for line := range bytes.SplitSeq(bytes.TrimRight(p, "\n"), []byte("\n")) {
+		msg := strings.TrimSpace(string(line))
+		level := slog.LevelInfo
+		switch {
+		case strings.HasPrefix(msg, "[ERROR]"):
+			level = slog.LevelError
+		case strings.HasPrefix(msg, "[WARN]"):
+			level = slog.LevelWarn
+		case strings.HasPrefix(msg, "[DEBUG]"), strings.HasPrefix(msg, "[TRACE]"):
+			level = slog.LevelDebug
+		}
+		w.l.Log(context.Background(), level, msg)
+	}
+	return len(p), nil
+}

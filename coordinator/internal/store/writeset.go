@@ -1,0 +1,426 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
+	"go.etcd.io/bbolt"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// WriteSetVersion is the write set format this code writes and applies.
+const WriteSetVersion = 1
+
+// bucketIDs numbers the schema's buckets for write sets. The numbers are
+// part of the format: append, never renumber.
+var bucketIDs = [][]byte{
+	1: bucketMeta, 2: bucketJobs, 3: bucketEvents, 4: bucketDocuments, 5: bucketArtifacts,
+	6: bucketBatches, 7: bucketRequests, 8: bucketUnfinished, 9: bucketTeamJobs, 10: bucketTeamBatches,
+	11: bucketBatchCounts, 12: bucketTeamCounts, 13: bucketRejections, 14: bucketAudit,
+	15: bucketReplays, 16: bucketTokens, 17: bucketFinished,
+}
+
+// bucketReplica holds a replica's own bookkeeping (replicaApplied,
+// replicaGroup, replicaWallFloor): what it applied, not what the writer
+// wrote, so it is in no write set and no digest.
+var bucketReplica = []byte("replica")
+
+var (
+	keyReplicaApplied   = []byte("applied_index")
+	keyReplicaGroup     = []byte("group_index")
+	keyReplicaWallFloor = []byte("wall_floor")
+)
+
+// Errors of applying a write set.
+var (
+	// ErrStaleBase is returned when a write set was evaluated on another
+	// state than the store holds: its base is not the last write set the
+	// store applied. The store is left as it was.
+	ErrStaleBase = errors.New("write set was evaluated on another base")
+	// ErrWriteSet is returned for a write set that cannot be applied as
+	// written: an unknown format, bucket or operation, or a sequence moved
+	// backwards (every sequence of the schema only grows: a write set that
+	// lowers one was evaluated on a state this store never had).
+	ErrWriteSet = errors.New("malformed write set")
+)
+
+// Outcomes of a commit that was not made in place, for a committer that
+// replicates a group instead (engine.Committer): neither is a storage
+// failure.
+var (
+	// ErrNotCommitted is returned when the group was not committed and
+	// never will be (the writer is not, or no longer, the leader).
+	ErrNotCommitted = errors.New("not committed")
+	// ErrCommitUnknown is returned when the group may yet commit, or not:
+	// the writer lost leadership with it proposed.
+	ErrCommitUnknown = errors.New("commit outcome unknown")
+)
+
+// recorder collects a transaction's writes in order.
+type recorder struct {
+	ops []recordedOp
+	// bytes is about how large the encoded write set will be.
+	bytes int
+}
+
+type recordedOp struct {
+	kind   storagev1.WriteOp_Kind
+	bucket uint32
+	key    []byte
+	value  []byte
+	seq    uint64
+}
+
+func bucketID(name []byte) uint32 {
+	for id, b := range bucketIDs {
+		if b != nil && bytes.Equal(b, name) {
+			return uint32(id)
+		}
+	}
+	panic(fmt.Sprintf("store: bucket %q has no write set number", name))
+}
+
+// Record makes the transaction record every write it makes from now on,
+// for WriteSet. Recording costs a copy of each key and a reference to each
+// value; without it the write path pays one nil check.
+func (t *Tx) Record() { t.rec = &recorder{} }
+
+func (r *recorder) add(op recordedOp) {
+	r.ops = append(r.ops, op)
+	r.bytes += len(op.key) + len(op.value) + 16
+}
+
+// recordPut records a put. The value is referenced, not copied: values are
+// encoded into the transaction's arena or owned by the command, and either
+// outlives the transaction.
+func (t *Tx) recordPut(bucket, key, val []byte) {
+	t.rec.add(recordedOp{kind: storagev1.WriteOp_KIND_PUT, bucket: bucketID(bucket), key: bytes.Clone(key), value: val})
+}
+
+func (t *Tx) recordDelete(bucket, key []byte) {
+	t.rec.add(recordedOp{kind: storagev1.WriteOp_KIND_DELETE, bucket: bucketID(bucket), key: bytes.Clone(key)})
+}
+
+// nextSequence is bbolt's NextSequence on bucket, recorded.
+func (t *Tx) nextSequence(bucket []byte) (uint64, error) {
+	t.dirty = true
+	seq, err := t.tx.Bucket(bucket).NextSequence()
+	if err == nil && t.rec != nil {
+		t.rec.add(recordedOp{kind: storagev1.WriteOp_KIND_SET_SEQUENCE, bucket: bucketID(bucket), seq: seq})
+	}
+	return seq, err
+}
+
+// setSequence is bbolt's SetSequence on bucket, recorded.
+func (t *Tx) setSequence(bucket []byte, seq uint64) error {
+	t.dirty = true
+	err := t.tx.Bucket(bucket).SetSequence(seq)
+	if err == nil && t.rec != nil {
+		t.rec.add(recordedOp{kind: storagev1.WriteOp_KIND_SET_SEQUENCE, bucket: bucketID(bucket), seq: seq})
+	}
+	return err
+}
+
+// WriteSet returns what the transaction wrote since Record, encoded as a
+// storagev1.WriteSet with base and wall, or nil when it is not recording.
+// Call it before the transaction ends: the recorded values live as long as
+// the transaction's own.
+func (t *Tx) WriteSet(base uint64, wall time.Time) []byte {
+	if t.rec == nil {
+		return nil
+	}
+	return encodeWriteSet(t.rec, base, wall)
+}
+
+// WriteSetOps reports how many writes the transaction recorded.
+func (t *Tx) WriteSetOps() int {
+	if t.rec == nil {
+		return 0
+	}
+	return len(t.rec.ops)
+}
+
+// encodeWriteSet encodes r as a storagev1.WriteSet by hand, in one
+// allocation, without a message per write.
+func encodeWriteSet(r *recorder, base uint64, wall time.Time) []byte {
+	b := make([]byte, 0, r.bytes+32)
+	b = protowire.AppendTag(b, 1, protowire.VarintType)
+	b = protowire.AppendVarint(b, WriteSetVersion)
+	if base != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, base)
+	}
+	if ns := wall.UnixNano(); !wall.IsZero() && ns != 0 {
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(ns))
+	}
+	for _, op := range r.ops {
+		b = protowire.AppendTag(b, 4, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(opSize(op)))
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(op.kind))
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(op.bucket))
+		if len(op.key) > 0 {
+			b = protowire.AppendTag(b, 3, protowire.BytesType)
+			b = protowire.AppendBytes(b, op.key)
+		}
+		if len(op.value) > 0 {
+			b = protowire.AppendTag(b, 4, protowire.BytesType)
+			b = protowire.AppendBytes(b, op.value)
+		}
+		if op.seq != 0 {
+			b = protowire.AppendTag(b, 5, protowire.VarintType)
+			b = protowire.AppendVarint(b, op.seq)
+		}
+	}
+	return b
+}
+
+// opSize is the encoded size of op's WriteOp message.
+func opSize(op recordedOp) int {
+	n := 1 + protowire.SizeVarint(uint64(op.kind)) + 1 + protowire.SizeVarint(uint64(op.bucket))
+	if len(op.key) > 0 {
+		n += 1 + protowire.SizeBytes(len(op.key))
+	}
+	if len(op.value) > 0 {
+		n += 1 + protowire.SizeBytes(len(op.value))
+	}
+	if op.seq != 0 {
+		n += 1 + protowire.SizeVarint(op.seq)
+	}
+	return n
+}
+
+// ReplicaState is what a store applied as a replica: the index of the last
+// entry applied, the index of the last write set applied (the base the
+// next one must name), and the largest wall clock a write set carried.
+type ReplicaState struct {
+	Applied   uint64
+	Group     uint64
+	WallFloor time.Time
+}
+
+// wallFloorNanos is WallFloor in Unix nanoseconds, 0 when unset.
+func (rs ReplicaState) wallFloorNanos() int64 {
+	if rs.WallFloor.IsZero() {
+		return 0
+	}
+	return rs.WallFloor.UnixNano()
+}
+
+// ReplicaState returns the store's replica bookkeeping; zero for a store
+// that never applied a write set.
+func (s *Store) ReplicaState() (ReplicaState, error) {
+	var rs ReplicaState
+	err := s.view(func(tx *bbolt.Tx) error {
+		rs = readReplicaState(tx)
+		return nil
+	})
+	return rs, err
+}
+
+func readReplicaState(tx *bbolt.Tx) ReplicaState {
+	var rs ReplicaState
+	b := tx.Bucket(bucketReplica)
+	if b == nil {
+		return rs
+	}
+	if v := b.Get(keyReplicaApplied); v != nil {
+		rs.Applied = btoi(v)
+	}
+	if v := b.Get(keyReplicaGroup); v != nil {
+		rs.Group = btoi(v)
+	}
+	if v := b.Get(keyReplicaWallFloor); v != nil {
+		rs.WallFloor = time.Unix(0, int64(btoi(v)))
+	}
+	return rs
+}
+
+// ApplyWriteSet applies the encoded write set ws as the replicated entry at
+// index, in one transaction that also records index as applied. It is
+// idempotent: an entry at or below the last applied index changes nothing
+// and returns nil. A write set whose base is not the last write set the
+// store applied changes nothing but the applied index and returns
+// ErrStaleBase. A malformed one returns ErrWriteSet and changes nothing.
+// Any other error is the store's own.
+func (s *Store) ApplyWriteSet(index uint64, ws []byte) error {
+	res, err := s.ApplyWriteSets([]Entry{{Index: index, WriteSet: ws}})
+	if err != nil {
+		return err
+	}
+	return res[0]
+}
+
+// Entry is one replicated write set and its index in the log.
+type Entry struct {
+	Index    uint64
+	WriteSet []byte
+}
+
+// ApplyWriteSets applies entries in order, each as ApplyWriteSet does, in
+// one transaction: one commit for a replica catching up on many. The
+// result holds each entry's outcome (nil or ErrStaleBase). An error means
+// nothing was applied: a malformed write set (ErrWriteSet) or the store's
+// own failure.
+func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
+	res := make([]error, len(entries))
+	err := s.update(func(tx *bbolt.Tx) error {
+		for i, e := range entries {
+			stale, err := applyWriteSet(tx, e.Index, e.WriteSet)
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.Index, err)
+			}
+			if stale {
+				res[i] = ErrStaleBase
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// applyWriteSet applies ws at index in tx; it reports a stale base.
+func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error) {
+	rs := readReplicaState(tx)
+	if index <= rs.Applied {
+		return false, nil
+	}
+	var m storagev1.WriteSet
+	if err := proto.Unmarshal(ws, &m); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrWriteSet, err)
+	}
+	if m.GetVersion() != WriteSetVersion {
+		return false, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.GetVersion(), WriteSetVersion)
+	}
+	rb, err := tx.CreateBucketIfNotExists(bucketReplica)
+	if err != nil {
+		return false, err
+	}
+	if m.GetBase() != rs.Group {
+		return true, rb.Put(keyReplicaApplied, itob(index))
+	}
+	for i, op := range m.GetOps() {
+		id := op.GetBucket()
+		if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
+			return false, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
+		}
+		b := tx.Bucket(bucketIDs[id])
+		if b == nil {
+			return false, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
+		}
+		switch op.GetKind() {
+		case storagev1.WriteOp_KIND_PUT:
+			b.FillPercent = appendFill
+			err = b.Put(op.GetKey(), op.GetValue())
+		case storagev1.WriteOp_KIND_DELETE:
+			err = b.Delete(op.GetKey())
+		case storagev1.WriteOp_KIND_SET_SEQUENCE:
+			if op.GetSequence() < b.Sequence() {
+				return false, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
+					ErrWriteSet, i, bucketIDs[id], b.Sequence(), op.GetSequence())
+			}
+			err = b.SetSequence(op.GetSequence())
+		default:
+			return false, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.GetKind())
+		}
+		if err != nil {
+			return false, fmt.Errorf("applying write %d: %w", i, err)
+		}
+	}
+	if err := rb.Put(keyReplicaApplied, itob(index)); err != nil {
+		return false, err
+	}
+	if err := rb.Put(keyReplicaGroup, itob(index)); err != nil {
+		return false, err
+	}
+	if wall := m.GetWallUnixNano(); wall > rs.wallFloorNanos() {
+		return false, rb.Put(keyReplicaWallFloor, itob(uint64(wall)))
+	}
+	return false, nil
+}
+
+// Digest returns a SHA-256 over every record of the schema: each bucket's
+// name and sequence, then its keys and values in order. Two stores with the
+// same records have the same digest, whatever their page layout; a
+// replica's own bookkeeping is left out.
+func (s *Store) Digest() ([32]byte, error) {
+	var sum [32]byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		h := sha256.New()
+		var n [8]byte
+		word := func(v uint64) {
+			for i := range n {
+				n[i] = byte(v >> (56 - 8*i))
+			}
+			h.Write(n[:])
+		}
+		field := func(b []byte) {
+			word(uint64(len(b)))
+			h.Write(b)
+		}
+		for _, name := range allBuckets {
+			b := tx.Bucket(name)
+			if b == nil {
+				continue
+			}
+			field(name)
+			word(b.Sequence())
+			if err := b.ForEach(func(k, v []byte) error {
+				field(k)
+				field(v)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		copy(sum[:], h.Sum(nil))
+		return nil
+	})
+	return sum, err
+}
+
+// SameAsFor reports whether s and o hold the same value (or both none) for
+// every key ws writes, and the same sequence in every bucket it changes: a
+// check of one group's replication that costs what the group wrote, not
+// what the stores hold.
+func (s *Store) SameAsFor(o *Store, ws []byte) (bool, error) {
+	var m storagev1.WriteSet
+	if err := proto.Unmarshal(ws, &m); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrWriteSet, err)
+	}
+	same := true
+	err := s.view(func(a *bbolt.Tx) error {
+		return o.db.View(func(b *bbolt.Tx) error {
+			for _, op := range m.GetOps() {
+				id := op.GetBucket()
+				if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
+					return fmt.Errorf("%w: bucket %d", ErrWriteSet, id)
+				}
+				ba, bb := a.Bucket(bucketIDs[id]), b.Bucket(bucketIDs[id])
+				if ba == nil || bb == nil {
+					same = ba == bb
+				} else if op.GetKind() == storagev1.WriteOp_KIND_SET_SEQUENCE {
+					same = ba.Sequence() == bb.Sequence()
+				} else {
+					same = bytes.Equal(ba.Get(op.GetKey()), bb.Get(op.GetKey())) &&
+						(ba.Get(op.GetKey()) == nil) == (bb.Get(op.GetKey()) == nil)
+				}
+				if !same {
+					return nil
+				}
+			}
+			return nil
+		})
+	})
+	return same, err
+}

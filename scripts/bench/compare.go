@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+)
+
+// figure is one number of a report that a comparison follows.
+type figure struct {
+	name  string
+	value float64
+	// higher says a larger value is better.
+	higher bool
+}
+
+// figuresOf lists the figures of rep that a comparison follows, in report
+// order; phases that did not run give none.
+func figuresOf(rep *report) []figure {
+	var fs []figure
+	add := func(name string, v float64, higher bool) { fs = append(fs, figure{name, v, higher}) }
+	if r := rep.Idle; r != nil {
+		add(figureIdle, r.P99MS, false)
+	}
+	if r := rep.Drain; r != nil {
+		add(figureDrain, r.DocsPerSecond, true)
+		add(figureDrainCPU, r.CPU.TotalMicrosPerDoc, false)
+		add("drain coordinator CPU µs/doc", r.CPU.CoordinatorPer1000*1000, false)
+		add("drain coordinator bytes written/doc", r.CPU.CoordinatorWrittenPerDoc, false)
+	}
+	if r := rep.Steady; r != nil {
+		add(figureSteady, r.PeakDocsPerSecond, true)
+		add(figureSteadyCPU, r.CPU.TotalMicrosPerDoc, false)
+		add("steady coordinator CPU µs/doc", r.CPU.CoordinatorPer1000*1000, false)
+		add("steady coordinator bytes written/doc", r.CPU.CoordinatorWrittenPerDoc, false)
+	}
+	if r := rep.Latency; r != nil {
+		add(figureLatency, r.P99MS, false)
+	}
+	return fs
+}
+
+// runCompare runs the phases cfg.rounds times with the binaries in
+// cfg.compare (the build to compare against) and in cfg.bin (this one),
+// interleaved on this machine, the order swapped every round so that a
+// drift of the machine's speed falls on both alike, and prints for each
+// figure both medians and the median and range of the per-round ratios
+// (this build ÷ the other). The load generator is this build's in both.
+func runCompare(ctx context.Context, cfg config, lg *logger, stdout io.Writer) error {
+	if cfg.compare == cfg.bin {
+		return errors.New("-compare names the same directory as -bin")
+	}
+	prev, cur := cfg, cfg
+	prev.bin, prev.rebuild = cfg.compare, false
+	var runs [2][][]figure // [0] the other build, [1] this one; by round
+	for round := range cfg.rounds {
+		order := []int{0, 1}
+		if round%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, which := range order {
+			c, label := prev, "the other build ("+cfg.compare+")"
+			if which == 1 {
+				c, label = cur, "this build ("+cfg.bin+")"
+			}
+			lg.printf("round %d of %d: %s", round+1, cfg.rounds, label)
+			rep, err := runPhases(ctx, c, lg)
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", round+1, label, err)
+			}
+			runs[which] = append(runs[which], figuresOf(rep))
+			cur.rebuild = false // built once, in the first round
+		}
+	}
+	return writeComparison(stdout, cfg, runs)
+}
+
+// writeComparison prints the table of runCompare.
+func writeComparison(w io.Writer, cfg config, runs [2][][]figure) error {
+	fmt.Fprintf(w, "leasehold bench -compare: %d rounds, interleaved; this build %s against %s; %d renderers × %d slots, %d CPUs\n",
+		cfg.rounds, cfg.bin, cfg.compare, cfg.renderers, cfg.capacity, numCPU)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tother (median)\tthis (median)\tthis ÷ other (median)\tratio range\tverdict")
+	for i, f := range runs[0][0] {
+		var a, b, ratios []float64
+		for r := range runs[0] {
+			x, y := runs[0][r][i].value, runs[1][r][i].value
+			a, b = append(a, x), append(b, y)
+			if x != 0 {
+				ratios = append(ratios, y/x)
+			}
+		}
+		if len(ratios) == 0 {
+			continue
+		}
+		med := median(ratios)
+		lo, hi := slices.Min(ratios), slices.Max(ratios)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%.3f–%.3f\t%s\n", f.name, plain(median(a)), plain(median(b)), med, lo, hi, verdict(lo, hi, f.higher))
+	}
+	return tw.Flush()
+}
+
+// verdict says whether every round's ratio points the same way, past a 2%
+// band of noise: "better", "worse", or "within noise".
+func verdict(lo, hi float64, higher bool) string {
+	const band = 0.02
+	var up bool
+	switch {
+	case lo > 1+band:
+		up = true
+	case hi < 1-band:
+		up = false
+	default:
+		return "within noise"
+	}
+	if up == higher {
+		return "better"
+	}
+	return "worse"
+}
+
+// plain formats a figure: whole above 100, two decimals below.
+func plain(v float64) string {
+	if math.Abs(v) >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// median returns the median of vs (which it sorts).
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
+}
