@@ -143,3 +143,38 @@ func median(vs []float64) float64 {
 	}
 	return (vs[n/2-1] + vs[n/2]) / 2
 }
+
+// runClusterComparison runs the phases on the single node, then on a
+// cluster of cfg.cluster nodes, in one run on this machine, prints both
+// reports and the cluster's figures as a share of the single node's.
+func runClusterComparison(ctx context.Context, cfg config, lg *logger, stdout io.Writer) error {
+	single := cfg
+	single.cluster = 0
+	var reps [2]*report
+	for i, c := range []config{single, cfg} {
+		lg.printf("phases on %s", map[bool]string{true: fmt.Sprintf("a cluster of %d", cfg.cluster), false: "the single node"}[c.cluster > 0])
+		rep, err := runPhases(ctx, c, lg)
+		if err != nil {
+			return err
+		}
+		rep.Setup.LoadAfter, _ = loadAverage()
+		rep.check()
+		reps[i] = rep
+		if err := writeText(stdout, rep); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		cfg.rebuild = false
+	}
+	fmt.Fprintf(stdout, "cluster of %d against the single node, same machine, same run:\n", cfg.cluster)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tsingle node\tcluster\tcluster ÷ single")
+	a, b := figuresOf(reps[0]), figuresOf(reps[1])
+	for i := range min(len(a), len(b)) {
+		if a[i].value == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\n", a[i].name, plain(a[i].value), plain(b[i].value), b[i].value/a[i].value)
+	}
+	return tw.Flush()
+}

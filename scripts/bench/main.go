@@ -160,6 +160,9 @@ type config struct {
 	// compare and rounds: -compare.
 	compare string
 	rounds  int
+	// cluster is -cluster: the phases again on a cluster of that many
+	// nodes, after the single node.
+	cluster int
 }
 
 // allPhases are the phases of a run without -store, in the order they run.
@@ -209,6 +212,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.json, "json", false, "print the report as one JSON object")
 	fs.StringVar(&cfg.compare, "compare", "", "directory of another build's coordinator and renderer: run both builds' phases interleaved and print ratios")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each build with -compare")
+	fs.IntVar(&cfg.cluster, "cluster", 0, "after the single node, run the phases on a replicated cluster of this many nodes (3 or 5) on this machine, and compare")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./scripts/bench [flags]   (go doc ./scripts/bench explains the figures)")
 		fs.PrintDefaults()
@@ -261,6 +265,10 @@ func (c config) validate() error {
 		return errors.New("-idle-samples must be at least 1 and -idle-gap not negative")
 	case c.duration <= 0 || c.latencyDuration <= 0 || c.latencyTick <= 0 || c.healthPoll <= 0 || c.stopGrace <= 0 || c.timeout <= 0:
 		return errors.New("-duration, -latency-duration, -latency-tick, -health-poll, -stop-grace and -timeout must be above zero")
+	case c.cluster != 0 && c.cluster != 3 && c.cluster != 5:
+		return errors.New("-cluster takes 3 or 5 nodes")
+	case c.cluster != 0 && (c.store > 0 || c.compare != "" || c.json):
+		return errors.New("-cluster takes neither -store, -compare nor -json")
 	case c.compare != "" && (c.store > 0 || c.rounds < 1 || c.json):
 		return errors.New("-compare needs -rounds of at least 1 and takes neither -store nor -json")
 	case c.latencyRate < 0:
@@ -285,6 +293,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.compare != "" {
 		return runCompare(ctx, cfg, lg, stdout)
+	}
+	if cfg.cluster > 0 {
+		return runClusterComparison(ctx, cfg, lg, stdout)
 	}
 	var rep *report
 	if cfg.store > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,6 +115,8 @@ func (s *stack) why(err error) error {
 // together and this process.
 type cpuSample struct {
 	coordinator, renderers, generator time.Duration
+	// followers is a cluster's other nodes together (-cluster).
+	followers time.Duration
 	// written is the bytes every process has written to storage so far
 	// (write_bytes), all of them together; coordWritten the coordinator's.
 	written, coordWritten int64
@@ -137,7 +140,15 @@ func (r *runner) sampleCPU() (cpuSample, error) {
 	if s.generator, err = cpuTime(0); err != nil {
 		return s, fmt.Errorf("reading the harness's CPU time: %w", err)
 	}
-	for i, pid := range append([]int{coord, 0}, renderers...) {
+	followers := r.st.followerPids()
+	for _, pid := range followers {
+		d, err := cpuTime(pid)
+		if err != nil {
+			return s, fmt.Errorf("reading a follower's CPU time: %w", err)
+		}
+		s.followers += d
+	}
+	for i, pid := range slices.Concat([]int{coord, 0}, renderers, followers) {
 		n, err := writeBytes(pid)
 		if err != nil {
 			return s, fmt.Errorf("reading the bytes a process wrote: %w", err)
@@ -159,8 +170,10 @@ func cpuBetween(a, b cpuSample, docs int, wall time.Duration) *cpuResult {
 		}
 		return d.Seconds() * 1000 / float64(docs)
 	}
-	c, rd, g := b.coordinator-a.coordinator, b.renderers-a.renderers, b.generator-a.generator
+	c, rd, g, f := b.coordinator-a.coordinator, b.renderers-a.renderers, b.generator-a.generator, b.followers-a.followers
 	res := &cpuResult{
+		FollowersSeconds:   f.Seconds(),
+		FollowersPer1000:   per1000(f),
 		Documents:          docs,
 		WallSeconds:        wall.Seconds(),
 		CoordinatorSeconds: c.Seconds(),
@@ -171,7 +184,7 @@ func cpuBetween(a, b cpuSample, docs int, wall time.Duration) *cpuResult {
 		GeneratorPer1000:   per1000(g),
 	}
 	if docs > 0 {
-		res.TotalMicrosPerDoc = float64((c + rd + g).Microseconds()) / float64(docs)
+		res.TotalMicrosPerDoc = float64((c + rd + g + f).Microseconds()) / float64(docs)
 		res.CoordinatorWrittenPerDoc = float64(b.coordWritten-a.coordWritten) / float64(docs)
 		res.WrittenPerDoc = float64(b.written-a.written) / float64(docs)
 	}

@@ -126,7 +126,11 @@ type cpuResult struct {
 	CoordinatorPer1000 float64 `json:"coordinator_seconds_per_1000_docs"`
 	RenderersPer1000   float64 `json:"renderers_seconds_per_1000_docs"`
 	GeneratorPer1000   float64 `json:"generator_seconds_per_1000_docs"`
-	TotalMicrosPerDoc  float64 `json:"total_us_per_doc"`
+	// FollowersSeconds and FollowersPer1000 are a cluster's other nodes
+	// together (-cluster); Coordinator* is then its leader.
+	FollowersSeconds  float64 `json:"followers_seconds,omitempty"`
+	FollowersPer1000  float64 `json:"followers_seconds_per_1000_docs,omitempty"`
+	TotalMicrosPerDoc float64 `json:"total_us_per_doc"`
 	// CoordinatorWrittenPerDoc and WrittenPerDoc are the bytes written to
 	// storage (/proc/<pid>/io write_bytes) per document, by the
 	// coordinator and by every process.
@@ -385,11 +389,19 @@ func drainLine(line func(name, value, detail, target string), name string, x *dr
 // cpuLine writes the line of one CPU window.
 func cpuLine(line func(name, value, detail, target string), name string, c *cpuResult, window, target string) {
 	line(name, fmt.Sprintf("%.0f µs/doc", c.TotalMicrosPerDoc),
-		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f, renderers %.3f, generator %.3f (%s docs, %s; 10 ms ticks); "+
+		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f%s, renderers %.3f, generator %.3f (%s docs, %s; 10 ms ticks); "+
 			"written to disk per doc: coordinator %s, all %s",
-			c.CoordinatorPer1000, c.RenderersPer1000, c.GeneratorPer1000, count(c.Documents), window,
+			c.CoordinatorPer1000, followersText(c), c.RenderersPer1000, c.GeneratorPer1000, count(c.Documents), window,
 			bytesText(c.CoordinatorWrittenPerDoc), bytesText(c.WrittenPerDoc)),
 		target)
+}
+
+// followersText is a cluster's followers' share of a CPU line.
+func followersText(c *cpuResult) string {
+	if c.FollowersSeconds == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the leader; its followers %.3f together)", c.FollowersPer1000)
 }
 
 // bytesText formats a byte count per document.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -74,6 +75,8 @@ type stack struct {
 	coord     *testbin.Child
 	renderers []*testbin.Child
 	restarts  int
+	// followers are the cluster's other nodes (-cluster), coord its leader.
+	followers []*testbin.Child
 
 	// ctx ends when the run must stop: the caller's context, or a child
 	// exiting unexpectedly (its cause says which).
@@ -119,7 +122,12 @@ func fsType(path string) string {
 
 // startCoordinator starts the coordinator on the stack's data directory and
 // waits until it is SERVING. It returns the time from exec to SERVING.
+// With -cluster N it starts N nodes instead and points the stack at the
+// one that leads.
 func (s *stack) startCoordinator() (time.Duration, error) {
+	if s.cfg.cluster > 0 {
+		return s.startCluster()
+	}
 	args := []string{"--dev", "--listen", s.addr, "--data-dir", s.data, "--metrics-listen", s.metricsAddr}
 	if s.cfg.logLevel != "" {
 		args = append(args, "--log-level", s.cfg.logLevel)
@@ -143,8 +151,15 @@ func (s *stack) startCoordinator() (time.Duration, error) {
 	return at.Sub(c.Started), nil
 }
 
-// stopCoordinator stops the coordinator with SIGTERM and waits for it.
+// stopCoordinator stops the coordinator (every node of a cluster) with
+// SIGTERM and waits for it.
 func (s *stack) stopCoordinator() (time.Duration, error) {
+	for _, f := range s.followers {
+		if _, err := f.Stop(s.cfg.stopGrace); err != nil {
+			return 0, fmt.Errorf("%s: %w", f.Name, err)
+		}
+	}
+	s.followers = nil
 	if s.coord == nil {
 		return 0, nil
 	}
@@ -238,7 +253,7 @@ func (s *stack) metricsURL() string { return "http://" + s.metricsAddr + "/metri
 // that failed, and removes the directory unless keep.
 func (s *stack) close(failed bool, w io.Writer) {
 	if cause := context.Cause(s.ctx); failed && cause != nil && !errors.Is(cause, context.Canceled) {
-		for _, c := range append([]*testbin.Child{s.coord}, s.renderers...) {
+		for _, c := range slices.Concat([]*testbin.Child{s.coord}, s.followers, s.renderers) {
 			if c == nil {
 				continue
 			}
@@ -265,7 +280,8 @@ func (s *stack) close(failed bool, w io.Writer) {
 	}
 }
 
-// pids returns the coordinator's and the renderers' process ids.
+// pids returns the coordinator's (a cluster's leader's) and the renderers'
+// process ids.
 func (s *stack) pids() (coord int, renderers []int) {
 	if s.coord != nil {
 		coord = s.coord.Pid()
@@ -274,6 +290,15 @@ func (s *stack) pids() (coord int, renderers []int) {
 		renderers = append(renderers, r.Pid())
 	}
 	return coord, renderers
+}
+
+// followerPids returns the process ids of a cluster's followers.
+func (s *stack) followerPids() []int {
+	var out []int
+	for _, f := range s.followers {
+		out = append(out, f.Pid())
+	}
+	return out
 }
 
 // sleep waits d or until ctx ends.
