@@ -27,6 +27,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/internal/tracing"
@@ -203,7 +204,7 @@ type Config struct {
 
 	// storeOptions are passed to store.Open; tests inject faults with them.
 	storeOptions []store.Option
-	// purgeEvery, when set, replaces purgeInterval.
+	// purgeEvery, when set, replaces maintenance.RetentionIntervalDefault.
 	purgeEvery time.Duration
 	// keepalive, when set, replaces keepaliveParams; tests shorten it.
 	keepalive *keepalive.ServerParameters
@@ -306,6 +307,15 @@ type Coordinator struct {
 	// single node.
 	replica *replicated
 
+	// background are the maintenance services: failure watching, refusal
+	// flushing, retention.
+	background []interface {
+		Start()
+		Stop()
+	}
+	// purger is the retention service, nil with retention off.
+	purger *maintenance.Retention
+
 	done      chan struct{}
 	watcher   sync.WaitGroup
 	closeOnce sync.Once
@@ -379,12 +389,15 @@ func New(cfg Config) (*Coordinator, error) {
 	} else {
 		c.eng.Start()
 	}
-	c.watcher.Add(2)
-	go c.watchFailure()
-	go c.flushRefusals()
+	c.background = append(c.background,
+		maintenance.NewFailureWatcher(c.eng.Failed(), c.writerFailed),
+		maintenance.NewFlusher(c.refusals.Flush, refusalFlushInterval))
 	if c.retention().On() {
-		c.watcher.Add(1)
-		go c.purge()
+		c.purger = maintenance.NewRetention(maintenance.RetentionConfig{Purge: c.eng.Purge, Interval: c.cfg.purgeEvery, Logger: c.log})
+		c.background = append(c.background, c.purger)
+	}
+	for _, svc := range c.background {
+		svc.Start()
 	}
 	return c, nil
 }
@@ -707,18 +720,13 @@ func localAddr(a net.Addr) bool {
 	return true
 }
 
-// watchFailure turns every health entry NOT_SERVING, the dispatch entry
-// included, when the writer fail-stops: nothing is granted any more.
-func (c *Coordinator) watchFailure() {
-	defer c.watcher.Done()
-	select {
-	case <-c.eng.Failed():
-		c.log.Error("storage commit failed: the writer stopped; reporting NOT_SERVING")
-		c.failed.Store(true)
-		for _, name := range append(serviceNames, DispatchHealthName) {
-			c.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
-		}
-	case <-c.done:
+// writerFailed reports a fail-stopped writer: every health entry turns
+// NOT_SERVING and stays so until a restart.
+func (c *Coordinator) writerFailed() {
+	c.log.Error("storage commit failed: the writer stopped; reporting NOT_SERVING")
+	c.failed.Store(true)
+	for _, name := range append(serviceNames, DispatchHealthName, LeaderHealthName) {
+		c.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 }
 
@@ -736,88 +744,9 @@ func (c *Coordinator) writerStopped() float64 {
 // log lines are written.
 const refusalFlushInterval = time.Second
 
-// flushRefusals writes the summaries of suppressed refusal log lines once
-// per interval until Close, and once more then.
-func (c *Coordinator) flushRefusals() {
-	defer c.watcher.Done()
-	t := time.NewTicker(refusalFlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			c.refusals.Flush()
-		case <-c.done:
-			c.refusals.Flush()
-			return
-		}
-	}
-}
-
 // retention is the engine's retention from the configuration.
 func (c *Coordinator) retention() engine.Retention {
 	return engine.Retention{Jobs: c.cfg.Retention, Rejections: c.cfg.RejectionRetention, Audit: c.cfg.AuditRetention}
-}
-
-// Retention pacing. A step deletes at most engine.DefaultPurgeStep jobs
-// (and as many rejections and audit records) in one writer group; the
-// pause between steps lets the commands queued meanwhile commit without
-// one, so a backlog is worked off at a bounded share of the writer's time.
-const (
-	// purgeInterval is how often retention looks for what is due.
-	purgeInterval = time.Minute
-	// purgePause separates two steps of one run.
-	purgePause = 50 * time.Millisecond
-)
-
-// purge runs retention until Close: every purge interval, purge steps
-// until none has more to do.
-func (c *Coordinator) purge() {
-	defer c.watcher.Done()
-	t := time.NewTicker(cmp.Or(c.cfg.purgeEvery, purgeInterval))
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			c.purgeDue()
-		case <-c.done:
-			return
-		}
-	}
-}
-
-// purgeDue sends purge steps to the writer while the last one had more to
-// do, pausing between them, and logs what they deleted. A writer that
-// stopped or failed ends the run; the failure is reported elsewhere.
-func (c *Coordinator) purgeDue() {
-	var sum engine.PurgeResult
-	defer func() {
-		if sum != (engine.PurgeResult{}) {
-			c.log.Info("retention purged expired records", "jobs", sum.Jobs, "batches", sum.Batches,
-				"rejections", sum.Rejections, "audit_records", sum.Audit, "jobs_indexed", sum.Indexed)
-		}
-	}()
-	for {
-		r, err := c.eng.Purge(context.Background())
-		if err != nil {
-			// A follower purges nothing itself: the leader's purges
-			// reach it as write sets.
-			if !errors.Is(err, engine.ErrStopped) && !errors.Is(err, engine.ErrStorageFailed) &&
-				!errors.Is(err, engine.ErrNotLeader) && !errors.Is(err, engine.ErrOutcomeUnknown) {
-				c.log.Error("retention step failed", "err", err)
-			}
-			return
-		}
-		sum.Jobs, sum.Batches, sum.Rejections, sum.Audit, sum.Indexed = sum.Jobs+r.Jobs, sum.Batches+r.Batches,
-			sum.Rejections+r.Rejections, sum.Audit+r.Audit, sum.Indexed+r.Indexed
-		if !r.More {
-			return
-		}
-		select {
-		case <-time.After(purgePause):
-		case <-c.done:
-			return
-		}
-	}
 }
 
 // Serve serves gRPC on lis (and metrics, if configured) until Close. It
@@ -905,6 +834,9 @@ func (c *Coordinator) Close() error {
 		c.handOver()
 		close(c.done)
 		c.watcher.Wait()
+		for _, svc := range c.background {
+			svc.Stop()
+		}
 		c.health.Shutdown()
 		c.services.Shutdown()
 

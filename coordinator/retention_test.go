@@ -246,12 +246,12 @@ func TestRetentionRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b.c.purgeDue()
+	b.c.purger.RunOnce()
 	if got := len(c.allJobs(ctx, t)); got != n+1 {
 		t.Fatalf("%d jobs before the retention ran out, want %d", got, n+1)
 	}
 	clk.Advance(7*24*time.Hour + time.Second)
-	b.c.purgeDue()
+	b.c.purger.RunOnce()
 	if got := len(c.allJobs(ctx, t)); got != 0 {
 		t.Errorf("%d jobs left after the retention ran out, want none", got)
 	}
