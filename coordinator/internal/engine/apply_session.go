@@ -85,6 +85,8 @@ func (e *Engine) CloseConn(ctx context.Context, conn *Conn, undelivered []LeaseR
 
 type closeCmd struct {
 	base
+	// Its connection's renderer was checked when it opened.
+	noText
 	conn             *Conn
 	undelivered      []LeaseRef
 	releaseLeftovers bool
