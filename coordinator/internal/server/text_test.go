@@ -47,6 +47,8 @@ type textBundle struct {
 	beta   *leaseholdv1.Batch
 	lease  *leaseholdv1.Grant
 	next   int
+	// pool holds leases granted to r-1 while fuzzing.
+	pool []*leaseholdv1.Grant
 }
 
 func setupText(t testing.TB) *textBundle {
@@ -333,4 +335,172 @@ func TestReplayRequestIDIsBounded(t *testing.T) {
 			return err
 		})
 	}
+}
+
+// fuzzFields are the caller fields FuzzCallerText fills: each call sends s
+// in one field of a request that is otherwise valid, in process as the
+// console calls the handlers.
+var fuzzFields = []struct {
+	name string
+	call func(t *testing.T, b *textBundle, s string) error
+}{
+	{"SubmitBatch team", func(t *testing.T, b *textBundle, s string) error {
+		_, err := b.services.Jobs.SubmitBatch(inProcess(t, alpha), &leaseholdv1.SubmitBatchRequest{Team: s, RequestId: b.fresh("t"), Documents: []*leaseholdv1.Document{doc("a.pdf")}})
+		return err
+	}},
+	{"SubmitBatch request_id", func(t *testing.T, b *textBundle, s string) error {
+		_, err := b.services.Jobs.SubmitBatch(inProcess(t, alpha), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: s, Documents: []*leaseholdv1.Document{doc("a.pdf")}})
+		return err
+	}},
+	{"SubmitBatch document name", func(t *testing.T, b *textBundle, s string) error {
+		_, err := b.services.Jobs.SubmitBatch(inProcess(t, alpha), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: b.fresh("n"), Documents: []*leaseholdv1.Document{doc(s)}})
+		return err
+	}},
+	{"SubmitBatch document content_type and source_uri", func(t *testing.T, b *textBundle, s string) error {
+		d := doc("a.pdf")
+		d.ContentType, d.SourceUri = s, s
+		_, err := b.services.Jobs.SubmitBatch(inProcess(t, alpha), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: b.fresh("c"), Documents: []*leaseholdv1.Document{d}})
+		return err
+	}},
+	{"CancelJob reason", func(t *testing.T, b *textBundle, s string) error {
+		_, err := b.services.Jobs.CancelJob(inProcess(t, alpha), &leaseholdv1.CancelJobRequest{JobId: b.queued(t), Reason: s})
+		return err
+	}},
+	{"CancelBatch reason by an operator out of scope", func(t *testing.T, b *textBundle, s string) error {
+		_, err := b.services.Jobs.CancelBatch(inProcess(t, opAlpha), &leaseholdv1.CancelBatchRequest{BatchId: b.beta.GetId(), Reason: s})
+		return err
+	}},
+	{"ReplayJobs reason and request_id", func(t *testing.T, b *textBundle, s string) error {
+		_, err := b.services.Operators.ReplayJobs(inProcess(t, operator), &leaseholdv1.ReplayJobsRequest{BatchId: b.batch.GetId(), Reason: s, RequestId: s})
+		return err
+	}},
+	{"ReplayJobs reason of a dry run", func(t *testing.T, b *textBundle, s string) error {
+		_, err := b.services.Operators.ReplayJobs(inProcess(t, operator), &leaseholdv1.ReplayJobsRequest{JobIds: b.batch.GetJobIds(), Reason: s, DryRun: true})
+		return err
+	}},
+	{"PauseDispatch and ResumeDispatch reason", func(t *testing.T, b *textBundle, s string) error {
+		if _, err := b.services.Operators.PauseDispatch(inProcess(t, operator), &leaseholdv1.PauseDispatchRequest{Reason: s}); err != nil {
+			return err
+		}
+		_, err := b.services.Operators.ResumeDispatch(inProcess(t, operator), &leaseholdv1.ResumeDispatchRequest{Reason: s})
+		return err
+	}},
+	{"Complete failure.message", func(t *testing.T, b *textBundle, s string) error {
+		req := failure(b.leased(t), leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT)
+		req.GetFailure().Message = s
+		_, err := b.services.Renderers.Complete(inProcess(t, renderer), req)
+		return err
+	}},
+	{"Complete success.artifact_digest of a stale lease", func(t *testing.T, b *textBundle, s string) error {
+		g := b.leased(t)
+		_, err := b.services.Renderers.Complete(inProcess(t, renderer), &leaseholdv1.CompleteRequest{JobId: g.GetJobId(), Token: g.GetLease().GetToken() + 1000, RendererId: "r-1",
+			Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: s}}})
+		return err
+	}},
+	{"Complete success.content_type", func(t *testing.T, b *textBundle, s string) error {
+		g := b.leased(t)
+		_, err := b.services.Renderers.Complete(inProcess(t, renderer), &leaseholdv1.CompleteRequest{JobId: g.GetJobId(), Token: g.GetLease().GetToken(), RendererId: "r-1",
+			Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("\x89PNG"), ContentType: s}}})
+		return err
+	}},
+	{"Acquire renderer_id", func(t *testing.T, b *textBundle, s string) error {
+		res, err := b.services.Renderers.Acquire(inProcess(t, renderer), &leaseholdv1.AcquireRequest{RendererId: s, MaxLeases: 1, Capacity: 1})
+		for _, g := range res.GetLeases() {
+			b.pool = append(b.pool, g)
+		}
+		return err
+	}},
+}
+
+// fresh returns a request id not used before.
+func (b *textBundle) fresh(prefix string) string {
+	b.next++
+	return fmt.Sprintf("%s-fresh-%d", prefix, b.next)
+}
+
+// queued submits one alpha document and returns its job id.
+func (b *textBundle) queued(t *testing.T) string {
+	t.Helper()
+	resp, err := b.services.Jobs.SubmitBatch(inProcess(t, alpha), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: b.fresh("q"), Documents: []*leaseholdv1.Document{doc("q.pdf")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetBatch().GetJobIds()[0]
+}
+
+// leased returns a lease of r-1 that is live: one granted earlier and not
+// yet completed, or a new one.
+func (b *textBundle) leased(t *testing.T) *leaseholdv1.Grant {
+	t.Helper()
+	for len(b.pool) > 0 {
+		g := b.pool[len(b.pool)-1]
+		j, err := b.services.Jobs.GetJob(inProcess(t, alpha), &leaseholdv1.GetJobRequest{JobId: g.GetJobId()})
+		if err == nil && j.GetJob().GetPhase() == leaseholdv1.Phase_PHASE_LEASED && j.GetJob().GetLease().GetToken() == g.GetLease().GetToken() {
+			return g
+		}
+		b.pool = b.pool[:len(b.pool)-1]
+	}
+	b.queued(t)
+	if b.eng.DispatchState().Paused {
+		if _, err := b.services.Operators.ResumeDispatch(inProcess(t, operator), &leaseholdv1.ResumeDispatchRequest{Reason: "fuzzing"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := b.services.Renderers.Acquire(inProcess(t, renderer), &leaseholdv1.AcquireRequest{RendererId: "r-1", MaxLeases: 1, Capacity: 1})
+	if err != nil || len(res.GetLeases()) != 1 {
+		t.Fatalf("Acquire = %v, %v; want a lease", res, err)
+	}
+	b.pool = append(b.pool, res.GetLeases()[0])
+	return res.GetLeases()[0]
+}
+
+// documentedCodes are the codes a handler may refuse these calls with: a
+// refusal of the request, a job or batch the caller may not act on, a
+// fencing refusal; never UNAVAILABLE or INTERNAL.
+var documentedCodes = []codes.Code{codes.InvalidArgument, codes.PermissionDenied, codes.NotFound, codes.FailedPrecondition, codes.Aborted}
+
+// FuzzCallerText sends arbitrary strings in each caller field of the
+// handlers, called in process as the console calls them, to a real engine
+// on a bbolt file: every call succeeds or is refused with a documented
+// code and a stable reason; text it accepts is text the store keeps
+// (jobs.ValidText); and afterwards the writer serves and a fresh submit of
+// another team succeeds.
+func FuzzCallerText(f *testing.F) {
+	seeds := []string{"", "ok", "renderer 1.5 rollout", strings.Repeat("a", 64), sha([]byte("x")), "image/png",
+		"\xff", "\xfe\xff", "\x00", "a\x00b", "\xc0\x80", "\xc0\xaf", "\xe0\x80\xaf", "\xf0\x80\x80\xaf", "\xed\xa0\x80", "\xed\xbf\xbf",
+		"\xed\xa0\xbd\xed\xb8\x80", "\xf4\x90\x80\x80", "\xf8\x88\x80\x80\x80", "ok\xe2\x82", "\n", "\x1b[2J", "\u0085", "\u202e", "\u2066x\u2069",
+		"résumé", "報告", strings.Repeat("r", 1025), strings.Repeat("k", 40<<10)}
+	// Every field with the bytes that stopped the writer, and every seed in
+	// some field: the fuzzer moves them between fields.
+	for i := range fuzzFields {
+		f.Add(uint8(i), "\xff")
+		f.Add(uint8(i), "\x00")
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), s)
+	}
+	b := setupText(f)
+	f.Fuzz(func(t *testing.T, which uint8, s string) {
+		field := fuzzFields[int(which)%len(fuzzFields)]
+		err := field.call(t, b, s)
+		if err == nil && !jobs.ValidText(s) {
+			t.Errorf("%s accepted %q, which is not text the store keeps", field.name, s)
+		}
+		if err != nil {
+			code, info := errorInfo(err)
+			if !slices.Contains(documentedCodes, code) || info.GetReason() == "" || info.GetDomain() != ErrorDomain {
+				t.Errorf("%s %q: %v %q (%v), want a documented refusal", field.name, s, code, info.GetReason(), err)
+			}
+			if code == codes.InvalidArgument && len(badRequestFields(err)) == 0 {
+				t.Errorf("%s %q: INVALID_ARGUMENT %s without a BadRequest naming the field", field.name, s, info.GetReason())
+			}
+		}
+		if !b.eng.Serving() {
+			t.Fatalf("%s %q: the writer stopped", field.name, s)
+		}
+		if _, err := b.services.Jobs.SubmitBatch(inProcess(t, beta), &leaseholdv1.SubmitBatchRequest{Team: "beta", RequestId: b.fresh("beta"),
+			Documents: []*leaseholdv1.Document{doc("b.pdf")}}); err != nil {
+			t.Fatalf("team beta's submit after %s %q: %v", field.name, s, err)
+		}
+	})
 }
