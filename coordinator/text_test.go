@@ -23,8 +23,8 @@ type consoleUser struct {
 	hc   *http.Client
 }
 
-// signIn signs in to the console at base with token.
-func signIn(t *testing.T, base, token string) *consoleUser {
+// signInConsole signs in to the console at base with token.
+func signInConsole(t *testing.T, base, token string) *consoleUser {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
@@ -38,8 +38,8 @@ func signIn(t *testing.T, base, token string) *consoleUser {
 	return u
 }
 
-// csrfField is the form field every console page carries.
-var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+// consoleCSRF finds the form field every console page carries.
+var consoleCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // csrf reads the session's CSRF token from a page.
 func (u *consoleUser) csrf(page string) string {
@@ -53,7 +53,7 @@ func (u *consoleUser) csrf(page string) string {
 	if err != nil {
 		u.t.Fatal(err)
 	}
-	m := csrfField.FindSubmatch(body)
+	m := consoleCSRF.FindSubmatch(body)
 	if resp.StatusCode != http.StatusOK || m == nil {
 		u.t.Fatalf("GET %s: %d without a CSRF token", page, resp.StatusCode)
 	}
@@ -76,12 +76,12 @@ func (u *consoleUser) post(path string, form url.Values) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// TestConsoleFormsCannotStopTheWriter posts the console's forms with
+// TestConsoleTextNeverReachesTheWriter posts the console's forms with
 // reasons and request ids no caller may store (invalid UTF-8, a NUL, a
 // request id longer than a bbolt key) as a signed-in submitter and
 // operator: each is refused as a bad request, and afterwards health is
 // SERVING, the job is untouched and another team's SubmitBatch succeeds.
-func TestConsoleFormsCannotStopTheWriter(t *testing.T) {
+func TestConsoleTextNeverReachesTheWriter(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{MetricsListen: "127.0.0.1:0", Console: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -94,8 +94,8 @@ func TestConsoleFormsCannotStopTheWriter(t *testing.T) {
 	}
 	job, batch := resp.GetBatch().GetJobIds()[0], resp.GetBatch().GetId()
 
-	alpha := signIn(t, b.c.ConsoleURL(), "dev-alpha")
-	ops := signIn(t, b.c.ConsoleURL(), "dev-operator")
+	alpha := signInConsole(t, b.c.ConsoleURL(), "dev-alpha")
+	ops := signInConsole(t, b.c.ConsoleURL(), "dev-operator")
 	long := strings.Repeat("k", 40<<10)
 	posts := []struct {
 		who  *consoleUser

@@ -30,6 +30,8 @@ type completeCmd struct {
 
 func (c *completeCmd) result() CompleteResult { return c.res }
 
+func (c *completeCmd) text() error { return c.req.text() }
+
 func (c *completeCmd) size() int {
 	if c.req.Preview != nil {
 		return len(c.req.Preview.Content)
@@ -144,6 +146,11 @@ type stageCmd struct {
 }
 
 func (c *stageCmd) size() int { return len(c.req.Preview.Content) }
+
+func (c *stageCmd) text() error {
+	return checkText("renderer_id", c.req.Renderer, "preview.digest", c.req.Preview.Digest,
+		"metadata.content_type", c.req.Preview.ContentType)
+}
 
 func (c *stageCmd) apply(g *group) error {
 	j, found, err := g.load(c.req.Job)

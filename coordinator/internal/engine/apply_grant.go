@@ -125,6 +125,8 @@ type acquireCmd struct {
 
 func (c *acquireCmd) result() AcquireResult { return c.res }
 
+func (c *acquireCmd) text() error { return c.req.Renderer.text() }
+
 func (c *acquireCmd) apply(g *group) error {
 	e := g.e
 	if s := e.conns.sessions[c.req.Renderer.ID]; s != nil && s.kind == ConnSession {
@@ -185,6 +187,8 @@ type releaseCmd struct {
 	renderer string
 	leases   []LeaseRef
 }
+
+func (c *releaseCmd) text() error { return checkText("renderer_id", c.renderer) }
 
 func (c *releaseCmd) apply(g *group) error {
 	for _, ref := range c.leases {

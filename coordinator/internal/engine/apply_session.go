@@ -38,6 +38,13 @@ type openCmd struct {
 	holding []LeaseStatus
 }
 
+func (c *openCmd) text() error {
+	if err := c.req.Renderer.text(); err != nil {
+		return err
+	}
+	return checkText("instance_id", c.req.Instance)
+}
+
 func (c *openCmd) apply(g *group) error {
 	e := g.e
 	r := c.req.Renderer
@@ -145,6 +152,11 @@ type sessionCmd struct {
 
 func (c *sessionCmd) result() SessionResult { return c.res }
 
+// text of a session message: its renderer was checked when the session
+// opened, and each completion is checked on its own by completeOne, so
+// that one bad completion is answered alone and the others apply.
+func (c *sessionCmd) text() error { return nil }
+
 func (c *sessionCmd) size() int {
 	n := 0
 	for _, cr := range c.in.Completions {
@@ -228,6 +240,8 @@ type heartbeatCmd struct {
 }
 
 func (c *heartbeatCmd) result() HeartbeatResult { return c.res }
+
+func (c *heartbeatCmd) text() error { return c.req.Renderer.text() }
 
 func (c *heartbeatCmd) apply(g *group) error {
 	e := g.e

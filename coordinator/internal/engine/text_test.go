@@ -39,18 +39,6 @@ func wantTextRefusal(t *testing.T, what string, err error, field string) {
 	}
 }
 
-// countWrites opens b's engine over a store that counts its record writes.
-func countWrites(t *testing.T, b *testBundle) *atomic.Int64 {
-	t.Helper()
-	b.close()
-	writes := &atomic.Int64{}
-	b.open(t, store.WithFault(func(string) error {
-		writes.Add(1)
-		return nil
-	}))
-	return writes
-}
-
 // TestGroupCommitsAroundTextItCannotStore puts commands whose text the
 // store may not keep (sent straight to the engine, below the handlers'
 // checks) in one group with good ones: the bad ones are refused

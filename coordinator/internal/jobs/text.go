@@ -15,8 +15,8 @@ import (
 // its reason) in ValidateBatch or in the server's handlers, and the writer's
 // last check of every command (the engine refuses INVALID_TEXT). Stored
 // text is shown in the console, printed by the CLI and written to logs, so
-// the rule is the same for every field; identifiers (teams, request ids,
-// renderer ids) are narrower still.
+// the rule is the same for every field; teams and renderer ids are
+// narrower still.
 
 // ErrInvalidText is the sentinel of a *ValidationError that refuses a
 // string which is not valid text (ValidText) or is too long.
@@ -57,19 +57,10 @@ func isBidiControl(r rune) bool {
 // MaxRequestIDBytes bounds a request id (idempotency key).
 const MaxRequestIDBytes = 128
 
-// ValidRequestID reports whether id is a well-formed request id: 1 to
-// MaxRequestIDBytes bytes of printable ASCII without spaces (U+0021 to
-// U+007E), such as a UUID or "cli-5f2c…-0".
+// ValidRequestID reports whether id is a well-formed request id
+// (idempotency key): 1 to MaxRequestIDBytes bytes of text (ValidText).
 func ValidRequestID(id string) bool {
-	if id == "" || len(id) > MaxRequestIDBytes {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] > '~' {
-			return false
-		}
-	}
-	return true
+	return id != "" && len(id) <= MaxRequestIDBytes && ValidText(id)
 }
 
 // TextError returns the refusal of field, whose value is not valid text

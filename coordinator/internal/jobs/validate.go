@@ -154,7 +154,7 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 	if requestID == "" {
 		add("request_id", "MISSING_REQUEST_ID", "request_id is required")
 	} else if !ValidRequestID(requestID) {
-		add("request_id", "INVALID_REQUEST_ID", "request_id must be 1 to %d bytes of printable ASCII without spaces", MaxRequestIDBytes)
+		add("request_id", "INVALID_REQUEST_ID", "request_id must be 1 to %d bytes of UTF-8 text without control or bidirectional formatting characters", MaxRequestIDBytes)
 	}
 	switch {
 	case len(docs) == 0:

@@ -108,8 +108,9 @@ func TestValidateBatch(t *testing.T) {
 			wantReason: "INVALID_REQUEST_ID", want: []violation{{"request_id", "INVALID_REQUEST_ID"}}},
 		{name: "A request id with a NUL is refused", requestID: "req\x00", docs: docs(doc("a", 1)),
 			wantReason: "INVALID_REQUEST_ID", want: []violation{{"request_id", "INVALID_REQUEST_ID"}}},
-		{name: "A request id with a space is refused", requestID: "req 1", docs: docs(doc("a", 1)),
+		{name: "A request id with a tab is refused", requestID: "req\t1", docs: docs(doc("a", 1)),
 			wantReason: "INVALID_REQUEST_ID", want: []violation{{"request_id", "INVALID_REQUEST_ID"}}},
+		{name: "A request id with spaces is accepted", requestID: "nightly import 1", docs: docs(doc("a", 1))},
 
 		{name: "A document with neither content nor source is refused", docs: docs(DocInput{Document: Document{Name: "a", SizeBytes: 5}}),
 			wantReason: "MISSING_CONTENT", want: []violation{{"documents[0].content", "MISSING_CONTENT"}}},

@@ -94,7 +94,7 @@ func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.Replay
 		return nil, s.status(err)
 	}
 	if id := req.GetRequestId(); id != "" && !jobs.ValidRequestID(id) {
-		return nil, s.status(invalidArg("request_id", reasonInvalidRequestID, "request_id must be 1 to %d bytes of printable ASCII without spaces", jobs.MaxRequestIDBytes))
+		return nil, s.status(invalidArg("request_id", reasonInvalidRequestID, "request_id must be 1 to %d bytes of UTF-8 text without control or bidirectional formatting characters", jobs.MaxRequestIDBytes))
 	}
 	for i, wid := range req.GetJobIds() {
 		id, err := parseJobID(wid, fmt.Sprintf("job_ids[%d]", i))
