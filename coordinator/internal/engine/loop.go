@@ -20,21 +20,23 @@ import (
 //
 // What a caller sent never stops it either. bbolt has no savepoints, and a
 // command changes the writer's memory as it applies (ready queues, the
-// lease index, connections), so a command cannot be undone once begun:
-// the group could only be abandoned whole, and the writer stopped. So a
-// command is judged before it begins. Every string it carries into a
-// record is named by its text method and checked (checkText: UTF-8 text
-// without control or bidirectional formatting characters, at most
-// maxTextBytes) before apply; a command that fails is answered INVALID_ARGUMENT
-// INVALID_TEXT without touching the transaction or memory, and the rest of
-// the group commits. A session's completions are checked one by one in
-// completeOne, before each touches anything. The records apply writes hold
-// only those strings, strings decoded from the store (which protobuf has
-// already checked) and the code's own constants, so no record fails to
-// encode and no key is too long for bbolt because of a caller: what is
-// left to fail a commit is the storage itself (or a bug), which fail-stops.
-// Handlers refuse the same strings earlier, with the field's own reason;
-// this check is what holds for any caller that reaches the engine.
+// lease index, connections), so a command cannot be undone once begun: a
+// failure inside apply can only abandon the whole group and stop the
+// writer. So a command is judged before it begins. Every string it carries
+// into a record is named by its text method and checked (checkText: UTF-8
+// text without control or bidirectional formatting characters, at most
+// maxTextBytes) before apply; a command that fails is answered
+// INVALID_ARGUMENT INVALID_TEXT without touching the transaction or
+// memory, and the rest of the group commits. A session's completions are
+// checked one by one in completeOne, before each touches anything. The
+// records apply writes hold only those strings, strings decoded from the
+// store (which protobuf has already checked) and the code's own constants,
+// so no record fails to encode and no key is too long for bbolt because of
+// a caller: what is left to fail a commit is the storage itself, or a bug,
+// and either fail-stops. TestEveryCommandNamesItsText keeps the text
+// methods complete. Handlers refuse the same strings earlier, with the
+// field's own reason; this check is what holds for any caller that reaches
+// the engine.
 type command interface {
 	apply(g *group) error
 	// text refuses the command (badText) when a string it carries into
