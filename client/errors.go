@@ -77,7 +77,7 @@ var (
 	ErrMalformedRequest = errors.New("malformed request")
 	// ErrEmptyArtifact is returned when an upload or inline preview has no bytes (INVALID_ARGUMENT EMPTY_ARTIFACT).
 	ErrEmptyArtifact = errors.New("empty artifact")
-	// ErrInvalidReason is returned when a free-text reason is over its limit (INVALID_ARGUMENT INVALID_REASON).
+	// ErrInvalidReason is returned when a free-text reason is over its limit or is not text: a control or bidirectional formatting character, or not UTF-8 (INVALID_ARGUMENT INVALID_REASON).
 	ErrInvalidReason = errors.New("invalid reason")
 	// ErrTooManyJobIDs is returned when a request names more jobs than one call may (INVALID_ARGUMENT TOO_MANY_JOB_IDS).
 	ErrTooManyJobIDs = errors.New("too many job ids")

@@ -52,7 +52,9 @@ func newTestCluster(t *testing.T) *testCluster {
 			t.Fatal(err)
 		}
 		liss = append(liss, lis)
-		addr, trans := raft.NewInmemTransport(raft.ServerAddress(id))
+		// A short RPC timeout: a transfer's RPC to a node that stopped ends
+		// soon after the test, not raft's default 5 s later.
+		addr, trans := raft.NewInmemTransportWithTimeout(raft.ServerAddress(id), 300*time.Millisecond)
 		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: lis.Addr().String()})
 		tc.nodes = append(tc.nodes, &clusterNode{id: id, trans: trans, addr: lis.Addr().String()})
 	}
@@ -152,14 +154,15 @@ func (tc *testCluster) eventually(what string, cond func() bool) {
 	}
 }
 
-// submit submits one document on n, retrying on the new leader while a
-// failover settles, as a client following the leader does; it returns the
-// batch id acknowledged.
-func (tc *testCluster) submit(req string) string {
+// submit submits one document to the leader among among (every node when
+// none), retrying on the leader while a failover settles, as a client
+// following the leader does (a write is idempotent by its request id); it
+// returns the batch id acknowledged.
+func (tc *testCluster) submit(req string, among ...*clusterNode) string {
 	tc.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n := tc.leader()
+		n := tc.leader(among...)
 		resp, err := n.jobs.SubmitBatch(tc.alphaCtx(), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: req,
 			Documents: []*leaseholdv1.Document{{Name: req + ".txt", ContentType: "text/plain", Content: []byte(req)}}})
 		if err == nil {
@@ -205,9 +208,9 @@ func TestCluster(t *testing.T) {
 			rest = append(rest, n)
 		}
 	}
-	l2 := tc.leader(rest...)
+	tc.leader(rest...)
 	for i := range 5 {
-		acked = append(acked, tc.submitTo(l2, fmt.Sprintf("b-%d", i)))
+		acked = append(acked, tc.submit(fmt.Sprintf("b-%d", i), rest...))
 	}
 	// The deposed leader steps down and acknowledges nothing.
 	tc.eventually("the deposed leader steps down", func() bool { return !l1.c.eng.Leading() })
@@ -218,7 +221,7 @@ func TestCluster(t *testing.T) {
 
 	// Heal, hand leadership on, and write on whoever leads.
 	tc.connect()
-	if err := l2.c.replica.node.Raft.LeadershipTransfer().Error(); err != nil {
+	if err := tc.leader().c.replica.node.Raft.LeadershipTransfer().Error(); err != nil {
 		t.Fatalf("LeadershipTransfer: %v", err)
 	}
 	for i := range 5 {
@@ -260,17 +263,6 @@ func TestCluster(t *testing.T) {
 			t.Errorf("a linearizable read on follower %s: %v, want NOT_LEADER", n.id, err)
 		}
 	}
-}
-
-// submitTo submits one document on n.
-func (tc *testCluster) submitTo(n *clusterNode, req string) string {
-	tc.t.Helper()
-	resp, err := n.jobs.SubmitBatch(tc.alphaCtx(), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: req,
-		Documents: []*leaseholdv1.Document{{Name: req + ".txt", ContentType: "text/plain", Content: []byte(req)}}})
-	if err != nil {
-		tc.t.Fatalf("submit %s on %s: %v", req, n.id, err)
-	}
-	return resp.GetBatch().GetId()
 }
 
 // errorNames reports whether err's ErrorInfo names the leader id and addr.

@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -146,9 +149,6 @@ func (w *Worker) failure(l *lease, err error) *completion {
 	if f, ok := errors.AsType[*mock.Failure](err); ok {
 		class, msg = f.Class, f.Message
 	}
-	if len(msg) > maxFailureMessage {
-		msg = msg[:maxFailureMessage]
-	}
 	w.metrics.renders.WithLabelValues("failure").Inc()
 	w.metrics.failures.WithLabelValues(class.String()).Inc()
 	w.log.Info("render failed", "job", l.key.jobID, "token", l.key.token, "class", class, "err", err)
@@ -158,8 +158,28 @@ func (w *Worker) failure(l *lease, err error) *completion {
 func failureCompletion(key leaseKey, class leaseholdv1.FailureClass, msg string) *completion {
 	return &completion{key: key, outcome: "failure", msg: &leaseholdv1.SessionCompletion{
 		JobId: key.jobID, Token: key.token,
-		Outcome: &leaseholdv1.SessionCompletion_Failure{Failure: &leaseholdv1.CompleteFailure{Class: class, Message: msg}},
+		Outcome: &leaseholdv1.SessionCompletion_Failure{Failure: &leaseholdv1.CompleteFailure{Class: class, Message: failureMessage(msg)}},
 	}}
+}
+
+// failureMessage makes an error's text a message the coordinator stores:
+// at most maxFailureMessage bytes, cut between characters, of UTF-8 text
+// with every control character (a wrapped error's line breaks), every
+// bidirectional embedding, override or isolate, and every byte that is not
+// UTF-8 turned into a space. The coordinator refuses the others
+// (INVALID_ARGUMENT INVALID_MESSAGE), which would leave the lease to expire.
+func failureMessage(msg string) string {
+	var b strings.Builder
+	for _, r := range msg {
+		if r == utf8.RuneError || unicode.IsControl(r) || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 {
+			r = ' '
+		}
+		if b.Len()+utf8.RuneLen(r) > maxFailureMessage {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // success builds the completion of a rendered preview: inline when it fits

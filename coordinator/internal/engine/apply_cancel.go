@@ -24,6 +24,10 @@ type cancelCmd struct {
 
 func (c *cancelCmd) result() CancelResult { return c.res }
 
+func (c *cancelCmd) text() error {
+	return checkText("principal", c.req.Principal, "reason", c.req.Reason)
+}
+
 func (c *cancelCmd) apply(g *group) error {
 	ids, team, err := c.targets(g)
 	if err != nil || c.err != nil {

@@ -9,13 +9,18 @@ import (
 )
 
 // completeOne applies one completion. The returned error is a storage
-// failure; the completion's own refusal is in the result's Err.
+// failure; the completion's own refusal is in the result's Err. A
+// completion carrying text the store does not keep (CompleteRequest.text)
+// is refused before it reads or writes anything.
 //
 // A success either carries its preview, stored under (job, token) in this
 // transaction, or names the digest of a preview uploaded under this same
 // lease. Whether that upload exists is judged after the fencing check, so a
 // stale completion is refused (and recorded) as stale whatever it names.
 func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, error) {
+	if err := req.text(); err != nil {
+		return CompleteResult{Err: err}, nil
+	}
 	j, found, err := g.load(req.Job)
 	if err != nil {
 		return CompleteResult{}, err
@@ -104,6 +109,11 @@ type stageCmd struct {
 }
 
 func (c *stageCmd) size() int { return len(c.req.Preview.Content) }
+
+func (c *stageCmd) text() error {
+	return checkText("renderer_id", c.req.Renderer, "preview.digest", c.req.Preview.Digest,
+		"metadata.content_type", c.req.Preview.ContentType)
+}
 
 func (c *stageCmd) apply(g *group) error {
 	j, found, err := g.load(c.req.Job)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
@@ -22,6 +23,10 @@ type pauseCmd struct {
 }
 
 func (c *pauseCmd) result() jobs.DispatchState { return c.res }
+
+func (c *pauseCmd) text() error {
+	return checkText("principal", c.principal, "reason", c.reason)
+}
 
 func (c *pauseCmd) apply(g *group) error {
 	e := g.e
@@ -61,6 +66,19 @@ func (e *Engine) RecordAudit(ctx context.Context, rec jobs.AuditRecord) error {
 type auditCmd struct {
 	base
 	rec jobs.AuditRecord
+}
+
+func (c *auditCmd) text() error {
+	if err := checkText("principal", c.rec.Principal, "action", c.rec.Action, "reason", c.rec.Reason,
+		"request_id", c.rec.RequestID); err != nil {
+		return err
+	}
+	for i, team := range c.rec.Teams {
+		if !storable(team) {
+			return badText(fmt.Sprintf("teams[%d]", i))
+		}
+	}
+	return nil
 }
 
 func (c *auditCmd) apply(g *group) error {

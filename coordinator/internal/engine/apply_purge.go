@@ -66,6 +66,7 @@ func (e *Engine) Purge(ctx context.Context) (PurgeResult, error) {
 
 type purgeCmd struct {
 	base
+	noText
 	res PurgeResult
 }
 

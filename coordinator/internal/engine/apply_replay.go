@@ -31,6 +31,10 @@ type replayCmd struct {
 
 func (c *replayCmd) result() ReplayResult { return c.res }
 
+func (c *replayCmd) text() error {
+	return checkText("principal", c.req.Principal, "request_id", c.req.RequestID, "reason", c.req.Reason)
+}
+
 func (c *replayCmd) apply(g *group) error {
 	e := g.e
 	tx, err := g.txn()

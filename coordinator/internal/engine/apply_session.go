@@ -38,6 +38,13 @@ type openCmd struct {
 	holding []LeaseStatus
 }
 
+func (c *openCmd) text() error {
+	if err := c.req.Renderer.text(); err != nil {
+		return err
+	}
+	return checkText("instance_id", c.req.Instance)
+}
+
 func (c *openCmd) apply(g *group) error {
 	e := g.e
 	r := c.req.Renderer
@@ -114,6 +121,8 @@ func (e *Engine) Close(ctx context.Context, conn *Conn, undelivered []LeaseRef) 
 
 type closeCmd struct {
 	base
+	// Its session's renderer was checked when it opened.
+	noText
 	conn        *Conn
 	undelivered []LeaseRef
 	left        []Grant
@@ -164,6 +173,17 @@ type receiveCmd struct {
 }
 
 func (c *receiveCmd) result() SessionResult { return c.res }
+
+// text of a session message: a session's renderer was checked when the
+// session opened (a message outside any session names its own, checked
+// here), and each completion is checked on its own by completeOne, so
+// that one bad completion is answered alone and the others apply.
+func (c *receiveCmd) text() error {
+	if c.conn == nil {
+		return c.in.Renderer.text()
+	}
+	return nil
+}
 
 func (c *receiveCmd) size() int {
 	n := 0

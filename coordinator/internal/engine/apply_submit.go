@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
@@ -79,6 +80,23 @@ type submitCmd struct {
 }
 
 func (c *submitCmd) result() SubmitResult { return c.res }
+
+func (c *submitCmd) text() error {
+	if err := checkText("team", c.req.Team, "request_id", c.req.RequestID, "trace_parent", c.req.TraceParent); err != nil {
+		return err
+	}
+	// The stored documents: req.Docs's, with the size and digest filled in.
+	for i, d := range c.docs {
+		for _, f := range [...]struct{ name, s string }{
+			{"name", d.Name}, {"content_type", d.ContentType}, {"source_uri", d.SourceURI}, {"content_sha256", d.ContentSHA256},
+		} {
+			if !storable(f.s) {
+				return badText(fmt.Sprintf("documents[%d].%s", i, f.name))
+			}
+		}
+	}
+	return nil
+}
 
 func (c *submitCmd) size() int { return c.bytes }
 

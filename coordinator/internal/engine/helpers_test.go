@@ -174,6 +174,7 @@ func (b *testBundle) block(t *testing.T) (release func()) {
 // blockCmd waits inside its apply until released.
 type blockCmd struct {
 	base
+	noText
 	entered, release chan struct{}
 }
 
@@ -186,6 +187,7 @@ func (c *blockCmd) apply(*group) error {
 // probeCmd records the group it was applied in.
 type probeCmd struct {
 	base
+	noText
 	g *group
 }
 

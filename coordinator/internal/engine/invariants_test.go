@@ -19,6 +19,7 @@ import (
 // with the group's transaction, so it sees exactly the writer's state.
 type inspectCmd struct {
 	base
+	noText
 	fn func(g *group, tx *store.Tx)
 }
 

@@ -268,6 +268,8 @@ type announceCmd struct {
 	id, addr string
 }
 
+func (c *announceCmd) text() error { return checkText("node_id", c.id, "grpc_address", c.addr) }
+
 func (c *announceCmd) apply(g *group) error {
 	tx, err := g.txn()
 	if err != nil {

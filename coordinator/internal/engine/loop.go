@@ -17,8 +17,33 @@ import (
 // outcome in the command itself and returns an error only when the group
 // must not commit (a storage failure). A domain refusal never stops the
 // writer.
+//
+// What a caller sent never stops it either. bbolt has no savepoints, and a
+// command changes the writer's memory as it applies (ready queues, the
+// lease index, connections), so a command cannot be undone once begun: a
+// failure inside apply can only abandon the whole group and stop the
+// writer. So a command is judged before it begins. Every string it carries
+// into a record is named by its text method and checked (checkText: UTF-8
+// text without control or bidirectional formatting characters, at most
+// maxTextBytes) before apply; a command that fails is answered
+// INVALID_ARGUMENT INVALID_TEXT without touching the transaction or
+// memory, and the rest of the group commits. A session's completions are
+// checked one by one in completeOne, before each touches anything. The
+// records apply writes hold only those strings, strings decoded from the
+// store (which protobuf has already checked) and the code's own constants,
+// so no record fails to encode and no key is too long for bbolt because of
+// a caller: what is left to fail a commit is the storage itself, or a bug,
+// and either fail-stops. TestEveryCommandNamesItsText keeps the text
+// methods complete. Handlers refuse the same strings earlier, with the
+// field's own reason; this check is what holds for any caller that reaches
+// the engine.
 type command interface {
 	apply(g *group) error
+	// text refuses the command (badText) when a string it carries into
+	// the records it writes may not be stored; see above.
+	text() error
+	// refuse answers the command with err without applying it.
+	refuse(err error)
 	// outcome is the domain result handed back to the caller.
 	outcome() error
 	// size is about how many bytes the command carries into the commit
@@ -29,8 +54,9 @@ type command interface {
 // base carries a command's domain outcome.
 type base struct{ err error }
 
-func (b *base) outcome() error { return b.err }
-func (b *base) size() int      { return 0 }
+func (b *base) outcome() error   { return b.err }
+func (b *base) refuse(err error) { b.err = err }
+func (b *base) size() int        { return 0 }
 
 type request struct {
 	cmd command
@@ -451,9 +477,17 @@ func (e *Engine) evaluate(batch []*request, wall time.Time, mono time.Duration) 
 	var err error
 	for i := 0; err == nil && i < len(batch); i++ {
 		g.setClock(batch[i].wall, batch[i].mono)
-		if err = e.advance(g); err == nil {
-			err = batch[i].cmd.apply(g)
+		if err = e.advance(g); err != nil {
+			break
 		}
+		cmd := batch[i].cmd
+		if terr := cmd.text(); terr != nil {
+			// Handlers refuse such text first: the caller went around them.
+			e.log.Warn("refused a command carrying text the store does not keep", "err", terr)
+			cmd.refuse(terr)
+			continue
+		}
+		err = cmd.apply(g)
 	}
 	if err == nil {
 		g.setClock(wall, mono)
@@ -654,6 +688,9 @@ func (e *Engine) Tick(ctx context.Context) error {
 	return e.do(ctx, &tickCmd{})
 }
 
-type tickCmd struct{ base }
+type tickCmd struct {
+	base
+	noText
+}
 
 func (c *tickCmd) apply(*group) error { return nil }

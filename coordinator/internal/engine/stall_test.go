@@ -12,6 +12,7 @@ import (
 // group it is in takes d, as a commit stuck on a frozen disk does.
 type stallCmd struct {
 	base
+	noText
 	clock *clock
 	d     time.Duration
 }

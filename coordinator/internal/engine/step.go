@@ -165,6 +165,7 @@ func (s *Stepper) drain(err error) {
 // observeCmd keeps the group it is applied in.
 type observeCmd struct {
 	base
+	noText
 	g *group
 }
 

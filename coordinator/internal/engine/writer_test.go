@@ -478,14 +478,14 @@ func TestRefusalsNeverStopTheWriter(t *testing.T) {
 			return err
 		}, nil},
 	}
-	for _, r := range refusals {
+	for i, r := range refusals {
 		if err := r.do(); !errors.Is(err, r.want) || (r.want == nil && err != nil) {
 			t.Errorf("%s: err = %v, want %v", r.name, err, r.want)
 		}
 		if !b.e.Serving() {
 			t.Fatalf("the writer stopped after %s", r.name)
 		}
-		if _, err := b.e.Submit(ctx, SubmitRequest{Team: "beta", RequestID: r.name, Docs: docs("n.pdf")}); err != nil {
+		if _, err := b.e.Submit(ctx, SubmitRequest{Team: "beta", RequestID: fmt.Sprintf("after-%d", i), Docs: docs("n.pdf")}); err != nil {
 			t.Fatalf("the command after %s: %v", r.name, err)
 		}
 	}

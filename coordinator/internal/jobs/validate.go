@@ -6,8 +6,6 @@ import (
 	"path"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // Limits bound what one SubmitBatch may carry. The zero value of a field
@@ -42,7 +40,6 @@ const (
 	DefaultMaxNameBytes     = 255
 	DefaultMaxTeamQueue     = 100_000
 	DefaultMaxAttemptsBound = 20
-	maxRequestIDBytes       = 128
 	maxTeamBytes            = 64
 	maxURIBytes             = 2048
 	maxContentTypeBytes     = 255
@@ -156,8 +153,8 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 	}
 	if requestID == "" {
 		add("request_id", "MISSING_REQUEST_ID", "request_id is required")
-	} else if len(requestID) > maxRequestIDBytes || !utf8.ValidString(requestID) {
-		add("request_id", "INVALID_REQUEST_ID", "request_id must be 1 to %d bytes of UTF-8", maxRequestIDBytes)
+	} else if !ValidRequestID(requestID) {
+		add("request_id", "INVALID_REQUEST_ID", "request_id must be 1 to %d bytes of UTF-8 text without control or bidirectional formatting characters", MaxRequestIDBytes)
 	}
 	switch {
 	case len(docs) == 0:
@@ -204,8 +201,8 @@ func validateDocument(vs []Violation, i int, d DocInput, seen map[string]int, l 
 		add("name", "INVALID_NAME", "document %d has no name", i)
 	case len(d.Name) > l.MaxNameBytes:
 		add("name", "INVALID_NAME", "document %d name is %d bytes, at most %d", i, len(d.Name), l.MaxNameBytes)
-	case !validName(d.Name):
-		add("name", "INVALID_NAME", "document %d name must be UTF-8 without control characters", i)
+	case !ValidText(d.Name):
+		add("name", "INVALID_NAME", "document %d name must be UTF-8 text without control or bidirectional formatting characters", i)
 	default:
 		if prev, dup := seen[d.Name]; dup {
 			add("name", "DUPLICATE_NAME", "document %d name %q repeats document %d", i, d.Name, prev)
@@ -229,11 +226,11 @@ func validateDocument(vs []Violation, i int, d DocInput, seen map[string]int, l 
 	if len(d.Content) == 0 && d.SourceURI == "" {
 		add("content", "MISSING_CONTENT", "document %q has neither content nor source_uri", d.Name)
 	}
-	if len(d.SourceURI) > maxURIBytes || (d.SourceURI != "" && !validName(d.SourceURI)) {
-		add("source_uri", "INVALID_SOURCE_URI", "document %q source_uri must be at most %d bytes of UTF-8", d.Name, maxURIBytes)
+	if len(d.SourceURI) > maxURIBytes || !ValidText(d.SourceURI) {
+		add("source_uri", "INVALID_SOURCE_URI", "document %d source_uri must be at most %d bytes of UTF-8 text without control or bidirectional formatting characters", i, maxURIBytes)
 	}
-	if len(d.ContentType) > maxContentTypeBytes || !validName(d.ContentType) {
-		add("content_type", "INVALID_CONTENT_TYPE", "document %q content_type must be at most %d bytes of UTF-8", d.Name, maxContentTypeBytes)
+	if len(d.ContentType) > maxContentTypeBytes || !ValidText(d.ContentType) {
+		add("content_type", "INVALID_CONTENT_TYPE", "document %d content_type must be at most %d bytes of UTF-8 text without control or bidirectional formatting characters", i, maxContentTypeBytes)
 	}
 	return vs
 }
@@ -245,18 +242,6 @@ func ValidTeam(team string) bool {
 	}
 	for _, r := range team {
 		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-func validName(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
 			return false
 		}
 	}

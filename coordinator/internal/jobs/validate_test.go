@@ -80,6 +80,10 @@ func TestValidateBatch(t *testing.T) {
 			wantReason: "INVALID_NAME", want: []violation{{"documents[0].name", "INVALID_NAME"}}},
 		{name: "A name with a control character is refused", docs: docs(DocInput{Document: Document{Name: "a\nb", SourceURI: "s3://a"}}),
 			wantReason: "INVALID_NAME", want: []violation{{"documents[0].name", "INVALID_NAME"}}},
+		{name: "A name with a right-to-left override is refused", docs: docs(DocInput{Document: Document{Name: "a\u202Efdp.exe", SourceURI: "s3://a"}}),
+			wantReason: "INVALID_NAME", want: []violation{{"documents[0].name", "INVALID_NAME"}}},
+		{name: "A name that is not UTF-8 is refused", docs: docs(DocInput{Document: Document{Name: "a\xffb", SourceURI: "s3://a"}}),
+			wantReason: "INVALID_NAME", want: []violation{{"documents[0].name", "INVALID_NAME"}}},
 
 		{name: "An empty batch is refused", docs: nil,
 			wantReason: "EMPTY_BATCH", want: []violation{{"documents", "EMPTY_BATCH"}}},
@@ -102,6 +106,11 @@ func TestValidateBatch(t *testing.T) {
 			wantReason: "INVALID_REQUEST_ID", want: []violation{{"request_id", "INVALID_REQUEST_ID"}}},
 		{name: "A request id that is not UTF-8 is refused", requestID: "req\xff", docs: docs(doc("a", 1)),
 			wantReason: "INVALID_REQUEST_ID", want: []violation{{"request_id", "INVALID_REQUEST_ID"}}},
+		{name: "A request id with a NUL is refused", requestID: "req\x00", docs: docs(doc("a", 1)),
+			wantReason: "INVALID_REQUEST_ID", want: []violation{{"request_id", "INVALID_REQUEST_ID"}}},
+		{name: "A request id with a tab is refused", requestID: "req\t1", docs: docs(doc("a", 1)),
+			wantReason: "INVALID_REQUEST_ID", want: []violation{{"request_id", "INVALID_REQUEST_ID"}}},
+		{name: "A request id with spaces is accepted", requestID: "nightly import 1", docs: docs(doc("a", 1))},
 
 		{name: "A document with neither content nor source is refused", docs: docs(DocInput{Document: Document{Name: "a", SizeBytes: 5}}),
 			wantReason: "MISSING_CONTENT", want: []violation{{"documents[0].content", "MISSING_CONTENT"}}},
@@ -114,6 +123,10 @@ func TestValidateBatch(t *testing.T) {
 			wantReason: "INVALID_SOURCE_URI", want: []violation{{"documents[0].source_uri", "INVALID_SOURCE_URI"}}},
 		{name: "A content type that is not UTF-8 is refused", docs: docs(DocInput{Document: Document{Name: "a", ContentType: "x\xff", SourceURI: "s3://a"}}),
 			wantReason: "INVALID_CONTENT_TYPE", want: []violation{{"documents[0].content_type", "INVALID_CONTENT_TYPE"}}},
+		{name: "A content type with a NUL is refused", docs: docs(DocInput{Document: Document{Name: "a", ContentType: "text/plain\x00", SourceURI: "s3://a"}}),
+			wantReason: "INVALID_CONTENT_TYPE", want: []violation{{"documents[0].content_type", "INVALID_CONTENT_TYPE"}}},
+		{name: "A source URI that is not UTF-8 is refused", docs: docs(DocInput{Document: Document{Name: "a", SourceURI: "s3://\xc0\xaf"}}),
+			wantReason: "INVALID_SOURCE_URI", want: []violation{{"documents[0].source_uri", "INVALID_SOURCE_URI"}}},
 
 		{name: "A retry policy at the attempt bound is accepted", docs: docs(doc("a", 1)), policy: PolicyInput{MaxAttempts: 5, BackoffBase: time.Millisecond, BackoffCap: 24 * time.Hour}},
 		{name: "A retry policy over the attempt bound is refused", docs: docs(doc("a", 1)), policy: PolicyInput{MaxAttempts: 6},
@@ -412,6 +425,14 @@ func FuzzValidateBatch(f *testing.F) {
 			if err == nil {
 				if inline > smallLimits.MaxBatchInlineBytes {
 					t.Fatalf("ValidateBatch accepted %d bytes inline, over %d", inline, smallLimits.MaxBatchInlineBytes)
+				}
+				if !ValidTeam(team) || !ValidRequestID(reqID) {
+					t.Fatalf("ValidateBatch accepted team %q, request id %q", team, reqID)
+				}
+				for _, di := range d {
+					if !ValidText(di.Name) || !ValidText(di.ContentType) || !ValidText(di.SourceURI) {
+						t.Fatalf("ValidateBatch accepted a document with text it may not store: name %q, content type %q, source %q", di.Name, di.ContentType, di.SourceURI)
+					}
 				}
 				continue
 			}

@@ -71,6 +71,8 @@ const (
 	reasonBackupNoSpace         = "BACKUP_NO_SPACE"
 	reasonNotLeader             = "NOT_LEADER"
 	reasonOutcomeUnknown        = "OUTCOME_UNKNOWN"
+	reasonInvalidDigest         = "INVALID_DIGEST"
+	reasonInvalidRequestID      = "INVALID_REQUEST_ID"
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -128,14 +130,26 @@ const (
 	maxReasonBytes = 1024
 )
 
-// checkReason refuses a reason over maxReasonBytes, and a blank one when
-// it is required.
+// checkReason refuses a reason over maxReasonBytes or that is not text
+// (checkText), and a blank one when it is required.
 func checkReason(field, reason string, required bool) error {
-	switch {
-	case required && strings.TrimSpace(reason) == "":
+	if required && strings.TrimSpace(reason) == "" {
 		return invalidArg(field, reasonMissingReason, "%s is required and must not be blank", field)
-	case len(reason) > maxReasonBytes:
-		return invalidArg(field, reasonInvalidReason, "%s is at most %d bytes", field, maxReasonBytes)
+	}
+	return checkText(field, reason, maxReasonBytes, reasonInvalidReason)
+}
+
+// checkText is every handler's check of a caller's free text before it is
+// stored: at most limit bytes of jobs.ValidText (UTF-8 without control or
+// bidirectional formatting characters), or INVALID_ARGUMENT with the
+// field's reason and a BadRequest naming it.
+func checkText(field, s string, limit int, reason string) error {
+	switch {
+	case len(s) > limit:
+		return invalidArg(field, reason, "%s is at most %d bytes", field, limit)
+	case !jobs.ValidText(s):
+		return invalidArg(field, reason, "%s must be UTF-8 text without control characters (tabs and line breaks included) "+
+			"or bidirectional formatting characters", field)
 	}
 	return nil
 }

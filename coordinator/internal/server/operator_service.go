@@ -93,6 +93,9 @@ func (s *OperatorServer) ReplayJobs(ctx context.Context, req *leaseholdv1.Replay
 	if err := checkReason("reason", req.GetReason(), !req.GetDryRun()); err != nil {
 		return nil, s.status(err)
 	}
+	if id := req.GetRequestId(); id != "" && !jobs.ValidRequestID(id) {
+		return nil, s.status(invalidArg("request_id", reasonInvalidRequestID, "request_id must be 1 to %d bytes of UTF-8 text without control or bidirectional formatting characters", jobs.MaxRequestIDBytes))
+	}
 	for i, wid := range req.GetJobIds() {
 		id, err := parseJobID(wid, fmt.Sprintf("job_ids[%d]", i))
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -63,11 +62,21 @@ func checkRendererID(id string) error {
 }
 
 // checkContentType refuses a preview media type over maxContentTypeBytes
-// or with control characters: it is stored in the job's record, shown with
-// the job and served as the preview's Content-Type.
+// or that is not text (checkText): it is stored in the job's record, shown
+// with the job and served as the preview's Content-Type.
 func checkContentType(field, ct string) error {
-	if len(ct) > maxContentTypeBytes || strings.ContainsFunc(ct, unicode.IsControl) {
-		return invalidArg(field, reasonInvalidContentType, "%s must be at most %d bytes without control characters", field, maxContentTypeBytes)
+	return checkText(field, ct, maxContentTypeBytes, reasonInvalidContentType)
+}
+
+// checkDigest refuses a preview digest that is neither empty nor a SHA-256
+// in lower-case hex, as the coordinator computes and stores them: a digest
+// is recorded with a refused completion.
+func checkDigest(field, d string) error {
+	if d == "" {
+		return nil
+	}
+	if len(d) != 2*sha256.Size || strings.ContainsFunc(d, func(r rune) bool { return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') }) {
+		return invalidArg(field, reasonInvalidDigest, "%s must be a SHA-256 digest in lower-case hex (64 characters)", field)
 	}
 	return nil
 }
@@ -377,6 +386,9 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 	case success != nil:
 		req.Success = true
 		req.Digest = success.GetArtifactDigest()
+		if err := checkDigest("success.artifact_digest", req.Digest); err != nil {
+			return req, err
+		}
 		content := success.GetContent()
 		switch {
 		case len(content) > c.maxInline:
@@ -398,8 +410,8 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		if req.Class <= jobs.ClassUnspecified || req.Class > jobs.ClassTransient {
 			return req, invalidArg("failure.class", reasonMissingOutcome, "failure.class must name a failure class")
 		}
-		if len(req.Message) > maxMessageBytes {
-			return req, invalidArg("failure.message", reasonInvalidMessage, "failure.message is at most %d bytes", maxMessageBytes)
+		if err := checkText("failure.message", req.Message, maxMessageBytes, reasonInvalidMessage); err != nil {
+			return req, err
 		}
 	default:
 		return req, invalidArg("outcome", reasonMissingOutcome, "a completion needs success or failure")

@@ -96,7 +96,7 @@ type options struct {
 	intercept grpc.StreamServerInterceptor
 }
 
-func setup(t *testing.T, opts ...func(*options)) *testBundle {
+func setup(t testing.TB, opts ...func(*options)) *testBundle {
 	t.Helper()
 	b := &testBundle{clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}, dir: t.TempDir()}
 	for _, f := range opts {
@@ -116,7 +116,7 @@ func (b *testBundle) restart(t *testing.T) {
 }
 
 // start opens the store, starts the engine and serves the services.
-func (b *testBundle) start(t *testing.T) {
+func (b *testBundle) start(t testing.TB) {
 	t.Helper()
 	o := b.opts
 	b.reg = prometheus.NewRegistry()
@@ -205,7 +205,7 @@ func (b *testBundle) start(t *testing.T) {
 
 // dial opens another client connection to the bundle's server. The
 // bundle closes the first one; the caller closes the others.
-func (b *testBundle) dial(t *testing.T, opts ...grpc.DialOption) *grpc.ClientConn {
+func (b *testBundle) dial(t testing.TB, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	opts = append([]grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return b.lis.DialContext(ctx) }),

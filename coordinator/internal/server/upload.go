@@ -46,6 +46,9 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
 		return s.status(err)
 	}
+	if err := checkDigest("metadata.expected_sha256", md.GetExpectedSha256()); err != nil {
+		return s.status(err)
+	}
 	j, err := s.e.Job(id)
 	if err != nil {
 		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))

@@ -325,15 +325,17 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 // renders from whichever is present and never executes anything in it.
 type Document struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Unique within the batch; 1 to 255 bytes of UTF-8 without control characters.
+	// Unique within the batch; 1 to 255 bytes of text (see JobService).
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// MIME type or a file extension such as ".pdf"; used for format checks.
+	// At most 255 bytes of text.
 	ContentType string `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// Declared size of the full document in bytes (at most 25 MiB by default).
 	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// Inline content, at most 256 KiB by default. Never shown to operators.
 	Content []byte `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
-	// Where the renderer reads the document from. Never shown to operators.
+	// Where the renderer reads the document from, at most 2,048 bytes of
+	// text. Never shown to operators.
 	SourceUri     string `protobuf:"bytes,5,opt,name=source_uri,json=sourceUri,proto3" json:"source_uri,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

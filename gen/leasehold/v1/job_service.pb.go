@@ -25,7 +25,8 @@ type SubmitBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The team that owns the batch; the caller must be a submitter for it.
 	Team string `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
-	// Idempotency key chosen by the caller, 1 to 128 bytes, unique per team.
+	// Idempotency key chosen by the caller, 1 to 128 bytes of text (see
+	// JobService), unique per team.
 	RequestId string      `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Documents []*Document `protobuf:"bytes,3,rep,name=documents,proto3" json:"documents,omitempty"`
 	// Optional per-batch override within the coordinator's bounds; unset
@@ -737,7 +738,8 @@ func (x *WatchBatchResponse) GetUpdates() []*JobUpdate {
 type CancelJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// Free text recorded with the cancellation, at most 1,024 bytes.
+	// Free text recorded with the cancellation, at most 1,024 bytes of text
+	// (see JobService).
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -860,9 +862,10 @@ func (x *CancelJobResponse) GetAcknowledged() bool {
 }
 
 type CancelBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	BatchId string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// As CancelJobRequest.reason.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -44,6 +44,17 @@ const (
 // request that cannot be decoded (invalid UTF-8 in a string field, bytes
 // that are not the message) is INVALID_ARGUMENT MALFORMED_REQUEST.
 //
+// Text. Every string a caller sends that the coordinator keeps, in this
+// service and in OperatorService and RendererService (a team, a request id,
+// a document's name, content type and source URI, a reason, a failure
+// message, a preview's media type), must be UTF-8 text: no control
+// character (U+0000 to U+001F, tabs and line breaks included; U+007F; U+0080
+// to U+009F) and no bidirectional embedding, override or isolate (U+202A to
+// U+202E, U+2066 to U+2069), within the field's length. Anything else is
+// INVALID_ARGUMENT with the field's reason (INVALID_NAME, INVALID_REASON,
+// INVALID_REQUEST_ID, ...) and a BadRequest naming the field, before
+// anything is stored, however the call arrives.
+//
 // Jobs and batches of teams the caller may not see are answered exactly as
 // ids that do not exist (NOT_FOUND JOB_NOT_FOUND / BATCH_NOT_FOUND), so a
 // refusal reveals neither the team nor which ids exist.
@@ -74,7 +85,8 @@ type JobServiceClient interface {
 	//	INVALID_ARGUMENT  EMPTY_BATCH, BATCH_TOO_LARGE (documents, declared or
 	//	                  inline bytes),
 	//	                  DOCUMENT_TOO_LARGE, CONTENT_TOO_LARGE, INVALID_NAME,
-	//	                  DUPLICATE_NAME, MISSING_REQUEST_ID, INVALID_TEAM,
+	//	                  DUPLICATE_NAME, MISSING_REQUEST_ID, INVALID_REQUEST_ID,
+	//	                  INVALID_CONTENT_TYPE, INVALID_SOURCE_URI, INVALID_TEAM,
 	//	                  INVALID_RETRY_POLICY, REQUEST_ID_REUSED (same id,
 	//	                  different documents); BadRequest names each document.
 	//	RESOURCE_EXHAUSTED TEAM_QUEUE_FULL with QuotaFailure.
@@ -145,7 +157,7 @@ type JobServiceClient interface {
 	// Errors: FAILED_PRECONDITION ALREADY_TERMINAL (SUCCEEDED or FAILED; the
 	// metadata names the phase), RUNNING_CANCEL_DISABLED (LEASED while the
 	// coordinator's running-cancel switch is off); NOT_FOUND JOB_NOT_FOUND;
-	// INVALID_ARGUMENT INVALID_REASON (more than 1,024 bytes).
+	// INVALID_ARGUMENT INVALID_REASON (more than 1,024 bytes, or not text).
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	// CancelBatch cancels every non-terminal job of a batch, as CancelJob does
 	// for each, in one transaction, and reports counts of what it cancelled and
@@ -286,6 +298,17 @@ type JobService_GetArtifactClient = grpc.ServerStreamingClient[GetArtifactRespon
 // request that cannot be decoded (invalid UTF-8 in a string field, bytes
 // that are not the message) is INVALID_ARGUMENT MALFORMED_REQUEST.
 //
+// Text. Every string a caller sends that the coordinator keeps, in this
+// service and in OperatorService and RendererService (a team, a request id,
+// a document's name, content type and source URI, a reason, a failure
+// message, a preview's media type), must be UTF-8 text: no control
+// character (U+0000 to U+001F, tabs and line breaks included; U+007F; U+0080
+// to U+009F) and no bidirectional embedding, override or isolate (U+202A to
+// U+202E, U+2066 to U+2069), within the field's length. Anything else is
+// INVALID_ARGUMENT with the field's reason (INVALID_NAME, INVALID_REASON,
+// INVALID_REQUEST_ID, ...) and a BadRequest naming the field, before
+// anything is stored, however the call arrives.
+//
 // Jobs and batches of teams the caller may not see are answered exactly as
 // ids that do not exist (NOT_FOUND JOB_NOT_FOUND / BATCH_NOT_FOUND), so a
 // refusal reveals neither the team nor which ids exist.
@@ -316,7 +339,8 @@ type JobServiceServer interface {
 	//	INVALID_ARGUMENT  EMPTY_BATCH, BATCH_TOO_LARGE (documents, declared or
 	//	                  inline bytes),
 	//	                  DOCUMENT_TOO_LARGE, CONTENT_TOO_LARGE, INVALID_NAME,
-	//	                  DUPLICATE_NAME, MISSING_REQUEST_ID, INVALID_TEAM,
+	//	                  DUPLICATE_NAME, MISSING_REQUEST_ID, INVALID_REQUEST_ID,
+	//	                  INVALID_CONTENT_TYPE, INVALID_SOURCE_URI, INVALID_TEAM,
 	//	                  INVALID_RETRY_POLICY, REQUEST_ID_REUSED (same id,
 	//	                  different documents); BadRequest names each document.
 	//	RESOURCE_EXHAUSTED TEAM_QUEUE_FULL with QuotaFailure.
@@ -387,7 +411,7 @@ type JobServiceServer interface {
 	// Errors: FAILED_PRECONDITION ALREADY_TERMINAL (SUCCEEDED or FAILED; the
 	// metadata names the phase), RUNNING_CANCEL_DISABLED (LEASED while the
 	// coordinator's running-cancel switch is off); NOT_FOUND JOB_NOT_FOUND;
-	// INVALID_ARGUMENT INVALID_REASON (more than 1,024 bytes).
+	// INVALID_ARGUMENT INVALID_REASON (more than 1,024 bytes, or not text).
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	// CancelBatch cancels every non-terminal job of a batch, as CancelJob does
 	// for each, in one transaction, and reports counts of what it cancelled and

@@ -210,7 +210,7 @@ func (x *ListRejectedCompletionsResponse) GetNextPageToken() string {
 
 type ReplayJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Idempotency key; required unless dry_run.
+	// Idempotency key, 1 to 128 bytes of text; required unless dry_run.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Select by id ...
 	JobIds []string `protobuf:"bytes,2,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`

@@ -40,7 +40,8 @@ const (
 // ones that do not exist, never touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
 // Free-text reasons are required where noted, must not be blank, and are at
-// most 1,024 bytes (INVALID_ARGUMENT MISSING_REASON / INVALID_REASON).
+// most 1,024 bytes of text, as JobService defines it (INVALID_ARGUMENT
+// MISSING_REASON / INVALID_REASON).
 type OperatorServiceClient interface {
 	// ListRejectedCompletions lists completions refused by the fencing check,
 	// newest first, filtered by job, renderer and time.
@@ -63,8 +64,9 @@ type OperatorServiceClient interface {
 	// queued again, even with include_permanent: it is skipped with
 	// skip_reason UNSUPPORTED_FORMAT.
 	// Errors: INVALID_ARGUMENT MISSING_REASON, INVALID_REASON,
-	// MISSING_REQUEST_ID, MISSING_SELECTION, CONFLICTING_SELECTION (job_ids
-	// together with batch_id or terminal_reason), INVALID_TERMINAL_REASON,
+	// MISSING_REQUEST_ID, INVALID_REQUEST_ID, MISSING_SELECTION,
+	// CONFLICTING_SELECTION (job_ids together with batch_id or
+	// terminal_reason), INVALID_TERMINAL_REASON,
 	// INVALID_ID, TOO_MANY_JOB_IDS (more than 1,000 job_ids).
 	ReplayJobs(ctx context.Context, in *ReplayJobsRequest, opts ...grpc.CallOption) (*ReplayJobsResponse, error)
 	// PauseDispatch stops granting new leases. Heartbeats and fenced
@@ -193,7 +195,8 @@ type OperatorService_BackupClient = grpc.ServerStreamingClient[BackupResponse]
 // ones that do not exist, never touched or shown. Responses carry job metadata only (ids, team, phases,
 // reasons, attempts), never document content, source locations or artifacts.
 // Free-text reasons are required where noted, must not be blank, and are at
-// most 1,024 bytes (INVALID_ARGUMENT MISSING_REASON / INVALID_REASON).
+// most 1,024 bytes of text, as JobService defines it (INVALID_ARGUMENT
+// MISSING_REASON / INVALID_REASON).
 type OperatorServiceServer interface {
 	// ListRejectedCompletions lists completions refused by the fencing check,
 	// newest first, filtered by job, renderer and time.
@@ -216,8 +219,9 @@ type OperatorServiceServer interface {
 	// queued again, even with include_permanent: it is skipped with
 	// skip_reason UNSUPPORTED_FORMAT.
 	// Errors: INVALID_ARGUMENT MISSING_REASON, INVALID_REASON,
-	// MISSING_REQUEST_ID, MISSING_SELECTION, CONFLICTING_SELECTION (job_ids
-	// together with batch_id or terminal_reason), INVALID_TERMINAL_REASON,
+	// MISSING_REQUEST_ID, INVALID_REQUEST_ID, MISSING_SELECTION,
+	// CONFLICTING_SELECTION (job_ids together with batch_id or
+	// terminal_reason), INVALID_TERMINAL_REASON,
 	// INVALID_ID, TOO_MANY_JOB_IDS (more than 1,000 job_ids).
 	ReplayJobs(context.Context, *ReplayJobsRequest) (*ReplayJobsResponse, error)
 	// PauseDispatch stops granting new leases. Heartbeats and fenced

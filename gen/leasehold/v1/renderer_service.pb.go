@@ -669,12 +669,15 @@ func (*UploadArtifactRequest_Chunk) isUploadArtifactRequest_Part() {}
 
 // ArtifactMetadata describes an upload.
 type ArtifactMetadata struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	JobId       string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Token       uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	RendererId  string                 `protobuf:"bytes,3,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
-	ContentType string                 `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	// Optional: refuse the upload if the bytes hash to something else.
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	JobId      string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token      uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	RendererId string                 `protobuf:"bytes,3,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
+	// The preview's media type, at most 255 bytes of text (see JobService);
+	// sniffed from the bytes when empty.
+	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Optional: refuse the upload if the bytes hash to something else. A
+	// SHA-256 in lower-case hex (64 characters), or INVALID_DIGEST.
 	ExpectedSha256 string `protobuf:"bytes,5,opt,name=expected_sha256,json=expectedSha256,proto3" json:"expected_sha256,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -909,11 +912,13 @@ type CompleteSuccess struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The digest of an UploadArtifact under this lease; with content set, an
 	// optional check of the inline bytes (DIGEST_MISMATCH when they differ).
+	// A SHA-256 in lower-case hex (64 characters), or INVALID_DIGEST.
 	ArtifactDigest string `protobuf:"bytes,1,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
 	// The preview itself, at most the coordinator's inline artifact limit
 	// (1 MiB by default; SessionWelcome.max_inline_artifact_bytes). Never empty.
 	Content []byte `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	// The preview's media type; sniffed from the bytes when empty.
+	// The preview's media type, at most 255 bytes of text (see JobService);
+	// sniffed from the bytes when empty.
 	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -972,9 +977,11 @@ func (x *CompleteSuccess) GetContentType() string {
 
 // CompleteFailure classifies a failed attempt.
 type CompleteFailure struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Class         FailureClass           `protobuf:"varint,1,opt,name=class,proto3,enum=leasehold.v1.FailureClass" json:"class,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Class FailureClass           `protobuf:"varint,1,opt,name=class,proto3,enum=leasehold.v1.FailureClass" json:"class,omitempty"`
+	// What went wrong, at most 4,096 bytes of text (see JobService; one
+	// line: line breaks are refused with INVALID_MESSAGE).
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
