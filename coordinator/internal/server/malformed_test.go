@@ -185,7 +185,7 @@ func TestMalformedRequests(t *testing.T) {
 			codes.InvalidArgument, reasonMissingOutcome, "failure.class"},
 		{"Complete with an inline preview over 1 MiB", complete(success(&leaseholdv1.CompleteSuccess{Content: bytes.Repeat([]byte{1}, 1<<20+1)})),
 			codes.InvalidArgument, reasonArtifactTooLarge, "success.content"},
-		{"Complete with an inline preview that hashes to another digest", complete(success(&leaseholdv1.CompleteSuccess{Content: []byte("png"), ArtifactDigest: sha([]byte("other"))})),
+		{"Complete with an inline preview that hashes to another digest", complete(success(&leaseholdv1.CompleteSuccess{Content: []byte("png"), ContentType: "image/png", ArtifactDigest: sha([]byte("other"))})),
 			codes.InvalidArgument, reasonDigestMismatch, "success.artifact_digest"},
 		{"Complete with a preview media type over 255 bytes", complete(success(&leaseholdv1.CompleteSuccess{Content: []byte("png"), ContentType: "image/" + strings.Repeat("p", 250)})),
 			codes.InvalidArgument, reasonInvalidContentType, "success.content_type"},

@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -34,9 +32,6 @@ const (
 	maxLeasesPerCall   = 64
 	maxCapacity        = 4096
 	maxMessageBytes    = 4096
-	// maxContentTypeBytes bounds a preview's media type, as documents'
-	// are bounded at submission.
-	maxContentTypeBytes = 255
 	// replyOverheadBytes is what a reply costs besides its grants.
 	replyOverheadBytes = 1 << 10
 )
@@ -62,14 +57,19 @@ func checkRendererID(id string) error {
 	return nil
 }
 
-// checkContentType refuses a preview media type over maxContentTypeBytes
-// or with control characters: it is stored in the job's record, shown with
+// checkContentType refuses a preview media type that jobs.PreviewMediaType
+// refuses, and returns it normalised; an empty type is left for preview to
+// sniff from the bytes. The type is stored in the job's record, shown with
 // the job and served as the preview's Content-Type.
-func checkContentType(field, ct string) error {
-	if len(ct) > maxContentTypeBytes || strings.ContainsFunc(ct, unicode.IsControl) {
-		return invalidArg(field, reasonInvalidContentType, "%s must be at most %d bytes without control characters", field, maxContentTypeBytes)
+func checkContentType(field, ct string) (string, error) {
+	if ct == "" {
+		return "", nil
 	}
-	return nil
+	mt, err := jobs.PreviewMediaType(ct)
+	if err != nil {
+		return "", invalidArg(field, reasonInvalidContentType, "%s: %v", field, err)
+	}
+	return mt, nil
 }
 
 // replyBudget returns what a reply of at most limit bytes (0: gRPC's
@@ -337,14 +337,20 @@ func (c *core) streamEnd(err error) error {
 	return c.status(err)
 }
 
-// preview returns a preview's digest and media type, computed here, off the
-// writer goroutine; an empty type is sniffed from the bytes.
-func preview(content []byte, contentType string) *engine.Preview {
-	sum := sha256.Sum256(content)
+// preview returns a preview's digest and normalised media type, computed
+// here, off the writer goroutine; an empty type is sniffed from the bytes,
+// and a type outside jobs.PreviewTypes, given or sniffed, is refused
+// INVALID_CONTENT_TYPE on field.
+func preview(field string, content []byte, contentType string) (*engine.Preview, error) {
 	if contentType == "" {
 		contentType = http.DetectContentType(content)
 	}
-	return &engine.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: contentType, Content: content}
+	mt, err := checkContentType(field, contentType)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(content)
+	return &engine.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: mt, Content: content}, nil
 }
 
 // completion converts a completion's outcome, checking what the writer
@@ -365,10 +371,9 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		case len(content) > c.maxInline:
 			return req, invalidArg("success.content", reasonArtifactTooLarge, "an inline preview is at most %d bytes; upload larger ones with UploadArtifact", c.maxInline)
 		case len(content) > 0:
-			if err := checkContentType("success.content_type", success.GetContentType()); err != nil {
+			if req.Preview, err = preview("success.content_type", content, success.GetContentType()); err != nil {
 				return req, err
 			}
-			req.Preview = preview(content, success.GetContentType())
 			if req.Digest != "" && req.Digest != req.Preview.Digest {
 				return req, invalidArg("success.artifact_digest", reasonDigestMismatch, "the inline preview hashes to %s, not %s", req.Preview.Digest, req.Digest)
 			}

@@ -57,6 +57,7 @@ func (c *clock) Advance(d time.Duration) {
 // gRPC over bufconn with the authentication interceptors.
 type testBundle struct {
 	clock    *clock
+	st       *store.Store
 	eng      *engine.Engine
 	services *Services
 	conn     *grpc.ClientConn
@@ -126,6 +127,7 @@ func (b *testBundle) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.st = st
 	cfg := engine.Config{
 		Store:         st,
 		Now:           b.clock.Now,

@@ -43,7 +43,9 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(err)
 	}
-	if err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
+	// A given media type is judged before a byte is read; an empty one is
+	// sniffed from the bytes and judged then.
+	if _, err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
 		return s.status(err)
 	}
 	j, err := s.e.Job(id)
@@ -80,7 +82,10 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if len(content) == 0 {
 		return s.status(invalidArg("chunk", reasonEmptyArtifact, "the upload carried no bytes"))
 	}
-	pv := preview(content, md.GetContentType())
+	pv, err := preview("metadata.content_type", content, md.GetContentType())
+	if err != nil {
+		return s.status(err)
+	}
 	if want := md.GetExpectedSha256(); want != "" && want != pv.Digest {
 		return s.status(invalidArg("metadata.expected_sha256", reasonDigestMismatch, "the uploaded bytes hash to %s, not %s", pv.Digest, want))
 	}

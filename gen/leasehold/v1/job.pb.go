@@ -569,8 +569,12 @@ func (x *Lease) GetAttempt() uint32 {
 type Artifact struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lowercase hex SHA-256 of the preview bytes; the artifact's address.
-	Digest      string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
-	SizeBytes   int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Digest    string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	SizeBytes int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The preview's media type as it is served: image/png, image/jpeg,
+	// image/gif or image/webp (lower case, no parameters; the only types a
+	// renderer may store), or application/octet-stream for any other type a
+	// store written by an earlier release holds.
 	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The fencing token of the lease whose completion set this reference.
 	Token         uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`

@@ -669,11 +669,12 @@ func (*UploadArtifactRequest_Chunk) isUploadArtifactRequest_Part() {}
 
 // ArtifactMetadata describes an upload.
 type ArtifactMetadata struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	JobId       string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Token       uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	RendererId  string                 `protobuf:"bytes,3,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
-	ContentType string                 `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	JobId      string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token      uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	RendererId string                 `protobuf:"bytes,3,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
+	// The preview's media type, as CompleteSuccess.content_type.
+	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// Optional: refuse the upload if the bytes hash to something else.
 	ExpectedSha256 string `protobuf:"bytes,5,opt,name=expected_sha256,json=expectedSha256,proto3" json:"expected_sha256,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -913,7 +914,13 @@ type CompleteSuccess struct {
 	// The preview itself, at most the coordinator's inline artifact limit
 	// (1 MiB by default; SessionWelcome.max_inline_artifact_bytes). Never empty.
 	Content []byte `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	// The preview's media type; sniffed from the bytes when empty.
+	// The preview's media type: one of image/png, image/jpeg, image/gif and
+	// image/webp (raster images, which a browser shows and never runs), read
+	// as RFC 2045 does, case-insensitive, parameters dropped; stored and
+	// served in that normalised form. When empty it is sniffed from the bytes
+	// and held to the same list. Anything else (a list of types, a type that
+	// does not parse, SVG, HTML) is INVALID_ARGUMENT INVALID_CONTENT_TYPE and
+	// stores nothing: the console serves a preview on its own origin.
 	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

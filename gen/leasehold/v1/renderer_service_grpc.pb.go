@@ -138,7 +138,9 @@ type RendererServiceClient interface {
 	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
 	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
-	// differs); ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND.
+	// differs), INVALID_CONTENT_TYPE (see CompleteSuccess.content_type;
+	// judged before a byte is read when the type is given); ABORTED (fencing,
+	// as Complete); NOT_FOUND JOB_NOT_FOUND.
 	UploadArtifact(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse], error)
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
@@ -156,8 +158,8 @@ type RendererServiceClient interface {
 	// event; it is recorded once in OperatorService.ListRejectedCompletions.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
 	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
-	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH;
-	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
+	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
+	// INVALID_CONTENT_TYPE; FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
 	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
 	// RENDERER_ID_NOT_ALLOWED.
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
@@ -342,7 +344,9 @@ type RendererServiceServer interface {
 	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
 	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
-	// differs); ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND.
+	// differs), INVALID_CONTENT_TYPE (see CompleteSuccess.content_type;
+	// judged before a byte is read when the type is given); ABORTED (fencing,
+	// as Complete); NOT_FOUND JOB_NOT_FOUND.
 	UploadArtifact(grpc.ClientStreamingServer[UploadArtifactRequest, UploadArtifactResponse]) error
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
@@ -360,8 +364,8 @@ type RendererServiceServer interface {
 	// event; it is recorded once in OperatorService.ListRejectedCompletions.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
 	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
-	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH;
-	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
+	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
+	// INVALID_CONTENT_TYPE; FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
 	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
 	// RENDERER_ID_NOT_ALLOWED.
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
