@@ -62,6 +62,8 @@ const (
 	reasonMessageLimit          = "MESSAGE_LIMIT_TOO_SMALL"
 	reasonEmptyArtifact         = "EMPTY_ARTIFACT"
 	reasonUploadTimeout         = "UPLOAD_TIMEOUT"
+	reasonUploadInProgress      = "UPLOAD_IN_PROGRESS"
+	reasonUploadBudget          = "UPLOAD_BUDGET_EXHAUSTED"
 	reasonInvalidReason         = "INVALID_REASON"
 	reasonInvalidMessage        = "INVALID_MESSAGE"
 	reasonTooManyJobIDs         = "TOO_MANY_JOB_IDS"

@@ -16,6 +16,9 @@ import (
 // stored, under (job, token), where only that lease's completion can
 // reference it. The upload is bounded in bytes, in idle time between
 // messages and in total time, and ends when the coordinator shuts down.
+// One upload per lease runs at a time, and every upload's buffer is
+// charged to one budget (Config.MaxUploadBufferBytes); past either the
+// upload is refused RESOURCE_EXHAUSTED.
 func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_UploadArtifactServer) error {
 	ctx, cancel := context.WithTimeout(stream.Context(), s.uploadTotal)
 	defer cancel()
@@ -61,7 +64,11 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err := j.CheckLease(md.GetToken(), r.ID, time.Time{}); err != nil {
 		return s.status(err)
 	}
-	var content []byte
+	buf, err := s.uploads.begin(engine.LeaseRef{Job: id, Token: md.GetToken()})
+	if err != nil {
+		return s.status(err)
+	}
+	defer buf.end()
 	for {
 		m, err := s.nextUpload(ctx, msgs, errC)
 		if err == io.EOF {
@@ -74,11 +81,14 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 			return s.status(invalidArg("metadata", reasonMissingMetadata, "metadata may be sent only in the first message"))
 		}
 		chunk := m.GetChunk()
-		if int64(len(content)+len(chunk)) > s.maxBytes {
+		if int64(len(buf.content)+len(chunk)) > s.maxBytes {
 			return s.status(invalidArg("chunk", reasonArtifactTooLarge, "the artifact is larger than %d bytes", s.maxBytes))
 		}
-		content = append(content, chunk...)
+		if err := buf.add(chunk, s.maxBytes); err != nil {
+			return s.status(err)
+		}
 	}
+	content := buf.content
 	if len(content) == 0 {
 		return s.status(invalidArg("chunk", reasonEmptyArtifact, "the upload carried no bytes"))
 	}

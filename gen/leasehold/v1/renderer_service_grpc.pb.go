@@ -136,11 +136,22 @@ type RendererServiceClient interface {
 	// when it is stored. An upload that sends nothing for 10 s, or takes more
 	// than 2 minutes, is ended with DEADLINE_EXCEEDED UPLOAD_TIMEOUT; uploads
 	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
+	//
+	// One upload per lease runs at a time: another for the same lease while
+	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
+	// every upload in progress holds count against one budget of the
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
+	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
+	// holding part of the budget never wait on each other. Both are
+	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
+	// the same upload succeeds later; retry with backoff.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
 	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
 	// differs), INVALID_CONTENT_TYPE (see CompleteSuccess.content_type;
 	// judged before a byte is read when the type is given); ABORTED (fencing,
-	// as Complete); NOT_FOUND JOB_NOT_FOUND.
+	// as Complete); NOT_FOUND JOB_NOT_FOUND; RESOURCE_EXHAUSTED
+	// UPLOAD_IN_PROGRESS, UPLOAD_BUDGET_EXHAUSTED.
 	UploadArtifact(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse], error)
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
@@ -342,11 +353,22 @@ type RendererServiceServer interface {
 	// when it is stored. An upload that sends nothing for 10 s, or takes more
 	// than 2 minutes, is ended with DEADLINE_EXCEEDED UPLOAD_TIMEOUT; uploads
 	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
+	//
+	// One upload per lease runs at a time: another for the same lease while
+	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
+	// every upload in progress holds count against one budget of the
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
+	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
+	// holding part of the budget never wait on each other. Both are
+	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
+	// the same upload succeeds later; retry with backoff.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
 	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
 	// differs), INVALID_CONTENT_TYPE (see CompleteSuccess.content_type;
 	// judged before a byte is read when the type is given); ABORTED (fencing,
-	// as Complete); NOT_FOUND JOB_NOT_FOUND.
+	// as Complete); NOT_FOUND JOB_NOT_FOUND; RESOURCE_EXHAUSTED
+	// UPLOAD_IN_PROGRESS, UPLOAD_BUDGET_EXHAUSTED.
 	UploadArtifact(grpc.ClientStreamingServer[UploadArtifactRequest, UploadArtifactResponse]) error
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
