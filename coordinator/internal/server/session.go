@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -298,6 +299,10 @@ func (ss *session) answers(in engine.SessionInput, order []slot, res engine.Sess
 		if r.Err != nil {
 			st := status.Convert(ss.s.status(notFound(r.Err, reasonJobNotFound, "job %s not found", JobID(req.Job))))
 			out.Code, out.Reason, out.Message = int32(st.Code()), reasonOf(st), st.Message()
+		}
+		if jobs.NeverHeld(r.Err) {
+			// The job's state is none of this renderer's business.
+			out.Phase, out.CurrentToken = leaseholdv1.Phase_PHASE_UNSPECIFIED, 0
 		}
 		resp.Results = append(resp.Results, out)
 	}

@@ -905,11 +905,12 @@ type Job struct {
 	Cancellation *Cancellation          `protobuf:"bytes,15,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	// The history, oldest first. Rejected completions beyond the first 32 of a
-	// cycle are counted in rejected_completions but not kept here; the full
-	// list is in OperatorService.ListRejectedCompletions.
-	Events              []*JobEvent `protobuf:"bytes,18,rep,name=events,proto3" json:"events,omitempty"`
-	RejectedCompletions uint32      `protobuf:"varint,19,opt,name=rejected_completions,json=rejectedCompletions,proto3" json:"rejected_completions,omitempty"`
+	// The history, oldest first. A cycle records at most 32 rejected
+	// completions (one per token, renderer and reason), here and in
+	// OperatorService.ListRejectedCompletions; later ones record nothing.
+	Events []*JobEvent `protobuf:"bytes,18,rep,name=events,proto3" json:"events,omitempty"`
+	// The rejected completions recorded, over all cycles.
+	RejectedCompletions uint32 `protobuf:"varint,19,opt,name=rejected_completions,json=rejectedCompletions,proto3" json:"rejected_completions,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }

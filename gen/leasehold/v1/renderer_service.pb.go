@@ -445,9 +445,11 @@ type LeaseStatus struct {
 	// JOB_NOT_FOUND; for a hand-back, HANDED_BACK.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// For HELD: the new deadline.
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	CurrentToken  uint64                 `protobuf:"varint,6,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
-	CurrentPhase  Phase                  `protobuf:"varint,7,opt,name=current_phase,json=currentPhase,proto3,enum=leasehold.v1.Phase" json:"current_phase,omitempty"`
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The job's current token and phase; unset for a renderer that never
+	// held a lease of the job.
+	CurrentToken  uint64 `protobuf:"varint,6,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
+	CurrentPhase  Phase  `protobuf:"varint,7,opt,name=current_phase,json=currentPhase,proto3,enum=leasehold.v1.Phase" json:"current_phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1575,7 +1577,7 @@ type CompletionResult struct {
 	Reason  string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// The job's phase after this completion, and the token of its most recent
-	// lease.
+	// lease; unset for a renderer that never held a lease of the job.
 	Phase        Phase  `protobuf:"varint,6,opt,name=phase,proto3,enum=leasehold.v1.Phase" json:"phase,omitempty"`
 	CurrentToken uint64 `protobuf:"varint,7,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
 	// True when this completion had already been applied.

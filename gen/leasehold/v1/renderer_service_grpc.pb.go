@@ -57,7 +57,10 @@ const (
 // (the token was granted to another renderer, whatever became of that
 // lease), and metadata
 // current_token and current_phase. ABORTED means: drop this work, it is not
-// yours any more.
+// yours any more. A renderer that never held a lease of the job, in any
+// cycle, is refused NOT_LEASE_HOLDER whatever the token, and told nothing of
+// the job: no metadata, and no current_token or current_phase in a
+// CompletionResult or LeaseStatus.
 //
 // Deadlines are kept on the coordinator's monotonic clock: a step of its
 // wall clock neither expires nor extends a lease. When the coordinator
@@ -166,7 +169,10 @@ type RendererServiceClient interface {
 	// even after later attempts) answers OK with the job and changes nothing.
 	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
 	// refused completion changes nothing about the job except a history
-	// event; it is recorded once in OperatorService.ListRejectedCompletions.
+	// event; it is recorded once (per token, renderer and reason) in
+	// OperatorService.ListRejectedCompletions, for at most 32 in a job's
+	// cycle. A repeat, and any refusal past those, records nothing and is
+	// counted in leasehold_rejected_completions_unrecorded_total.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
 	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
@@ -274,7 +280,10 @@ func (c *rendererServiceClient) Complete(ctx context.Context, in *CompleteReques
 // (the token was granted to another renderer, whatever became of that
 // lease), and metadata
 // current_token and current_phase. ABORTED means: drop this work, it is not
-// yours any more.
+// yours any more. A renderer that never held a lease of the job, in any
+// cycle, is refused NOT_LEASE_HOLDER whatever the token, and told nothing of
+// the job: no metadata, and no current_token or current_phase in a
+// CompletionResult or LeaseStatus.
 //
 // Deadlines are kept on the coordinator's monotonic clock: a step of its
 // wall clock neither expires nor extends a lease. When the coordinator
@@ -383,7 +392,10 @@ type RendererServiceServer interface {
 	// even after later attempts) answers OK with the job and changes nothing.
 	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
 	// refused completion changes nothing about the job except a history
-	// event; it is recorded once in OperatorService.ListRejectedCompletions.
+	// event; it is recorded once (per token, renderer and reason) in
+	// OperatorService.ListRejectedCompletions, for at most 32 in a job's
+	// cycle. A repeat, and any refusal past those, records nothing and is
+	// counted in leasehold_rejected_completions_unrecorded_total.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
 	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
