@@ -277,7 +277,11 @@ func (e *Engine) heartbeatOne(g *group, renderer string, ref LeaseRef) (LeaseSta
 			heap.Push(&e.leaseQ, timerItem{at: d, job: j.ID, token: le.token})
 		}
 	}
-	return LeaseStatus{Job: ref.Job, Token: ref.Token, Held: true, Deadline: next.Lease.Deadline,
+	deadline := next.Lease.Deadline
+	if le := e.leases[j.ID]; le != nil {
+		deadline = le.shown
+	}
+	return LeaseStatus{Job: ref.Job, Token: ref.Token, Held: true, Deadline: deadline,
 		CurrentToken: next.Lease.Token, CurrentPhase: next.Phase}, nil
 }
 

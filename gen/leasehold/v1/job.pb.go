@@ -492,7 +492,11 @@ type Lease struct {
 	Token      uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
 	RendererId string                 `protobuf:"bytes,2,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
 	GrantedAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
-	// The lease is lost when the writer's clock passes this instant.
+	// When the lease ends unless its holder heartbeats, on the wall clock:
+	// decided once at the grant, at each extension and when a restart gives
+	// the lease a fresh TTL, and unchanged by any other command. The writer
+	// judges expiry on its monotonic clock, so after a step of the wall clock
+	// the lease ends a TTL after the last extension, not at this instant.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// 1 for the first attempt of the current cycle.
 	Attempt       uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
