@@ -909,7 +909,11 @@ type Job struct {
 	Cancellation *Cancellation          `protobuf:"bytes,15,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	// The history, oldest first. A cycle records at most 32 rejected
+	// The history, oldest first: whole wherever a Job is returned (GetJob,
+	// ListJobs unless omit_events, CancelJob), except in
+	// RendererService.Complete's reply, which leaves it out (empty) because
+	// completions are the hot path and reading the history would cost each a
+	// read of the store; GetJob has it. A cycle records at most 32 rejected
 	// completions (one per token, renderer and reason), here and in
 	// OperatorService.ListRejectedCompletions; later ones record nothing.
 	Events []*JobEvent `protobuf:"bytes,18,rep,name=events,proto3" json:"events,omitempty"`

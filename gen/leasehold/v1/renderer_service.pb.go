@@ -1034,7 +1034,10 @@ func (x *CompleteFailure) GetMessage() string {
 
 type CompleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The job after this completion, without its history (events is empty):
+	// a completion is the hot path, and the history would cost it a read of
+	// the store. GetJob returns the history.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// True when this completion had already been applied (a replay).
 	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields

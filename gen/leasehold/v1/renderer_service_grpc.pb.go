@@ -167,6 +167,7 @@ type RendererServiceClient interface {
 	//
 	// Replaying any applied completion of the job (same token, same outcome,
 	// even after later attempts) answers OK with the job and changes nothing.
+	// The reply's job leaves out its history (see CompleteResponse.job).
 	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
 	// refused completion changes nothing about the job except a history
 	// event; it is recorded once (per token, renderer and reason) in
@@ -390,6 +391,7 @@ type RendererServiceServer interface {
 	//
 	// Replaying any applied completion of the job (same token, same outcome,
 	// even after later attempts) answers OK with the job and changes nothing.
+	// The reply's job leaves out its history (see CompleteResponse.job).
 	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
 	// refused completion changes nothing about the job except a history
 	// event; it is recorded once (per token, renderer and reason) in
