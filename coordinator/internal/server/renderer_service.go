@@ -191,6 +191,64 @@ func leaseRefs(in []*leaseholdv1.LeaseRef, field string) ([]engine.LeaseRef, err
 	return out, nil
 }
 
+// leaseList is one list of lease references in a renderer's message: the
+// well-formed ones, for the writer, and an answer to each malformed one at
+// its position, so that one bad reference neither ends the stream nor
+// costs the leases beside it their extension.
+type leaseList struct {
+	refs []engine.LeaseRef
+	// invalid answers the malformed references by their index in the list.
+	invalid map[int]*leaseholdv1.LeaseStatus
+	n       int
+}
+
+// parseLeaseList converts a list of lease references, answering each
+// malformed job id LOST INVALID_ID.
+func parseLeaseList(in []*leaseholdv1.LeaseRef) leaseList {
+	l := leaseList{refs: make([]engine.LeaseRef, 0, len(in)), n: len(in)}
+	for i, r := range in {
+		id, err := parseJobID(r.GetJobId(), "job_id")
+		if err != nil {
+			if l.invalid == nil {
+				l.invalid = make(map[int]*leaseholdv1.LeaseStatus)
+			}
+			l.invalid[i] = &leaseholdv1.LeaseStatus{JobId: r.GetJobId(), Token: r.GetToken(),
+				State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: reasonInvalidID}
+			continue
+		}
+		l.refs = append(l.refs, engine.LeaseRef{Job: id, Token: r.GetToken()})
+	}
+	return l
+}
+
+// answers returns the list's answers in its order: the writer's statuses
+// of the well-formed references (one each, in order), the malformed ones'
+// in their places.
+func (l leaseList) answers(statuses []engine.LeaseStatus) []*leaseholdv1.LeaseStatus {
+	out := make([]*leaseholdv1.LeaseStatus, 0, l.n)
+	for i := range l.n {
+		if st, bad := l.invalid[i]; bad {
+			out = append(out, st)
+			continue
+		}
+		out = append(out, leaseStatusToProto(statuses[0]))
+		statuses = statuses[1:]
+	}
+	return out
+}
+
+// invalidAnswers returns the answers to the list's malformed references,
+// in order.
+func (l leaseList) invalidAnswers() []*leaseholdv1.LeaseStatus {
+	var out []*leaseholdv1.LeaseStatus
+	for i := range l.n {
+		if st, bad := l.invalid[i]; bad {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
 // Heartbeat implements RendererService.Heartbeat. A goroutine receives;
 // this one answers each request in order and forwards revocations as soon
 // as the writer publishes them. When the stream ends the renderer's live
@@ -260,25 +318,16 @@ func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1
 	if m.GetCapacity() > maxCapacity {
 		return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
 	}
-	hr := engine.HeartbeatRequest{Renderer: r, Capacity: int(m.GetCapacity())}
-	var err error
-	if hr.Leases, err = leaseRefs(m.GetLeases(), "leases"); err != nil {
-		return err
-	}
-	if hr.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
-		return err
-	}
-	if hr.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
-		return err
-	}
+	// A malformed reference is answered LOST INVALID_ID in its place (an
+	// acknowledgement has no answer and is dropped); the rest are applied.
+	leases, handBacks := parseLeaseList(m.GetLeases()), parseLeaseList(m.GetHandBacks())
+	hr := engine.HeartbeatRequest{Renderer: r, Capacity: int(m.GetCapacity()),
+		Leases: leases.refs, Acks: parseLeaseList(m.GetCancelAcks()).refs, HandBacks: handBacks.refs}
 	res, err := s.e.Heartbeat(ctx, hr)
 	if err != nil {
 		return err
 	}
-	resp := &leaseholdv1.HeartbeatResponse{}
-	for _, st := range append(res.Leases, res.HandBacks...) {
-		resp.Leases = append(resp.Leases, leaseStatusToProto(st))
-	}
+	resp := &leaseholdv1.HeartbeatResponse{Leases: append(leases.answers(res.Leases), handBacks.answers(res.HandBacks)...)}
 	return stream.Send(resp)
 }
 

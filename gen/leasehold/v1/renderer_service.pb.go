@@ -441,8 +441,9 @@ type LeaseStatus struct {
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	State LeaseState             `protobuf:"varint,3,opt,name=state,proto3,enum=leasehold.v1.LeaseState" json:"state,omitempty"`
-	// For LOST: STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED, NOT_LEASE_HOLDER or
-	// JOB_NOT_FOUND; for a hand-back, HANDED_BACK.
+	// For LOST: STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED, NOT_LEASE_HOLDER,
+	// JOB_NOT_FOUND or INVALID_ID (job_id is not of the form j-<number>; it is
+	// echoed as sent); for a hand-back, HANDED_BACK.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// For HELD: the new deadline.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`

@@ -128,6 +128,14 @@ type RendererServiceClient interface {
 	// attempt (a draining renderer gives back what it will not finish).
 	// The stream also tells the coordinator that the renderer and its capacity
 	// are alive; closing it removes the capacity.
+	//
+	// A malformed reference (a job_id that is not j-<number>) is answered on
+	// its own, LOST INVALID_ID in its place among the answers (one in
+	// cancel_acks, which has no answer, is dropped); the rest of the message
+	// is applied and the stream stays open, so one bad reference never costs
+	// the leases beside it their extension. Session treats its heartbeats,
+	// hand_backs, received and cancel_acks the same way, answering the
+	// malformed ones after the others in SessionResponse.leases.
 	Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -352,6 +360,14 @@ type RendererServiceServer interface {
 	// attempt (a draining renderer gives back what it will not finish).
 	// The stream also tells the coordinator that the renderer and its capacity
 	// are alive; closing it removes the capacity.
+	//
+	// A malformed reference (a job_id that is not j-<number>) is answered on
+	// its own, LOST INVALID_ID in its place among the answers (one in
+	// cancel_acks, which has no answer, is dropped); the rest of the message
+	// is applied and the stream stays open, so one bad reference never costs
+	// the leases beside it their extension. Session treats its heartbeats,
+	// hand_backs, received and cancel_acks the same way, answering the
+	// malformed ones after the others in SessionResponse.leases.
 	Heartbeat(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
