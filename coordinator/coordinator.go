@@ -180,6 +180,9 @@ type Config struct {
 	Unsupported []string
 	// MaxArtifactBytes bounds one uploaded preview (default 8 MiB).
 	MaxArtifactBytes int64
+	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
+	// together (default 256 MiB, at least MaxArtifactBytes).
+	MaxUploadBufferBytes int64
 
 	// Retention is how long a terminal job is kept after it ended, with
 	// its history, previews, document and its batch once the batch's last
@@ -255,6 +258,7 @@ func (cfg Config) validate() error {
 		{"ReplayLimit", cfg.ReplayLimit, cfg.ReplayLimit >= 0},
 		{"MaxArtifactBytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 0},
 		{"MaxConnections", cfg.MaxConnections, cfg.MaxConnections >= 0},
+		{"MaxUploadBufferBytes", cfg.MaxUploadBufferBytes, cfg.MaxUploadBufferBytes >= 0},
 		{"ShutdownTimeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout >= 0},
 		{"Retention", cfg.Retention, cfg.Retention >= 0},
 		{"RejectionRetention", cfg.RejectionRetention, cfg.RejectionRetention >= 0},
@@ -367,8 +371,9 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.services, err = server.New(server.Config{
-		Engine:           c.eng,
-		MaxArtifactBytes: cfg.MaxArtifactBytes,
+		Engine:               c.eng,
+		MaxArtifactBytes:     cfg.MaxArtifactBytes,
+		MaxUploadBufferBytes: cfg.MaxUploadBufferBytes,
 		// A session request can be as large as the transport receives.
 		MaxSessionMessageBytes: min(server.DefaultMaxSessionMessageBytes, cfg.MaxRecvMsgSize()),
 		Logger:                 log.With("component", "server"),

@@ -159,7 +159,7 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 	grants := c.grant(ctx, t, 2)
 	preview := []byte("png of ok.pdf")
 	if _, err := c.rend.Complete(bearer(ctx, rendererToken), &leaseholdv1.CompleteRequest{JobId: grants[0].GetJobId(), Token: grants[0].GetLease().GetToken(),
-		RendererId: "r-1", Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: preview}}}); err != nil {
+		RendererId: "r-1", Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: preview, ContentType: "image/png"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.rend.Complete(bearer(ctx, rendererToken), &leaseholdv1.CompleteRequest{JobId: grants[1].GetJobId(), Token: grants[1].GetLease().GetToken(),
@@ -220,7 +220,7 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 	}
 	// A renderer holding the lost lease is fenced off.
 	_, err = rc.rend.Complete(bearer(ctx, rendererToken), &leaseholdv1.CompleteRequest{JobId: again[0].GetJobId(), Token: lost, RendererId: "r-1",
-		Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: preview}}})
+		Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: preview, ContentType: "image/png"}}})
 	if status.Code(err) != codes.Aborted {
 		t.Errorf("completion under the lost token: %v, want ABORTED", err)
 	}

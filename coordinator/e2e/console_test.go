@@ -311,7 +311,7 @@ func TestConsole(t *testing.T) {
 		// The holder finishes anyway: its completion is fenced off.
 		lease := acq.GetLeases()[0].GetLease()
 		_, err = dialRenderer(t, coord.addr).Complete(ctx, &leaseholdv1.CompleteRequest{JobId: heldJob, Token: lease.GetToken(), RendererId: "holder",
-			Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("late png")}}})
+			Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("late png"), ContentType: "image/png"}}})
 		if status.Code(err) != codes.Aborted {
 			t.Fatalf("late completion: %v, want ABORTED", err)
 		}

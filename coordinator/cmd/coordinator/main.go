@@ -242,6 +242,8 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 			"this + --max-documents × 4 KiB (metadata per document) + 64 KiB (at most 2 GiB)")
 	fs.IntVar(&cfg.MaxTeamQueue, "max-team-queue", jobs.DefaultMaxTeamQueue, "most non-terminal jobs per team")
 	fs.Int64Var(&cfg.MaxArtifactBytes, "max-artifact-bytes", server.DefaultMaxArtifactBytes, "largest preview a renderer may upload")
+	fs.Int64Var(&cfg.MaxUploadBufferBytes, "max-upload-buffer-bytes", server.DefaultMaxUploadBufferBytes,
+		"most bytes all uploads in progress may buffer together, at least --max-artifact-bytes; an upload past it is refused RESOURCE_EXHAUSTED UPLOAD_BUDGET_EXHAUSTED")
 	fs.StringVar(&fv.teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
@@ -431,6 +433,7 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 			"a size that with --max-documents keeps the largest gRPC message (this + documents × 4 KiB + 64 KiB) within 2 GiB"},
 		{"max-team-queue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 1, "at least 1"},
 		{"max-artifact-bytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 1, "at least 1"},
+		{"max-upload-buffer-bytes", cfg.MaxUploadBufferBytes, cfg.MaxUploadBufferBytes >= cfg.MaxArtifactBytes, "at least --max-artifact-bytes"},
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
 		{"max-connections", cfg.MaxConnections, cfg.MaxConnections >= 1, "at least 1"},

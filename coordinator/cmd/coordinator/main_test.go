@@ -151,6 +151,7 @@ func TestInvalidConfigurationExitsTwo(t *testing.T) {
 		{"a receive limit over 2 GiB", []string{"--max-batch-inline-bytes", "2147483647"}, nil, "--max-batch-inline-bytes=2147483647"},
 		{"zero max team queue", []string{"--max-team-queue", "0"}, nil, "--max-team-queue=0"},
 		{"negative max artifact bytes", []string{"--max-artifact-bytes", "-1"}, nil, "--max-artifact-bytes=-1"},
+		{"an upload buffer smaller than one preview", []string{"--max-upload-buffer-bytes", "1024"}, nil, "--max-upload-buffer-bytes=1024: want at least --max-artifact-bytes"},
 		{"backoff base above its cap", []string{"--backoff-base", "10m", "--backoff-cap", "1m"}, nil, "--backoff-base=10m0s: want at most --backoff-cap"},
 		{"zero backoff cap", []string{"--backoff-cap", "0s"}, nil, "--backoff-cap=0s"},
 		{"negative backoff base", []string{"--backoff-base", "-1s"}, nil, "--backoff-base=-1s"},

@@ -30,6 +30,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // served by httptest, and a browser-like client with a cookie jar that
 // does not follow redirects.
 type testBundle struct {
+	st  *store.Store
 	eng *engine.Engine
 	srv *httptest.Server
 	c   *http.Client
@@ -62,7 +63,7 @@ func setup(t *testing.T) *testBundle {
 	}
 	srv := httptest.NewServer(con)
 	jar, _ := cookiejar.New(nil)
-	b := &testBundle{eng: eng, srv: srv, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	b := &testBundle{st: st, eng: eng, srv: srv, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	t.Cleanup(func() {
 		b.c.CloseIdleConnections()
 		srv.Close()

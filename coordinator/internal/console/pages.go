@@ -2,10 +2,12 @@ package console
 
 import (
 	"context"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -151,16 +153,32 @@ func (c *Console) preview(w http.ResponseWriter, r *request) error {
 	if err := c.svc.Jobs.GetArtifact(&leaseholdv1.GetArtifactRequest{JobId: r.PathValue("id")}, sink); err != nil {
 		return err
 	}
-	ct := sink.meta.GetContentType()
-	if !strings.HasPrefix(ct, "image/") || strings.Contains(ct, "svg") {
-		// Only raster images are shown inline; anything else is a download.
-		ct = "application/octet-stream"
-		w.Header().Set("Content-Disposition", `attachment; filename="`+r.PathValue("id")+`.bin"`)
-	}
-	w.Header().Set("Content-Type", ct)
-	w.Header().Set("Cache-Control", "private, no-store")
+	previewHeaders(w.Header(), sink.meta.GetContentType(), r.PathValue("id"))
 	_, _ = w.Write(sink.data)
 	return nil
+}
+
+// previewHeaders sets the headers a preview is served with. A media type
+// that jobs.PreviewMediaType accepts (a raster image) is served inline
+// under exactly its normalised form; anything else, such as a type stored
+// by an earlier release, is a download of opaque bytes. Either way the
+// browser may not sniff another type, and the response is a sandbox: were
+// a browser to render it as a document after all, it would run on no
+// origin, without script, forms or navigation of the console.
+func previewHeaders(h http.Header, contentType, jobID string) {
+	ct, err := jobs.PreviewMediaType(contentType)
+	if err != nil {
+		ct = jobs.OpaquePreviewType
+		disp := mime.FormatMediaType("attachment", map[string]string{"filename": jobID + ".bin"})
+		if disp == "" {
+			disp = "attachment"
+		}
+		h.Set("Content-Disposition", disp)
+	}
+	h.Set("Content-Type", ct)
+	h.Set("Content-Security-Policy", "sandbox")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "private, no-store")
 }
 
 // artifactSink is GetArtifact's server stream, in process: it collects

@@ -52,7 +52,12 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 	res := CompleteResult{Job: next, Replayed: replayed, Err: ferr}
 	if ferr != nil {
 		var fe *jobs.FenceError
-		if !errors.As(ferr, &fe) || !jobs.RejectionRecorded(j, next) {
+		switch {
+		case !errors.As(ferr, &fe):
+			return res, nil
+		case !jobs.RejectionRecorded(j, next):
+			// A repeat, or past the job's cap: counted, nothing written.
+			e.m.rejectedUnrecorded(jobs.ReasonCode(fe))
 			return res, nil
 		}
 		return res, e.recordRejection(g, j, next, c, fe)
@@ -77,8 +82,11 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 }
 
 // recordRejection persists a refused completion: the job's new history
-// event and the rejections listing, once per token and reason, and counts
-// it in the metric exactly when it is listed.
+// event and the rejections listing, once per token, renderer and reason
+// and at most jobs.MaxRejectionEvents per cycle, and counts it in the
+// metric exactly when it is listed. The listing, for operators, names the
+// job's state at the time even when the refusal did not tell the caller
+// (a renderer that never held a lease of the job).
 func (e *Engine) recordRejection(g *group, before, after jobs.Job, c jobs.Completion, fe *jobs.FenceError) error {
 	if err := g.save(before, after); err != nil {
 		return err
@@ -91,7 +99,7 @@ func (e *Engine) recordRejection(g *group, before, after jobs.Job, c jobs.Comple
 	e.m.rejected(reason)
 	_, err = tx.PutRejection(jobs.Rejection{
 		Job: before.ID, Team: before.Team, Token: c.Token, Renderer: c.Renderer, Reason: reason, At: g.now,
-		CurrentToken: fe.CurrentToken, CurrentPhase: fe.CurrentPhase, Outcome: c.Outcome(), Digest: c.Digest,
+		CurrentToken: before.LastToken(), CurrentPhase: before.Phase, Outcome: c.Outcome(), Digest: c.Digest,
 	})
 	return err
 }

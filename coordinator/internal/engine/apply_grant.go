@@ -49,7 +49,7 @@ func (e *Engine) grantOne(g *group, c *Conn, live int) (bool, error) {
 		// A grant this process makes counts as delivered: if the reply or
 		// stream that carries it fails, the caller hands it back. Only leases
 		// recovered at start-up wait to be heard from.
-		e.trackLease(next, g.mono+e.cfg.LeaseTTL, true)
+		e.trackLease(next, g.mono+e.cfg.LeaseTTL, next.Lease.Deadline, true)
 		e.m.queueWait(team, g.now.Sub(j.EnqueuedAt))
 		c.credit--
 		if c.budget >= 0 {

@@ -279,7 +279,7 @@ func (e *Engine) heartbeatOne(g *group, renderer string, ref LeaseRef) (LeaseSta
 	}
 	next, ferr := j.Heartbeat(ref.Token, renderer, g.now, e.cfg.LeaseTTL)
 	if ferr != nil {
-		return lost(ref, j, ferr), nil
+		return lost(ref, ferr), nil
 	}
 	if err := g.save(j, next); err != nil {
 		return LeaseStatus{}, err
@@ -291,7 +291,11 @@ func (e *Engine) heartbeatOne(g *group, renderer string, ref LeaseRef) (LeaseSta
 			heap.Push(&e.leaseQ, timerItem{at: d, job: j.ID, token: le.token})
 		}
 	}
-	return LeaseStatus{Job: ref.Job, Token: ref.Token, Held: true, Deadline: next.Lease.Deadline,
+	deadline := next.Lease.Deadline
+	if le := e.leases[j.ID]; le != nil {
+		deadline = le.shown
+	}
+	return LeaseStatus{Job: ref.Job, Token: ref.Token, Held: true, Deadline: deadline,
 		CurrentToken: next.Lease.Token, CurrentPhase: next.Phase}, nil
 }
 
@@ -306,7 +310,7 @@ func (e *Engine) handBackOne(g *group, renderer string, ref LeaseRef) (LeaseStat
 	}
 	next, ferr := j.HandBack(ref.Token, renderer, g.now, e.jitter())
 	if ferr != nil {
-		return lost(ref, j, ferr), nil
+		return lost(ref, ferr), nil
 	}
 	if err := g.save(j, next); err != nil {
 		return LeaseStatus{}, err
@@ -327,8 +331,16 @@ func (e *Engine) ackOne(g *group, renderer string, ref LeaseRef) error {
 	return nil
 }
 
-func lost(ref LeaseRef, j jobs.Job, err error) LeaseStatus {
-	return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: jobs.ReasonCode(err), CurrentToken: j.LastToken(), CurrentPhase: j.Phase}
+// lost answers a lease the fencing check refused with err, naming the
+// job's current token and phase as the *jobs.FenceError does: not at all
+// to a renderer that never held a lease of the job.
+func lost(ref LeaseRef, err error) LeaseStatus {
+	st := LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: jobs.ReasonCode(err)}
+	var fe *jobs.FenceError
+	if errors.As(err, &fe) {
+		st.CurrentToken, st.CurrentPhase = fe.CurrentToken, fe.CurrentPhase
+	}
+	return st
 }
 
 // IsConnEnd reports whether err ends a renderer session for a reason of

@@ -212,6 +212,12 @@ type Engine struct {
 type leaseEntry struct {
 	token    uint64
 	deadline time.Duration
+	// shown is the deadline shown to people (the job's record, heartbeat
+	// answers, the overview), on the wall clock: decided once at the grant,
+	// at start-up and at each extension, and not re-derived from deadline
+	// at each command, which would move it by the drift between the two
+	// clocks. The writer judges by deadline alone.
+	shown    time.Time
 	team     string
 	renderer string
 	heard    bool
@@ -293,7 +299,7 @@ func (e *Engine) rebuild(wall time.Time, extend time.Duration) error {
 		return tx.ForEachUnfinished(queued, func(j jobs.Job) error {
 			switch j.Phase {
 			case jobs.PhaseLeased:
-				e.trackLease(j, mono+e.cfg.LeaseTTL+extend, false)
+				e.trackLease(j, mono+e.cfg.LeaseTTL+extend, wall.Add(e.cfg.LeaseTTL+extend), false)
 				e.sched.Acquired(j.Team)
 			case jobs.PhaseRetryWait:
 				e.trackRetry(j.ID, mono+max(j.NextAttemptAt.Sub(wall), 0))
@@ -315,9 +321,10 @@ func (e *Engine) rebuild(wall time.Time, extend time.Duration) error {
 	return nil
 }
 
-// trackLease indexes j's lease with a deadline on the monotonic clock.
-func (e *Engine) trackLease(j jobs.Job, deadline time.Duration, heard bool) {
-	e.leases[j.ID] = &leaseEntry{token: j.Lease.Token, deadline: deadline, team: j.Team, renderer: j.Lease.Renderer, heard: heard}
+// trackLease indexes j's lease with a deadline on the monotonic clock and
+// the wall-clock deadline shown for it.
+func (e *Engine) trackLease(j jobs.Job, deadline time.Duration, shown time.Time, heard bool) {
+	e.leases[j.ID] = &leaseEntry{token: j.Lease.Token, deadline: deadline, shown: shown, team: j.Team, renderer: j.Lease.Renderer, heard: heard}
 	heap.Push(&e.leaseQ, timerItem{at: deadline, job: j.ID, token: j.Lease.Token})
 }
 

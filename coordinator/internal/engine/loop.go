@@ -126,7 +126,8 @@ func (g *group) txn() (*store.Tx, error) {
 // load reads a job, without its history, in the group's transaction, with
 // its live lease deadline and retry time translated from the writer's
 // monotonic clock into the wall frame of g.now, so that the pure
-// transitions judge them as the monotonic clock does.
+// transitions judge them as the monotonic clock does. save writes the lease
+// deadline shown to people back in its place (withShownDeadline).
 func (g *group) load(id uint64) (jobs.Job, bool, error) {
 	tx, err := g.txn()
 	if err != nil {
@@ -150,6 +151,27 @@ func (g *group) load(id uint64) (jobs.Job, bool, error) {
 	return j, true, nil
 }
 
+// withShownDeadline returns after with its live lease's deadline as shown
+// to people (leaseEntry.shown), so that a command that does not extend the
+// lease, such as a refused completion, leaves the shown deadline where it
+// was. A deadline that after moved past before's is an extension, decided
+// now, and becomes the one shown. A lease granted in this command is not
+// tracked yet; its deadline is the one decided at the grant.
+func (g *group) withShownDeadline(before, after jobs.Job) jobs.Job {
+	if after.Phase != jobs.PhaseLeased {
+		return after
+	}
+	le := g.e.leases[after.ID]
+	if le == nil || le.token != after.Lease.Token {
+		return after
+	}
+	if before.Phase == jobs.PhaseLeased && before.Lease.Token == after.Lease.Token && after.Lease.Deadline.After(before.Lease.Deadline) {
+		le.shown = after.Lease.Deadline
+	}
+	after.Lease.Deadline = le.shown
+	return after
+}
+
 // monoOf translates a wall time of the group's frame to the monotonic clock.
 func (g *group) monoOf(t time.Time) time.Duration { return g.mono + t.Sub(g.now) }
 
@@ -162,6 +184,7 @@ func (g *group) save(before, after jobs.Job) error {
 	if err != nil {
 		return err
 	}
+	after = g.withShownDeadline(before, after)
 	if err := tx.PutJob(after); err != nil {
 		return err
 	}
@@ -436,6 +459,7 @@ func (e *Engine) deferred(job uint64, le *leaseEntry, now time.Duration) bool {
 	if e.stallTo == 0 || le.deadline < e.stallFrom || now >= end {
 		return false
 	}
+	le.shown = le.shown.Add(end - le.deadline)
 	le.deadline = end
 	heap.Push(&e.leaseQ, timerItem{at: end, job: job, token: le.token})
 	return true

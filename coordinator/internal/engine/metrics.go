@@ -23,6 +23,9 @@ type metrics struct {
 	groupSize  prometheus.Histogram
 	commit     prometheus.Histogram
 	rejections *prometheus.CounterVec
+	// unrecorded counts refused completions that changed no record: a
+	// repeat of one recorded, or one past the job's cap for the cycle.
+	unrecorded *prometheus.CounterVec
 	finishedC  *prometheus.CounterVec
 	submitted  *prometheus.CounterVec
 	succeeded  *prometheus.CounterVec
@@ -86,6 +89,11 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 			Name: "leasehold_rejected_completions_total",
 			Help: "Completions refused by the fencing check and recorded (as listed by ListRejectedCompletions), by reason.",
 		}, []string{"reason"}),
+		unrecorded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_rejected_completions_unrecorded_total",
+			Help: "Completions refused by the fencing check and not recorded, by reason: a repeat of one recorded, or one past the job's " +
+				"32 recorded in its cycle.",
+		}, []string{"reason"}),
 		finishedC: perTeam("leasehold_jobs_finished_total", "Jobs that reached a terminal phase, by team and terminal reason.", "reason"),
 		submitted: perTeam("leasehold_jobs_submitted_total", "Jobs accepted in a batch, by team."),
 		succeeded: perTeam("leasehold_jobs_succeeded_total", "Jobs that SUCCEEDED, by team."),
@@ -112,13 +120,14 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 	}
 	for _, r := range []string{"STALE_LEASE", "LEASE_EXPIRED", "JOB_CANCELLED", "NOT_LEASE_HOLDER", "OUTCOME_MISMATCH"} {
 		m.rejections.WithLabelValues(r)
+		m.unrecorded.WithLabelValues(r)
 	}
 	for _, k := range []string{purgedJobs, purgedBatches, purgedRejections, purgedAudit} {
 		m.purged.WithLabelValues(k)
 	}
 	m.snapshot()
 	if reg != nil {
-		reg.MustRegister(m.groupSize, m.commit, m.rejections, m.finishedC, m.submitted, m.succeeded, m.failed,
+		reg.MustRegister(m.groupSize, m.commit, m.rejections, m.unrecorded, m.finishedC, m.submitted, m.succeeded, m.failed,
 			m.retried, m.expired, m.cancelled, m.purged, m.wait, m)
 	}
 	return m
@@ -175,6 +184,10 @@ func (m *metrics) group(n int, d time.Duration) {
 }
 
 func (m *metrics) rejected(reason string) { m.rejections.WithLabelValues(reason).Inc() }
+
+// rejectedUnrecorded counts a refused completion that changed no record;
+// writer goroutine.
+func (m *metrics) rejectedUnrecorded(reason string) { m.unrecorded.WithLabelValues(reason).Inc() }
 
 // purgedN counts records deleted by retention; writer goroutine, after the
 // commit.

@@ -285,7 +285,7 @@ func (e *Engine) publishOverview(wall time.Time, mono time.Duration) {
 	}
 	for job, le := range e.leases {
 		rs := get(le.renderer)
-		rs.Leases = append(rs.Leases, LeaseStats{Job: job, Team: le.team, Token: le.token, Deadline: at(le.deadline)})
+		rs.Leases = append(rs.Leases, LeaseStats{Job: job, Team: le.team, Token: le.token, Deadline: le.shown})
 	}
 	for _, rs := range byID {
 		slices.SortFunc(rs.Leases, func(a, b LeaseStats) int { return cmp.Compare(a.Job, b.Job) })

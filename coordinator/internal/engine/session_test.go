@@ -487,7 +487,7 @@ func TestSessionAndUnaryPathsAgree(t *testing.T) {
 		"late heartbeat b lost reason=LEASE_EXPIRED current=2 RETRY_WAIT",
 		`grant job 3 token 3 attempt 1 until 31s content "content of c.pdf"; `,
 		"impostor c phase=LEASED replayed=false refused=NOT_LEASE_HOLDER",
-		"impostor heartbeat c lost reason=NOT_LEASE_HOLDER current=3 LEASED",
+		"impostor heartbeat c lost reason=NOT_LEASE_HOLDER current=0 UNSPECIFIED", // never held: told nothing
 		"cancel result=2 err=",
 		"complete c phase=CANCELLED replayed=false refused=JOB_CANCELLED",
 		`grant job 4 token 4 attempt 1 until 33s content "content of d.pdf"; `,

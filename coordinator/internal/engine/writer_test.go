@@ -436,10 +436,10 @@ func TestRefusalsNeverStopTheWriter(t *testing.T) {
 			_, err := acquire(ctx, b.e, acquireRequest{Renderer: rend("busy"), Max: 1})
 			return err
 		}, ErrRendererInUse},
-		{"a completion of a token never granted", func() error {
+		{"a completion of a job never leased to the caller", func() error {
 			_, err := complete(ctx, b.e, success(id, 99, "r-1", "d"))
 			return err
-		}, jobs.ErrStaleLease},
+		}, jobs.ErrNotHolder},
 		{"a completion of an unknown job", func() error {
 			_, err := complete(ctx, b.e, success(999, 1, "r-1", "d"))
 			return err
@@ -456,9 +456,9 @@ func TestRefusalsNeverStopTheWriter(t *testing.T) {
 			_, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("busy"), Instance: "other"})
 			return err
 		}, ErrRendererInUse},
-		{"an upload under a token never granted", func() error {
+		{"an upload for a job never leased to the caller", func() error {
 			return b.e.Stage(ctx, StageRequest{Job: id, Token: 99, Renderer: "r-1", Preview: *preview("d")})
-		}, jobs.ErrStaleLease},
+		}, jobs.ErrNotHolder},
 		{"a grant of a job the ready queue wrongly holds", func() error {
 			// Corrupt the ready queue on the writer goroutine: the writer
 			// must skip the job and answer, not stop.

@@ -18,7 +18,8 @@ var (
 	// cancellation.
 	ErrJobCancelled = errors.New("job cancelled")
 	// ErrNotHolder is returned when the token names a lease granted to
-	// another renderer than the caller.
+	// another renderer than the caller, or the caller never held a lease of
+	// the job.
 	ErrNotHolder = errors.New("lease is held by another renderer")
 	// ErrOutcomeMismatch is returned when a completion repeats an applied
 	// token with a different outcome.
@@ -56,11 +57,25 @@ type FenceError struct {
 	Err          error
 	CurrentToken uint64
 	CurrentPhase Phase
+	// NeverHeld says the caller never held a lease of the job: the job's
+	// state is none of its business, so CurrentToken and CurrentPhase are
+	// zero and the error says nothing of them.
+	NeverHeld bool
 }
 
 // Error implements error.
 func (e *FenceError) Error() string {
+	if e.NeverHeld {
+		return fmt.Sprintf("%v: the caller never held a lease of this job", e.Err)
+	}
 	return fmt.Sprintf("%v (current token %d, phase %s)", e.Err, e.CurrentToken, e.CurrentPhase)
+}
+
+// NeverHeld reports whether err is a fencing failure of a caller that never
+// held a lease of the job (FenceError.NeverHeld).
+func NeverHeld(err error) bool {
+	var fe *FenceError
+	return errors.As(err, &fe) && fe.NeverHeld
 }
 
 // Unwrap returns the sentinel.

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,22 +48,22 @@ func TestCheckLease(t *testing.T) {
 			wantErr: ErrLeaseExpired, want: fence{5, PhaseLeased},
 		},
 		{
-			name:  "The current token from another renderer is not the holder's",
+			name:  "The current token from a renderer that never held a lease of the job is not the holder's, and names nothing",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
 			token: 5, renderer: "r2", now: at(2 * time.Second),
-			wantErr: ErrNotHolder, want: fence{5, PhaseLeased},
+			wantErr: ErrNotHolder, want: fence{},
 		},
 		{
 			name:  "The current token from another renderer after the deadline is still not the holder's",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
 			token: 5, renderer: "r2", now: at(time.Hour),
-			wantErr: ErrNotHolder, want: fence{5, PhaseLeased},
+			wantErr: ErrNotHolder, want: fence{},
 		},
 		{
 			name:  "The current token from no renderer at all is not the holder's",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
 			token: 5, renderer: "", now: at(2 * time.Second),
-			wantErr: ErrNotHolder, want: fence{5, PhaseLeased},
+			wantErr: ErrNotHolder, want: fence{},
 		},
 		{
 			name:  "An older token is stale",
@@ -71,10 +72,16 @@ func TestCheckLease(t *testing.T) {
 			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
 		},
 		{
-			name:  "A token never granted for the job is stale from any renderer",
+			name:  "A token never granted for the job is stale from a renderer that held a lease of it",
+			job:   func(t testing.TB) Job { return leased(t, 5) },
+			token: 9, renderer: "r1", now: at(2 * time.Second),
+			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
+		},
+		{
+			name:  "A token never granted for the job from a renderer that never held a lease of it is not the holder's, and names nothing",
 			job:   func(t testing.TB) Job { return leased(t, 5) },
 			token: 9, renderer: "r2", now: at(2 * time.Second),
-			wantErr: ErrStaleLease, want: fence{5, PhaseLeased},
+			wantErr: ErrNotHolder, want: fence{},
 		},
 		{
 			name:  "The zero token is stale",
@@ -142,7 +149,7 @@ func TestCheckLease(t *testing.T) {
 			name:  "The revoked token from another renderer is not the caller's",
 			job:   cancelled,
 			token: 1, renderer: "r2", now: at(3 * time.Second),
-			wantErr: ErrNotHolder, want: fence{1, PhaseCancelled},
+			wantErr: ErrNotHolder, want: fence{},
 		},
 		{
 			name:  "Another token of a cancelled job is stale",
@@ -151,13 +158,13 @@ func TestCheckLease(t *testing.T) {
 			wantErr: ErrStaleLease, want: fence{1, PhaseCancelled},
 		},
 		{
-			name: "The zero token of a job cancelled while queued is stale, not cancelled",
+			name: "The zero token of a job cancelled while queued, never leased, is not the caller's, not cancelled",
 			job: func(t testing.TB) Job {
 				j, _, err := queued().Cancel("alice", "x", at(time.Second), false)
 				return mustJob(t)(j, err)
 			},
 			token: 0, renderer: "r1", now: at(3 * time.Second),
-			wantErr: ErrStaleLease, want: fence{0, PhaseCancelled},
+			wantErr: ErrNotHolder, want: fence{},
 		},
 		{
 			name:  "The token that succeeded is stale afterwards",
@@ -166,10 +173,10 @@ func TestCheckLease(t *testing.T) {
 			wantErr: ErrStaleLease, want: fence{1, PhaseSucceeded},
 		},
 		{
-			name:  "Any token of a queued job is stale",
+			name:  "Any token of a job never leased is not the caller's, and names nothing",
 			job:   func(testing.TB) Job { return queued() },
 			token: 1, renderer: "r1", now: at(3 * time.Second),
-			wantErr: ErrStaleLease, want: fence{0, PhaseQueued},
+			wantErr: ErrNotHolder, want: fence{},
 		},
 	}
 	for _, tt := range tests {
@@ -195,6 +202,12 @@ func TestCheckLease(t *testing.T) {
 			}
 			if got := (fence{fe.CurrentToken, fe.CurrentPhase}); got != tt.want {
 				t.Errorf("FenceError current = %+v, want %+v", got, tt.want)
+			}
+			if want := tt.want == (fence{}); fe.NeverHeld != want || NeverHeld(err) != want {
+				t.Errorf("FenceError.NeverHeld = %v, NeverHeld = %v; want %v", fe.NeverHeld, NeverHeld(err), want)
+			}
+			if fe.NeverHeld && strings.Contains(err.Error(), "token") {
+				t.Errorf("the refusal of a renderer that never held a lease says %q", err)
 			}
 			if !IsFence(err) {
 				t.Errorf("IsFence(%v) = false, want true", err)
@@ -359,11 +372,12 @@ func TestCompletionAtTheDeadlineIsRejectedAndLeavesTheLease(t *testing.T) {
 }
 
 // rejectStale sends a stale success completion for each token to j, which
-// must be leased under a larger token, and returns the record.
+// must be leased to r1 under a larger token, from r1, and returns the
+// record.
 func rejectStale(t *testing.T, j Job, now time.Time, tokens ...uint64) Job {
 	t.Helper()
 	for _, tok := range tokens {
-		next, _, err := j.Complete(successBy(tok, "old"), now, 0)
+		next, _, err := j.Complete(successBy(tok, "r1"), now, 0)
 		if !errors.Is(err, ErrStaleLease) {
 			t.Fatalf("completion with token %d = %v, want ErrStaleLease", tok, err)
 		}
@@ -396,19 +410,19 @@ func tokens(from, to uint64) []uint64 {
 func staleKeys(tokens ...uint64) []RejectionKey {
 	keys := make([]RejectionKey, len(tokens))
 	for i, tok := range tokens {
-		keys[i] = RejectionKey{Token: tok, Reason: "STALE_LEASE", Renderer: "old"}
+		keys[i] = RejectionKey{Token: tok, Reason: "STALE_LEASE", Renderer: "r1"}
 	}
 	return keys
 }
 
 func TestRejectionEventsAreCapped(t *testing.T) {
-	t.Run("Rejections past the cap are counted but not kept in the history", func(t *testing.T) {
+	t.Run("Rejections past the cap are not recorded", func(t *testing.T) {
 		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents+8)...)
 		if got := rejectionEvents(j.Events); got != MaxRejectionEvents {
 			t.Errorf("COMPLETION_REJECTED events = %d, want %d", got, MaxRejectionEvents)
 		}
-		if j.RejectedCompletions != MaxRejectionEvents+8 {
-			t.Errorf("RejectedCompletions = %d, want %d", j.RejectedCompletions, MaxRejectionEvents+8)
+		if j.RejectedCompletions != MaxRejectionEvents {
+			t.Errorf("RejectedCompletions = %d, want %d", j.RejectedCompletions, MaxRejectionEvents)
 		}
 		if diff := cmp.Diff(staleKeys(tokens(1, MaxRejectionEvents)...), j.Rejected); diff != "" {
 			t.Errorf("Rejected keeps the first %d of the cycle (-want +got):\n%s", MaxRejectionEvents, diff)
@@ -417,20 +431,18 @@ func TestRejectionEventsAreCapped(t *testing.T) {
 			t.Errorf("phase %v token %d after rejections, want LEASED 1000", j.Phase, j.Lease.Token)
 		}
 	})
-	t.Run("A repeated rejection past the cap is counted again and changes nothing else", func(t *testing.T) {
+	t.Run("A refusal past the cap, new or repeated, changes nothing and is not recorded", func(t *testing.T) {
 		// Repeats are recognised through Rejected, which keeps the first
-		// MaxRejectionEvents of a cycle; a refusal not kept there counts
-		// again (documented on Complete) while the history stays capped.
-		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents+1)...)
-		again := rejectStale(t, j, at(3*time.Second), MaxRejectionEvents+1)
-		want := clone(j)
-		want.RejectedCompletions++
-		want.UpdatedAt = at(3 * time.Second)
-		if diff := cmp.Diff(want, again); diff != "" {
-			t.Errorf("past the cap (-want +got):\n%s", diff)
-		}
-		if !RejectionRecorded(j, again) {
-			t.Error("RejectionRecorded = false past the cap, want true")
+		// MaxRejectionEvents of a cycle; past them nothing is recorded, so
+		// that no number of refused calls grows the record or the
+		// rejections listing (the writer counts them in a metric).
+		j := rejectStale(t, leased(t, 1000), at(2*time.Second), tokens(1, MaxRejectionEvents)...)
+		for _, tok := range []uint64{MaxRejectionEvents + 1, MaxRejectionEvents + 1, MaxRejectionEvents + 2} {
+			again := rejectStale(t, j, at(3*time.Second), tok)
+			assertUnchanged(t, again, j)
+			if RejectionRecorded(j, again) {
+				t.Errorf("RejectionRecorded = true past the cap (token %d), want false", tok)
+			}
 		}
 	})
 	t.Run("A repeat of a rejection kept within the cap is not counted again past it", func(t *testing.T) {
@@ -486,7 +498,7 @@ func TestCompletionFromAnotherRendererWithTheCurrentTokenIsRefused(t *testing.T)
 	impostor := successBy(1, "r2")
 	got, replayed, err := in.Complete(impostor, now, 0)
 
-	t.Run("It is refused NOT_LEASE_HOLDER naming the current lease", func(t *testing.T) {
+	t.Run("It is refused NOT_LEASE_HOLDER naming nothing of the job, which the impostor never held", func(t *testing.T) {
 		if !errors.Is(err, ErrNotHolder) || replayed {
 			t.Fatalf("Complete = (replayed %v, %v), want ErrNotHolder", replayed, err)
 		}
@@ -494,8 +506,8 @@ func TestCompletionFromAnotherRendererWithTheCurrentTokenIsRefused(t *testing.T)
 			t.Errorf("ReasonCode = %q, want NOT_LEASE_HOLDER", got)
 		}
 		var fe *FenceError
-		if !errors.As(err, &fe) || fe.CurrentToken != 1 || fe.CurrentPhase != PhaseLeased {
-			t.Errorf("refusal = %#v, want a *FenceError naming token 1 LEASED", err)
+		if !errors.As(err, &fe) || !fe.NeverHeld || fe.CurrentToken != 0 || fe.CurrentPhase != PhaseUnspecified {
+			t.Errorf("refusal = %#v, want a *FenceError that never held, naming no token or phase", err)
 		}
 	})
 	t.Run("It changes nothing but one recorded rejection", func(t *testing.T) {

@@ -117,9 +117,10 @@ func (k EventKind) String() string {
 	return eventNames[k]
 }
 
-// MaxRejectionEvents bounds how many rejected completions one job keeps in
-// its history per cycle; later ones are only counted (the rejections listing
-// has all).
+// MaxRejectionEvents bounds how many distinct rejected completions (token,
+// renderer, reason) one job records per cycle, in its history and in the
+// rejections listing; later ones change no record (the writer counts them
+// in a metric).
 const MaxRejectionEvents = 32
 
 // LeaseEndKind says how a lease ended.
@@ -281,7 +282,8 @@ type Job struct {
 	// EventSeq is the seq of the job's last event.
 	EventSeq uint32
 	Events   []Event
-	// RejectedCompletions counts every rejected completion recorded.
+	// RejectedCompletions counts every rejected completion recorded, at
+	// most MaxRejectionEvents per cycle.
 	RejectedCompletions uint32
 	// Rejected lists the (token, reason) rejections recorded in this
 	// cycle's history, at most MaxRejectionEvents.
@@ -313,6 +315,12 @@ func (j Job) withEvent(ev Event, now time.Time) Job {
 	j.Events = append(slices.Clip(j.Events), ev)
 	j.UpdatedAt = now
 	return j
+}
+
+// heldBy reports whether any lease of the job, in any cycle, was granted to
+// renderer.
+func (j Job) heldBy(renderer string) bool {
+	return slices.ContainsFunc(j.Leases, func(r LeaseRecord) bool { return r.Renderer == renderer })
 }
 
 // lease returns the record of the lease granted under token.

@@ -115,6 +115,11 @@ func (m *model) lastToken() uint64 {
 	return 0
 }
 
+// neverHeld reports whether renderer never held a lease of the job.
+func (m *model) neverHeld(renderer string) bool {
+	return !slices.ContainsFunc(m.leases, func(l LeaseRecord) bool { return l.Renderer == renderer })
+}
+
 // wantFence is the model's fencing verdict for token sent by renderer: nil
 // for the live lease's holder, else the sentinel in the documented order.
 func (m *model) wantFence(token uint64, renderer string) error {
@@ -123,6 +128,8 @@ func (m *model) wantFence(token uint64, renderer string) error {
 	switch {
 	case live && rec.Renderer == renderer && m.now.Before(m.deadline):
 		return nil
+	case m.neverHeld(renderer):
+		return ErrNotHolder
 	case known && rec.Renderer != renderer:
 		return ErrNotHolder
 	case m.j.Phase == PhaseCancelled && token != 0 && token == m.revoked:
@@ -135,14 +142,21 @@ func (m *model) wantFence(token uint64, renderer string) error {
 	return ErrStaleLease
 }
 
-// checkFence checks that err is the fencing error the model expects.
-func (m *model) checkFence(t *rapid.T, op string, err, want error) {
+// checkFence checks that err is the fencing error the model expects, naming
+// the job's state only to a renderer that held a lease of it.
+func (m *model) checkFence(t *rapid.T, op string, renderer string, err, want error) {
 	t.Helper()
 	var fe *FenceError
 	if !errors.Is(err, want) || !errors.As(err, &fe) {
 		t.Fatalf("%s = %v, want a *FenceError matching %v", op, err, want)
 	}
-	if fe.CurrentToken != m.lastToken() || fe.CurrentPhase != m.j.Phase {
+	if m.neverHeld(renderer) {
+		if !fe.NeverHeld || fe.CurrentToken != 0 || fe.CurrentPhase != PhaseUnspecified {
+			t.Fatalf("%s by %s, which never held a lease, = %+v; want NeverHeld and no state", op, renderer, fe)
+		}
+		return
+	}
+	if fe.NeverHeld || fe.CurrentToken != m.lastToken() || fe.CurrentPhase != m.j.Phase {
 		t.Fatalf("%s named token %d %v, want %d %v", op, fe.CurrentToken, fe.CurrentPhase, m.lastToken(), m.j.Phase)
 	}
 }
@@ -213,7 +227,7 @@ func (m *model) heartbeat(t *rapid.T) {
 	ttl := time.Duration(rapid.IntRange(1, 30).Draw(t, "ttlSeconds")) * time.Second
 	next, err := m.j.Heartbeat(token, renderer, m.now, ttl)
 	if want := m.wantFence(token, renderer); want != nil {
-		m.checkFence(t, "Heartbeat", err, want)
+		m.checkFence(t, "Heartbeat", renderer, err, want)
 		m.unchanged(t, "refused heartbeat", before, next)
 		return
 	}
@@ -251,7 +265,7 @@ func (m *model) handBack(t *rapid.T) {
 	renderer := m.anyRenderer(t, token)
 	next, err := m.j.HandBack(token, renderer, m.now, jitterGen.Draw(t, "jitter"))
 	if want := m.wantFence(token, renderer); want != nil {
-		m.checkFence(t, "HandBack", err, want)
+		m.checkFence(t, "HandBack", renderer, err, want)
 		m.unchanged(t, "refused hand-back", before, next)
 		return
 	}
@@ -482,20 +496,21 @@ func (m *model) completeWith(t *rapid.T, c Completion) {
 
 // rejectedCompletion checks a completion refused with want: one
 // COMPLETION_REJECTED event and one count the first time its (token,
-// reason) is refused in the cycle while fewer than MaxRejectionEvents are
-// kept, only a count past that, and nothing at all for a repeat.
+// renderer, reason) is refused in the cycle while fewer than
+// MaxRejectionEvents are kept, and nothing at all for a repeat or past
+// that.
 func (m *model) rejectedCompletion(t *rapid.T, c Completion, next Job, replayed bool, err, want error) {
 	t.Helper()
 	before := m.j
 	if replayed {
 		t.Fatal("a rejected completion reported replayed")
 	}
-	m.checkFence(t, "rejected Complete", err, want)
+	m.checkFence(t, "rejected Complete", c.Renderer, err, want)
 	key := RejectionKey{Token: c.Token, Reason: ReasonCode(want), Renderer: c.Renderer}
 	wantJob := clone(before)
 	switch {
-	case slices.Contains(m.rejected, key):
-	case len(m.rejected) < MaxRejectionEvents:
+	case slices.Contains(m.rejected, key), len(m.rejected) >= MaxRejectionEvents:
+	default:
 		m.rejected = append(m.rejected, key)
 		m.rejections++
 		wantJob.RejectedCompletions++
@@ -505,10 +520,6 @@ func (m *model) rejectedCompletion(t *rapid.T, c Completion, next Job, replayed 
 			Seq: before.EventSeq + 1, At: m.now, Kind: EventCompletionRejected, Phase: before.Phase,
 			Token: c.Token, Renderer: c.Renderer, Attempt: before.Attempt, Reason: key.Reason, Message: c.Outcome(),
 		})
-	default:
-		m.rejections++
-		wantJob.RejectedCompletions++
-		wantJob.UpdatedAt = m.now
 	}
 	if diff := cmp.Diff(wantJob, next); diff != "" {
 		t.Fatalf("record after the %s rejection of token %d by %s (-want +got):\n%s", key.Reason, c.Token, c.Renderer, diff)

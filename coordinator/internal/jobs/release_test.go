@@ -63,7 +63,7 @@ func TestRelease(t *testing.T) {
 		}{
 			{"wrong token", leased, 8, "r-1", ErrStaleLease},
 			{"another renderer", leased, 9, "r-2", ErrNotHolder},
-			{"queued job", queued, 9, "r-1", ErrStaleLease},
+			{"queued job, never leased", queued, 9, "r-1", ErrNotHolder},
 		} {
 			got, err := tc.job.Release(tc.token, tc.renderer, t0, ReleaseUndelivered)
 			if !errors.Is(err, tc.want) {
@@ -180,7 +180,8 @@ func TestHandBack(t *testing.T) {
 			{"An older token is stale", func(t testing.TB) Job { return leased(t, 5) }, 4, "r1", at(2 * time.Second), ErrStaleLease},
 			{"The current token at the deadline has expired", func(t testing.TB) Job { return leased(t, 1) }, 1, "r1", at(time.Second + testTTL), ErrLeaseExpired},
 			{"The revoked token of a cancelled job is cancelled", cancelled, 1, "r1", at(3 * time.Second), ErrJobCancelled},
-			{"Any token of a queued job is stale", func(testing.TB) Job { return queued() }, 1, "r1", at(2 * time.Second), ErrStaleLease},
+			{"Any token of a job never leased is not the caller's", func(testing.TB) Job { return queued() }, 1, "r1", at(2 * time.Second), ErrNotHolder},
+			{"A token of a queued job from its earlier holder is stale", func(t testing.TB) Job { return retryWaiting(t) }, 1, "r1", at(2 * time.Second), ErrStaleLease},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

@@ -33,18 +33,26 @@ func New(id, batch uint64, team string, doc Document, policy RetryPolicy, unsupp
 // CheckLease is the one fencing predicate. It returns nil only when j is
 // LEASED under exactly token, to renderer, and the lease deadline is after
 // now; otherwise a *FenceError wrapping ErrNotHolder (the token's lease was
-// granted to another renderer), ErrJobCancelled (the lease was revoked by a
-// cancellation), ErrLeaseExpired (its deadline passed) or ErrStaleLease
-// (anything else: a newer lease exists, the job moved on, or the token was
-// never granted for this job). Completion, heartbeat, hand-back, cancel
-// acknowledgement and artifact upload all decide through it, inside the
-// writer.
+// granted to another renderer, or renderer never held a lease of this job
+// in any cycle), ErrJobCancelled (the lease was revoked by a cancellation),
+// ErrLeaseExpired (its deadline passed) or ErrStaleLease (anything else: a
+// newer lease exists, the job moved on, or the token was never granted for
+// this job). Completion, heartbeat, hand-back, cancel acknowledgement and
+// artifact upload all decide through it, inside the writer.
+//
+// A renderer that never held a lease of the job gets ErrNotHolder whatever
+// the token and the job's state, with NeverHeld set and no current token or
+// phase, so that probing another team's job ids tells a renderer nothing of
+// them.
 func (j Job) CheckLease(token uint64, renderer string, now time.Time) error {
 	if j.Phase == PhaseLeased && j.Lease.Token == token && j.Lease.Renderer == renderer && now.Before(j.Lease.Deadline) {
 		return nil
 	}
 	if mutant(mutationFencing) && j.Phase == PhaseLeased {
 		return nil
+	}
+	if !j.heldBy(renderer) {
+		return &FenceError{Err: ErrNotHolder, NeverHeld: true}
 	}
 	fe := &FenceError{Err: ErrStaleLease, CurrentToken: j.LastToken(), CurrentPhase: j.Phase}
 	rec, known := j.lease(token)
@@ -195,12 +203,13 @@ func (c Completion) Outcome() string { return Outcome(c.Success, c.Digest, c.Cla
 // with another outcome is refused ErrOutcomeMismatch.
 //
 // A refused completion (a *FenceError) returns the record with one
-// COMPLETION_REJECTED event appended and nothing else changed, unless the
-// same token from the same renderer was already rejected for the same
-// reason in this cycle, in which case the record is returned unchanged; the caller persists the
-// record either way. The history keeps the first MaxRejectionEvents
-// rejections of a cycle: past that, every refusal is counted (and listed by
-// the caller) again.
+// COMPLETION_REJECTED event appended and nothing else changed, the first
+// time the same token from the same renderer is refused for the same reason
+// in this cycle, for at most MaxRejectionEvents such keys in a cycle; a
+// repeat, and any refusal past those, returns the record unchanged
+// (RejectionRecorded reports which), so that no number of refused calls
+// grows the record, its history or the caller's rejections listing past
+// the cap.
 // jitter in [0, 1) draws the backoff of a retryable failure.
 func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, replayed bool, err error) {
 	if rec, ok := j.lease(c.Token); ok && rec.Kind == LeaseCompleted && rec.Renderer == c.Renderer {
@@ -240,25 +249,23 @@ func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, re
 	}
 }
 
-// reject returns j with a COMPLETION_REJECTED event for c, once per token
-// and reason in a cycle, and the refusal.
+// reject returns j with a COMPLETION_REJECTED event for c, once per token,
+// renderer and reason in a cycle and for at most MaxRejectionEvents of them,
+// and the refusal.
 func (j Job) reject(c Completion, err error, now time.Time) (Job, bool, error) {
 	key := RejectionKey{Token: c.Token, Reason: ReasonCode(err), Renderer: c.Renderer}
-	if slices.Contains(j.Rejected, key) {
+	if len(j.Rejected) >= MaxRejectionEvents || slices.Contains(j.Rejected, key) {
 		return j, false, err
 	}
 	j.RejectedCompletions++
-	if len(j.Rejected) < MaxRejectionEvents {
-		j.Rejected = append(slices.Clip(j.Rejected), key)
-		j = j.withEvent(Event{Kind: EventCompletionRejected, Token: c.Token, Renderer: c.Renderer, Reason: key.Reason, Message: c.Outcome()}, now)
-	} else {
-		j.UpdatedAt = now
-	}
+	j.Rejected = append(slices.Clip(j.Rejected), key)
+	j = j.withEvent(Event{Kind: EventCompletionRejected, Token: c.Token, Renderer: c.Renderer, Reason: key.Reason, Message: c.Outcome()}, now)
 	return j, false, err
 }
 
 // RejectionRecorded reports whether Complete recorded c's refusal for the
-// first time, by comparing the record before and after.
+// first time, by comparing the record before and after: false for a repeat
+// and for a refusal past the cycle's MaxRejectionEvents.
 func RejectionRecorded(before, after Job) bool {
 	return after.RejectedCompletions != before.RejectedCompletions
 }

@@ -562,7 +562,7 @@ func refusals() []struct {
 		{"A heartbeat with a newer token is stale", func(t testing.TB) Job { return leased(t, 5) }, heartbeat(6, "r1", at(2*time.Second), testTTL), ErrStaleLease},
 		{"A heartbeat with the current token from another renderer is not the holder's", func(t testing.TB) Job { return leased(t, 5) }, heartbeat(5, "r2", at(2*time.Second), testTTL), ErrNotHolder},
 		{"A heartbeat at the deadline is too late", func(t testing.TB) Job { return leased(t, 1) }, heartbeat(1, "r1", at(time.Second+testTTL), testTTL), ErrLeaseExpired},
-		{"A heartbeat on a queued job is stale", func(testing.TB) Job { return queued() }, heartbeat(1, "r1", at(time.Second), testTTL), ErrStaleLease},
+		{"A heartbeat on a job never leased is not the caller's", func(testing.TB) Job { return queued() }, heartbeat(1, "r1", at(time.Second), testTTL), ErrNotHolder},
 		{"A heartbeat with the revoked token of a cancelled job is cancelled", cancelled, heartbeat(1, "r1", at(3*time.Second), testTTL), ErrJobCancelled},
 		{"A heartbeat of an expired lease after requeue is expired", func(t testing.TB) Job {
 			return mustJob(t)(mustJob(t)(leased(t, 1).Expire(at(20*time.Second), 0, true)).Requeue(at(20 * time.Second)))

@@ -3,7 +3,9 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"mime"
 	"path"
+	"slices"
 	"strings"
 	"time"
 )
@@ -299,4 +301,52 @@ func (f Formats) Unsupported(d Document) bool {
 	}
 	ext := strings.ToLower(path.Ext(d.Name))
 	return ext != "" && f[ext]
+}
+
+// ErrPreviewType is returned by PreviewMediaType for a media type that is
+// not one of the preview types.
+var ErrPreviewType = errors.New("preview media type not allowed")
+
+// PreviewTypes are the media types a preview may have: raster images,
+// which a browser shows and never runs. SVG, HTML and everything else are
+// refused, because the console serves a preview under its stored type on
+// its own origin.
+var PreviewTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// PreviewMediaType parses a preview's media type (RFC 2045, as
+// mime.ParseMediaType reads it) and returns it normalised: lower case,
+// without parameters, one of PreviewTypes. Anything else (a type that does
+// not parse, a list of types, a parameter that does not parse, a type
+// outside the list, more than 255 bytes) is an error wrapping
+// ErrPreviewType. Every path that stores a preview calls it, and the
+// console and GetArtifact judge a stored type with it, so a type stored by
+// an earlier release that would fail it is never served as an image.
+func PreviewMediaType(ct string) (string, error) {
+	if len(ct) > maxContentTypeBytes {
+		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrPreviewType, len(ct), maxContentTypeBytes)
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q is not one media type: %v", ErrPreviewType, ct, err)
+	}
+	if !slices.Contains(PreviewTypes, mt) {
+		return "", fmt.Errorf("%w: %s is not one of %s", ErrPreviewType, mt, strings.Join(PreviewTypes, ", "))
+	}
+	return mt, nil
+}
+
+// OpaquePreviewType is the media type a stored preview type that
+// PreviewMediaType refuses is reported and served as: bytes to download,
+// never to show.
+const OpaquePreviewType = "application/octet-stream"
+
+// ServedPreviewType returns the media type a stored preview is reported and
+// served under: its normalised type when PreviewMediaType accepts it, else
+// OpaquePreviewType. Every preview stored by this release passes; a type
+// stored by an earlier one may not.
+func ServedPreviewType(stored string) string {
+	if mt, err := PreviewMediaType(stored); err == nil {
+		return mt
+	}
+	return OpaquePreviewType
 }

@@ -456,3 +456,24 @@ func FuzzValidateBatch(f *testing.F) {
 		_ = NewFormats(DefaultUnsupported).Unsupported(ds[0].Document)
 	})
 }
+
+func TestPreviewMediaType(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"image/png": "image/png", "IMAGE/PNG": "image/png", " image/jpeg ": "image/jpeg",
+		"image/gif; x=y": "image/gif", "image/WebP": "image/webp",
+	} {
+		if got, err := PreviewMediaType(in); err != nil || got != want {
+			t.Errorf("PreviewMediaType(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "image/png,text/html", "image/png; charset=utf-8,text/html", "image/SVG+xml",
+		"text/html", "image/", "image/png;a", "image/bmp", "image/png" + strings.Repeat(" ", 256)} {
+		if got, err := PreviewMediaType(in); !errors.Is(err, ErrPreviewType) {
+			t.Errorf("PreviewMediaType(%q) = %q, %v; want ErrPreviewType", in, got, err)
+		}
+		if got := ServedPreviewType(in); got != OpaquePreviewType {
+			t.Errorf("ServedPreviewType(%q) = %q, want %q", in, got, OpaquePreviewType)
+		}
+	}
+}

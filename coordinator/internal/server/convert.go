@@ -200,12 +200,15 @@ func jobToProto(j jobs.Job, v view, withEvents bool) *leaseholdv1.Job {
 	return pj
 }
 
-// artifactToProto converts an artifact reference.
+// artifactToProto converts an artifact reference. Its media type is the
+// one the preview is served under (jobs.ServedPreviewType): a type outside
+// the preview types, stored by an earlier release, is reported as
+// application/octet-stream, so that no reader serves it as what it claims.
 func artifactToProto(a jobs.Artifact) *leaseholdv1.Artifact {
 	return &leaseholdv1.Artifact{
 		Digest:      a.Digest,
 		SizeBytes:   a.Size,
-		ContentType: a.ContentType,
+		ContentType: jobs.ServedPreviewType(a.ContentType),
 		Token:       a.Token,
 		RendererId:  a.Renderer,
 	}

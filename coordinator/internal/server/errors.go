@@ -62,6 +62,8 @@ const (
 	reasonMessageLimit          = "MESSAGE_LIMIT_TOO_SMALL"
 	reasonEmptyArtifact         = "EMPTY_ARTIFACT"
 	reasonUploadTimeout         = "UPLOAD_TIMEOUT"
+	reasonUploadInProgress      = "UPLOAD_IN_PROGRESS"
+	reasonUploadBudget          = "UPLOAD_BUDGET_EXHAUSTED"
 	reasonInvalidReason         = "INVALID_REASON"
 	reasonInvalidMessage        = "INVALID_MESSAGE"
 	reasonTooManyJobIDs         = "TOO_MANY_JOB_IDS"
@@ -171,6 +173,7 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	jobs.ErrRequestIDReused           INVALID_ARGUMENT REQUEST_ID_REUSED + BadRequest
 //	*jobs.ValidationError             INVALID_ARGUMENT <Reason> + BadRequest
 //	*jobs.FenceError                  ABORTED <ReasonCode> current_token, current_phase
+//	                                  (no metadata when the caller never held a lease of the job)
 //	jobs.ErrAlreadyTerminal           FAILED_PRECONDITION ALREADY_TERMINAL phase
 //	other *jobs.PhaseError            FAILED_PRECONDITION <ReasonCode> phase
 //	engine.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
@@ -234,9 +237,12 @@ func toStatus(log *slog.Logger, err error) error {
 		}
 		return newStatus(codes.InvalidArgument, ve.Reason, err.Error(), nil, br)
 	case errors.As(err, &fe):
-		meta := map[string]string{
-			"current_token": strconv.FormatUint(fe.CurrentToken, 10),
-			"current_phase": phaseName(fe.CurrentPhase),
+		var meta map[string]string
+		if !fe.NeverHeld {
+			meta = map[string]string{
+				"current_token": strconv.FormatUint(fe.CurrentToken, 10),
+				"current_phase": phaseName(fe.CurrentPhase),
+			}
 		}
 		return newStatus(codes.Aborted, jobs.ReasonCode(err), err.Error(), meta)
 	case errors.As(err, &pe):

@@ -380,7 +380,7 @@ func TestUploadArtifact(t *testing.T) {
 	}
 	meta := func(g *leaseholdv1.Grant, token uint64, expected string) *leaseholdv1.UploadArtifactRequest {
 		return &leaseholdv1.UploadArtifactRequest{Part: &leaseholdv1.UploadArtifactRequest_Metadata{Metadata: &leaseholdv1.ArtifactMetadata{
-			JobId: g.GetJobId(), Token: token, RendererId: "r-1", ExpectedSha256: expected}}}
+			JobId: g.GetJobId(), Token: token, RendererId: "r-1", ContentType: "image/png", ExpectedSha256: expected}}}
 	}
 	chunk := func(data []byte) *leaseholdv1.UploadArtifactRequest {
 		return &leaseholdv1.UploadArtifactRequest{Part: &leaseholdv1.UploadArtifactRequest_Chunk{Chunk: data}}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -195,6 +196,13 @@ func (s *JobServer) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobReq
 	if err != nil {
 		return nil, s.status(err)
 	}
+	// The writer's record carries only the events this cancel recorded;
+	// the reply carries the history up to them, as GetJob would have.
+	evs, err := s.e.Events(res.Job.ID, 0)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	res.Job.Events = slices.DeleteFunc(evs, func(ev jobs.Event) bool { return ev.Seq > res.Job.EventSeq })
 	resp := &leaseholdv1.CancelJobResponse{
 		Job:              jobToProto(res.Job, v, true),
 		AlreadyCancelled: res.Result == jobs.AlreadyCancelled,

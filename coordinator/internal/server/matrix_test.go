@@ -51,7 +51,7 @@ func matrixWorld(t *testing.T) (*testBundle, map[string]teamFixture) {
 		ctx := as(t, renderer)
 		s := grants[f.succeeded]
 		if _, err := b.rend.Complete(ctx, &leaseholdv1.CompleteRequest{JobId: s.GetJobId(), Token: s.GetLease().GetToken(), RendererId: "r-1",
-			Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("png of " + team)}}}); err != nil {
+			Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("png of " + team), ContentType: "image/png"}}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.rend.Complete(ctx, failure(grants[f.failed], leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT)); err != nil {
@@ -307,7 +307,7 @@ var matrixRPCs = []matrixRPC{
 	{name: "Complete", perTeam: true, want: byRole(func(c matrixCaller) bool { return c.renderer }),
 		call: func(ctx context.Context, t *testing.T, b *testBundle, f teamFixture) error {
 			_, err := b.rend.Complete(ctx, &leaseholdv1.CompleteRequest{JobId: f.leased, Token: f.token, RendererId: "r-1",
-				Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("png")}}})
+				Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("png"), ContentType: "image/png"}}})
 			return err
 		}},
 }

@@ -33,9 +33,6 @@ const (
 	maxLeasesPerCall   = 64
 	maxCapacity        = 4096
 	maxMessageBytes    = 4096
-	// maxContentTypeBytes bounds a preview's media type, as documents'
-	// are bounded at submission.
-	maxContentTypeBytes = 255
 	// replyOverheadBytes is what a reply costs besides its grants.
 	replyOverheadBytes = 1 << 10
 )
@@ -61,11 +58,19 @@ func checkRendererID(id string) error {
 	return nil
 }
 
-// checkContentType refuses a preview media type over maxContentTypeBytes
-// or that is not text (checkText): it is stored in the job's record, shown
-// with the job and served as the preview's Content-Type.
-func checkContentType(field, ct string) error {
-	return checkText(field, ct, maxContentTypeBytes, reasonInvalidContentType)
+// checkContentType refuses a preview media type that jobs.PreviewMediaType
+// refuses, and returns it normalised; an empty type is left for preview to
+// sniff from the bytes. The type is stored in the job's record, shown with
+// the job and served as the preview's Content-Type.
+func checkContentType(field, ct string) (string, error) {
+	if ct == "" {
+		return "", nil
+	}
+	mt, err := jobs.PreviewMediaType(ct)
+	if err != nil {
+		return "", invalidArg(field, reasonInvalidContentType, "%s: %v", field, err)
+	}
+	return mt, nil
 }
 
 // checkDigest refuses a preview digest that is neither empty nor a SHA-256
@@ -215,6 +220,64 @@ func leaseRefs(in []*leaseholdv1.LeaseRef, field string) ([]engine.LeaseRef, err
 	return out, nil
 }
 
+// leaseList is one list of lease references in a renderer's message: the
+// well-formed ones, for the writer, and an answer to each malformed one at
+// its position, so that one bad reference neither ends the stream nor
+// costs the leases beside it their extension.
+type leaseList struct {
+	refs []engine.LeaseRef
+	// invalid answers the malformed references by their index in the list.
+	invalid map[int]*leaseholdv1.LeaseStatus
+	n       int
+}
+
+// parseLeaseList converts a list of lease references, answering each
+// malformed job id LOST INVALID_ID.
+func parseLeaseList(in []*leaseholdv1.LeaseRef) leaseList {
+	l := leaseList{refs: make([]engine.LeaseRef, 0, len(in)), n: len(in)}
+	for i, r := range in {
+		id, err := parseJobID(r.GetJobId(), "job_id")
+		if err != nil {
+			if l.invalid == nil {
+				l.invalid = make(map[int]*leaseholdv1.LeaseStatus)
+			}
+			l.invalid[i] = &leaseholdv1.LeaseStatus{JobId: r.GetJobId(), Token: r.GetToken(),
+				State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: reasonInvalidID}
+			continue
+		}
+		l.refs = append(l.refs, engine.LeaseRef{Job: id, Token: r.GetToken()})
+	}
+	return l
+}
+
+// answers returns the list's answers in its order: the writer's statuses
+// of the well-formed references (one each, in order), the malformed ones'
+// in their places.
+func (l leaseList) answers(statuses []engine.LeaseStatus) []*leaseholdv1.LeaseStatus {
+	out := make([]*leaseholdv1.LeaseStatus, 0, l.n)
+	for i := range l.n {
+		if st, bad := l.invalid[i]; bad {
+			out = append(out, st)
+			continue
+		}
+		out = append(out, leaseStatusToProto(statuses[0]))
+		statuses = statuses[1:]
+	}
+	return out
+}
+
+// invalidAnswers returns the answers to the list's malformed references,
+// in order.
+func (l leaseList) invalidAnswers() []*leaseholdv1.LeaseStatus {
+	var out []*leaseholdv1.LeaseStatus
+	for i := range l.n {
+		if st, bad := l.invalid[i]; bad {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
 // Heartbeat implements RendererService.Heartbeat over a renderer session
 // with no credit: each request is one session message. A goroutine
 // receives; this one answers each request in order and forwards
@@ -286,25 +349,16 @@ func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1
 	if m.GetCapacity() > maxCapacity {
 		return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
 	}
-	in := engine.SessionInput{Capacity: int(m.GetCapacity())}
-	var err error
-	if in.Heartbeats, err = leaseRefs(m.GetLeases(), "leases"); err != nil {
-		return err
-	}
-	if in.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
-		return err
-	}
-	if in.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
-		return err
-	}
+	// A malformed reference is answered LOST INVALID_ID in its place (an
+	// acknowledgement has no answer and is dropped); the rest are applied.
+	leases, handBacks := parseLeaseList(m.GetLeases()), parseLeaseList(m.GetHandBacks())
+	in := engine.SessionInput{Capacity: int(m.GetCapacity()),
+		Heartbeats: leases.refs, Acks: parseLeaseList(m.GetCancelAcks()).refs, HandBacks: handBacks.refs}
 	res, err := s.e.Receive(ctx, conn, in)
 	if err != nil {
 		return err
 	}
-	resp := &leaseholdv1.HeartbeatResponse{}
-	for _, st := range append(res.Heartbeats, res.HandBacks...) {
-		resp.Leases = append(resp.Leases, leaseStatusToProto(st))
-	}
+	resp := &leaseholdv1.HeartbeatResponse{Leases: append(leases.answers(res.Heartbeats), handBacks.answers(res.HandBacks)...)}
 	return stream.Send(resp)
 }
 
@@ -363,14 +417,20 @@ func (c *core) streamEnd(err error) error {
 	return c.status(err)
 }
 
-// preview returns a preview's digest and media type, computed here, off the
-// writer goroutine; an empty type is sniffed from the bytes.
-func preview(content []byte, contentType string) *engine.Preview {
-	sum := sha256.Sum256(content)
+// preview returns a preview's digest and normalised media type, computed
+// here, off the writer goroutine; an empty type is sniffed from the bytes,
+// and a type outside jobs.PreviewTypes, given or sniffed, is refused
+// INVALID_CONTENT_TYPE on field.
+func preview(field string, content []byte, contentType string) (*engine.Preview, error) {
 	if contentType == "" {
 		contentType = http.DetectContentType(content)
 	}
-	return &engine.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: contentType, Content: content}
+	mt, err := checkContentType(field, contentType)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(content)
+	return &engine.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: mt, Content: content}, nil
 }
 
 // completion converts a completion's outcome, checking what the writer
@@ -394,10 +454,9 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		case len(content) > c.maxInline:
 			return req, invalidArg("success.content", reasonArtifactTooLarge, "an inline preview is at most %d bytes; upload larger ones with UploadArtifact", c.maxInline)
 		case len(content) > 0:
-			if err := checkContentType("success.content_type", success.GetContentType()); err != nil {
+			if req.Preview, err = preview("success.content_type", content, success.GetContentType()); err != nil {
 				return req, err
 			}
-			req.Preview = preview(content, success.GetContentType())
 			if req.Digest != "" && req.Digest != req.Preview.Digest {
 				return req, invalidArg("success.artifact_digest", reasonDigestMismatch, "the inline preview hashes to %s, not %s", req.Preview.Digest, req.Digest)
 			}

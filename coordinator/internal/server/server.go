@@ -93,7 +93,11 @@ type Config struct {
 	// MaxSessionMessageBytes is told to renderers as the largest
 	// SessionRequest accepted (default 16 MiB).
 	MaxSessionMessageBytes int
-	Logger                 *slog.Logger
+	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
+	// together (default DefaultMaxUploadBufferBytes, at least
+	// MaxArtifactBytes).
+	MaxUploadBufferBytes int64
+	Logger               *slog.Logger
 }
 
 // core is the state the services share.
@@ -107,6 +111,8 @@ type core struct {
 	// UploadTimeout); tests shorten them.
 	uploadIdle  time.Duration
 	uploadTotal time.Duration
+	// uploads are the uploads in progress and their bytes.
+	uploads *uploads
 	// closing is closed by Shutdown: long polls answer at once and
 	// long-lived streams end, so that a graceful stop does not wait on them.
 	closing   chan struct{}
@@ -141,6 +147,7 @@ func New(cfg Config) (*Services, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
+	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes))
 	return &Services{Jobs: &JobServer{core: c}, Renderers: &RendererServer{core: c}, Operators: &OperatorServer{core: c},
 		Overview: &OverviewServer{core: c}}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -135,6 +136,9 @@ type slot struct {
 type item struct {
 	in    engine.SessionInput
 	order []slot
+	// invalid answers the request's malformed heartbeat and hand-back
+	// references.
+	invalid []*leaseholdv1.LeaseStatus
 }
 
 func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) error {
@@ -143,11 +147,7 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 	items := make(chan item, sessionQueue)
 	recvErr := make(chan error, 1)
 	results := make(chan applied, 1)
-	firstItem, err := ss.convert(first)
-	if err != nil {
-		return ss.s.status(err)
-	}
-	items <- firstItem
+	items <- ss.convert(first)
 	go ss.receive(ctx, items, recvErr)
 	go ss.apply(ctx, items, results)
 	for {
@@ -197,16 +197,12 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 		if err == nil && m.GetHello() != nil {
 			err = invalidArg("hello", reasonMissingHello, "hello may be sent only in the first message")
 		}
-		var it item
-		if err == nil {
-			it, err = ss.convert(m)
-		}
 		if err != nil {
 			errC <- err
 			return
 		}
 		select {
-		case items <- it:
+		case items <- ss.convert(m):
 		case <-ctx.Done():
 			return
 		}
@@ -241,11 +237,12 @@ func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- 
 				break more
 			}
 		}
-		in, order := merge(batch)
+		in, order, invalid := merge(batch)
 		res, err := ss.s.e.Receive(ctx, ss.conn, in)
 		a := applied{err: err}
 		if err == nil {
 			a.resp = ss.answers(in, order, res)
+			a.resp.Leases = append(a.resp.Leases, invalid...)
 		}
 		select {
 		case results <- a:
@@ -259,10 +256,12 @@ func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- 
 }
 
 // merge joins requests into one input, keeping every list in order.
-func merge(batch []item) (engine.SessionInput, []slot) {
+func merge(batch []item) (engine.SessionInput, []slot, []*leaseholdv1.LeaseStatus) {
 	var in engine.SessionInput
 	var order []slot
+	var invalid []*leaseholdv1.LeaseStatus
 	for _, it := range batch {
+		invalid = append(invalid, it.invalid...)
 		in.Received = append(in.Received, it.in.Received...)
 		in.Heartbeats = append(in.Heartbeats, it.in.Heartbeats...)
 		in.HandBacks = append(in.HandBacks, it.in.HandBacks...)
@@ -278,7 +277,7 @@ func merge(batch []item) (engine.SessionInput, []slot) {
 			order = append(order, sl)
 		}
 	}
-	return in, order
+	return in, order, invalid
 }
 
 // answers builds the response to one applied command: every completion's
@@ -302,6 +301,10 @@ func (ss *session) answers(in engine.SessionInput, order []slot, res engine.Sess
 			st := status.Convert(ss.s.status(notFound(r.Err, reasonJobNotFound, "job %s not found", JobID(req.Job))))
 			out.Code, out.Reason, out.Message = int32(st.Code()), reasonOf(st), st.Message()
 		}
+		if jobs.NeverHeld(r.Err) {
+			// The job's state is none of this renderer's business.
+			out.Phase, out.CurrentToken = leaseholdv1.Phase_PHASE_UNSPECIFIED, 0
+		}
 		resp.Results = append(resp.Results, out)
 	}
 	for _, st := range append(res.Heartbeats, res.HandBacks...) {
@@ -310,24 +313,19 @@ func (ss *session) answers(in engine.SessionInput, order []slot, res engine.Sess
 	return resp
 }
 
-// convert turns a request into an engine input. A malformed lease reference
-// ends the stream; a completion the writer need not see (a bad id, a
-// missing outcome, a preview over the limit) is answered on its own.
-func (ss *session) convert(m *leaseholdv1.SessionRequest) (item, error) {
+// convert turns a request into an engine input. What the writer need not
+// see is answered on its own and the rest applied: a malformed heartbeat or
+// hand-back reference LOST INVALID_ID (after the writer's statuses), a
+// malformed receipt or acknowledgement dropped (they have no answer), a
+// completion with a bad id, a missing outcome or a preview over the limit
+// in its place among the results.
+func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
 	var it item
-	var err error
-	if it.in.Received, err = leaseRefs(m.GetReceived(), "received"); err != nil {
-		return it, err
-	}
-	if it.in.Heartbeats, err = leaseRefs(m.GetHeartbeats(), "heartbeats"); err != nil {
-		return it, err
-	}
-	if it.in.HandBacks, err = leaseRefs(m.GetHandBacks(), "hand_backs"); err != nil {
-		return it, err
-	}
-	if it.in.Acks, err = leaseRefs(m.GetCancelAcks(), "cancel_acks"); err != nil {
-		return it, err
-	}
+	heartbeats, handBacks := parseLeaseList(m.GetHeartbeats()), parseLeaseList(m.GetHandBacks())
+	it.in.Received = parseLeaseList(m.GetReceived()).refs
+	it.in.Heartbeats, it.in.HandBacks = heartbeats.refs, handBacks.refs
+	it.in.Acks = parseLeaseList(m.GetCancelAcks()).refs
+	it.invalid = append(heartbeats.invalidAnswers(), handBacks.invalidAnswers()...)
 	it.in.Credits = int(min(m.GetCredits(), maxCapacity))
 	it.in.Draining = m.GetDraining()
 	for _, c := range m.GetCompletions() {
@@ -341,7 +339,7 @@ func (ss *session) convert(m *leaseholdv1.SessionRequest) (item, error) {
 		it.order = append(it.order, slot{index: len(it.in.Completions)})
 		it.in.Completions = append(it.in.Completions, req)
 	}
-	return it, nil
+	return it
 }
 
 // send sends one response, stamped with the dispatch switch.

@@ -57,6 +57,7 @@ func (c *clock) Advance(d time.Duration) {
 // gRPC over bufconn with the authentication interceptors.
 type testBundle struct {
 	clock    *clock
+	st       *store.Store
 	eng      *engine.Engine
 	services *Services
 	conn     *grpc.ClientConn
@@ -128,6 +129,7 @@ func (b *testBundle) start(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.st = st
 	cfg := engine.Config{
 		Store:         st,
 		Now:           b.clock.Now,

@@ -16,6 +16,9 @@ import (
 // stored, under (job, token), where only that lease's completion can
 // reference it. The upload is bounded in bytes, in idle time between
 // messages and in total time, and ends when the coordinator shuts down.
+// One upload per lease runs at a time, and every upload's buffer is
+// charged to one budget (Config.MaxUploadBufferBytes); past either the
+// upload is refused RESOURCE_EXHAUSTED.
 func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_UploadArtifactServer) error {
 	ctx, cancel := context.WithTimeout(stream.Context(), s.uploadTotal)
 	defer cancel()
@@ -43,7 +46,9 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(err)
 	}
-	if err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
+	// A given media type is judged before a byte is read; an empty one is
+	// sniffed from the bytes and judged then.
+	if _, err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
 		return s.status(err)
 	}
 	if err := checkDigest("metadata.expected_sha256", md.GetExpectedSha256()); err != nil {
@@ -62,7 +67,11 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err := j.CheckLease(md.GetToken(), r.ID, time.Time{}); err != nil {
 		return s.status(err)
 	}
-	var content []byte
+	buf, err := s.uploads.begin(engine.LeaseRef{Job: id, Token: md.GetToken()})
+	if err != nil {
+		return s.status(err)
+	}
+	defer buf.end()
 	for {
 		m, err := s.nextUpload(ctx, msgs, errC)
 		if err == io.EOF {
@@ -75,15 +84,21 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 			return s.status(invalidArg("metadata", reasonMissingMetadata, "metadata may be sent only in the first message"))
 		}
 		chunk := m.GetChunk()
-		if int64(len(content)+len(chunk)) > s.maxBytes {
+		if int64(len(buf.content)+len(chunk)) > s.maxBytes {
 			return s.status(invalidArg("chunk", reasonArtifactTooLarge, "the artifact is larger than %d bytes", s.maxBytes))
 		}
-		content = append(content, chunk...)
+		if err := buf.add(chunk, s.maxBytes); err != nil {
+			return s.status(err)
+		}
 	}
+	content := buf.content
 	if len(content) == 0 {
 		return s.status(invalidArg("chunk", reasonEmptyArtifact, "the upload carried no bytes"))
 	}
-	pv := preview(content, md.GetContentType())
+	pv, err := preview("metadata.content_type", content, md.GetContentType())
+	if err != nil {
+		return s.status(err)
+	}
 	if want := md.GetExpectedSha256(); want != "" && want != pv.Digest {
 		return s.status(invalidArg("metadata.expected_sha256", reasonDigestMismatch, "the uploaded bytes hash to %s, not %s", pv.Digest, want))
 	}

@@ -494,7 +494,11 @@ type Lease struct {
 	Token      uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
 	RendererId string                 `protobuf:"bytes,2,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
 	GrantedAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
-	// The lease is lost when the writer's clock passes this instant.
+	// When the lease ends unless its holder heartbeats, on the wall clock:
+	// decided once at the grant, at each extension and when a restart gives
+	// the lease a fresh TTL, and unchanged by any other command. The writer
+	// judges expiry on its monotonic clock, so after a step of the wall clock
+	// the lease ends a TTL after the last extension, not at this instant.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// 1 for the first attempt of the current cycle.
 	Attempt       uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
@@ -571,8 +575,12 @@ func (x *Lease) GetAttempt() uint32 {
 type Artifact struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lowercase hex SHA-256 of the preview bytes; the artifact's address.
-	Digest      string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
-	SizeBytes   int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Digest    string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	SizeBytes int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The preview's media type as it is served: image/png, image/jpeg,
+	// image/gif or image/webp (lower case, no parameters; the only types a
+	// renderer may store), or application/octet-stream for any other type a
+	// store written by an earlier release holds.
 	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The fencing token of the lease whose completion set this reference.
 	Token         uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
@@ -903,11 +911,16 @@ type Job struct {
 	Cancellation *Cancellation          `protobuf:"bytes,15,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	// The history, oldest first. Rejected completions beyond the first 32 of a
-	// cycle are counted in rejected_completions but not kept here; the full
-	// list is in OperatorService.ListRejectedCompletions.
-	Events              []*JobEvent `protobuf:"bytes,18,rep,name=events,proto3" json:"events,omitempty"`
-	RejectedCompletions uint32      `protobuf:"varint,19,opt,name=rejected_completions,json=rejectedCompletions,proto3" json:"rejected_completions,omitempty"`
+	// The history, oldest first: whole wherever a Job is returned (GetJob,
+	// ListJobs unless omit_events, CancelJob), except in
+	// RendererService.Complete's reply, which leaves it out (empty) because
+	// completions are the hot path and reading the history would cost each a
+	// read of the store; GetJob has it. A cycle records at most 32 rejected
+	// completions (one per token, renderer and reason), here and in
+	// OperatorService.ListRejectedCompletions; later ones record nothing.
+	Events []*JobEvent `protobuf:"bytes,18,rep,name=events,proto3" json:"events,omitempty"`
+	// The rejected completions recorded, over all cycles.
+	RejectedCompletions uint32 `protobuf:"varint,19,opt,name=rejected_completions,json=rejectedCompletions,proto3" json:"rejected_completions,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }

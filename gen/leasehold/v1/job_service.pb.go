@@ -791,7 +791,8 @@ func (x *CancelJobRequest) GetReason() string {
 
 type CancelJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The job after this call, with its whole history.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// True when the job was already CANCELLED before this call.
 	AlreadyCancelled bool `protobuf:"varint,2,opt,name=already_cancelled,json=alreadyCancelled,proto3" json:"already_cancelled,omitempty"`
 	// For a job cancelled while LEASED: the renderer that may still be working

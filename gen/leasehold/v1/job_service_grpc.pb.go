@@ -168,7 +168,10 @@ type JobServiceClient interface {
 	// a batch never fails as a whole because some of its jobs had ended.
 	CancelBatch(ctx context.Context, in *CancelBatchRequest, opts ...grpc.CallOption) (*CancelBatchResponse, error)
 	// GetArtifact streams the preview of a SUCCEEDED job in chunks; the first
-	// message carries the artifact's metadata.
+	// message carries the artifact's metadata. Its content_type is one of the
+	// preview types (see Artifact.content_type), or application/octet-stream
+	// for a type outside them that an earlier release stored: serve the bytes
+	// under the type reported and they are never run as a page.
 	//
 	// Who: a submitter of the job's team only; operators are refused so that
 	// they never see document data.
@@ -422,7 +425,10 @@ type JobServiceServer interface {
 	// a batch never fails as a whole because some of its jobs had ended.
 	CancelBatch(context.Context, *CancelBatchRequest) (*CancelBatchResponse, error)
 	// GetArtifact streams the preview of a SUCCEEDED job in chunks; the first
-	// message carries the artifact's metadata.
+	// message carries the artifact's metadata. Its content_type is one of the
+	// preview types (see Artifact.content_type), or application/octet-stream
+	// for a type outside them that an earlier release stored: serve the bytes
+	// under the type reported and they are never run as a page.
 	//
 	// Who: a submitter of the job's team only; operators are refused so that
 	// they never see document data.

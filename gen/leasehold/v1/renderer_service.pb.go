@@ -441,13 +441,16 @@ type LeaseStatus struct {
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	State LeaseState             `protobuf:"varint,3,opt,name=state,proto3,enum=leasehold.v1.LeaseState" json:"state,omitempty"`
-	// For LOST: STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED, NOT_LEASE_HOLDER or
-	// JOB_NOT_FOUND; for a hand-back, HANDED_BACK.
+	// For LOST: STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED, NOT_LEASE_HOLDER,
+	// JOB_NOT_FOUND or INVALID_ID (job_id is not of the form j-<number>; it is
+	// echoed as sent); for a hand-back, HANDED_BACK.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// For HELD: the new deadline.
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	CurrentToken  uint64                 `protobuf:"varint,6,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
-	CurrentPhase  Phase                  `protobuf:"varint,7,opt,name=current_phase,json=currentPhase,proto3,enum=leasehold.v1.Phase" json:"current_phase,omitempty"`
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The job's current token and phase; unset for a renderer that never
+	// held a lease of the job.
+	CurrentToken  uint64 `protobuf:"varint,6,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
+	CurrentPhase  Phase  `protobuf:"varint,7,opt,name=current_phase,json=currentPhase,proto3,enum=leasehold.v1.Phase" json:"current_phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,8 +676,7 @@ type ArtifactMetadata struct {
 	JobId      string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Token      uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	RendererId string                 `protobuf:"bytes,3,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
-	// The preview's media type, at most 255 bytes of text (see JobService);
-	// sniffed from the bytes when empty.
+	// The preview's media type, as CompleteSuccess.content_type.
 	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// Optional: refuse the upload if the bytes hash to something else. A
 	// SHA-256 in lower-case hex (64 characters), or INVALID_DIGEST.
@@ -917,8 +919,13 @@ type CompleteSuccess struct {
 	// The preview itself, at most the coordinator's inline artifact limit
 	// (1 MiB by default; SessionWelcome.max_inline_artifact_bytes). Never empty.
 	Content []byte `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	// The preview's media type, at most 255 bytes of text (see JobService);
-	// sniffed from the bytes when empty.
+	// The preview's media type: one of image/png, image/jpeg, image/gif and
+	// image/webp (raster images, which a browser shows and never runs), read
+	// as RFC 2045 does, case-insensitive, parameters dropped; stored and
+	// served in that normalised form. When empty it is sniffed from the bytes
+	// and held to the same list. Anything else (a list of types, a type that
+	// does not parse, SVG, HTML) is INVALID_ARGUMENT INVALID_CONTENT_TYPE and
+	// stores nothing: the console serves a preview on its own origin.
 	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1032,7 +1039,10 @@ func (x *CompleteFailure) GetMessage() string {
 
 type CompleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The job after this completion, without its history (events is empty):
+	// a completion is the hot path, and the history would cost it a read of
+	// the store. GetJob returns the history.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// True when this completion had already been applied (a replay).
 	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1575,7 +1585,7 @@ type CompletionResult struct {
 	Reason  string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// The job's phase after this completion, and the token of its most recent
-	// lease.
+	// lease; unset for a renderer that never held a lease of the job.
 	Phase        Phase  `protobuf:"varint,6,opt,name=phase,proto3,enum=leasehold.v1.Phase" json:"phase,omitempty"`
 	CurrentToken uint64 `protobuf:"varint,7,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
 	// True when this completion had already been applied.

@@ -57,7 +57,10 @@ const (
 // (the token was granted to another renderer, whatever became of that
 // lease), and metadata
 // current_token and current_phase. ABORTED means: drop this work, it is not
-// yours any more.
+// yours any more. A renderer that never held a lease of the job, in any
+// cycle, is refused NOT_LEASE_HOLDER whatever the token, and told nothing of
+// the job: no metadata, and no current_token or current_phase in a
+// CompletionResult or LeaseStatus.
 //
 // Deadlines are kept on the coordinator's monotonic clock: a step of its
 // wall clock neither expires nor extends a lease. When the coordinator
@@ -125,6 +128,14 @@ type RendererServiceClient interface {
 	// attempt (a draining renderer gives back what it will not finish).
 	// The stream also tells the coordinator that the renderer and its capacity
 	// are alive; closing it removes the capacity.
+	//
+	// A malformed reference (a job_id that is not j-<number>) is answered on
+	// its own, LOST INVALID_ID in its place among the answers (one in
+	// cancel_acks, which has no answer, is dropped); the rest of the message
+	// is applied and the stream stays open, so one bad reference never costs
+	// the leases beside it their extension. Session treats its heartbeats,
+	// hand_backs, received and cancel_acks the same way, answering the
+	// malformed ones after the others in SessionResponse.leases.
 	Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -136,10 +147,22 @@ type RendererServiceClient interface {
 	// when it is stored. An upload that sends nothing for 10 s, or takes more
 	// than 2 minutes, is ended with DEADLINE_EXCEEDED UPLOAD_TIMEOUT; uploads
 	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
+	//
+	// One upload per lease runs at a time: another for the same lease while
+	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
+	// every upload in progress holds count against one budget of the
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
+	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
+	// holding part of the budget never wait on each other. Both are
+	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
+	// the same upload succeeds later; retry with backoff.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
 	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
-	// differs), INVALID_CONTENT_TYPE, INVALID_DIGEST; ABORTED (fencing, as
-	// Complete); NOT_FOUND JOB_NOT_FOUND.
+	// differs), INVALID_CONTENT_TYPE (see CompleteSuccess.content_type;
+	// judged before a byte is read when the type is given), INVALID_DIGEST;
+	// ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND;
+	// RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS, UPLOAD_BUDGET_EXHAUSTED.
 	UploadArtifact(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse], error)
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
@@ -152,9 +175,13 @@ type RendererServiceClient interface {
 	//
 	// Replaying any applied completion of the job (same token, same outcome,
 	// even after later attempts) answers OK with the job and changes nothing.
+	// The reply's job leaves out its history (see CompleteResponse.job).
 	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
 	// refused completion changes nothing about the job except a history
-	// event; it is recorded once in OperatorService.ListRejectedCompletions.
+	// event; it is recorded once (per token, renderer and reason) in
+	// OperatorService.ListRejectedCompletions, for at most 32 in a job's
+	// cycle. A repeat, and any refusal past those, records nothing and is
+	// counted in leasehold_rejected_completions_unrecorded_total.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
 	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
@@ -263,7 +290,10 @@ func (c *rendererServiceClient) Complete(ctx context.Context, in *CompleteReques
 // (the token was granted to another renderer, whatever became of that
 // lease), and metadata
 // current_token and current_phase. ABORTED means: drop this work, it is not
-// yours any more.
+// yours any more. A renderer that never held a lease of the job, in any
+// cycle, is refused NOT_LEASE_HOLDER whatever the token, and told nothing of
+// the job: no metadata, and no current_token or current_phase in a
+// CompletionResult or LeaseStatus.
 //
 // Deadlines are kept on the coordinator's monotonic clock: a step of its
 // wall clock neither expires nor extends a lease. When the coordinator
@@ -331,6 +361,14 @@ type RendererServiceServer interface {
 	// attempt (a draining renderer gives back what it will not finish).
 	// The stream also tells the coordinator that the renderer and its capacity
 	// are alive; closing it removes the capacity.
+	//
+	// A malformed reference (a job_id that is not j-<number>) is answered on
+	// its own, LOST INVALID_ID in its place among the answers (one in
+	// cancel_acks, which has no answer, is dropped); the rest of the message
+	// is applied and the stream stays open, so one bad reference never costs
+	// the leases beside it their extension. Session treats its heartbeats,
+	// hand_backs, received and cancel_acks the same way, answering the
+	// malformed ones after the others in SessionResponse.leases.
 	Heartbeat(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -342,10 +380,22 @@ type RendererServiceServer interface {
 	// when it is stored. An upload that sends nothing for 10 s, or takes more
 	// than 2 minutes, is ended with DEADLINE_EXCEEDED UPLOAD_TIMEOUT; uploads
 	// end UNAVAILABLE SHUTTING_DOWN when the coordinator stops.
+	//
+	// One upload per lease runs at a time: another for the same lease while
+	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
+	// every upload in progress holds count against one budget of the
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
+	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
+	// holding part of the budget never wait on each other. Both are
+	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
+	// the same upload succeeds later; retry with backoff.
 	// Errors: INVALID_ARGUMENT MISSING_METADATA, ARTIFACT_TOO_LARGE,
 	// EMPTY_ARTIFACT, DIGEST_MISMATCH (when expected_sha256 is set and
-	// differs), INVALID_CONTENT_TYPE, INVALID_DIGEST; ABORTED (fencing, as
-	// Complete); NOT_FOUND JOB_NOT_FOUND.
+	// differs), INVALID_CONTENT_TYPE (see CompleteSuccess.content_type;
+	// judged before a byte is read when the type is given), INVALID_DIGEST;
+	// ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND;
+	// RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS, UPLOAD_BUDGET_EXHAUSTED.
 	UploadArtifact(grpc.ClientStreamingServer[UploadArtifactRequest, UploadArtifactResponse]) error
 	// Complete reports the outcome of the attempt made under (job_id, token).
 	//
@@ -358,9 +408,13 @@ type RendererServiceServer interface {
 	//
 	// Replaying any applied completion of the job (same token, same outcome,
 	// even after later attempts) answers OK with the job and changes nothing.
+	// The reply's job leaves out its history (see CompleteResponse.job).
 	// The same token with a different outcome is ABORTED OUTCOME_MISMATCH. A
 	// refused completion changes nothing about the job except a history
-	// event; it is recorded once in OperatorService.ListRejectedCompletions.
+	// event; it is recorded once (per token, renderer and reason) in
+	// OperatorService.ListRejectedCompletions, for at most 32 in a job's
+	// cycle. A repeat, and any refusal past those, records nothing and is
+	// counted in leasehold_rejected_completions_unrecorded_total.
 	// Errors: ABORTED STALE_LEASE, LEASE_EXPIRED, JOB_CANCELLED,
 	// NOT_LEASE_HOLDER, OUTCOME_MISMATCH; INVALID_ARGUMENT MISSING_OUTCOME,
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
