@@ -69,6 +69,16 @@ func (ca *CA) Server(t testing.TB) tls.Certificate {
 	return ca.issue(t, "localhost", x509.ExtKeyUsageServerAuth)
 }
 
+// ServerFor issues a server certificate for the DNS names given and no IP
+// address, as a certificate for a Kubernetes Service's names is.
+func (ca *CA) ServerFor(t testing.TB, names ...string) tls.Certificate {
+	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("ServerFor needs at least one name")
+	}
+	return ca.issueFor(t, names[0], x509.ExtKeyUsageServerAuth, names, nil)
+}
+
 // Client issues a client certificate with common name name.
 func (ca *CA) Client(t testing.TB, name string) tls.Certificate {
 	t.Helper()
@@ -76,6 +86,14 @@ func (ca *CA) Client(t testing.TB, name string) tls.Certificate {
 }
 
 func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) tls.Certificate {
+	t.Helper()
+	if usage == x509.ExtKeyUsageServerAuth {
+		return ca.issueFor(t, name, usage, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback})
+	}
+	return ca.issueFor(t, name, usage, nil, nil)
+}
+
+func (ca *CA) issueFor(t testing.TB, name string, usage x509.ExtKeyUsage, dnsNames []string, ips []net.IP) tls.Certificate {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
@@ -85,10 +103,8 @@ func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) tls.Certi
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	if usage == x509.ExtKeyUsageServerAuth {
-		tmpl.DNSNames = []string{"localhost"}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		DNSNames:     dnsNames,
+		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -110,7 +126,17 @@ func (ca *CA) File(t testing.TB, dir string) string {
 // name-key.pem under dir and returns their paths.
 func WriteKeyPair(t testing.TB, dir, name string, cert tls.Certificate) (certFile, keyFile string) {
 	t.Helper()
-	var certPEM []byte
+	certPEM, keyPEM := KeyPairPEM(t, cert)
+	certFile = filepath.Join(dir, name+".pem")
+	keyFile = filepath.Join(dir, name+"-key.pem")
+	write(t, certFile, certPEM)
+	write(t, keyFile, keyPEM)
+	return certFile, keyFile
+}
+
+// KeyPairPEM returns cert's chain and its key (PKCS #8) in PEM.
+func KeyPairPEM(t testing.TB, cert tls.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
 	for _, der := range cert.Certificate {
 		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
 	}
@@ -118,11 +144,7 @@ func WriteKeyPair(t testing.TB, dir, name string, cert tls.Certificate) (certFil
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile = filepath.Join(dir, name+".pem")
-	keyFile = filepath.Join(dir, name+"-key.pem")
-	write(t, certFile, certPEM)
-	write(t, keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
-	return certFile, keyFile
+	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 }
 
 func write(t testing.TB, path string, data []byte) {
