@@ -5,6 +5,8 @@
 // fencing or authorization. It records every submit, watch and replay
 // request so that tests can assert what was sent, and it can break watch
 // streams and restart, as a coordinator does when it is redeployed.
+// StartCluster serves it as the replicas of a coordinator cluster on
+// loopback TCP, with real health servers and a leader that tests move.
 package fakeserver
 
 import (
