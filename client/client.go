@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/tracing"
 )
@@ -32,8 +33,11 @@ type Client struct {
 	// Overview is the OverviewService stub.
 	Overview leaseholdv1.OverviewServiceClient
 
-	conn   *grpc.ClientConn
-	limits BatchLimits
+	conn *grpc.ClientConn
+	// anyConn reaches every replica for stale reads (WithStaleReads with
+	// several addresses); nil otherwise.
+	anyConn *grpc.ClientConn
+	limits  BatchLimits
 }
 
 // DefaultMaxMessageBytes is the largest response the client accepts (gRPC's
@@ -50,6 +54,9 @@ type dialConfig struct {
 	tracer   trace.TracerProvider
 	limits   BatchLimits
 	dialOpts []grpc.DialOption
+	// failoverWait bounds the retries across a failover (WithFailoverWait).
+	failoverWait time.Duration
+	staleReads   bool
 }
 
 // WithToken sends "authorization: Bearer <token>" with every call. Dial
@@ -110,11 +117,22 @@ func WithBatchLimits(l BatchLimits) Option {
 	return func(c *dialConfig) { c.limits = l }
 }
 
-// Dial creates a client for the coordinator at addr ("host:port" or any
-// gRPC target). It does not wait for the connection: the first call does.
-// It fails only on a bad target, invalid options (negative batch limits,
-// WithTLS together with WithInsecurePlaintext), or a token that would go in
-// plaintext to another host (ErrPlaintextToken; see WithToken).
+// Dial creates a client for the coordinator at addr. It does not wait for
+// the connection: the first call does. It fails only on a bad address,
+// invalid options (negative batch limits or failover wait, WithTLS together
+// with WithInsecurePlaintext), or a token that would go in plaintext to
+// another host (ErrPlaintextToken; see WithToken).
+//
+// addr is one "host:port" or any gRPC target naming one server, dialled
+// as it always was; or, for a cluster, the replicas' "host:port"
+// addresses separated by commas ("a:7070,b:7070,c:7070"), or a dns:///
+// target resolving to all of them. The client then keeps a connection to
+// each replica and sends its calls to the one that reports itself the
+// leader (gRPC health checking on leasehold.v1.Leader), moving to the new
+// leader when leadership moves, and retries a call that a failover
+// interrupted (see WithFailoverWait). Over TLS each listed address is
+// verified against its own host, unless the tls.Config names a ServerName
+// for all of them; the bearer token rule holds for every address.
 //
 // The connection receives messages of up to DefaultMaxMessageBytes and
 // sends up to the larger of that and the largest batch the batch limits
@@ -123,14 +141,21 @@ func WithBatchLimits(l BatchLimits) Option {
 // resumes soon after a restart. Options from WithDialOptions come after
 // these defaults and can override them.
 func Dial(addr string, opts ...Option) (*Client, error) {
-	var cfg dialConfig
+	cfg := dialConfig{failoverWait: DefaultFailoverWait}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if err := cfg.limits.Validate(); err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}
-	dialOpts, err := cfg.security.DialOptions(addr)
+	if cfg.failoverWait < 0 {
+		return nil, fmt.Errorf("dialing coordinator %s: failover wait %v is negative", addr, cfg.failoverWait)
+	}
+	target, err := leaderdial.Parse(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dialing coordinator: %w", err)
+	}
+	dialOpts, err := cfg.security.DialOptions(target.Hosts()...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}
@@ -152,26 +177,44 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	if cfg.tracer != nil {
 		dialOpts = append(dialOpts, tracing.DialOption(cfg.tracer))
 	}
+	if target.Replicated() && cfg.failoverWait > 0 {
+		dialOpts = append(dialOpts, grpc.WithChainUnaryInterceptor(failoverInterceptor(cfg.failoverWait)))
+	}
 	dialOpts = append(dialOpts, cfg.dialOpts...)
-	conn, err := grpc.NewClient(addr, dialOpts...)
+	c := &Client{limits: cfg.limits}
+	c.conn, err = grpc.NewClient(target.DialTarget(), append(target.DialOptions(), dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}
-	return &Client{
-		Jobs:     leaseholdv1.NewJobServiceClient(conn),
-		Operator: leaseholdv1.NewOperatorServiceClient(conn),
-		Overview: leaseholdv1.NewOverviewServiceClient(conn),
-		conn:     conn,
-		limits:   cfg.limits,
-	}, nil
+	var cc grpc.ClientConnInterface = c.conn
+	if cfg.staleReads {
+		anyConn := c.conn
+		if target.Replicated() {
+			anyConn, err = grpc.NewClient(target.DialTarget(), append(target.AnyReplicaOptions(), dialOpts...)...)
+			if err != nil {
+				c.conn.Close()
+				return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
+			}
+			c.anyConn = anyConn
+		}
+		cc = staleRouter{leader: c.conn, any: anyConn}
+	}
+	c.Jobs = leaseholdv1.NewJobServiceClient(cc)
+	c.Operator = leaseholdv1.NewOperatorServiceClient(cc)
+	c.Overview = leaseholdv1.NewOverviewServiceClient(cc)
+	return c, nil
 }
 
-// Close closes the connection. Calls in flight fail with CANCELLED.
+// Close closes the connections. Calls in flight fail with CANCELLED.
 func (c *Client) Close() error {
 	if c.conn == nil {
 		return nil
 	}
-	return c.conn.Close()
+	err := c.conn.Close()
+	if c.anyConn != nil {
+		err = errors.Join(err, c.anyConn.Close())
+	}
+	return err
 }
 
 // GetJob returns a job with its history.

@@ -22,10 +22,47 @@
 //		fmt.Println(u.JobID, u.Phase)
 //	}
 //
+// # Against a cluster
+//
+// A replicated coordinator has one leader, which alone takes writes. Dial
+// every replica, comma-separated, or a dns:/// name that resolves to all
+// of them:
+//
+//	c, err := client.Dial("coord-0:7070,coord-1:7070,coord-2:7070", client.WithTLS(cfg))
+//
+// The client keeps a connection to each replica and sends calls only to
+// the one whose health entry leasehold.v1.Leader is SERVING (gRPC
+// client-side health checking); when leadership moves, calls follow it.
+// A unary call that the move interrupted is sent again, for up to
+// DefaultFailoverWait (WithFailoverWait), so that a failover is latency,
+// not an error; it is safe because every write is idempotent. What
+// surfaces:
+//
+//   - after the wait, the last failover error: ErrNotLeader (a replica
+//     refused the call as a follower; its Metadata may name leader_addr),
+//     ErrOutcomeUnknown (leadership was lost with the write proposed:
+//     sending it again is safe), or ErrUnavailable (no replica reported
+//     itself the leader);
+//   - at once, every other error, including ErrStorageFull and
+//     ErrStorageUnavailable;
+//   - for streams, which are never retried, the failover error that ended
+//     them; FollowBatch watches again by itself.
+//
+// Reads are served by the leader and linearizable. WithStaleReads lets
+// those a follower can answer from its own store go to any replica, which
+// keeps them working during an election at the price of possibly missing
+// the latest writes. A single address is dialled as it always was: no
+// health checking, no retries.
+//
+// # Transport security
+//
 // WithToken's bearer token goes without TLS only to a coordinator on
-// loopback: Dial refuses another host with ErrPlaintextToken unless WithTLS
-// (mutual TLS with a client certificate in its tls.Config) or, where the
-// network encrypts on its own, WithInsecurePlaintext. WithTracerProvider
+// loopback (every replica, for a cluster): Dial refuses another host with
+// ErrPlaintextToken unless WithTLS (mutual TLS with a client certificate
+// in its tls.Config) or, where the network encrypts on its own,
+// WithInsecurePlaintext. Over TLS each listed replica is verified against
+// its own host, unless the tls.Config's ServerName names one for all.
+// WithTracerProvider
 // traces the calls and sends their trace context, which the coordinator
 // hands on to the renderers of a submission's jobs.
 //

@@ -87,6 +87,16 @@ var (
 	ErrStorageUnavailable = errors.New("coordinator storage unavailable")
 	// ErrUploadTimeout is returned when an artifact upload stalled or ran too long (DEADLINE_EXCEEDED UPLOAD_TIMEOUT).
 	ErrUploadTimeout = errors.New("artifact upload timed out")
+	// ErrNotLeader is returned when the replica that took the call does not lead its cluster; the metadata may name the leader as leader_id and leader_addr (UNAVAILABLE NOT_LEADER).
+	ErrNotLeader = errors.New("coordinator is not the leader")
+	// ErrOutcomeUnknown is returned when leadership was lost with the write proposed, so that it may or may not have been applied; sending it again is safe (UNAVAILABLE OUTCOME_UNKNOWN).
+	ErrOutcomeUnknown = errors.New("write outcome unknown")
+)
+
+// Reasons of a replicated coordinator that the client acts on.
+const (
+	reasonNotLeader      = "NOT_LEADER"
+	reasonOutcomeUnknown = "OUTCOME_UNKNOWN"
 )
 
 // ErrDigestMismatch is returned by DownloadArtifact when the SHA-256 of the
@@ -135,6 +145,8 @@ var errorTable = []errorClass{
 	{codes.Unavailable, "STORAGE_FULL", ErrStorageFull},
 	{codes.Unavailable, "", ErrUnavailable},
 	{codes.Unavailable, "STORAGE_UNAVAILABLE", ErrStorageUnavailable},
+	{codes.Unavailable, reasonNotLeader, ErrNotLeader},
+	{codes.Unavailable, reasonOutcomeUnknown, ErrOutcomeUnknown},
 	{codes.Canceled, "", context.Canceled},
 	{codes.DeadlineExceeded, "", context.DeadlineExceeded},
 	{codes.DeadlineExceeded, "UPLOAD_TIMEOUT", ErrUploadTimeout},

@@ -40,7 +40,7 @@ func TestErrorMapping(t *testing.T) {
 		ErrSlowWatcher, ErrBatchTooLarge, ErrRequestIDReused, ErrStorageUnavailable,
 		ErrAlreadyExists, ErrNotLeaseHolder, ErrSessionReplaced, ErrRendererIDNotAllowed, ErrRendererIDInUse,
 		ErrTooManyStreams, ErrStorageFull, ErrMalformedRequest, ErrEmptyArtifact, ErrInvalidReason,
-		ErrTooManyJobIDs, ErrUploadTimeout,
+		ErrTooManyJobIDs, ErrUploadTimeout, ErrNotLeader, ErrOutcomeUnknown,
 		context.Canceled, context.DeadlineExceeded, ErrDigestMismatch,
 	}
 	tests := []struct {
@@ -82,6 +82,9 @@ func TestErrorMapping(t *testing.T) {
 		{"too many job ids is invalid argument", codes.InvalidArgument, "TOO_MANY_JOB_IDS", []error{ErrInvalidArgument, ErrTooManyJobIDs}},
 		{"too many streams is resource exhausted", codes.ResourceExhausted, "TOO_MANY_STREAMS", []error{ErrResourceExhausted, ErrTooManyStreams}},
 		{"storage full is unavailable", codes.Unavailable, "STORAGE_FULL", []error{ErrUnavailable, ErrStorageFull}},
+		{"not leader is unavailable", codes.Unavailable, "NOT_LEADER", []error{ErrUnavailable, ErrNotLeader}},
+		{"outcome unknown is unavailable", codes.Unavailable, "OUTCOME_UNKNOWN", []error{ErrUnavailable, ErrOutcomeUnknown}},
+		{"not leader under another code is only that code", codes.FailedPrecondition, "NOT_LEADER", []error{ErrFailedPrecondition}},
 		{"upload timeout is a deadline", codes.DeadlineExceeded, "UPLOAD_TIMEOUT", []error{context.DeadlineExceeded, ErrUploadTimeout}},
 		{"internal matches nothing", codes.Internal, "", nil},
 	}

@@ -56,7 +56,17 @@
 // for it to be ready, so the worker is back within about a second of the
 // coordinator's return. A session that breaks is reopened with backoff
 // (Config.BackoffMin to BackoffMax); ABORTED SESSION_REPLACED is reopened at
-// once. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
+// once.
+//
+// Given every replica of a coordinator cluster (Config.Coordinator), the
+// connection keeps a subchannel to each and a Session goes to the one
+// whose leasehold.v1.Leader health is SERVING. A leader that steps down
+// ends its sessions with UNAVAILABLE NOT_LEADER: the worker reopens at
+// once, the Session waits for the new leader's health, and its hello holds
+// the leases in progress, which the new leader keeps (it extends every
+// live lease when it takes over); completions left unanswered are sent
+// again. A NOT_LEADER again before a welcome is retried from 10 ms up to
+// BackoffMax apart. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
 // UNIMPLEMENTED end Run with an error. ALREADY_EXISTS RENDERER_ID_IN_USE is
 // logged as an error and retried from 1 s up to 30 s apart, without end: the
 // usual cause is this pod's previous process, whose session the coordinator
@@ -93,6 +103,7 @@
 //	renderer started     id= instance= coordinator= capacity=
 //	session started      instance= heartbeat_interval= lease_ttl= ...
 //	session ended        err= retry_in=
+//	coordinator not the leader  err= leader= retry_in=
 //	lease acquired       job= token= attempt= team=
 //	render done          job= token= digest= bytes=
 //	completed            job= token= outcome= phase= replayed= [class=]

@@ -352,7 +352,9 @@ func setup(t *testing.T, cfg renderer.Config, configure func(*fakeCoordinator)) 
 	cfg.Token = testToken
 	cfg.Logger = slog.New(captureHandler{events: b.logs})
 	cfg.RecordFile = b.record
-	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
+	}
 	cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 		return lis.DialContext(ctx)
 	})}

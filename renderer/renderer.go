@@ -12,7 +12,6 @@ import (
 	"math"
 	"os"
 	"regexp"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/tracing"
 	"github.com/leasehold/leasehold/renderer/mock"
@@ -78,6 +78,9 @@ const (
 	// refused with ALREADY_EXISTS RENDERER_ID_IN_USE.
 	idInUseBackoffMin = time.Second
 	idInUseBackoffMax = 30 * time.Second
+	// notLeaderBackoffMin is the least wait before a session refused with
+	// NOT_LEADER again before any welcome is reopened.
+	notLeaderBackoffMin = 10 * time.Millisecond
 	// inlineHeadroom is kept free in a request next to an inline preview,
 	// for the completion's other fields and the other items.
 	inlineHeadroom = 16 << 10
@@ -98,7 +101,13 @@ type Provider interface {
 // Config configures a Worker. Zero values take the defaults named on each
 // field.
 type Config struct {
-	// Coordinator is the coordinator's gRPC target, such as "127.0.0.1:7070".
+	// Coordinator is the coordinator's address: one gRPC target, such as
+	// "127.0.0.1:7070"; or, for a cluster, every replica's host:port
+	// separated by commas, or a dns:/// target resolving to all of them.
+	// With replicas the worker keeps a connection to each and opens its
+	// session on the one that reports itself the leader (health checking
+	// on leasehold.v1.Leader); over TLS each listed replica is verified
+	// against its own host unless TLS.ServerName names one for all.
 	Coordinator string
 	// ID names this renderer: 1 to 128 bytes of [A-Za-z0-9._-], allowed for
 	// Token's principal and used by one live process at a time.
@@ -169,6 +178,8 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	// target is Config.Coordinator, parsed.
+	target leaderdial.Target
 	// transport holds the dial options of the transport and the token.
 	transport []grpc.DialOption
 	// tracer starts the lease spans; nil when not tracing.
@@ -260,11 +271,15 @@ func New(cfg Config) (*Worker, error) {
 	case cfg.DrainTimeout < 0:
 		return nil, fmt.Errorf("renderer: drain timeout %v is negative", cfg.DrainTimeout)
 	}
+	target, err := leaderdial.Parse(cfg.Coordinator)
+	if err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
 	var creds credentials.TransportCredentials
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
-	transport, err := security.Client{Creds: creds, Token: cfg.Token, InsecurePlaintext: cfg.InsecurePlaintext}.DialOptions(cfg.Coordinator)
+	transport, err := security.Client{Creds: creds, Token: cfg.Token, InsecurePlaintext: cfg.InsecurePlaintext}.DialOptions(target.Hosts()...)
 	if err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
@@ -281,6 +296,7 @@ func New(cfg Config) (*Worker, error) {
 		leases:      make(map[leaseKey]*lease),
 		awaiting:    make(map[leaseKey]bool),
 		budget:      cfg.MaxRequestBytes,
+		target:      target,
 		transport:   transport,
 	}
 	if cfg.TracerProvider != nil {
@@ -314,7 +330,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.record = f
 		defer f.Close()
 	}
-	conn, err := grpc.NewClient(w.cfg.Coordinator, w.dialOptions()...)
+	conn, err := grpc.NewClient(w.target.DialTarget(), w.dialOptions()...)
 	if err != nil {
 		return fmt.Errorf("renderer: connecting to %s: %w", w.cfg.Coordinator, err)
 	}
@@ -341,13 +357,16 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // dialOptions returns the options of the worker's one connection: the
-// transport (TLS or plaintext) with the bearer token, reconnect tuned to
-// find a returning coordinator within about a second, the receive limit
-// declared in hello, tracing if configured, then Config.DialOptions.
+// leader-following resolver and service config of a replicated
+// coordinator, the transport (TLS or plaintext) with the bearer token,
+// reconnect tuned to find a returning coordinator within about a second,
+// the receive limit declared in hello, tracing if configured, then
+// Config.DialOptions.
 func (w *Worker) dialOptions() []grpc.DialOption {
 	bo := grpcbackoff.DefaultConfig
 	bo.BaseDelay, bo.MaxDelay = connectBaseDelay, connectMaxDelay
-	opts := append(slices.Clip(w.transport),
+	opts := append(w.target.DialOptions(), w.transport...)
+	opts = append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: minConnectTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(w.cfg.MaxReceiveBytes)),
 	)

@@ -33,6 +33,17 @@ func reasonOf(err error) string {
 	return st.Code().String()
 }
 
+// leaderAddr returns the leader's address that a NOT_LEADER refusal names
+// in its ErrorInfo metadata, or "" when it names none.
+func leaderAddr(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() != "" {
+			return info.GetMetadata()["leader_addr"]
+		}
+	}
+	return ""
+}
+
 // backoff is exponential backoff with jitter between min and max. It is not
 // safe for concurrent use.
 type backoff struct {

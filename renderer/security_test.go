@@ -26,6 +26,11 @@ func TestNewTransport(t *testing.T) {
 		{"a token in plaintext to another host, allowed", renderer.Config{Coordinator: "coordinator:7070", Token: "t", InsecurePlaintext: true}, false, false},
 		{"a token over TLS to another host", renderer.Config{Coordinator: "coordinator:7070", Token: "t", TLS: &tls.Config{}}, false, false},
 		{"TLS and insecure plaintext together", renderer.Config{Coordinator: "coordinator:7070", TLS: &tls.Config{}, InsecurePlaintext: true}, false, true},
+		{"a token in plaintext to replicas on loopback", renderer.Config{Coordinator: "127.0.0.1:7070,127.0.0.1:7071", Token: "t"}, false, false},
+		{"a token in plaintext to replicas, one on another host", renderer.Config{Coordinator: "127.0.0.1:7070,coordinator-2:7070", Token: "t"}, true, true},
+		{"a token in plaintext to a dns name", renderer.Config{Coordinator: "dns:///coordinator:7070", Token: "t"}, true, true},
+		{"a token over TLS to replicas on other hosts", renderer.Config{Coordinator: "c-0:7070,c-1:7070,c-2:7070", Token: "t", TLS: &tls.Config{}}, false, false},
+		{"a malformed replica list", renderer.Config{Coordinator: "c-0:7070,,c-1:7070", TLS: &tls.Config{}}, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 const (
 	reasonSessionReplaced = "SESSION_REPLACED"
 	reasonHandedBack      = "HANDED_BACK"
+	reasonNotLeader       = "NOT_LEADER"
 )
 
 // errNoWelcome reports a session whose first response carried no welcome.
@@ -56,10 +57,20 @@ type session struct {
 // session the coordinator has not yet seen die, and that resolves itself;
 // a genuine duplicate shows in the error log and in /readyz staying 503.
 // ABORTED SESSION_REPLACED (a newer session of this same process took over)
-// is reopened at once.
+// is reopened at once. So is UNAVAILABLE NOT_LEADER, the end of a session
+// whose coordinator stopped leading its cluster: the new session waits
+// for the channel to find the new leader, and holds the same leases. A
+// NOT_LEADER again before any welcome waits a short backoff, from 10 ms
+// doubling up to Config.BackoffMax: the channel may not have heard yet
+// that the replica it chose stopped leading, and a single address naming
+// a follower must not make the worker spin.
 func (w *Worker) sessionLoop() error {
 	bo := w.newBackoff()
 	inUse := &backoff{min: idInUseBackoffMin, max: idInUseBackoffMax}
+	// notLeader counts the NOT_LEADER answers since the last welcome, and
+	// leader paces those after the first.
+	notLeader := 0
+	leader := &backoff{min: notLeaderBackoffMin, max: max(w.cfg.BackoffMax, notLeaderBackoffMin)}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			w.metrics.reconnects.Inc()
@@ -71,6 +82,8 @@ func (w *Worker) sessionLoop() error {
 		if welcomed {
 			bo.reset()
 			inUse.reset()
+			leader.reset()
+			notLeader = 0
 		}
 		code, reason := status.Code(err), reasonOf(err)
 		var d time.Duration
@@ -83,6 +96,12 @@ func (w *Worker) sessionLoop() error {
 			w.log.Error("renderer id in use", "id", w.cfg.ID, "err", err, "retry_in", d)
 		case code == codes.Aborted && reason == reasonSessionReplaced:
 			w.log.Warn("session replaced", "err", err)
+		case code == codes.Unavailable && reason == reasonNotLeader:
+			if notLeader > 0 {
+				d = leader.next()
+			}
+			notLeader++
+			w.log.Warn("coordinator not the leader", "err", err, "leader", leaderAddr(err), "retry_in", d)
 		default:
 			d = bo.next()
 			w.log.Warn("session ended", "err", err, "retry_in", d)

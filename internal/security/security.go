@@ -14,8 +14,9 @@
 //     connection that turns out insecure (PerRPCCredentials with
 //     RequireTransportSecurity);
 //   - or in plaintext to a coordinator on this machine: a loopback address
-//     or a Unix socket. DialOptions refuses a plaintext target that names
-//     another host at once, and the plaintext transport it installs checks
+//     or a Unix socket, for every replica the client may reach. DialOptions
+//     refuses a plaintext target that names another host at once, and the
+//     plaintext transport it installs checks
 //     the address it actually connected to, so that a name that resolves
 //     elsewhere is refused at the handshake, before the token leaves;
 //   - or in plaintext anywhere when the caller says so explicitly
@@ -149,10 +150,12 @@ type Client struct {
 }
 
 // DialOptions returns the transport and per-call credentials that reach
-// target as c says, following the bearer token rule of the package
-// documentation. Its error wraps ErrPlaintextToken when target names a
-// host other than this one and neither Creds nor InsecurePlaintext is set.
-func (c Client) DialOptions(target string) ([]grpc.DialOption, error) {
+// the targets as c says, following the bearer token rule of the package
+// documentation: targets are every address the connection may reach (the
+// replicas of a cluster). Its error wraps ErrPlaintextToken when any of
+// them names a host other than this one and neither Creds nor
+// InsecurePlaintext is set.
+func (c Client) DialOptions(targets ...string) ([]grpc.DialOption, error) {
 	secure := c.Creds != nil && c.Creds.Info().SecurityProtocol != "insecure"
 	if c.Creds != nil && c.InsecurePlaintext {
 		return nil, errors.New("transport credentials and insecure plaintext exclude each other")
@@ -162,8 +165,10 @@ func (c Client) DialOptions(target string) ([]grpc.DialOption, error) {
 	case c.Creds != nil:
 		opts = append(opts, grpc.WithTransportCredentials(c.Creds))
 	case c.Token != "" && !c.InsecurePlaintext:
-		if host, remote := RemoteTarget(target); remote {
-			return nil, fmt.Errorf("%w: %s names host %s; configure TLS, or allow plaintext explicitly where the network encrypts", ErrPlaintextToken, target, host)
+		for _, target := range targets {
+			if host, remote := RemoteTarget(target); remote {
+				return nil, fmt.Errorf("%w: %s names host %s; configure TLS, or allow plaintext explicitly where the network encrypts", ErrPlaintextToken, target, host)
+			}
 		}
 		opts = append(opts, grpc.WithTransportCredentials(LoopbackOnly()))
 	default:

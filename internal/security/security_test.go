@@ -83,23 +83,26 @@ func TestDialOptions(t *testing.T) {
 	tlsCreds := credentials.NewTLS(&tls.Config{})
 	tests := []struct {
 		name    string
-		target  string
+		targets []string
 		c       security.Client
 		wantErr error
 	}{
-		{"a token in plaintext to loopback", "127.0.0.1:7070", security.Client{Token: "t"}, nil},
-		{"a token in plaintext to another host", "10.0.0.5:7070", security.Client{Token: "t"}, security.ErrPlaintextToken},
-		{"a token in plaintext to a name", "coordinator:7070", security.Client{Token: "t"}, security.ErrPlaintextToken},
-		{"a token in plaintext to another host, allowed", "10.0.0.5:7070", security.Client{Token: "t", InsecurePlaintext: true}, nil},
-		{"a token over TLS to another host", "10.0.0.5:7070", security.Client{Token: "t", Creds: tlsCreds}, nil},
-		{"no token in plaintext to another host", "10.0.0.5:7070", security.Client{}, nil},
-		{"TLS and insecure plaintext together", "10.0.0.5:7070", security.Client{Creds: tlsCreds, InsecurePlaintext: true}, errors.New("any")},
-		{"explicitly insecure credentials", "10.0.0.5:7070", security.Client{Token: "t", Creds: insecure.NewCredentials()}, nil},
+		{"a token in plaintext to loopback", []string{"127.0.0.1:7070"}, security.Client{Token: "t"}, nil},
+		{"a token in plaintext to another host", []string{"10.0.0.5:7070"}, security.Client{Token: "t"}, security.ErrPlaintextToken},
+		{"a token in plaintext to a name", []string{"coordinator:7070"}, security.Client{Token: "t"}, security.ErrPlaintextToken},
+		{"a token in plaintext to another host, allowed", []string{"10.0.0.5:7070"}, security.Client{Token: "t", InsecurePlaintext: true}, nil},
+		{"a token over TLS to another host", []string{"10.0.0.5:7070"}, security.Client{Token: "t", Creds: tlsCreds}, nil},
+		{"no token in plaintext to another host", []string{"10.0.0.5:7070"}, security.Client{}, nil},
+		{"TLS and insecure plaintext together", []string{"10.0.0.5:7070"}, security.Client{Creds: tlsCreds, InsecurePlaintext: true}, errors.New("any")},
+		{"explicitly insecure credentials", []string{"10.0.0.5:7070"}, security.Client{Token: "t", Creds: insecure.NewCredentials()}, nil},
+		{"a token in plaintext to replicas on loopback", []string{"127.0.0.1:7070", "localhost:7071", "[::1]:7072"}, security.Client{Token: "t"}, nil},
+		{"a token in plaintext to replicas, one on another host", []string{"127.0.0.1:7070", "10.0.0.5:7070", "127.0.0.1:7072"}, security.Client{Token: "t"}, security.ErrPlaintextToken},
+		{"a token over TLS to replicas on other hosts", []string{"10.0.0.5:7070", "10.0.0.6:7070"}, security.Client{Token: "t", Creds: tlsCreds}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			opts, err := tc.c.DialOptions(tc.target)
+			opts, err := tc.c.DialOptions(tc.targets...)
 			switch {
 			case tc.wantErr == nil && err != nil:
 				t.Errorf("DialOptions = %v, want no error", err)

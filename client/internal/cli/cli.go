@@ -24,6 +24,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 )
 
 // Exit statuses of the leasehold command.
@@ -318,7 +319,7 @@ func parseCommandLine(env Env, args []string) (inv invocation, code int, ok bool
 			printUsage(env.Stdout)
 			return inv, ExitOK, false
 		}
-		fmt.Fprintf(env.Stderr, "leasehold: %v\nOnly the global flags (--addr, --token, --tls*, --insecure-plaintext, -o, --timeout) may come before the command.\nRun 'leasehold help' for usage.\n", err)
+		fmt.Fprintf(env.Stderr, "leasehold: %v\nOnly the global flags (--addr, --token, --tls*, --insecure-plaintext, -o, --timeout, --stale) may come before the command.\nRun 'leasehold help' for usage.\n", err)
 		return inv, ExitUsage, false
 	}
 	args = pre.Args()
@@ -380,6 +381,9 @@ func dialFor(env Env, inv invocation, tp trace.TracerProvider) (*client.Client, 
 	if inv.g.Token != "" {
 		opts = append(opts, client.WithToken(inv.g.Token))
 	}
+	if inv.g.Stale {
+		opts = append(opts, client.WithStaleReads())
+	}
 	if tp != nil {
 		opts = append(opts, client.WithTracerProvider(tp))
 	}
@@ -421,6 +425,8 @@ type globalOpts struct {
 	Token   string
 	Output  string
 	Timeout time.Duration
+	// Stale lets reads be served by any replica (client.WithStaleReads).
+	Stale bool
 	// tr holds the transport flags (TLS).
 	tr transportOpts
 }
@@ -439,11 +445,12 @@ func newGlobalOpts(env Env) globalOpts {
 // defaults, so that flags parsed before the command stay in force unless
 // repeated after it.
 func (g *globalOpts) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.Addr, "addr", g.Addr, "coordinator `address` (env LEASEHOLD_ADDR)")
+	fs.StringVar(&g.Addr, "addr", g.Addr, "coordinator `address`: host:port, a cluster's replicas as host:port,host:port,..., or a gRPC target such as dns:///name:port (env LEASEHOLD_ADDR)")
 	fs.StringVar(&g.Token, "token", g.Token, "bearer `token` (env LEASEHOLD_TOKEN)")
 	fs.StringVar(&g.Output, "output", g.Output, "output `format`: table or json (one JSON object per line)")
 	fs.StringVar(&g.Output, "o", g.Output, "shorthand for --output")
 	fs.DurationVar(&g.Timeout, "timeout", g.Timeout, "give up after this `duration` (0: no limit)")
+	fs.BoolVar(&g.Stale, "stale", g.Stale, "let reads be served by any replica of a cluster, leader or not: they may miss the latest writes")
 	g.tr.register(fs)
 }
 
@@ -457,6 +464,9 @@ func (g *globalOpts) Validate() error {
 	}
 	if g.Addr == "" {
 		return usagef("--addr must not be empty")
+	}
+	if _, err := leaderdial.Parse(g.Addr); err != nil {
+		return usagef("--addr: %v", err)
 	}
 	return g.tr.Validate()
 }
@@ -508,7 +518,9 @@ commands:
 
 const usageFooter = `
 global flags (before or after the command):
-  --addr ADDR        coordinator address (env LEASEHOLD_ADDR, default ` + DefaultAddr + `)
+  --addr ADDR        coordinator address (env LEASEHOLD_ADDR, default ` + DefaultAddr + `); for a cluster, every
+                     replica as host:port,host:port,... or a dns:///name:port target: calls go to the leader
+  --stale            reads may be served by any replica, leader or not, and miss the latest writes
   --token TOKEN      bearer token (env LEASEHOLD_TOKEN)
   -o, --output FMT   table (default) or json: one JSON object per line, snake_case field names
   --timeout DUR      give up after DUR, e.g. 30s (default: no limit)

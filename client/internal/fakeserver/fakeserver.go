@@ -5,6 +5,8 @@
 // fencing or authorization. It records every submit, watch and replay
 // request so that tests can assert what was sent, and it can break watch
 // streams and restart, as a coordinator does when it is redeployed.
+// StartCluster serves it as the replicas of a coordinator cluster on
+// loopback TCP, with real health servers and a leader that tests move.
 package fakeserver
 
 import (
@@ -196,24 +198,7 @@ func (e *Endpoint) Start() {
 	if e.lis != nil {
 		return
 	}
-	s := e.s
-	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			s.recordAuth(ctx)
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			s.recordAuth(ss.Context())
-			return h(srv, ss)
-		}),
-	}
-	if s.MaxRecvMsgSize > 0 {
-		opts = append(opts, grpc.MaxRecvMsgSize(s.MaxRecvMsgSize))
-	}
-	srv := grpc.NewServer(opts...)
-	leaseholdv1.RegisterJobServiceServer(srv, s)
-	leaseholdv1.RegisterOperatorServiceServer(srv, s)
-	leaseholdv1.RegisterOverviewServiceServer(srv, s)
+	srv := e.s.newGRPCServer()
 	lis := bufconn.Listen(1 << 20)
 	done := make(chan struct{})
 	go func() {
@@ -221,6 +206,34 @@ func (e *Endpoint) Start() {
 		_ = srv.Serve(lis)
 	}()
 	e.lis, e.srv, e.done = lis, srv, done
+}
+
+// newGRPCServer returns a gRPC server with the fake's services, which
+// records every call's authorization and enforces MaxRecvMsgSize; opts come
+// after, and their interceptors run after the recording one.
+func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	base := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if !healthMethod(info.FullMethod) {
+				s.recordAuth(ctx)
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if !healthMethod(info.FullMethod) {
+				s.recordAuth(ss.Context())
+			}
+			return h(srv, ss)
+		}),
+	}
+	if s.MaxRecvMsgSize > 0 {
+		base = append(base, grpc.MaxRecvMsgSize(s.MaxRecvMsgSize))
+	}
+	srv := grpc.NewServer(append(base, opts...)...)
+	leaseholdv1.RegisterJobServiceServer(srv, s)
+	leaseholdv1.RegisterOperatorServiceServer(srv, s)
+	leaseholdv1.RegisterOverviewServiceServer(srv, s)
+	return srv
 }
 
 // Stop ends every connection and call and waits for the server to stop; it
@@ -235,6 +248,12 @@ func (e *Endpoint) Stop() {
 	}
 	srv.Stop()
 	<-done
+}
+
+// healthMethod reports whether method belongs to the health service, whose
+// calls (a cluster's health checks) are not the fake's.
+func healthMethod(method string) bool {
+	return strings.HasPrefix(method, "/grpc.health.v1.Health/")
 }
 
 func (s *Server) recordAuth(ctx context.Context) {

@@ -108,7 +108,7 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool), stderr io.W
 	fs.SetOutput(stderr)
 	e := &envReader{lookup: lookupEnv}
 	env, envDur, envUint, envNum := e.str, e.dur, e.uint, e.num
-	coordinator := fs.String("coordinator", env("LEASEHOLD_COORDINATOR", "127.0.0.1:7070"), "coordinator gRPC address (LEASEHOLD_COORDINATOR)")
+	coordinator := fs.String("coordinator", env("LEASEHOLD_COORDINATOR", "127.0.0.1:7070"), "coordinator gRPC address; for a cluster, every replica as host:port,host:port,... or a dns:///name:port target, and the session follows the leader (LEASEHOLD_COORDINATOR)")
 	id := fs.String("id", env("LEASEHOLD_RENDERER_ID", defaultID()), "renderer id, allowed for the token and used by one process at a time (LEASEHOLD_RENDERER_ID)")
 	token := fs.String("token", env("LEASEHOLD_RENDERER_TOKEN", defaultToken), "bearer token of a principal with the renderer role (LEASEHOLD_RENDERER_TOKEN; LEASEHOLD_TOKEN is not read)")
 	capacity := fs.Int("capacity", int(envUint("LEASEHOLD_CAPACITY", renderer.DefaultCapacity)), fmt.Sprintf("leases held at most at once, 1 to %d (LEASEHOLD_CAPACITY)", renderer.MaxCapacity))
@@ -131,7 +131,7 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool), stderr io.W
 	tlsCA := fs.String("tls-ca", env("LEASEHOLD_TLS_CA", ""), "PEM CA certificates that verify the coordinator (LEASEHOLD_TLS_CA)")
 	tlsCert := fs.String("tls-cert", env("LEASEHOLD_TLS_CERT", ""), "PEM client certificate, for a coordinator that requires mutual TLS (LEASEHOLD_TLS_CERT)")
 	tlsKey := fs.String("tls-key", env("LEASEHOLD_TLS_KEY", ""), "PEM private key of --tls-cert (LEASEHOLD_TLS_KEY)")
-	tlsServerName := fs.String("tls-server-name", env("LEASEHOLD_TLS_SERVER_NAME", ""), "name the coordinator's certificate must carry, if not the host of --coordinator (LEASEHOLD_TLS_SERVER_NAME)")
+	tlsServerName := fs.String("tls-server-name", env("LEASEHOLD_TLS_SERVER_NAME", ""), "name the coordinator's certificate must carry, if not the host of --coordinator (of each replica listed) (LEASEHOLD_TLS_SERVER_NAME)")
 	insecurePlaintext := fs.Bool("insecure-plaintext", envBool(e, "LEASEHOLD_INSECURE_PLAINTEXT"), "send the token without TLS to a coordinator not on loopback; only where the network itself encrypts, such as a service mesh (LEASEHOLD_INSECURE_PLAINTEXT)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
