@@ -468,3 +468,24 @@ func (s *Set) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 func (s *Set) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(s.AuthFunc), needsAuth)
 }
+
+// The authorization predicates: every handler enforces these rules, and the
+// console asks them to decide what to offer.
+
+// CanSee reports whether p may see and act on team's jobs and batches
+// (read, cancel): a submitter of the team, or an operator whose scope
+// covers it.
+func (p Principal) CanSee(team string) bool { return p.SubmitterOf(team) || p.InScope(team) }
+
+// CanOperate reports whether p holds the operator role, which
+// OperatorService requires (rejections, replay, audit).
+func (p Principal) CanOperate() bool { return p.Can(RoleOperator) }
+
+// CanPause reports whether p may pause and resume dispatch: an operator
+// whose scope is every team, as PauseDispatch and ResumeDispatch require.
+func (p Principal) CanPause() bool { return p.AllScope() }
+
+// CanReadArtifact reports whether p may read the previews of team's jobs:
+// only a submitter of the team, as GetArtifact requires; operators never
+// see document data.
+func (p Principal) CanReadArtifact(team string) bool { return p.SubmitterOf(team) }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -134,8 +133,8 @@ func (c *Console) job(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	j := resp.GetJob()
-	v := jobView{J: j, Preview: j.GetPhase() == leaseholdv1.Phase_PHASE_SUCCEEDED && server.CanReadArtifact(r.sess.principal, j.GetTeam())}
-	if server.CanOperate(r.sess.principal) {
+	v := jobView{J: j, Preview: j.GetPhase() == leaseholdv1.Phase_PHASE_SUCCEEDED && r.sess.principal.CanReadArtifact(j.GetTeam())}
+	if r.sess.principal.CanOperate() {
 		rej, err := c.svc.Operators.ListRejectedCompletions(r.ctx, &leaseholdv1.ListRejectedCompletionsRequest{JobId: j.GetId(), PageSize: 100})
 		if err != nil {
 			return err

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -85,7 +84,7 @@ func whoOf(sess *session) *whoView {
 		scope = strings.TrimPrefix(scope+", team "+p.Team, ", ")
 	}
 	return &whoView{Name: p.Name, Roles: strings.Join(roles, ", "), Scope: scope, CSRF: sess.csrf,
-		Operates: server.CanOperate(p), Pauses: server.CanPause(p)}
+		Operates: p.CanOperate(), Pauses: p.CanPause()}
 }
 
 // titles are the pages' titles.

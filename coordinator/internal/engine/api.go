@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // Errors that say a command was not applied for reasons outside the state
@@ -22,6 +21,9 @@ var (
 	ErrStorageFull = errors.New("storage full; writer stopped")
 	// ErrNotFound is returned when a job or batch does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrArtifactNotFound is returned when a succeeded job's preview is
+	// missing from the store.
+	ErrArtifactNotFound = errors.New("preview not found")
 	// ErrRendererInUse is returned when a renderer id already has a live
 	// session or stream of another process.
 	ErrRendererInUse = errors.New("renderer id is in use by another connection")
@@ -336,7 +338,7 @@ type BatchPage struct {
 // BatchView is a batch with its job counts per phase.
 type BatchView struct {
 	Batch  jobs.Batch
-	Counts store.Counts
+	Counts jobs.Counts
 	Done   bool
 }
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // Submit stores a batch, all or nothing. The batch is validated against the
@@ -150,7 +149,7 @@ func (c *submitCmd) apply(g *group) error {
 	if err := tx.PutBatch(b); err != nil {
 		return err
 	}
-	var counts store.Counts
+	var counts jobs.Counts
 	for i, doc := range c.docs {
 		j := jobs.New(first+uint64(i), batchID, b.Team, doc, c.policy, e.cfg.Unsupported.Unsupported(doc), g.now)
 		content := c.req.Docs[i].Content

@@ -185,7 +185,7 @@ type Engine struct {
 	leaseQ     timerHeap
 	retryAt    map[uint64]time.Duration
 	retryQ     timerHeap
-	teamCounts map[string]*store.Counts
+	teamCounts map[string]*jobs.Counts
 	renderers  map[string]*rendererState
 	conns      connSet
 	// rings are each team's per-minute figures for the overview.
@@ -252,7 +252,7 @@ func New(cfg Config) (*Engine, error) {
 		sched:      dispatch.New(cfg.Dispatch),
 		leases:     make(map[uint64]*leaseEntry),
 		retryAt:    make(map[uint64]time.Duration),
-		teamCounts: make(map[string]*store.Counts),
+		teamCounts: make(map[string]*jobs.Counts),
 		renderers:  make(map[string]*rendererState),
 		rings:      make(map[string]*minuteRing),
 		conns:      newConnSet(),
@@ -286,7 +286,7 @@ func (e *Engine) rebuild(wall time.Time, extend time.Duration) error {
 			return err
 		}
 		e.dispatchSt = ds
-		if err := tx.ForEachTeamCounts(func(team string, c store.Counts) error {
+		if err := tx.ForEachTeamCounts(func(team string, c jobs.Counts) error {
 			e.teamCounts[team] = &c
 			return nil
 		}); err != nil {

@@ -321,7 +321,7 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Artifact: %v", err)
 		}
-		want := store.Artifact{Digest: "d1", ContentType: "image/png", Content: preview("d1").Content, Renderer: "r-1"}
+		want := Preview{Digest: "d1", ContentType: "image/png", Content: preview("d1").Content}
 		if diff := cmp.Diff(want, art); diff != "" {
 			t.Errorf("stored preview (-want +got):\n%s", diff)
 		}
@@ -329,7 +329,7 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(store.Counts{jobs.PhaseQueued: 1, jobs.PhaseSucceeded: 1}, v.Counts); diff != "" || v.Done {
+		if diff := cmp.Diff(jobs.Counts{jobs.PhaseQueued: 1, jobs.PhaseSucceeded: 1}, v.Counts); diff != "" || v.Done {
 			t.Fatalf("counts (-want +got):\n%s done=%v", diff, v.Done)
 		}
 	})
@@ -342,7 +342,7 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.Replayed || res.Batch.Batch.ID != first.ID || res.Batch.Counts != (store.Counts{jobs.PhaseQueued: 1}) {
+		if !res.Replayed || res.Batch.Batch.ID != first.ID || res.Batch.Counts != (jobs.Counts{jobs.PhaseQueued: 1}) {
 			t.Fatalf("second submit = %+v, want replay of batch %d with its counts", res, first.ID)
 		}
 		_, err = b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("other.pdf")})
@@ -559,7 +559,7 @@ func TestAtomicAcceptance(t *testing.T) {
 		t.Fatalf("after restart jobs = %d, want only the acknowledged batch's 2", len(all))
 	}
 	v, err := b.e.Batch(acked.ID)
-	if err != nil || v.Counts != (store.Counts{jobs.PhaseQueued: 2}) {
+	if err != nil || v.Counts != (jobs.Counts{jobs.PhaseQueued: 2}) {
 		t.Fatalf("acknowledged batch after restart = %+v, %v; want 2 QUEUED", v.Counts, err)
 	}
 	if got := len(b.acquire(t, "r", 4)); got != 2 {

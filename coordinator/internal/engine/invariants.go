@@ -56,13 +56,13 @@ func (e *Engine) indexProblems(tx *store.Tx, now time.Time, mono time.Duration, 
 		}
 		return armedSet[timerItem{at: at, job: id, token: token}]
 	}
-	counts := map[string]*store.Counts{}
+	counts := map[string]*jobs.Counts{}
 	checkJob := func(j jobs.Job) {
 		if visit != nil {
 			visit(tx, j)
 		}
 		if counts[j.Team] == nil {
-			counts[j.Team] = &store.Counts{}
+			counts[j.Team] = &jobs.Counts{}
 		}
 		counts[j.Team][j.Phase]++
 		le, inLeases := e.leases[j.ID]
@@ -125,8 +125,8 @@ func (e *Engine) indexProblems(tx *store.Tx, now time.Time, mono time.Duration, 
 			checkJob(j)
 		}
 		// The totals come from the counts the store keeps.
-		counts = map[string]*store.Counts{}
-		err = errors.Join(err, tx.ForEachTeamCounts(func(team string, c store.Counts) error {
+		counts = map[string]*jobs.Counts{}
+		err = errors.Join(err, tx.ForEachTeamCounts(func(team string, c jobs.Counts) error {
 			counts[team] = &c
 			return nil
 		}))
@@ -143,7 +143,7 @@ func (e *Engine) indexProblems(tx *store.Tx, now time.Time, mono time.Duration, 
 	}
 	var nLeased, nRetry int64
 	for _, team := range teams {
-		want, got := store.Counts{}, store.Counts{}
+		want, got := jobs.Counts{}, jobs.Counts{}
 		if counts[team] != nil {
 			want = *counts[team]
 		}
@@ -228,15 +228,15 @@ func CheckStore(st *store.Store, prev StoreState) (StoreState, error) {
 	now := StoreState{Tokens: map[uint64]uint64{}, LeasesTo: map[string]int{}}
 	err := st.View(func(tx *store.Tx) error {
 		now.LastToken = tx.LastToken()
-		batches, teamCounts := map[uint64]*store.Counts{}, map[string]*store.Counts{}
+		batches, teamCounts := map[uint64]*jobs.Counts{}, map[string]*jobs.Counts{}
 		var live []uint64
 		err := tx.ForEachJob(0, func(j jobs.Job) (bool, error) {
 			if batches[j.BatchID] == nil {
-				batches[j.BatchID] = &store.Counts{}
+				batches[j.BatchID] = &jobs.Counts{}
 			}
 			batches[j.BatchID][j.Phase]++
 			if teamCounts[j.Team] == nil {
-				teamCounts[j.Team] = &store.Counts{}
+				teamCounts[j.Team] = &jobs.Counts{}
 			}
 			teamCounts[j.Team][j.Phase]++
 			if !j.Phase.Terminal() {
@@ -332,8 +332,8 @@ func CheckStore(st *store.Store, prev StoreState) (StoreState, error) {
 				fail("batch %d: stored counts %v, recount %v", id, got, *want)
 			}
 		}
-		stored := map[string]store.Counts{}
-		if err := tx.ForEachTeamCounts(func(team string, c store.Counts) error {
+		stored := map[string]jobs.Counts{}
+		if err := tx.ForEachTeamCounts(func(team string, c jobs.Counts) error {
 			stored[team] = c
 			return nil
 		}); err != nil {
@@ -345,7 +345,7 @@ func CheckStore(st *store.Store, prev StoreState) (StoreState, error) {
 			}
 		}
 		for team, got := range stored {
-			if teamCounts[team] == nil && got != (store.Counts{}) {
+			if teamCounts[team] == nil && got != (jobs.Counts{}) {
 				fail("team %s: stored counts %v, no jobs", team, got)
 			}
 		}

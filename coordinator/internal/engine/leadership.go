@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -248,7 +249,7 @@ func (e *Engine) resetSoft() {
 	e.leaseQ = nil
 	e.retryAt = make(map[uint64]time.Duration)
 	e.retryQ = nil
-	e.teamCounts = make(map[string]*store.Counts)
+	e.teamCounts = make(map[string]*jobs.Counts)
 	e.renderers = make(map[string]*rendererState)
 	e.conns = newConnSet()
 	e.rings = make(map[string]*minuteRing)

@@ -84,8 +84,8 @@ type group struct {
 	tallies     []tally
 	revocations map[string][]LeaseStatus
 	deliveries  map[*Conn][]Grant
-	batchDelta  map[uint64]*store.Counts
-	teamDelta   map[string]*store.Counts
+	batchDelta  map[uint64]*jobs.Counts
+	teamDelta   map[string]*jobs.Counts
 	// purged is what the group's purge steps deleted.
 	purged PurgeResult
 	// work: something may have become dispatchable; credit: a connection
@@ -252,21 +252,21 @@ func (g *group) finish(tx *store.Tx, j jobs.Job) error {
 // commit.
 func (g *group) count(j jobs.Job, from, to jobs.Phase, isNew bool) {
 	if g.batchDelta == nil {
-		g.batchDelta = make(map[uint64]*store.Counts)
-		g.teamDelta = make(map[string]*store.Counts)
+		g.batchDelta = make(map[uint64]*jobs.Counts)
+		g.teamDelta = make(map[string]*jobs.Counts)
 	}
 	bd, td := g.batchDelta[j.BatchID], g.teamDelta[j.Team]
 	if bd == nil {
-		bd = &store.Counts{}
+		bd = &jobs.Counts{}
 		g.batchDelta[j.BatchID] = bd
 	}
 	if td == nil {
-		td = &store.Counts{}
+		td = &jobs.Counts{}
 		g.teamDelta[j.Team] = td
 	}
 	tc := g.e.teamCounts[j.Team]
 	if tc == nil {
-		tc = &store.Counts{}
+		tc = &jobs.Counts{}
 		g.e.teamCounts[j.Team] = tc
 	}
 	if !isNew {

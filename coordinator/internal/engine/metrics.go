@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -47,7 +46,7 @@ type snapshot struct {
 	teams    []string
 	depth    map[string]int
 	inflight map[string]int
-	counts   map[string]store.Counts
+	counts   map[string]jobs.Counts
 	paused   bool
 	capacity int
 }
@@ -206,7 +205,7 @@ func (m *metrics) queueWait(team string, d time.Duration) {
 // seen for the first time; called on the writer goroutine.
 func (m *metrics) snapshot() {
 	e := m.e
-	s := &snapshot{depth: map[string]int{}, inflight: map[string]int{}, counts: map[string]store.Counts{}, paused: e.dispatchSt.Paused}
+	s := &snapshot{depth: map[string]int{}, inflight: map[string]int{}, counts: map[string]jobs.Counts{}, paused: e.dispatchSt.Paused}
 	for t, c := range e.teamCounts {
 		s.teams = append(s.teams, t)
 		s.counts[t] = *c

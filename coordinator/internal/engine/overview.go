@@ -51,7 +51,7 @@ type Overview struct {
 type TeamStats struct {
 	Team string
 	// Counts are the team's stored jobs per phase.
-	Counts store.Counts
+	Counts jobs.Counts
 	// Depth is the number of ready (QUEUED) jobs in its dispatch queue;
 	// InFlight the leases it holds.
 	Depth    int

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // everyGroup publishes the overview after every group, so that a test sees
@@ -37,8 +36,8 @@ func team(t *testing.T, o Overview, name string) TeamStats {
 }
 
 // counts builds phase counts.
-func counts(kv map[jobs.Phase]int64) store.Counts {
-	var c store.Counts
+func counts(kv map[jobs.Phase]int64) jobs.Counts {
+	var c jobs.Counts
 	for p, n := range kv {
 		c[p] = n
 	}

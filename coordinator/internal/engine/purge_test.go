@@ -141,7 +141,7 @@ func TestPurge(t *testing.T) {
 		if j := b.job(t, live.FirstJob); j.Phase != jobs.PhaseQueued {
 			t.Errorf("the live job is %v, want QUEUED", j.Phase)
 		}
-		if got, want := *b.e.teamCounts["alpha"], (store.Counts{jobs.PhaseQueued: 1}); got != want {
+		if got, want := *b.e.teamCounts["alpha"], (jobs.Counts{jobs.PhaseQueued: 1}); got != want {
 			t.Errorf("alpha's counts = %v, want only the live job %v", got, want)
 		}
 		b.checkConsistent(t)
@@ -176,7 +176,7 @@ func TestPurge(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Batch: %v", err)
 		}
-		if want := (store.Counts{jobs.PhaseSucceeded: 1}); v.Counts != want || !v.Done {
+		if want := (jobs.Counts{jobs.PhaseSucceeded: 1}); v.Counts != want || !v.Done {
 			t.Errorf("batch counts = %v done %v, want %v (retained jobs only), done", v.Counts, v.Done, want)
 		}
 		page, err := b.e.ListJobs(JobFilter{Batch: batch.ID})

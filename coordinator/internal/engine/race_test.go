@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // TestConcurrentCommands fires commands that race in production at the
@@ -87,7 +86,7 @@ func TestConcurrentCommands(t *testing.T) {
 				ids[i], replayed[i] = res.Batch.Batch.ID, res.Replayed
 				// A replay in the same group as the first submit still
 				// sees its counts.
-				if res.Batch.Counts != (store.Counts{jobs.PhaseQueued: 2}) || res.Batch.Done {
+				if res.Batch.Counts != (jobs.Counts{jobs.PhaseQueued: 2}) || res.Batch.Done {
 					t.Errorf("caller %d (replayed %v): counts %v done %v, want 2 QUEUED", i, res.Replayed, res.Batch.Counts, res.Batch.Done)
 				}
 			})

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"time"
@@ -44,14 +45,17 @@ func (e *Engine) Events(id uint64, after uint32) ([]jobs.Event, error) {
 
 // Artifact reads the preview of a SUCCEEDED job: the one stored under the
 // lease whose completion set its artifact reference.
-func (e *Engine) Artifact(j jobs.Job) (store.Artifact, error) {
-	var a store.Artifact
+func (e *Engine) Artifact(j jobs.Job) (Preview, error) {
+	var p Preview
 	err := e.st.View(func(tx *store.Tx) error {
-		var err error
-		a, err = tx.Artifact(j.ID, j.Artifact.Token)
+		a, err := tx.Artifact(j.ID, j.Artifact.Token)
+		if errors.Is(err, store.ErrArtifactNotFound) {
+			return fmt.Errorf("%w: %w", ErrArtifactNotFound, err)
+		}
+		p = Preview{Digest: a.Digest, ContentType: a.ContentType, Content: a.Content}
 		return err
 	})
-	return a, err
+	return p, err
 }
 
 // Batch reads a batch and its counts per phase.
@@ -75,8 +79,8 @@ func (e *Engine) Batch(id uint64) (BatchView, error) {
 // BatchStates returns the phase and last event seq of every job of a batch,
 // in id order, read from the records without decoding them whole: what a
 // watch needs to open.
-func (e *Engine) BatchStates(id uint64) ([]store.JobState, error) {
-	var out []store.JobState
+func (e *Engine) BatchStates(id uint64) ([]jobs.State, error) {
+	var out []jobs.State
 	err := e.st.View(func(tx *store.Tx) error {
 		b, found, err := tx.Batch(id)
 		if err != nil {

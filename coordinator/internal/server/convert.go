@@ -10,7 +10,6 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -239,7 +238,7 @@ func policyFromProto(p *leaseholdv1.RetryPolicy) jobs.PolicyInput {
 }
 
 // countsToProto lists the non-zero counts in phase order.
-func countsToProto(counts store.Counts) []*leaseholdv1.PhaseCount {
+func countsToProto(counts jobs.Counts) []*leaseholdv1.PhaseCount {
 	var out []*leaseholdv1.PhaseCount
 	for p, n := range counts {
 		if n > 0 {

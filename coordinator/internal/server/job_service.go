@@ -8,7 +8,6 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/tracing"
 	"google.golang.org/grpc/codes"
@@ -18,6 +17,7 @@ import (
 type JobServer struct {
 	leaseholdv1.UnimplementedJobServiceServer
 	*core
+	e JobEngine
 }
 
 var _ leaseholdv1.JobServiceServer = (*JobServer)(nil)
@@ -285,14 +285,14 @@ func (s *JobServer) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leas
 	if err != nil {
 		return s.status(err)
 	}
-	if !CanReadArtifact(p, j.Team) {
+	if !p.CanReadArtifact(j.Team) {
 		return s.status(denied("%s may not read previews of team %q", p.Name, j.Team))
 	}
 	if j.Phase != jobs.PhaseSucceeded {
 		return s.status(failedPrecondition(reasonNotSucceeded, "job %s is %s, not SUCCEEDED", req.GetJobId(), j.Phase))
 	}
 	a, err := s.e.Artifact(j)
-	if errors.Is(err, store.ErrArtifactNotFound) {
+	if errors.Is(err, engine.ErrArtifactNotFound) {
 		return s.status(&requestError{code: codes.NotFound, reason: reasonArtifactNotFound, msg: "the artifact of job " + req.GetJobId() + " is missing", err: err})
 	}
 	if err != nil {

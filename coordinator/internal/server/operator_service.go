@@ -19,6 +19,7 @@ import (
 type OperatorServer struct {
 	leaseholdv1.UnimplementedOperatorServiceServer
 	*core
+	e OperatorEngine
 }
 
 var _ leaseholdv1.OperatorServiceServer = (*OperatorServer)(nil)

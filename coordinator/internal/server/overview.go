@@ -18,6 +18,7 @@ import (
 type OverviewServer struct {
 	leaseholdv1.UnimplementedOverviewServiceServer
 	*core
+	e OverviewEngine
 }
 
 var _ leaseholdv1.OverviewServiceServer = (*OverviewServer)(nil)

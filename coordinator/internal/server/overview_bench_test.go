@@ -121,7 +121,7 @@ func fillStore(b *testing.B, path string, n, batchSize, teams int) {
 	queuedFrom := batches - batches/20
 	for first := 0; first < batches; first += batchesPerTx {
 		err := st.Update(func(tx *store.Tx) error {
-			teamDelta := map[string]*store.Counts{}
+			teamDelta := map[string]*jobs.Counts{}
 			for bi := first; bi < min(first+batchesPerTx, batches); bi++ {
 				team := fmt.Sprintf("team-%d", bi%teams)
 				at := t0.Add(time.Duration(bi) * time.Second)
@@ -137,7 +137,7 @@ func fillStore(b *testing.B, path string, n, batchSize, teams int) {
 					FirstJob: firstJob, Count: uint32(batchSize), Policy: policy}); err != nil {
 					return err
 				}
-				var counts store.Counts
+				var counts jobs.Counts
 				for k := range batchSize {
 					j := jobs.Job{ID: firstJob + uint64(k), BatchID: id, Team: team, Policy: policy, Cycle: 1,
 						Doc:       jobs.Document{Name: fmt.Sprintf("doc-%d.pdf", k), ContentType: "application/pdf", SizeBytes: 4096},
@@ -175,7 +175,7 @@ func fillStore(b *testing.B, path string, n, batchSize, teams int) {
 					return err
 				}
 				if teamDelta[team] == nil {
-					teamDelta[team] = &store.Counts{}
+					teamDelta[team] = &jobs.Counts{}
 				}
 				teamDelta[team].Add(counts)
 			}

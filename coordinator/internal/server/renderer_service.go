@@ -22,6 +22,7 @@ import (
 type RendererServer struct {
 	leaseholdv1.UnimplementedRendererServiceServer
 	*core
+	e RendererEngine
 }
 
 var _ leaseholdv1.RendererServiceServer = (*RendererServer)(nil)
@@ -89,12 +90,12 @@ func checkDigest(field, d string) error {
 // replyBudget returns what a reply of at most limit bytes (0: gRPC's
 // default) may spend on grants, refusing a limit below one grant of the
 // largest inline document.
-func (c *core) replyBudget(limit uint32, field string) (int, error) {
+func (s *RendererServer) replyBudget(limit uint32, field string) (int, error) {
 	n := int(limit)
 	if n == 0 {
 		n = defaultClientMessageBytes
 	}
-	if need := c.e.MaxGrantBytes() + replyOverheadBytes; n < need {
+	if need := s.e.MaxGrantBytes() + replyOverheadBytes; n < need {
 		return 0, invalidArg(field, reasonMessageLimit, "%s is %d bytes; a grant of the largest inline document this coordinator accepts needs %d", field, n, need)
 	}
 	return n - replyOverheadBytes, nil
@@ -190,12 +191,12 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 
 // release hands grants that never reached r back to their queues,
 // uncounted: one session message outside any session.
-func (c *core) release(r engine.Renderer, grants []engine.Grant) {
+func (s *RendererServer) release(r engine.Renderer, grants []engine.Grant) {
 	if len(grants) == 0 {
 		return
 	}
-	if _, err := c.e.Receive(context.Background(), nil, engine.SessionInput{Renderer: r, Undelivered: grantRefs(grants)}); err != nil {
-		c.log.Warn("undelivered leases left to expire", "leases", len(grants), "err", err)
+	if _, err := s.e.Receive(context.Background(), nil, engine.SessionInput{Renderer: r, Undelivered: grantRefs(grants)}); err != nil {
+		s.log.Warn("undelivered leases left to expire", "leases", len(grants), "err", err)
 	}
 }
 

@@ -13,48 +13,71 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
-// Engine is what the handlers need of the coordinator's single writer and
-// its read side; *engine.Engine implements it, and each method has the
-// contract of its namesake there. Commands go through the writer; reads may
-// run on any goroutine.
-type Engine interface {
-	// Commands.
+// Each service reaches the coordinator's writer and read side through an
+// interface of its own, declared here beside the others and holding what
+// its handlers call, no more; *engine.Engine implements them all, and each
+// method has the contract of its namesake there. Commands go through the
+// writer; reads may run on any goroutine.
+
+// JobEngine is what JobService needs: submissions and cancels, and the
+// reads of jobs, batches, histories and previews.
+type JobEngine interface {
 	Submit(ctx context.Context, req engine.SubmitRequest) (engine.SubmitResult, error)
+	Cancel(ctx context.Context, req engine.CancelRequest) (engine.CancelResult, error)
+	RecordAudit(ctx context.Context, rec jobs.AuditRecord) error
+	Job(id uint64) (jobs.Job, error)
+	Events(id uint64, after uint32) ([]jobs.Event, error)
+	Batch(id uint64) (engine.BatchView, error)
+	BatchStates(id uint64) ([]jobs.State, error)
+	ListJobs(f engine.JobFilter) (engine.JobPage, error)
+	Artifact(j jobs.Job) (engine.Preview, error)
+	WatchBatch(batch uint64) (*engine.Watch, error)
+}
+
+// RendererEngine is what RendererService needs: the session protocol (the
+// unary calls are adapters over it), uploads, grants' content and the
+// settings renderers are told.
+type RendererEngine interface {
 	Open(ctx context.Context, req engine.SessionOpen) (*engine.Conn, []engine.LeaseStatus, error)
 	Receive(ctx context.Context, conn *engine.Conn, in engine.SessionInput) (engine.SessionResult, error)
 	Close(ctx context.Context, conn *engine.Conn, undelivered []engine.LeaseRef) ([]engine.Grant, error)
 	Stage(ctx context.Context, req engine.StageRequest) error
-	Cancel(ctx context.Context, req engine.CancelRequest) (engine.CancelResult, error)
-	Replay(ctx context.Context, req engine.ReplayRequest) (engine.ReplayResult, error)
-	SetPaused(ctx context.Context, paused bool, principal, reason string) (jobs.DispatchState, error)
-	RecordAudit(ctx context.Context, rec jobs.AuditRecord) error
-
-	// Reads.
 	Job(id uint64) (jobs.Job, error)
-	Events(id uint64, after uint32) ([]jobs.Event, error)
-	Batch(id uint64) (engine.BatchView, error)
-	BatchStates(id uint64) ([]store.JobState, error)
-	ListJobs(f engine.JobFilter) (engine.JobPage, error)
-	ListRejections(f engine.RejectionFilter) (engine.RejectionPage, error)
-	ListAudit(f engine.AuditFilter) (engine.AuditPage, error)
-	Artifact(j jobs.Job) (store.Artifact, error)
 	ReadContent(grants []engine.Grant) error
-	WatchBatch(batch uint64) (*engine.Watch, error)
 	DispatchState() jobs.DispatchState
-	Overview() (engine.Overview, <-chan struct{}, error)
-	ListBatches(f engine.BatchFilter) (engine.BatchPage, error)
-	Backup(w io.Writer, start func(engine.BackupInfo) error) (int64, error)
-
-	// Settings.
 	HeartbeatInterval() time.Duration
 	LeaseTTL() time.Duration
 	MaxGrantBytes() int
+}
+
+// OperatorEngine is what OperatorService needs: replays, the dispatch
+// switch, the audit trail, rejections and backups.
+type OperatorEngine interface {
+	Replay(ctx context.Context, req engine.ReplayRequest) (engine.ReplayResult, error)
+	SetPaused(ctx context.Context, paused bool, principal, reason string) (jobs.DispatchState, error)
+	ListRejections(f engine.RejectionFilter) (engine.RejectionPage, error)
+	ListAudit(f engine.AuditFilter) (engine.AuditPage, error)
+	Backup(w io.Writer, start func(engine.BackupInfo) error) (int64, error)
+}
+
+// OverviewEngine is what OverviewService needs: the writer's published
+// overview and the batches listing.
+type OverviewEngine interface {
+	Overview() (engine.Overview, <-chan struct{}, error)
+	ListBatches(f engine.BatchFilter) (engine.BatchPage, error)
+}
+
+// Engine is every service's engine together, as New takes it.
+type Engine interface {
+	JobEngine
+	RendererEngine
+	OperatorEngine
+	OverviewEngine
 }
 
 var _ Engine = (*engine.Engine)(nil)
@@ -100,9 +123,8 @@ type Config struct {
 	Logger               *slog.Logger
 }
 
-// core is the state the services share.
+// core is the state the services share: limits, the log, the shutdown.
 type core struct {
-	e         Engine
 	maxBytes  int64
 	maxInline int
 	maxMsg    int
@@ -133,7 +155,6 @@ func New(cfg Config) (*Services, error) {
 		return nil, errors.New("server: Config.Engine is required")
 	}
 	c := &core{
-		e:         cfg.Engine,
 		maxBytes:  cmp.Or(cfg.MaxArtifactBytes, DefaultMaxArtifactBytes),
 		maxInline: cmp.Or(cfg.MaxInlineArtifactBytes, DefaultMaxInlineArtifactBytes),
 		maxMsg:    cmp.Or(cfg.MaxSessionMessageBytes, DefaultMaxSessionMessageBytes),
@@ -148,8 +169,8 @@ func New(cfg Config) (*Services, error) {
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes))
-	return &Services{Jobs: &JobServer{core: c}, Renderers: &RendererServer{core: c}, Operators: &OperatorServer{core: c},
-		Overview: &OverviewServer{core: c}}, nil
+	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine},
+		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine}}, nil
 }
 
 // Register registers the services on s.
@@ -202,31 +223,6 @@ func require(ctx context.Context, role auth.Role) (auth.Principal, error) {
 		return p, denied("%s does not have the %s role", p.Name, role)
 	}
 	return p, nil
-}
-
-// CanSee reports whether p may see and act on team's jobs and batches
-// (read, cancel): a submitter of the team, or an operator whose scope
-// covers it. It is the rule access applies in every handler; the console
-// asks it only to decide what to offer, and the handlers enforce it.
-func CanSee(p auth.Principal, team string) bool {
-	_, ok := access(p, team)
-	return ok
-}
-
-// CanOperate reports whether p holds the operator role, which
-// OperatorService requires (rejections, replay, audit).
-func CanOperate(p auth.Principal) bool { return p.Can(auth.RoleOperator) }
-
-// CanPause reports whether p may pause and resume dispatch: an operator
-// whose scope is every team, as PauseDispatch and ResumeDispatch require.
-func CanPause(p auth.Principal) bool { return p.AllScope() }
-
-// CanReadArtifact reports whether p may read the previews of team's jobs:
-// only a submitter of the team, as GetArtifact requires; operators never
-// see document data.
-func CanReadArtifact(p auth.Principal, team string) bool {
-	v, ok := access(p, team)
-	return ok && v == viewFull && p.Can(auth.RoleSubmitter)
 }
 
 // access decides whether p may see and act on team's jobs, and how they are

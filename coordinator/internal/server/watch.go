@@ -6,7 +6,6 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -136,7 +135,7 @@ type watchOut struct {
 	terminalOnly bool
 	phases       map[uint64]jobs.Phase
 	lastSeq      map[uint64]uint32
-	counts       store.Counts
+	counts       jobs.Counts
 	queue        []queuedUpdate
 }
 
@@ -144,7 +143,7 @@ type watchOut struct {
 // after it.
 type queuedUpdate struct {
 	u      *leaseholdv1.JobUpdate
-	counts store.Counts
+	counts jobs.Counts
 }
 
 // event applies one committed event of job id, once, and queues it unless
@@ -172,7 +171,7 @@ func (o *watchOut) add(u *leaseholdv1.JobUpdate) {
 func (o *watchOut) done() bool { return o.counts.Unfinished() == 0 }
 
 // batchAt returns the batch with counts.
-func (o *watchOut) batchAt(counts store.Counts) *leaseholdv1.Batch {
+func (o *watchOut) batchAt(counts jobs.Counts) *leaseholdv1.Batch {
 	return batchToProto(engine.BatchView{Batch: o.batch, Counts: counts, Done: counts.Unfinished() == 0}, false)
 }
 

@@ -42,7 +42,7 @@ func BenchmarkHotWritesPerDocument(b *testing.B) {
 			Policy: jobs.RetryPolicy{MaxAttempts: 5, BackoffBase: time.Second, BackoffCap: 5 * time.Minute},
 			Phase:  jobs.PhaseQueued, Cycle: 1, CreatedAt: now, UpdatedAt: now, EnqueuedAt: now, ContentBytes: int64(len(content)), EventSeq: 1}
 	}
-	var moved store.Counts
+	var moved jobs.Counts
 	moved[jobs.PhaseLeased], moved[jobs.PhaseSucceeded] = -1, 1
 
 	// submit stores the next n documents as queued, untimed.

@@ -8,42 +8,18 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Counts is a number of jobs per phase, indexed by jobs.Phase.
-type Counts [jobs.PhaseCancelled + 1]int64
-
-// Add adds d to c.
-func (c *Counts) Add(d Counts) {
-	for i := range c {
-		c[i] += d[i]
-	}
-}
-
-// Total returns the number of jobs counted.
-func (c Counts) Total() int64 {
-	var n int64
-	for _, v := range c {
-		n += v
-	}
-	return n
-}
-
-// Unfinished returns the number of jobs not in a terminal phase.
-func (c Counts) Unfinished() int64 {
-	return c[jobs.PhaseQueued] + c[jobs.PhaseLeased] + c[jobs.PhaseRetryWait]
-}
-
 // BatchCounts returns a batch's counts per phase.
-func (t *Tx) BatchCounts(batch uint64) (Counts, error) {
+func (t *Tx) BatchCounts(batch uint64) (jobs.Counts, error) {
 	return t.counts(bucketBatchCounts, itob(batch))
 }
 
 // TeamCounts returns a team's counts per phase.
-func (t *Tx) TeamCounts(team string) (Counts, error) {
+func (t *Tx) TeamCounts(team string) (jobs.Counts, error) {
 	return t.counts(bucketTeamCounts, []byte(team))
 }
 
 // ForEachTeamCounts calls fn for every team that ever had a job.
-func (t *Tx) ForEachTeamCounts(fn func(team string, c Counts) error) error {
+func (t *Tx) ForEachTeamCounts(fn func(team string, c jobs.Counts) error) error {
 	return t.tx.Bucket(bucketTeamCounts).ForEach(func(k, v []byte) error {
 		c, err := decodeCounts(v)
 		if err != nil {
@@ -54,24 +30,24 @@ func (t *Tx) ForEachTeamCounts(fn func(team string, c Counts) error) error {
 }
 
 // AddBatchCounts adds d to a batch's counts.
-func (t *Tx) AddBatchCounts(batch uint64, d Counts) error {
+func (t *Tx) AddBatchCounts(batch uint64, d jobs.Counts) error {
 	return t.addCounts(bucketBatchCounts, itob(batch), d)
 }
 
 // AddTeamCounts adds d to a team's counts.
-func (t *Tx) AddTeamCounts(team string, d Counts) error {
+func (t *Tx) AddTeamCounts(team string, d jobs.Counts) error {
 	return t.addCounts(bucketTeamCounts, []byte(team), d)
 }
 
-func (t *Tx) counts(bucket, key []byte) (Counts, error) {
+func (t *Tx) counts(bucket, key []byte) (jobs.Counts, error) {
 	v := t.tx.Bucket(bucket).Get(key)
 	if v == nil {
-		return Counts{}, nil
+		return jobs.Counts{}, nil
 	}
 	return decodeCounts(v)
 }
 
-func (t *Tx) addCounts(bucket, key []byte, d Counts) error {
+func (t *Tx) addCounts(bucket, key []byte, d jobs.Counts) error {
 	c, err := t.counts(bucket, key)
 	if err != nil {
 		return err
@@ -80,7 +56,7 @@ func (t *Tx) addCounts(bucket, key []byte, d Counts) error {
 	return t.putCounts(bucket, key, c)
 }
 
-func (t *Tx) putCounts(bucket, key []byte, c Counts) error {
+func (t *Tx) putCounts(bucket, key []byte, c jobs.Counts) error {
 	r := &storagev1.PhaseCounts{Counts: make([]uint64, len(c))}
 	for i, v := range c {
 		r.Counts[i] = uint64(max(v, 0))
@@ -92,12 +68,12 @@ func (t *Tx) putCounts(bucket, key []byte, c Counts) error {
 	return t.put(bucket, key, v)
 }
 
-func decodeCounts(v []byte) (Counts, error) {
+func decodeCounts(v []byte) (jobs.Counts, error) {
 	var r storagev1.PhaseCounts
 	if err := proto.Unmarshal(v, &r); err != nil {
-		return Counts{}, err
+		return jobs.Counts{}, err
 	}
-	var c Counts
+	var c jobs.Counts
 	for i, n := range r.Counts {
 		if i < len(c) {
 			c[i] = int64(n)

@@ -19,7 +19,7 @@ func EncodeJob(j jobs.Job) ([]byte, error) { return proto.Marshal(jobToRecord(j)
 // fields out of encoded records without decoding them.
 func ScanQueued(v []byte) (QueuedJob, bool, error) { return scanQueued(0, v, map[string]string{}) }
 
-func ScanState(v []byte) (JobState, error) { return scanState(0, v) }
+func ScanState(v []byte) (jobs.State, error) { return scanState(0, v) }
 
 func ScanArtifact(v []byte) (digest, contentType string, size int64, err error) {
 	return scanArtifact(0, v)

@@ -336,13 +336,6 @@ func (t *Tx) ForEachJobID(after uint64, fn func(uint64) bool) error {
 	return nil
 }
 
-// JobState is what a watch needs of a job: its phase and its last event.
-type JobState struct {
-	ID       uint64
-	Phase    jobs.Phase
-	EventSeq uint32
-}
-
 // Job record field numbers read by JobStates (leasehold.storage.v1.JobRecord).
 const (
 	fieldPhase    = 9
@@ -352,8 +345,8 @@ const (
 // JobStates returns the phase and last event seq of the jobs first to
 // first+n-1, in id order, skipping ids without a record. It reads those two
 // fields straight from the encoded records, without decoding the rest.
-func (t *Tx) JobStates(first uint64, n int) ([]JobState, error) {
-	out := make([]JobState, 0, n)
+func (t *Tx) JobStates(first uint64, n int) ([]jobs.State, error) {
+	out := make([]jobs.State, 0, n)
 	c := t.tx.Bucket(bucketJobs).Cursor()
 	end := first + uint64(n)
 	for k, v := c.Seek(itob(first)); k != nil && btoi(k) < end; k, v = c.Next() {
@@ -367,8 +360,8 @@ func (t *Tx) JobStates(first uint64, n int) ([]JobState, error) {
 }
 
 // scanState reads the phase and event sequence of an encoded job record.
-func scanState(id uint64, v []byte) (JobState, error) {
-	st := JobState{ID: id}
+func scanState(id uint64, v []byte) (jobs.State, error) {
+	st := jobs.State{ID: id}
 	for b := v; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

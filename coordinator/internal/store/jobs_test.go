@@ -557,7 +557,7 @@ func TestJobStatesReadsPhaseAndEventSeqOnly(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		want := []store.JobState{{ID: 7, Phase: full.Phase, EventSeq: full.EventSeq}, {ID: 9, Phase: jobs.PhaseQueued}}
+		want := []jobs.State{{ID: 7, Phase: full.Phase, EventSeq: full.EventSeq}, {ID: 9, Phase: jobs.PhaseQueued}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("JobStates (-want +got):\n%s", diff)
 		}

@@ -242,8 +242,8 @@ func (t *Tx) rebuildIndexes() error {
 			return err
 		}
 	}
-	batchCounts := map[uint64]*Counts{}
-	teamCounts := map[string]*Counts{}
+	batchCounts := map[uint64]*jobs.Counts{}
+	teamCounts := map[string]*jobs.Counts{}
 	err := t.ForEachJob(0, func(j jobs.Job) (bool, error) {
 		if !j.Phase.Terminal() {
 			if err := t.SetUnfinished(j.ID, true); err != nil {
@@ -256,10 +256,10 @@ func (t *Tx) rebuildIndexes() error {
 			return false, err
 		}
 		if batchCounts[j.BatchID] == nil {
-			batchCounts[j.BatchID] = &Counts{}
+			batchCounts[j.BatchID] = &jobs.Counts{}
 		}
 		if teamCounts[j.Team] == nil {
-			teamCounts[j.Team] = &Counts{}
+			teamCounts[j.Team] = &jobs.Counts{}
 		}
 		batchCounts[j.BatchID][j.Phase]++
 		teamCounts[j.Team][j.Phase]++

@@ -137,8 +137,8 @@ func schema1Events(r *storagev1.JobRecord) []jobs.Event {
 	return out
 }
 
-func phaseCounts(kv map[jobs.Phase]int64) store.Counts {
-	var c store.Counts
+func phaseCounts(kv map[jobs.Phase]int64) jobs.Counts {
+	var c jobs.Counts
 	for p, n := range kv {
 		c[p] = n
 	}
@@ -312,7 +312,7 @@ func TestMigrateSchema1Fixture(t *testing.T) {
 			}
 			alpha := phaseCounts(map[jobs.Phase]int64{jobs.PhaseLeased: 3, jobs.PhaseSucceeded: 1, jobs.PhaseFailed: 1, jobs.PhaseCancelled: 1})
 			beta := phaseCounts(map[jobs.Phase]int64{jobs.PhaseQueued: 1, jobs.PhaseFailed: 1})
-			for batch, want := range map[uint64]store.Counts{1: alpha, 2: beta} {
+			for batch, want := range map[uint64]jobs.Counts{1: alpha, 2: beta} {
 				got, err := tx.BatchCounts(batch)
 				if err != nil {
 					t.Fatal(err)
@@ -321,11 +321,11 @@ func TestMigrateSchema1Fixture(t *testing.T) {
 					t.Errorf("BatchCounts(%d) (-want +got):\n%s", batch, diff)
 				}
 			}
-			teams := map[string]store.Counts{}
-			if err := tx.ForEachTeamCounts(func(team string, c store.Counts) error { teams[team] = c; return nil }); err != nil {
+			teams := map[string]jobs.Counts{}
+			if err := tx.ForEachTeamCounts(func(team string, c jobs.Counts) error { teams[team] = c; return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(map[string]store.Counts{"alpha": alpha, "beta": beta}, teams); diff != "" {
+			if diff := cmp.Diff(map[string]jobs.Counts{"alpha": alpha, "beta": beta}, teams); diff != "" {
 				t.Errorf("team counts (-want +got):\n%s", diff)
 			}
 			for team, want := range map[string][]uint64{"alpha": {1, 2, 3, 4, 5, 6}, "beta": {7, 8}} {

@@ -43,12 +43,12 @@ func TestBatches(t *testing.T) {
 func TestCounts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var submit, grant, succeed store.Counts
+	var submit, grant, succeed jobs.Counts
 	submit[jobs.PhaseQueued] = 3
 	grant[jobs.PhaseQueued], grant[jobs.PhaseLeased] = -1, 1
 	succeed[jobs.PhaseLeased], succeed[jobs.PhaseSucceeded] = -1, 1
 	b.update(t, func(tx *store.Tx) error {
-		for _, d := range []store.Counts{submit, grant, grant, succeed} {
+		for _, d := range []jobs.Counts{submit, grant, grant, succeed} {
 			if err := tx.AddBatchCounts(1, d); err != nil {
 				return err
 			}
@@ -61,7 +61,7 @@ func TestCounts(t *testing.T) {
 		}
 		return tx.AddTeamCounts("ab", submit)
 	})
-	var want1, want2 store.Counts
+	var want1, want2 jobs.Counts
 	want1[jobs.PhaseQueued], want1[jobs.PhaseLeased], want1[jobs.PhaseSucceeded] = 1, 1, 1
 	want2[jobs.PhaseQueued] = 3
 
@@ -70,8 +70,8 @@ func TestCounts(t *testing.T) {
 		b.view(t, func(tx *store.Tx) error {
 			for _, tc := range []struct {
 				batch uint64
-				want  store.Counts
-			}{{1, want1}, {2, want2}, {3, store.Counts{}}} {
+				want  jobs.Counts
+			}{{1, want1}, {2, want2}, {3, jobs.Counts{}}} {
 				got, err := tx.BatchCounts(tc.batch)
 				if err != nil {
 					t.Fatal(err)
@@ -82,8 +82,8 @@ func TestCounts(t *testing.T) {
 			}
 			for _, tc := range []struct {
 				team string
-				want store.Counts
-			}{{"a", want1}, {"ab", want2}, {"b", store.Counts{}}} {
+				want jobs.Counts
+			}{{"a", want1}, {"ab", want2}, {"b", jobs.Counts{}}} {
 				got, err := tx.TeamCounts(tc.team)
 				if err != nil {
 					t.Fatal(err)
@@ -92,14 +92,14 @@ func TestCounts(t *testing.T) {
 					t.Errorf("TeamCounts(%q) (-want +got):\n%s", tc.team, diff)
 				}
 			}
-			all := map[string]store.Counts{}
-			if err := tx.ForEachTeamCounts(func(team string, c store.Counts) error {
+			all := map[string]jobs.Counts{}
+			if err := tx.ForEachTeamCounts(func(team string, c jobs.Counts) error {
 				all[team] = c
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(map[string]store.Counts{"a": want1, "ab": want2}, all); diff != "" {
+			if diff := cmp.Diff(map[string]jobs.Counts{"a": want1, "ab": want2}, all); diff != "" {
 				t.Errorf("ForEachTeamCounts (-want +got):\n%s", diff)
 			}
 			return nil
@@ -112,7 +112,7 @@ func TestCounts(t *testing.T) {
 		check(t)
 	})
 	t.Run("Total and Unfinished sum the phases", func(t *testing.T) {
-		var c store.Counts
+		var c jobs.Counts
 		c[jobs.PhaseQueued], c[jobs.PhaseLeased], c[jobs.PhaseRetryWait] = 1, 2, 3
 		c[jobs.PhaseSucceeded], c[jobs.PhaseFailed], c[jobs.PhaseCancelled] = 10, 20, 30
 		if got := c.Total(); got != 66 {
@@ -123,7 +123,7 @@ func TestCounts(t *testing.T) {
 		}
 	})
 	t.Run("A count never goes below zero", func(t *testing.T) {
-		var d store.Counts
+		var d jobs.Counts
 		d[jobs.PhaseFailed] = -2
 		b.update(t, func(tx *store.Tx) error { return tx.AddBatchCounts(2, d) })
 		b.view(t, func(tx *store.Tx) error {

@@ -85,7 +85,7 @@ func (t *Tx) DropFinished(f Finished) error {
 // PurgeJob deletes terminal job j and everything that is only its: the
 // record, its history, its document, its previews, and its entries in the
 // team and finished-jobs indexes, and counts it in its batch's Purged, so
-// that a check can tell the batch's deleted jobs from lost ones. Counts
+// that a check can tell the batch's deleted jobs from lost ones. jobs.Counts
 // per phase are the caller's: the writer moves them with the job. The
 // batch stays until DeleteBatch.
 func (t *Tx) PurgeJob(j jobs.Job) error {

@@ -31,7 +31,7 @@ func putJob(tx *store.Tx, j jobs.Job, unindexed bool) error {
 	if err := tx.IndexTeamJob(j.Team, j.ID); err != nil {
 		return err
 	}
-	var d store.Counts
+	var d jobs.Counts
 	d[j.Phase]++
 	if err := tx.AddBatchCounts(j.BatchID, d); err != nil {
 		return err

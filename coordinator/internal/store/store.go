@@ -16,7 +16,7 @@
 // success; document content is dropped when a job succeeds or is cancelled.
 // Start-up reads only the index of unfinished jobs, and listings walk the
 // index of jobs by team, so both cost what the live work costs, not the
-// whole history. Counts per phase, per batch and per team, are kept as
+// whole history. jobs.Counts per phase, per batch and per team, are kept as
 // jobs move. Open migrates a schema 1 file in place (see migrate.go).
 //
 // # Retention, backup, compaction

@@ -84,8 +84,8 @@ type snapshot struct {
 	Unfinished    []uint64
 	TeamJobs      map[string][]uint64
 	TeamBatches   map[string][]uint64
-	BatchCounts   map[uint64]store.Counts
-	TeamCounts    map[string]store.Counts
+	BatchCounts   map[uint64]jobs.Counts
+	TeamCounts    map[string]jobs.Counts
 	Rejections    []jobs.Rejection
 	Audit         []jobs.AuditRecord
 	Replay        jobs.AuditRecord
@@ -104,8 +104,8 @@ type snapshot struct {
 func takeSnapshot(t *testing.T, st *store.Store, teams []string, artifacts [][2]uint64) snapshot {
 	t.Helper()
 	s := snapshot{Documents: map[uint64]string{}, Artifacts: map[[2]uint64]store.Artifact{}, ByRequest: map[string]uint64{},
-		TeamJobs: map[string][]uint64{}, TeamBatches: map[string][]uint64{}, BatchCounts: map[uint64]store.Counts{},
-		TeamCounts: map[string]store.Counts{}}
+		TeamJobs: map[string][]uint64{}, TeamBatches: map[string][]uint64{}, BatchCounts: map[uint64]jobs.Counts{},
+		TeamCounts: map[string]jobs.Counts{}}
 	err := st.View(func(tx *store.Tx) error {
 		s.LastToken = tx.LastToken()
 		var ids []uint64
@@ -154,7 +154,7 @@ func takeSnapshot(t *testing.T, st *store.Store, teams []string, artifacts [][2]
 			}
 		}
 		s.Unfinished = tx.UnfinishedAfter(0, 1000)
-		if err := tx.ForEachTeamCounts(func(team string, c store.Counts) error {
+		if err := tx.ForEachTeamCounts(func(team string, c jobs.Counts) error {
 			s.TeamCounts[team] = c
 			return nil
 		}); err != nil {
@@ -248,7 +248,7 @@ func populateTx(tx *store.Tx) error {
 		if err := tx.IndexTeamJob(j.Team, j.ID); err != nil {
 			return err
 		}
-		var d store.Counts
+		var d jobs.Counts
 		d[j.Phase]++
 		if err := tx.AddBatchCounts(j.BatchID, d); err != nil {
 			return err
@@ -511,7 +511,7 @@ func TestFaultRollsBackTheWholeTransaction(t *testing.T) {
 		if err := tx.IndexTeamJob("a", 1); err != nil {
 			return err
 		}
-		var d store.Counts
+		var d jobs.Counts
 		d[jobs.PhaseQueued] = 1
 		if err := tx.AddBatchCounts(1, d); err != nil {
 			return err

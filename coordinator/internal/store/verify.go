@@ -129,8 +129,8 @@ func verifyRecords(tx *Tx, sum *Summary, indexesOnly bool) {
 	}
 	sum.Unfinished = len(unfinished)
 
-	batchCounts := map[uint64]*Counts{}
-	teamCounts := map[string]*Counts{}
+	batchCounts := map[uint64]*jobs.Counts{}
+	teamCounts := map[string]*jobs.Counts{}
 	tokens := map[uint64]uint64{}  // token -> job
 	batchOf := map[uint64]uint64{} // job -> its batch, for every decoded job
 	jc := tx.tx.Bucket(bucketJobs).Cursor()
@@ -214,7 +214,7 @@ func verifyLeases(j jobs.Job, sum *Summary, tokens map[uint64]uint64) {
 // returns the ids of the stored batches. counts holds the counts of the
 // jobs per batch; it is emptied. batchOf names the batch of every job
 // decoded (a job that did not decode is reported with the job).
-func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts, batchOf map[uint64]uint64) map[uint64]bool {
+func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*jobs.Counts, batchOf map[uint64]uint64) map[uint64]bool {
 	stored := map[uint64]bool{}
 	bc := tx.tx.Bucket(bucketBatches).Cursor()
 	for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
@@ -257,7 +257,7 @@ func verifyBatches(tx *Tx, sum *Summary, counts map[uint64]*Counts, batchOf map[
 		if err != nil {
 			sum.problemf("batch %d: counts: %v", id, err)
 		}
-		var got Counts
+		var got jobs.Counts
 		if c := counts[id]; c != nil {
 			got = *c
 		}
@@ -294,9 +294,9 @@ func verifyBatchRefs(tx *Tx, sum *Summary, stored map[uint64]bool) {
 
 // verifyTeams checks every team's stored counts against its jobs'. counts
 // holds the counts of the jobs per team; it is emptied.
-func verifyTeams(tx *Tx, sum *Summary, counts map[string]*Counts) {
-	err := tx.ForEachTeamCounts(func(team string, stored Counts) error {
-		var got Counts
+func verifyTeams(tx *Tx, sum *Summary, counts map[string]*jobs.Counts) {
+	err := tx.ForEachTeamCounts(func(team string, stored jobs.Counts) error {
+		var got jobs.Counts
 		if c := counts[team]; c != nil {
 			got = *c
 		}
@@ -315,10 +315,10 @@ func verifyTeams(tx *Tx, sum *Summary, counts map[string]*Counts) {
 }
 
 // countIn counts one job of phase p under key.
-func countIn[K comparable](m map[K]*Counts, key K, p jobs.Phase) {
+func countIn[K comparable](m map[K]*jobs.Counts, key K, p jobs.Phase) {
 	c := m[key]
 	if c == nil {
-		c = &Counts{}
+		c = &jobs.Counts{}
 		m[key] = c
 	}
 	if p >= 0 && int(p) < len(c) {

@@ -38,7 +38,7 @@ func consistent(t *testing.T, b *testBundle) {
 		leased := jobs.Job{ID: 2, BatchID: 1, Team: "a", Phase: jobs.PhaseLeased, Lease: jobs.Lease{Token: 3},
 			Leases: []jobs.LeaseRecord{{Token: 3}}}
 		queued := jobs.Job{ID: 3, BatchID: 1, Team: "a", Phase: jobs.PhaseQueued}
-		var counts store.Counts
+		var counts jobs.Counts
 		for _, j := range []jobs.Job{done, leased, queued} {
 			if err := tx.PutJob(j); err != nil {
 				return err
@@ -100,12 +100,12 @@ func TestVerify(t *testing.T) {
 			return tx.SetUnfinished(3, false)
 		}, "job 3: phase QUEUED, but in the index of unfinished jobs: false"},
 		{"Counts that disagree with the jobs are reported", func(tx *store.Tx) error {
-			var d store.Counts
+			var d jobs.Counts
 			d[jobs.PhaseQueued] = 1
 			return tx.AddBatchCounts(1, d)
 		}, "batch 1: counts per phase"},
 		{"Team counts that disagree with the jobs are reported", func(tx *store.Tx) error {
-			var d store.Counts
+			var d jobs.Counts
 			d[jobs.PhaseFailed] = 1
 			return tx.AddTeamCounts("a", d)
 		}, "team a: counts per phase"},
@@ -201,7 +201,7 @@ func TestVerifyAfterAPartialPurge(t *testing.T) {
 		if err := tx.PurgeJob(j); err != nil {
 			return err
 		}
-		var d store.Counts
+		var d jobs.Counts
 		d[jobs.PhaseSucceeded] = -1
 		if err := tx.AddBatchCounts(1, d); err != nil {
 			return err
@@ -224,7 +224,7 @@ func TestVerifyAfterAPartialPurge(t *testing.T) {
 
 	// A job lost besides the purged one is still reported.
 	b.update(t, func(tx *store.Tx) error {
-		var d store.Counts
+		var d jobs.Counts
 		d[jobs.PhaseQueued] = -1
 		if err := tx.AddBatchCounts(1, d); err != nil {
 			return err
