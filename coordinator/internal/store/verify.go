@@ -326,7 +326,6 @@ func (s *Store) VerifySince(prev TokenState) (Summary, TokenState, error) {
 	return sum, now, err
 }
 
-
 // verifyBatches checks every batch record against its jobs (all present
 // but those retention deleted, each naming the batch, and counted as the
 // batch's counts say), its team index entry and its request id, and
