@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
 
 // checker watches the run from outside every actor: it sees each group's
@@ -30,7 +31,7 @@ type checker struct {
 	// sinceFull counts the events since the last whole-store check.
 	sinceFull int
 	// state is what the last whole-store check saw.
-	state engine.StoreState
+	state store.TokenState
 	// acked maps an answered submission (team, request id) to its batch;
 	// ackedKeys lists them in the order answered.
 	acked     map[[2]string]ackedBatch
@@ -91,7 +92,7 @@ func preview(job, token uint64, renderer string) ([]byte, string) {
 // the checker knows (noGrant: dispatch was paused throughout it), then the
 // jobs it touched against the store and the writer's indexes, and, now
 // and then (see Config.FullCheckEvery), everything.
-func (c *checker) group(evs []engine.JobEvent, noGrant bool) {
+func (c *checker) group(evs []watch.JobEvent, noGrant bool) {
 	w := c.w
 	c.groups++
 	c.touched = c.touched[:0]
@@ -304,12 +305,15 @@ func (c *checker) record(tx *store.Tx, j jobs.Job) {
 	}
 }
 
-// full checks everything: the store against itself (engine.CheckStore),
+// full checks everything: the store against itself (store.VerifySince),
 // and what restarted checks.
 func (c *checker) full() {
 	w := c.w
 	c.sinceFull = 0
-	state, err := engine.CheckStore(w.coord.st, c.state)
+	sum, state, err := w.coord.st.VerifySince(c.state)
+	if err == nil {
+		err = sum.Err()
+	}
 	if err != nil {
 		w.failf("the store disagrees with itself:\n%v", err)
 	}

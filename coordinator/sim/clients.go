@@ -368,7 +368,7 @@ func (o *operator) sendReplay(req engine.ReplayRequest, tries int) {
 		p := c.s.Replay(req)
 		c.queued(kindOther)
 		await(c, p, func(res engine.ReplayResult, err error) {
-			if err != nil && !errors.Is(err, engine.ErrNotFound) && !errors.Is(err, engine.ErrStorageFailed) {
+			if err != nil && !errors.Is(err, jobs.ErrNotFound) && !errors.Is(err, engine.ErrStorageFailed) {
 				w.failf("replay %s: %v", req.RequestID, err)
 			}
 			respond(func() { answered = true })

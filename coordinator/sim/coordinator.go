@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
 
 // Coordinator odds per writer group during the faulty phase.
@@ -486,7 +487,7 @@ func (c *coordinator) streamGone(st *stream) {
 // eventsDigest sums up a group's events, every field of each, so that a trace of the run, and the
 // same-seed test that compares two traces, sees every decision the writer
 // made, not only how many.
-func eventsDigest(evs []engine.JobEvent) uint64 {
+func eventsDigest(evs []watch.JobEvent) uint64 {
 	h := fnv.New64a()
 	for _, e := range evs {
 		ev := e.Event

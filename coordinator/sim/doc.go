@@ -23,7 +23,7 @@
 // each touched record against its events, the writer's indexes against
 // the store) and on every answer leaving the coordinator; every few
 // hundred groups, after each restart and at the end, it checks the whole
-// store (engine.CheckStore). A quiescent phase without faults must then
+// store (store.VerifySince). A quiescent phase without faults must then
 // end every job. A failure names its seed, and the same seed replays the
 // run step for step.
 //

@@ -203,7 +203,7 @@ func completion(w *world, l *lease, renderer string) engine.CompleteRequest {
 	default:
 		content, digest := preview(l.job, l.token, renderer)
 		req.Success, req.Digest = true, digest
-		req.Preview = &engine.Preview{Digest: digest, ContentType: "image/png", Content: content}
+		req.Preview = &jobs.Preview{Digest: digest, ContentType: "image/png", Content: content}
 	}
 	return req
 }

@@ -37,7 +37,7 @@ func (b *testBundle) succeeded(t *testing.T, content []byte, contentType string)
 	g := grants[0].Job
 	out, err := b.eng.Receive(ctx, conn, engine.SessionInput{Completions: []engine.CompleteRequest{{Job: g.ID,
 		Completion: jobs.Completion{Token: g.Lease.Token, Renderer: r.ID, Success: true},
-		Preview:    &engine.Preview{Digest: "d", ContentType: contentType, Content: content}}}})
+		Preview:    &jobs.Preview{Digest: "d", ContentType: contentType, Content: content}}}})
 	if err == nil {
 		err = out.Completions[0].Err
 	}

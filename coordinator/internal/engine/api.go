@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 )
 
 // Errors that say a command was not applied for reasons outside the state
@@ -19,11 +20,6 @@ var (
 	// ErrStorageFull is returned after a commit failed because the disk is
 	// full; it wraps ErrStorageFailed.
 	ErrStorageFull = errors.New("storage full; writer stopped")
-	// ErrNotFound is returned when a job or batch does not exist.
-	ErrNotFound = errors.New("not found")
-	// ErrArtifactNotFound is returned when a succeeded job's preview is
-	// missing from the store.
-	ErrArtifactNotFound = errors.New("preview not found")
 	// ErrRendererInUse is returned when a renderer id already has a live
 	// session or stream of another process.
 	ErrRendererInUse = errors.New("renderer id is in use by another connection")
@@ -47,7 +43,7 @@ type SubmitRequest struct {
 // SubmitResult is the stored batch with its counts; Replayed is set when
 // the request id had been seen and nothing new was stored.
 type SubmitResult struct {
-	Batch    BatchView
+	Batch    reads.BatchView
 	Replayed bool
 }
 
@@ -89,21 +85,13 @@ type LeaseStatus struct {
 	CurrentPhase jobs.Phase
 }
 
-// Preview is a completion's preview carried inline: the bytes with their
-// digest and media type, computed by the caller off the writer goroutine.
-type Preview struct {
-	Digest      string
-	ContentType string
-	Content     []byte
-}
-
 // CompleteRequest is one completion. A success either carries Preview
 // (stored in the commit that records it) or names, in Completion.Digest,
 // a preview uploaded under the same lease.
 type CompleteRequest struct {
 	Job uint64
 	jobs.Completion
-	Preview *Preview
+	Preview *jobs.Preview
 }
 
 // CompleteResult is the job after a completion; Replayed is set when the
@@ -121,7 +109,7 @@ type StageRequest struct {
 	Job      uint64
 	Token    uint64
 	Renderer string
-	Preview  Preview
+	Preview  jobs.Preview
 }
 
 // SessionOpen opens a renderer session (Engine.Open).
@@ -242,110 +230,4 @@ type ReplayResult struct {
 	// Previous is the serialized answer of an earlier call with the same
 	// request id; when set nothing was done now.
 	Previous []byte
-}
-
-// JobFilter selects jobs for ListJobs.
-type JobFilter struct {
-	Batch uint64
-	// Teams limits the listing to these teams; nil means every team.
-	Teams []string
-	Phase jobs.Phase
-	// After is the last id of the previous page.
-	After uint64
-	Limit int
-	// History loads each job's events too.
-	History bool
-}
-
-// JobPage is one page of ListJobs. Next is the id to continue after, or 0
-// at the end; a page may hold fewer than Limit jobs and still have a Next
-// when its scan budget ran out.
-type JobPage struct {
-	Jobs []jobs.Job
-	Next uint64
-}
-
-// RejectionFilter selects rejected completions, newest first.
-type RejectionFilter struct {
-	Job      uint64
-	Renderer string
-	Since    time.Time
-	Until    time.Time
-	// Before is the last id of the previous page (0 for the first).
-	Before uint64
-	Limit  int
-	// Teams limits the listing to these teams; nil means every team.
-	Teams []string
-}
-
-// RejectionPage is one page of ListRejections; Next is the id to continue
-// below, or 0 at the end.
-type RejectionPage struct {
-	Rejections []jobs.Rejection
-	Next       uint64
-}
-
-// AuditPage is one page of ListAudit; Next is the id to continue below, or
-// 0 at the end.
-type AuditPage struct {
-	Records []jobs.AuditRecord
-	Next    uint64
-}
-
-// AuditFilter selects audit records, newest first.
-type AuditFilter struct {
-	Before uint64
-	Limit  int
-	// Visible reports whether the caller may see a record touching teams
-	// (none for dispatch-wide actions); nil shows every record.
-	Visible func(teams []string) bool
-}
-
-// BatchState selects batches by whether every job of theirs is terminal.
-type BatchState int
-
-// The batch states ListBatches filters on.
-const (
-	// BatchAny selects every batch.
-	BatchAny BatchState = iota
-	// BatchRunning selects batches with a job not yet terminal.
-	BatchRunning
-	// BatchDone selects batches whose jobs are all terminal.
-	BatchDone
-)
-
-// BatchFilter selects batches for ListBatches, newest first.
-type BatchFilter struct {
-	// Teams limits the listing to these teams; nil means every team.
-	Teams []string
-	State BatchState
-	// CreatedAfter and CreatedBefore bound the creation time (either may be
-	// zero): after is inclusive, before exclusive.
-	CreatedAfter  time.Time
-	CreatedBefore time.Time
-	// Before is the last id of the previous page (0 for the first).
-	Before uint64
-	Limit  int
-}
-
-// BatchPage is one page of ListBatches; Next is the id to continue below,
-// or 0 at the end.
-type BatchPage struct {
-	Batches []BatchView
-	Next    uint64
-}
-
-// BatchView is a batch with its job counts per phase.
-type BatchView struct {
-	Batch  jobs.Batch
-	Counts jobs.Counts
-	Done   bool
-}
-
-// JobEvent is a committed event of a job, as watchers see it; the event's
-// Phase is the job's phase right after it.
-type JobEvent struct {
-	Job   uint64
-	Batch uint64
-	Event jobs.Event
 }

@@ -39,7 +39,7 @@ func (c *cancelCmd) apply(g *group) error {
 		if err != nil {
 			return err
 		}
-		if errors.Is(c.err, ErrNotFound) {
+		if errors.Is(c.err, jobs.ErrNotFound) {
 			return nil
 		}
 		if changed {
@@ -83,7 +83,7 @@ func (c *cancelCmd) targets(g *group) ([]uint64, string, error) {
 		return nil, "", err
 	}
 	if !found {
-		c.err = ErrNotFound
+		c.err = jobs.ErrNotFound
 		return nil, "", nil
 	}
 	return b.JobIDs(), b.Team, nil
@@ -97,7 +97,7 @@ func (c *cancelCmd) cancelOne(g *group, id uint64) (bool, error) {
 		return false, err
 	}
 	if !found {
-		c.err = ErrNotFound
+		c.err = jobs.ErrNotFound
 		return false, nil
 	}
 	next, res, cerr := j.Cancel(c.req.Principal, c.req.Reason, g.now, e.cfg.RunningCancel)

@@ -26,7 +26,7 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 		return CompleteResult{}, err
 	}
 	if !found {
-		return CompleteResult{Err: ErrNotFound}, nil
+		return CompleteResult{Err: jobs.ErrNotFound}, nil
 	}
 	c := req.Completion
 	if c.Success {
@@ -129,7 +129,7 @@ func (c *stageCmd) apply(g *group) error {
 		return err
 	}
 	if !found {
-		c.err = ErrNotFound
+		c.err = jobs.ErrNotFound
 		return nil
 	}
 	if c.err = j.CheckLease(c.req.Token, c.req.Renderer, g.now); c.err != nil {

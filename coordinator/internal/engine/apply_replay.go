@@ -130,7 +130,7 @@ func (c *replayCmd) select_(g *group) (candidates []jobs.Job, missing []uint64, 
 			return nil, nil, err
 		}
 		if !found || !c.req.InScope(b.Team) {
-			c.err = ErrNotFound
+			c.err = jobs.ErrNotFound
 			return nil, nil, nil
 		}
 		for _, id := range b.JobIDs() {

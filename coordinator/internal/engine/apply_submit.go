@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 )
 
 // Submit stores a batch, all or nothing. The batch is validated against the
@@ -123,7 +124,7 @@ func (c *submitCmd) apply(g *group) error {
 		if d := g.batchDelta[prev.ID]; d != nil {
 			counts.Add(*d)
 		}
-		c.res = SubmitResult{Batch: BatchView{Batch: prev, Counts: counts, Done: counts.Unfinished() == 0}, Replayed: true}
+		c.res = SubmitResult{Batch: reads.BatchView{Batch: prev, Counts: counts, Done: counts.Unfinished() == 0}, Replayed: true}
 		return nil
 	}
 	limit := e.cfg.Limits.MaxTeamQueue
@@ -172,6 +173,6 @@ func (c *submitCmd) apply(g *group) error {
 			g.work = true
 		}
 	}
-	c.res = SubmitResult{Batch: BatchView{Batch: b, Counts: counts, Done: counts.Unfinished() == 0}}
+	c.res = SubmitResult{Batch: reads.BatchView{Batch: b, Counts: counts, Done: counts.Unfinished() == 0}}
 	return nil
 }

@@ -239,7 +239,7 @@ func BenchmarkSessionPerDocument(b *testing.B) {
 							binary.BigEndian.PutUint64(content, g.Job.ID)
 							sum := sha256.Sum256(content)
 							req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Success: true},
-								Preview: &Preview{Digest: hex.EncodeToString(sum[:]), ContentType: "image/png", Content: content}}
+								Preview: &jobs.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: "image/png", Content: content}}
 							res, err := e.Receive(ctx, c, SessionInput{Completions: []CompleteRequest{req}, Credits: 1})
 							if err != nil || res.Completions[0].Err != nil {
 								b.Errorf("completion of job %d: %v, %v", g.Job.ID, err, res.Completions)
@@ -310,7 +310,7 @@ func BenchmarkPurgeStep(b *testing.B) {
 			for i := int(next.Add(1) - 1); i < len(grants); i = int(next.Add(1) - 1) {
 				g := grants[i]
 				req := CompleteRequest{Job: g.Job.ID, Completion: jobs.Completion{Token: g.Job.Lease.Token, Renderer: "r-1", Success: true},
-					Preview: &Preview{Digest: fmt.Sprint(i), ContentType: "image/png", Content: png}}
+					Preview: &jobs.Preview{Digest: fmt.Sprint(i), ContentType: "image/png", Content: png}}
 				if _, err := complete(ctx, e, req); err != nil {
 					b.Error(err)
 					return

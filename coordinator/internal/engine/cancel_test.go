@@ -124,7 +124,7 @@ func TestCancel(t *testing.T) {
 			t.Errorf("after the late completion: phase %v artifact %+v, leases (-want +got):\n%s\nwant CANCELLED, no artifact, the lease revoked", j.Phase, j.Artifact, diff)
 		}
 		if _, err := b.artifactAt(t, id, tok); !errors.Is(err, store.ErrArtifactNotFound) {
-			t.Errorf("preview of the refused completion: err = %v, want ErrArtifactNotFound", err)
+			t.Errorf("preview of the refused completion: err = %v, want jobs.ErrArtifactNotFound", err)
 		}
 		if d := b.document(t, id); d != nil {
 			t.Errorf("a cancelled job kept its document %q", d)
@@ -241,8 +241,8 @@ func TestCancel(t *testing.T) {
 		if _, err := b.e.Cancel(ctx, op(g.Job.ID)); !errors.Is(err, jobs.ErrAlreadyTerminal) {
 			t.Fatalf("cancel of a succeeded job: %v, want ErrAlreadyTerminal", err)
 		}
-		if _, err := b.e.Cancel(ctx, op(999)); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("cancel of a missing job: %v, want ErrNotFound", err)
+		if _, err := b.e.Cancel(ctx, op(999)); !errors.Is(err, jobs.ErrNotFound) {
+			t.Fatalf("cancel of a missing job: %v, want jobs.ErrNotFound", err)
 		}
 		var got []string
 		for _, r := range b.allAudit(t) {

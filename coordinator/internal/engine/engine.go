@@ -35,7 +35,10 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/overview"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -153,8 +156,11 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Engine is the single writer and the read side over the same store.
+// Engine is the single writer, with the read side over the same store
+// (package reads, whose methods any goroutine may call) embedded.
 type Engine struct {
+	*reads.Reader
+
 	cfg       Config
 	st        *store.Store
 	log       *slog.Logger
@@ -203,7 +209,7 @@ type Engine struct {
 	dispatchMu sync.RWMutex
 	dispatchSt jobs.DispatchState
 
-	hub hub
+	hub *watch.Hub
 	ov  overviewPub
 }
 
@@ -258,11 +264,13 @@ func New(cfg Config) (*Engine, error) {
 		conns:      newConnSet(),
 		rng:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		committer:  cfg.Committer,
+		hub:        watch.NewHub(),
+		ov:         overviewPub{feed: overview.NewFeed(cfg.Store, cfg.Now)},
+		Reader:     reads.NewReader(cfg.Store, cfg.Now),
 	}
 	if e.committer == nil {
 		e.committer = localCommitter{}
 	}
-	e.hub.init()
 	e.serving.Store(true)
 	e.clockMono = cfg.Mono()
 	if err := e.rebuild(cfg.Now(), 0); err != nil {
@@ -358,7 +366,7 @@ func (e *Engine) Stop() {
 	defer e.lifecycle.Unlock()
 	e.stopOnce.Do(func() { close(e.stoppedC) })
 	e.endTerm(ErrStopped)
-	e.hub.closeAll()
+	e.hub.Close(ErrStopped)
 }
 
 // Serving reports whether the writer accepts commands; false after a failed

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -265,8 +266,8 @@ func (b *testBundle) job(t *testing.T, id uint64) jobs.Job {
 }
 
 // preview is the inline preview a test renderer makes for digest.
-func preview(digest string) *Preview {
-	return &Preview{Digest: digest, ContentType: "image/png", Content: []byte("png bytes of " + digest)}
+func preview(digest string) *jobs.Preview {
+	return &jobs.Preview{Digest: digest, ContentType: "image/png", Content: []byte("png bytes of " + digest)}
 }
 
 // success is a completion with its preview inline.
@@ -321,7 +322,7 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Artifact: %v", err)
 		}
-		want := Preview{Digest: "d1", ContentType: "image/png", Content: preview("d1").Content}
+		want := jobs.Preview{Digest: "d1", ContentType: "image/png", Content: preview("d1").Content}
 		if diff := cmp.Diff(want, art); diff != "" {
 			t.Errorf("stored preview (-want +got):\n%s", diff)
 		}
@@ -377,7 +378,7 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("err = %v, want ErrTeamQueueFull", err)
 		}
 		b.submit(t, "beta", "r2", "c", "d")
-		page, err := b.e.ListJobs(JobFilter{Teams: []string{"alpha"}})
+		page, err := b.e.ListJobs(reads.JobFilter{Teams: []string{"alpha"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -430,7 +431,7 @@ func TestFencing(t *testing.T) {
 			t.Fatalf("rejections = %+v", rej)
 		}
 		if _, err := b.artifactAt(t, batch.FirstJob, a.Job.Lease.Token); !errors.Is(err, store.ErrArtifactNotFound) {
-			t.Errorf("preview of the refused completion: err = %v, want ErrArtifactNotFound", err)
+			t.Errorf("preview of the refused completion: err = %v, want jobs.ErrArtifactNotFound", err)
 		}
 		replay, err := complete(ctx, b.e, success(batch.FirstJob, bg[0].Job.Lease.Token, "renderer-b", "digest-b"))
 		if err != nil || !replay.Replayed {
@@ -496,10 +497,10 @@ func TestFencing(t *testing.T) {
 			t.Fatalf("Stage by another renderer: err = %v, want ErrNotHolder", err)
 		}
 		if _, err := b.artifactAt(t, id, tok); !errors.Is(err, store.ErrArtifactNotFound) {
-			t.Errorf("preview after a refused upload: err = %v, want ErrArtifactNotFound", err)
+			t.Errorf("preview after a refused upload: err = %v, want jobs.ErrArtifactNotFound", err)
 		}
-		if err := b.e.Stage(ctx, StageRequest{Job: 999, Token: tok, Renderer: "r-1", Preview: *preview("x")}); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Stage for an unknown job: err = %v, want ErrNotFound", err)
+		if err := b.e.Stage(ctx, StageRequest{Job: 999, Token: tok, Renderer: "r-1", Preview: *preview("x")}); !errors.Is(err, jobs.ErrNotFound) {
+			t.Errorf("Stage for an unknown job: err = %v, want jobs.ErrNotFound", err)
 		}
 	})
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -48,7 +49,7 @@ func (b *testBundle) allJobs(t *testing.T) []jobs.Job {
 	var out []jobs.Job
 	var after uint64
 	for {
-		page, err := b.e.ListJobs(JobFilter{After: after, Limit: 1000, History: true})
+		page, err := b.e.ListJobs(reads.JobFilter{After: after, Limit: 1000, History: true})
 		if err != nil {
 			t.Fatalf("ListJobs: %v", err)
 		}
@@ -63,7 +64,7 @@ func (b *testBundle) allJobs(t *testing.T) []jobs.Job {
 // allAudit lists every audit record, newest first.
 func (b *testBundle) allAudit(t *testing.T) []jobs.AuditRecord {
 	t.Helper()
-	page, err := b.e.ListAudit(AuditFilter{Limit: 10_000})
+	page, err := b.e.ListAudit(reads.AuditFilter{Limit: 10_000})
 	if err != nil {
 		t.Fatalf("ListAudit: %v", err)
 	}
@@ -73,7 +74,7 @@ func (b *testBundle) allAudit(t *testing.T) []jobs.AuditRecord {
 // rejections lists the recorded rejections of one job, newest first.
 func (b *testBundle) rejections(t *testing.T, job uint64) []jobs.Rejection {
 	t.Helper()
-	page, err := b.e.ListRejections(RejectionFilter{Job: job, Limit: 10_000})
+	page, err := b.e.ListRejections(reads.RejectionFilter{Job: job, Limit: 10_000})
 	if err != nil {
 		t.Fatalf("ListRejections: %v", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,10 +63,14 @@ func checkIndexes(t tester, e *Engine) {
 }
 
 // checkStore asserts that the committed state agrees with itself and that
-// tokens granted since prev are above every token before (CheckStore).
-func checkStore(t tester, st *store.Store, prev StoreState) StoreState {
+// tokens granted since prev are above every token before
+// (store.VerifySince).
+func checkStore(t tester, st *store.Store, prev store.TokenState) store.TokenState {
 	t.Helper()
-	now, err := CheckStore(st, prev)
+	sum, now, err := st.VerifySince(prev)
+	if err == nil {
+		err = sum.Err()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +137,7 @@ func TestWriterInvariants(t *testing.T) {
 			// holds the leases granted to a renderer when it began to drain.
 			credits  = map[string]int{}
 			draining = map[string]int{}
-			state    = checkStore(rt, b.st, StoreState{})
+			state    = checkStore(rt, b.st, store.TokenState{})
 		)
 		sessionIDs := []string{"s-1", "s-2"}
 		unaryIDs := []string{"u-1", "u-2"}
@@ -288,7 +291,7 @@ func TestWriterInvariants(t *testing.T) {
 				renderer := rapid.SampledFrom([]string{g.Job.Lease.Renderer, "u-2"}).Draw(rt, "completer")
 				req := completion(g, renderer)
 				res, err := complete(ctx, b.e, req)
-				if err != nil && !jobs.IsFence(err) && !errors.Is(err, jobs.ErrArtifactMissing) && !errors.Is(err, ErrNotFound) {
+				if err != nil && !jobs.IsFence(err) && !errors.Is(err, jobs.ErrArtifactMissing) && !errors.Is(err, jobs.ErrNotFound) {
 					rt.Fatalf("Complete: %v", err)
 				}
 				res.Err = err
@@ -299,7 +302,7 @@ func TestWriterInvariants(t *testing.T) {
 					p := preview(fmt.Sprintf("digest-%d", g.Job.Lease.Token))
 					p.Content = append(p.Content, renderer...)
 					err := b.e.Stage(ctx, StageRequest{Job: g.Job.ID, Token: g.Job.Lease.Token, Renderer: renderer, Preview: *p})
-					if err != nil && !jobs.IsFence(err) && !errors.Is(err, ErrNotFound) {
+					if err != nil && !jobs.IsFence(err) && !errors.Is(err, jobs.ErrNotFound) {
 						rt.Fatalf("Stage: %v", err)
 					}
 				}
@@ -477,7 +480,7 @@ func TestWriterInvariants(t *testing.T) {
 					rt.Fatalf("a purge step of %d deleted %+v", step, res)
 				}
 				for _, g := range granted {
-					if _, err := b.e.Job(g.Job.ID); errors.Is(err, ErrNotFound) {
+					if _, err := b.e.Job(g.Job.ID); errors.Is(err, jobs.ErrNotFound) {
 						delete(succeeded, g.Job.ID)
 					}
 				}
@@ -532,27 +535,4 @@ func checkWaiter(w *testConn) error {
 		return fmt.Errorf("a long poll of %s for %d leases in %d bytes got %d in %d bytes", w.renderer, w.max, w.budget, len(w.got), bytes)
 	}
 	return nil
-}
-
-// TestCheckStoreCatchesATokenThatChangedJobs shows that CheckStore does not
-// take a token seen at the previous check as settled when another job
-// holds it now (the first job's record purged meanwhile, say).
-func TestCheckStoreCatchesATokenThatChangedJobs(t *testing.T) {
-	b := setup(t)
-	b.submit(t, "alpha", "r1", "a.pdf")
-	grants := b.acquire(t, "r-1", 1)
-	if len(grants) != 1 {
-		t.Fatalf("granted %d leases, want 1", len(grants))
-	}
-	g := grants[0].Job
-	now := checkStore(t, b.st, StoreState{})
-	if now.Tokens[g.Lease.Token] != g.ID {
-		t.Fatalf("the check saw token %d as job %d's, want %d's", g.Lease.Token, now.Tokens[g.Lease.Token], g.ID)
-	}
-	prev := now
-	prev.Tokens = map[uint64]uint64{g.Lease.Token: g.ID + 1}
-	_, err := CheckStore(b.st, prev)
-	if err == nil || !strings.Contains(err.Error(), "was job") {
-		t.Errorf("CheckStore with the token earlier another job's = %v, want a problem naming the earlier job", err)
-	}
 }

@@ -238,7 +238,7 @@ func (e *Engine) dropSoft(why error) {
 	for _, c := range e.conns.byID {
 		c.Outbox.end(why)
 	}
-	e.hub.endAll(why)
+	e.hub.EndAll(why)
 	e.resetSoft()
 }
 

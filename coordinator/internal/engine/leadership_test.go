@@ -91,7 +91,7 @@ func TestLeadership(t *testing.T) {
 		if j := b.job(t, first.FirstJob); j.Phase != jobs.PhaseLeased || j.Lease.Token != gs[0].Job.Lease.Token {
 			t.Fatalf("the leased job after promotion: %v token %d, want LEASED under %d", j.Phase, j.Lease.Token, gs[0].Job.Lease.Token)
 		}
-		if _, err := b.e.Batch(first.ID + 1); !errors.Is(err, ErrNotFound) {
+		if _, err := b.e.Batch(first.ID + 1); !errors.Is(err, jobs.ErrNotFound) {
 			t.Errorf("the lost group's batch: %v, want it absent", err)
 		}
 		b.clock.Advance(b.cfg.LeaseTTL + extend/2)

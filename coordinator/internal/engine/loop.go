@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
 
 // command is one state change applied by the writer. apply runs on the
@@ -80,7 +81,7 @@ type group struct {
 	mono time.Duration
 	tx   *store.Tx
 
-	events      []JobEvent
+	events      []watch.JobEvent
 	tallies     []tally
 	revocations map[string][]LeaseStatus
 	deliveries  map[*Conn][]Grant
@@ -193,7 +194,7 @@ func (g *group) save(before, after jobs.Job) error {
 		return err
 	}
 	for _, ev := range fresh {
-		g.events = append(g.events, JobEvent{Job: after.ID, Batch: after.BatchID, Event: ev})
+		g.events = append(g.events, watch.JobEvent{Job: after.ID, Batch: after.BatchID, Event: ev})
 		g.tallies = append(g.tallies, tally{team: after.Team, kind: ev.Kind, reason: ev.Reason})
 	}
 	isNew := before.ID == 0
@@ -592,7 +593,7 @@ func (e *Engine) failStop(g *group, batch []*request, err error) {
 // renderers' connections.
 func (e *Engine) publish(g *group) {
 	for _, ev := range g.events {
-		e.hub.publishJob(ev)
+		e.hub.Publish(ev)
 	}
 	e.m.tally(g.tallies)
 	if g.purged != (PurgeResult{}) {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/overview"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 )
 
 // everyGroup publishes the overview after every group, so that a test sees
@@ -14,7 +16,7 @@ import (
 func everyGroup(c *Config) { c.OverviewEvery = time.Nanosecond }
 
 // overview reads the published overview and fails the test on an error.
-func (b *testBundle) overview(t *testing.T) Overview {
+func (b *testBundle) overview(t *testing.T) overview.Overview {
 	t.Helper()
 	o, _, err := b.e.Overview()
 	if err != nil {
@@ -24,7 +26,7 @@ func (b *testBundle) overview(t *testing.T) Overview {
 }
 
 // team returns the figures of team, failing the test without them.
-func team(t *testing.T, o Overview, name string) TeamStats {
+func team(t *testing.T, o overview.Overview, name string) overview.TeamStats {
 	t.Helper()
 	for _, ts := range o.Teams {
 		if ts.Team == name {
@@ -32,7 +34,7 @@ func team(t *testing.T, o Overview, name string) TeamStats {
 		}
 	}
 	t.Fatalf("overview has no team %q: %+v", name, o.Teams)
-	return TeamStats{}
+	return overview.TeamStats{}
 }
 
 // counts builds phase counts.
@@ -59,7 +61,7 @@ func TestOverview(t *testing.T) {
 		beta := b.submit(t, "beta", "r1", "b1.pdf", "b2.pdf").JobIDs()
 
 		o := b.overview(t)
-		if got, want := team(t, o, "alpha"), (TeamStats{Team: "alpha", Counts: counts(map[jobs.Phase]int64{jobs.PhaseQueued: 3}),
+		if got, want := team(t, o, "alpha"), (overview.TeamStats{Team: "alpha", Counts: counts(map[jobs.Phase]int64{jobs.PhaseQueued: 3}),
 			Depth: 3, Head: alpha[0], OldestQueuedAt: epoch}); !sameTeam(got, want) {
 			t.Errorf("alpha = %+v, want %+v", got, want)
 		}
@@ -76,7 +78,7 @@ func TestOverview(t *testing.T) {
 		if a.Depth != 2 || a.InFlight != 1 || a.Head != alpha[1] {
 			t.Errorf("alpha after a grant: depth %d in flight %d head %d, want 2, 1, %d", a.Depth, a.InFlight, a.Head, alpha[1])
 		}
-		want := []RendererStats{{ID: "r-1", Capacity: 4, LastSeen: b.clock.Now(), Leases: []LeaseStats{
+		want := []overview.RendererStats{{ID: "r-1", Capacity: 4, LastSeen: b.clock.Now(), Leases: []overview.LeaseStats{
 			{Job: gs[0].Job.ID, Team: gs[0].Job.Team, Token: gs[0].Job.Lease.Token, Deadline: b.clock.Now().Add(15 * time.Second)},
 			{Job: gs[1].Job.ID, Team: gs[1].Job.Team, Token: gs[1].Job.Lease.Token, Deadline: b.clock.Now().Add(15 * time.Second)},
 		}}}
@@ -100,17 +102,17 @@ func TestOverview(t *testing.T) {
 		if got, want := team(t, o, "alpha").Counts, counts(map[jobs.Phase]int64{jobs.PhaseQueued: 1, jobs.PhaseSucceeded: 1, jobs.PhaseCancelled: 1}); got != want {
 			t.Errorf("alpha counts = %v, want %v", got, want)
 		}
-		last := func(name string) MinuteStats {
+		last := func(name string) overview.MinuteStats {
 			ms := team(t, o, name).Minutes
-			if len(ms) != RingMinutes {
-				t.Fatalf("%s has %d minutes, want %d", name, len(ms), RingMinutes)
+			if len(ms) != overview.RingMinutes {
+				t.Fatalf("%s has %d minutes, want %d", name, len(ms), overview.RingMinutes)
 			}
 			return ms[len(ms)-1]
 		}
-		if got, want := last("alpha"), (MinuteStats{Start: epoch.Truncate(time.Minute), Succeeded: 1, Cancelled: 1, Depth: 1}); got != want {
+		if got, want := last("alpha"), (overview.MinuteStats{Start: epoch.Truncate(time.Minute), Succeeded: 1, Cancelled: 1, Depth: 1}); got != want {
 			t.Errorf("alpha's last minute = %+v, want %+v", got, want)
 		}
-		if got, want := last("beta"), (MinuteStats{Start: epoch.Truncate(time.Minute), Failed: 1, Depth: 1}); got != want {
+		if got, want := last("beta"), (overview.MinuteStats{Start: epoch.Truncate(time.Minute), Failed: 1, Depth: 1}); got != want {
 			t.Errorf("beta's last minute = %+v, want %+v", got, want)
 		}
 		if len(o.Renderers) != 1 || len(o.Renderers[0].Leases) != 0 {
@@ -129,7 +131,7 @@ func TestOverview(t *testing.T) {
 		b.tick(t, 0)
 		ms := team(t, b.overview(t), "alpha").Minutes
 		start := epoch.Truncate(time.Minute)
-		want := []MinuteStats{
+		want := []overview.MinuteStats{
 			{Start: start, Cancelled: 1, Depth: 1},
 			{Start: start.Add(time.Minute), Depth: 1},
 			{Start: start.Add(2 * time.Minute), Depth: 1},
@@ -138,7 +140,7 @@ func TestOverview(t *testing.T) {
 		if diff := cmp.Diff(want, ms[len(ms)-4:]); diff != "" {
 			t.Errorf("last four minutes (-want +got):\n%s", diff)
 		}
-		b.clock.Advance(RingMinutes * time.Minute)
+		b.clock.Advance(overview.RingMinutes * time.Minute)
 		b.tick(t, 0)
 		for _, m := range team(t, b.overview(t), "alpha").Minutes {
 			if m.Succeeded+m.Failed+m.Cancelled != 0 {
@@ -161,7 +163,7 @@ func TestOverview(t *testing.T) {
 		}
 		ms := team(t, o, "alpha").Minutes
 		start := epoch.Truncate(time.Minute)
-		want := []MinuteStats{
+		want := []overview.MinuteStats{
 			{Start: start, Cancelled: 1, Depth: 1},
 			{Start: start.Add(time.Minute), Depth: 1},
 			{Start: start.Add(2 * time.Minute), Depth: 1},
@@ -169,8 +171,8 @@ func TestOverview(t *testing.T) {
 		if diff := cmp.Diff(want, ms[len(ms)-3:]); diff != "" {
 			t.Errorf("last three minutes (-want +got):\n%s", diff)
 		}
-		if len(ms) != RingMinutes {
-			t.Errorf("%d minutes, want %d", len(ms), RingMinutes)
+		if len(ms) != overview.RingMinutes {
+			t.Errorf("%d minutes, want %d", len(ms), overview.RingMinutes)
 		}
 	})
 
@@ -235,7 +237,7 @@ func TestOverview(t *testing.T) {
 }
 
 // sameTeam compares team figures without their minutes.
-func sameTeam(a, b TeamStats) bool {
+func sameTeam(a, b overview.TeamStats) bool {
 	a.Minutes, b.Minutes = nil, nil
 	return cmp.Equal(a, b)
 }
@@ -258,7 +260,7 @@ func TestListBatches(t *testing.T) {
 	if _, err := b.e.Cancel(ctx, CancelRequest{Batch: ids[2], Principal: "p"}); err != nil {
 		t.Fatal(err)
 	}
-	list := func(t *testing.T, f BatchFilter) []uint64 {
+	list := func(t *testing.T, f reads.BatchFilter) []uint64 {
 		t.Helper()
 		var out []uint64
 		for range 10 {
@@ -280,19 +282,19 @@ func TestListBatches(t *testing.T) {
 	at := func(i int) time.Time { return epoch.Add(time.Duration(i) * time.Minute) }
 	for _, tc := range []struct {
 		name string
-		f    BatchFilter
+		f    reads.BatchFilter
 		want []uint64
 	}{
-		{"every batch, newest first", BatchFilter{}, []uint64{ids[4], ids[3], ids[2], ids[1], ids[0]}},
-		{"every batch in pages of two", BatchFilter{Limit: 2}, []uint64{ids[4], ids[3], ids[2], ids[1], ids[0]}},
-		{"one team", BatchFilter{Teams: []string{"alpha"}, Limit: 1}, []uint64{ids[4], ids[2], ids[0]}},
-		{"two teams merged", BatchFilter{Teams: []string{"beta", "alpha"}, Limit: 3}, []uint64{ids[4], ids[3], ids[2], ids[1], ids[0]}},
-		{"a team without batches", BatchFilter{Teams: []string{"gamma"}}, nil},
-		{"running only", BatchFilter{State: BatchRunning}, []uint64{ids[4], ids[3], ids[1], ids[0]}},
-		{"done only", BatchFilter{State: BatchDone}, []uint64{ids[2]}},
-		{"created from the third minute", BatchFilter{CreatedAfter: at(2)}, []uint64{ids[4], ids[3], ids[2]}},
-		{"created before the third minute", BatchFilter{CreatedBefore: at(2)}, []uint64{ids[1], ids[0]}},
-		{"created in a window, one team", BatchFilter{Teams: []string{"beta"}, CreatedAfter: at(1), CreatedBefore: at(4)}, []uint64{ids[3], ids[1]}},
+		{"every batch, newest first", reads.BatchFilter{}, []uint64{ids[4], ids[3], ids[2], ids[1], ids[0]}},
+		{"every batch in pages of two", reads.BatchFilter{Limit: 2}, []uint64{ids[4], ids[3], ids[2], ids[1], ids[0]}},
+		{"one team", reads.BatchFilter{Teams: []string{"alpha"}, Limit: 1}, []uint64{ids[4], ids[2], ids[0]}},
+		{"two teams merged", reads.BatchFilter{Teams: []string{"beta", "alpha"}, Limit: 3}, []uint64{ids[4], ids[3], ids[2], ids[1], ids[0]}},
+		{"a team without batches", reads.BatchFilter{Teams: []string{"gamma"}}, nil},
+		{"running only", reads.BatchFilter{State: reads.BatchRunning}, []uint64{ids[4], ids[3], ids[1], ids[0]}},
+		{"done only", reads.BatchFilter{State: reads.BatchDone}, []uint64{ids[2]}},
+		{"created from the third minute", reads.BatchFilter{CreatedAfter: at(2)}, []uint64{ids[4], ids[3], ids[2]}},
+		{"created before the third minute", reads.BatchFilter{CreatedBefore: at(2)}, []uint64{ids[1], ids[0]}},
+		{"created in a window, one team", reads.BatchFilter{Teams: []string{"beta"}, CreatedAfter: at(1), CreatedBefore: at(4)}, []uint64{ids[3], ids[1]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, list(t, tc.f)); diff != "" {
@@ -302,7 +304,7 @@ func TestListBatches(t *testing.T) {
 	}
 
 	t.Run("Each batch carries its counts", func(t *testing.T) {
-		page, err := b.e.ListBatches(BatchFilter{Teams: []string{"alpha"}, State: BatchDone})
+		page, err := b.e.ListBatches(reads.BatchFilter{Teams: []string{"alpha"}, State: reads.BatchDone})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,13 +325,13 @@ func TestMinuteRingSeries(t *testing.T) {
 	r.finished(now.Add(-2*time.Minute), jobs.PhaseSucceeded)
 	r.sample(now.Add(-2*time.Minute), 7)
 	r.finished(now.Add(-time.Minute), jobs.PhaseFailed)
-	r.finished(now.Add(-RingMinutes*time.Minute), jobs.PhaseSucceeded) // out of the window
+	r.finished(now.Add(-overview.RingMinutes*time.Minute), jobs.PhaseSucceeded) // out of the window
 	got := r.series(now, 3)
-	if len(got) != RingMinutes {
-		t.Fatalf("series has %d minutes, want %d", len(got), RingMinutes)
+	if len(got) != overview.RingMinutes {
+		t.Fatalf("series has %d minutes, want %d", len(got), overview.RingMinutes)
 	}
 	start := now.Truncate(time.Minute)
-	want := []MinuteStats{
+	want := []overview.MinuteStats{
 		{Start: start.Add(-3 * time.Minute)},
 		{Start: start.Add(-2 * time.Minute), Succeeded: 1, Depth: 7},
 		{Start: start.Add(-time.Minute), Failed: 1, Depth: 7},

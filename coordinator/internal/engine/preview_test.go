@@ -48,7 +48,7 @@ func TestPreviews(t *testing.T) {
 		if j.Phase != jobs.PhaseSucceeded || j.Artifact.Token != g.Job.Lease.Token || j.Artifact.Digest != "d1" {
 			t.Fatalf("after the restart: %v artifact %+v; want SUCCEEDED with d1 under token %d", j.Phase, j.Artifact, g.Job.Lease.Token)
 		}
-		want := Preview{Digest: "d1", ContentType: "image/png", Content: req.Preview.Content}
+		want := jobs.Preview{Digest: "d1", ContentType: "image/png", Content: req.Preview.Content}
 		art, err := b.e.Artifact(j)
 		if diff := cmp.Diff(want, art); err != nil || diff != "" {
 			t.Fatalf("preview after the restart, %v (-want +got):\n%s", err, diff)

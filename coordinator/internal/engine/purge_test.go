@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/bbolt"
@@ -57,7 +58,7 @@ func (b *testBundle) purge(t *testing.T) PurgeResult {
 func (b *testBundle) checkConsistent(t *testing.T) {
 	t.Helper()
 	checkIndexes(t, b.e)
-	checkStore(t, b.st, StoreState{})
+	checkStore(t, b.st, store.TokenState{})
 	sum, err := b.st.Verify()
 	if err != nil || len(sum.Problems) > 0 {
 		t.Errorf("store.Verify = %q, %v; want no problems", sum.Problems, err)
@@ -122,8 +123,8 @@ func TestPurge(t *testing.T) {
 		}
 
 		for _, id := range ids {
-			if _, err := b.e.Job(id); !errors.Is(err, ErrNotFound) {
-				t.Errorf("Job(%d) after the purge: err = %v, want ErrNotFound", id, err)
+			if _, err := b.e.Job(id); !errors.Is(err, jobs.ErrNotFound) {
+				t.Errorf("Job(%d) after the purge: err = %v, want jobs.ErrNotFound", id, err)
 			}
 			if evs, err := b.e.Events(id, 0); err != nil || len(evs) != 0 {
 				t.Errorf("job %d keeps %d events (%v)", id, len(evs), err)
@@ -133,10 +134,10 @@ func TestPurge(t *testing.T) {
 			}
 		}
 		if _, err := b.artifactAt(t, succeeded.ID, succeeded.Artifact.Token); !errors.Is(err, store.ErrArtifactNotFound) {
-			t.Errorf("the preview of job %d: err = %v, want ErrArtifactNotFound", succeeded.ID, err)
+			t.Errorf("the preview of job %d: err = %v, want jobs.ErrArtifactNotFound", succeeded.ID, err)
 		}
-		if _, err := b.e.Batch(old.ID); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Batch(%d): err = %v, want ErrNotFound", old.ID, err)
+		if _, err := b.e.Batch(old.ID); !errors.Is(err, jobs.ErrNotFound) {
+			t.Errorf("Batch(%d): err = %v, want jobs.ErrNotFound", old.ID, err)
 		}
 		if j := b.job(t, live.FirstJob); j.Phase != jobs.PhaseQueued {
 			t.Errorf("the live job is %v, want QUEUED", j.Phase)
@@ -179,7 +180,7 @@ func TestPurge(t *testing.T) {
 		if want := (jobs.Counts{jobs.PhaseSucceeded: 1}); v.Counts != want || !v.Done {
 			t.Errorf("batch counts = %v done %v, want %v (retained jobs only), done", v.Counts, v.Done, want)
 		}
-		page, err := b.e.ListJobs(JobFilter{Batch: batch.ID})
+		page, err := b.e.ListJobs(reads.JobFilter{Batch: batch.ID})
 		if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != second.Job.ID {
 			t.Errorf("ListJobs(batch) = %+v, %v; want the second job alone", page.Jobs, err)
 		}

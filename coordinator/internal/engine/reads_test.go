@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
 
 // TestListings checks the paged listings: every page continues where the
@@ -39,7 +41,7 @@ func TestListings(t *testing.T) {
 		}
 	}
 
-	pagesOf := func(t *testing.T, f JobFilter) [][]uint64 {
+	pagesOf := func(t *testing.T, f reads.JobFilter) [][]uint64 {
 		t.Helper()
 		var out [][]uint64
 		for range 10 {
@@ -62,15 +64,15 @@ func TestListings(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		f    JobFilter
+		f    reads.JobFilter
 		want [][]uint64
 	}{
-		{"AllJobsInPages", JobFilter{Limit: 3}, [][]uint64{alpha[:3], {alpha[3], alpha[4], beta[0]}, beta[1:]}},
-		{"OneBatch", JobFilter{Batch: alphaBatch.ID, Limit: 2}, [][]uint64{alpha[:2], alpha[2:4], alpha[4:]}},
-		{"OneTeam", JobFilter{Teams: []string{"beta"}, Limit: 2}, [][]uint64{beta[:2], beta[2:]}},
-		{"ALivePhaseFromTheUnfinishedIndex", JobFilter{Phase: jobs.PhaseLeased, Limit: 5}, [][]uint64{{alpha[0], beta[0]}}},
-		{"APhaseAndATeam", JobFilter{Phase: jobs.PhaseQueued, Teams: []string{"alpha"}, Limit: 10}, [][]uint64{alpha[1:]}},
-		{"NoTeamsListsNothing", JobFilter{Teams: []string{}, Limit: 10}, [][]uint64{nil}},
+		{"AllJobsInPages", reads.JobFilter{Limit: 3}, [][]uint64{alpha[:3], {alpha[3], alpha[4], beta[0]}, beta[1:]}},
+		{"OneBatch", reads.JobFilter{Batch: alphaBatch.ID, Limit: 2}, [][]uint64{alpha[:2], alpha[2:4], alpha[4:]}},
+		{"OneTeam", reads.JobFilter{Teams: []string{"beta"}, Limit: 2}, [][]uint64{beta[:2], beta[2:]}},
+		{"ALivePhaseFromTheUnfinishedIndex", reads.JobFilter{Phase: jobs.PhaseLeased, Limit: 5}, [][]uint64{{alpha[0], beta[0]}}},
+		{"APhaseAndATeam", reads.JobFilter{Phase: jobs.PhaseQueued, Teams: []string{"alpha"}, Limit: 10}, [][]uint64{alpha[1:]}},
+		{"NoTeamsListsNothing", reads.JobFilter{Teams: []string{}, Limit: 10}, [][]uint64{nil}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,17 +83,17 @@ func TestListings(t *testing.T) {
 	}
 
 	t.Run("AnUnknownBatchIsNotFound", func(t *testing.T) {
-		if _, err := b.e.ListJobs(JobFilter{Batch: 999}); !errors.Is(err, ErrNotFound) {
-			t.Errorf("err = %v, want ErrNotFound", err)
+		if _, err := b.e.ListJobs(reads.JobFilter{Batch: 999}); !errors.Is(err, jobs.ErrNotFound) {
+			t.Errorf("err = %v, want jobs.ErrNotFound", err)
 		}
-		if _, err := b.e.Batch(999); !IsNotFound(err) {
+		if _, err := b.e.Batch(999); !reads.IsNotFound(err) {
 			t.Errorf("Batch: err = %v, want not found", err)
 		}
 	})
 
 	t.Run("RejectionsNewestFirstInPages", func(t *testing.T) {
 		var got [][]string
-		f := RejectionFilter{Job: gs[0].Job.ID, Limit: 2}
+		f := reads.RejectionFilter{Job: gs[0].Job.ID, Limit: 2}
 		for range 5 {
 			page, err := b.e.ListRejections(f)
 			if err != nil {
@@ -113,7 +115,7 @@ func TestListings(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("pages (-want +got):\n%s", diff)
 		}
-		scoped, err := b.e.ListRejections(RejectionFilter{Teams: []string{"beta"}})
+		scoped, err := b.e.ListRejections(reads.RejectionFilter{Teams: []string{"beta"}})
 		if err != nil || len(scoped.Rejections) != 1 || scoped.Rejections[0].Job != gs[1].Job.ID {
 			t.Errorf("beta's rejections = %+v, %v; want the one of job %d", scoped.Rejections, err, gs[1].Job.ID)
 		}
@@ -121,7 +123,7 @@ func TestListings(t *testing.T) {
 
 	t.Run("AuditShowsOnlyWhatTheCallerMaySee", func(t *testing.T) {
 		visible := func(teams []string) bool { return len(teams) > 0 && !slices.Contains(teams, "beta") }
-		page, err := b.e.ListAudit(AuditFilter{Visible: visible})
+		page, err := b.e.ListAudit(reads.AuditFilter{Visible: visible})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,11 +134,11 @@ func TestListings(t *testing.T) {
 		if diff := cmp.Diff([]string{"team alpha"}, got); diff != "" || page.Next != 0 {
 			t.Errorf("visible audit (-want +got):\n%s\nnext %d", diff, page.Next)
 		}
-		first, err := b.e.ListAudit(AuditFilter{Limit: 2})
+		first, err := b.e.ListAudit(reads.AuditFilter{Limit: 2})
 		if err != nil || len(first.Records) != 2 || first.Next == 0 {
 			t.Fatalf("first audit page = %+v, %v; want 2 and a cursor", first, err)
 		}
-		rest, err := b.e.ListAudit(AuditFilter{Limit: 2, Before: first.Next})
+		rest, err := b.e.ListAudit(reads.AuditFilter{Limit: 2, Before: first.Next})
 		if err != nil || len(rest.Records) != 1 || rest.Records[0].Reason != "team alpha" || rest.Next != 0 {
 			t.Errorf("second audit page = %+v, %v; want the oldest record and the end", rest, err)
 		}
@@ -201,17 +203,17 @@ func TestWatch(t *testing.T) {
 		}
 		defer w.Close()
 		// Each round adds two events per job: LEASED, then REQUEUED.
-		for events := 0; events <= WatchLimit; events += 2 * jobs.DefaultMaxDocuments {
+		for events := 0; events <= watch.WatchLimit; events += 2 * jobs.DefaultMaxDocuments {
 			gs := b.acquire(t, "r-1", jobs.DefaultMaxDocuments)
 			if err := release(ctx, b.e, "r-1", refs(gs)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if evs, err := w.Next(ctx); !errors.Is(err, ErrSlowWatcher) || len(evs) != 0 {
-			t.Errorf("Next of a watcher %d events behind = %d events, %v; want ErrSlowWatcher", WatchLimit, len(evs), err)
+		if evs, err := w.Next(ctx); !errors.Is(err, watch.ErrSlowWatcher) || len(evs) != 0 {
+			t.Errorf("Next of a watcher %d events behind = %d events, %v; want watch.ErrSlowWatcher", watch.WatchLimit, len(evs), err)
 		}
-		if _, err := b.e.WatchBatch(999); !errors.Is(err, ErrNotFound) {
-			t.Errorf("watching an unknown batch: err = %v, want ErrNotFound", err)
+		if _, err := b.e.WatchBatch(999); !errors.Is(err, jobs.ErrNotFound) {
+			t.Errorf("watching an unknown batch: err = %v, want jobs.ErrNotFound", err)
 		}
 	})
 }

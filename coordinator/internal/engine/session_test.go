@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 )
 
 // TestConnections checks how the writer grants to registered connections:
@@ -455,7 +456,7 @@ func TestSessionAndUnaryPathsAgree(t *testing.T) {
 		say("grant %s", p.grant(t, "r-1")) // nothing ready
 
 		o.Jobs = b.allJobs(t)
-		page, err := b.e.ListRejections(RejectionFilter{Limit: 1000})
+		page, err := b.e.ListRejections(reads.RejectionFilter{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
 
 // ErrEngineStarted is returned by NewStepper for an engine whose writer
@@ -126,7 +127,7 @@ func (s *Stepper) Queued() int { return len(s.queue) }
 // An error means the group did not commit: the engine has fail-stopped, as
 // the writer goroutine does, and the group's commands and every command
 // still queued are answered with the reason (ErrStorageFailed).
-func (s *Stepper) Step(n int) ([]JobEvent, error) {
+func (s *Stepper) Step(n int) ([]watch.JobEvent, error) {
 	e := s.e
 	if !e.serving.Load() {
 		s.drain(e.stoppedErr())

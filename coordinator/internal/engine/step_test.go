@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
 
 // stepped opens a store and an engine over the bundle's directory, not
@@ -36,7 +37,7 @@ func (b *testBundle) stepped(t *testing.T) *Stepper {
 
 // step runs one group of up to n queued commands and fails the test on an
 // error.
-func step(t *testing.T, s *Stepper, n int) []JobEvent {
+func step(t *testing.T, s *Stepper, n int) []watch.JobEvent {
 	t.Helper()
 	evs, err := s.Step(n)
 	if err != nil {

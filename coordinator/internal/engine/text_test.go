@@ -304,7 +304,7 @@ func commandPrototypes() []command {
 	one := []LeaseRef{{Job: 1, Token: 1}}
 	r := Renderer{ID: "r", Principal: "p"}
 	cr := CompleteRequest{Job: 1, Completion: jobs.Completion{Token: 1, Renderer: "r", Digest: "d", ContentType: "c", Message: "m"},
-		Preview: &Preview{Digest: "d", ContentType: "c"}}
+		Preview: &jobs.Preview{Digest: "d", ContentType: "c"}}
 	return []command{
 		&submitCmd{req: SubmitRequest{Team: "t", RequestID: "r", Docs: docs("a"), TraceParent: "tp"},
 			docs: []jobs.Document{{Name: "n", ContentType: "c", SourceURI: "s", ContentSHA256: "h"}}},
@@ -312,7 +312,7 @@ func commandPrototypes() []command {
 		&replayCmd{req: ReplayRequest{Principal: "p", RequestID: "r", Reason: "r", JobIDs: []uint64{1}}},
 		&pauseCmd{principal: "p", reason: "r"},
 		&auditCmd{rec: jobs.AuditRecord{Principal: "p", Action: "a", Reason: "r", RequestID: "q", Teams: []string{"t"}}},
-		&stageCmd{req: StageRequest{Renderer: "r", Preview: Preview{Digest: "d", ContentType: "c"}}},
+		&stageCmd{req: StageRequest{Renderer: "r", Preview: jobs.Preview{Digest: "d", ContentType: "c"}}},
 		&openCmd{req: SessionOpen{Renderer: r, Instance: "i", Holding: one}},
 		// Outside any session a message's renderer is its own.
 		&receiveCmd{in: SessionInput{Renderer: r, Received: one, Heartbeats: one, Completions: []CompleteRequest{cr}, HandBacks: one, Acks: one, Undelivered: one}},

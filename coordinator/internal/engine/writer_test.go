@@ -443,15 +443,15 @@ func TestRefusalsNeverStopTheWriter(t *testing.T) {
 		{"a completion of an unknown job", func() error {
 			_, err := complete(ctx, b.e, success(999, 1, "r-1", "d"))
 			return err
-		}, ErrNotFound},
+		}, jobs.ErrNotFound},
 		{"a replay of an unknown batch", func() error {
 			_, err := b.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: "x", Batch: 999})
 			return err
-		}, ErrNotFound},
+		}, jobs.ErrNotFound},
 		{"a cancel of an unknown job", func() error {
 			_, err := b.e.Cancel(ctx, CancelRequest{Job: 999, Principal: "alice"})
 			return err
-		}, ErrNotFound},
+		}, jobs.ErrNotFound},
 		{"a second session of another process", func() error {
 			_, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("busy"), Instance: "other"})
 			return err

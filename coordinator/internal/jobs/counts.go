@@ -30,3 +30,11 @@ type State struct {
 	Phase    Phase
 	EventSeq uint32
 }
+
+// Preview is a completion's preview carried inline: the bytes with their
+// digest and media type, computed by the caller off the writer goroutine.
+type Preview struct {
+	Digest      string
+	ContentType string
+	Content     []byte
+}

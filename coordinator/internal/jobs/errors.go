@@ -126,3 +126,12 @@ func ReasonCode(err error) string {
 	}
 	return ""
 }
+
+// Errors of reading what is stored.
+var (
+	// ErrNotFound is returned when a job or batch does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrArtifactNotFound is returned when a succeeded job's preview is
+	// missing from the store.
+	ErrArtifactNotFound = errors.New("preview not found")
+)

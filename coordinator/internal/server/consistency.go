@@ -41,11 +41,11 @@ type Leadership interface {
 	Applied() uint64
 }
 
-// reads are the methods served from the store rather than the writer: the
+// readMethods are the methods served from the store rather than the writer: the
 // ones the read mode applies to. Backup is a copy of the store at one
 // instant and may come from any node: it is always served where it is
 // asked, as a stale read.
-var reads = map[string]bool{
+var readMethods = map[string]bool{
 	"/leasehold.v1.JobService/GetJob":                       true,
 	"/leasehold.v1.JobService/ListJobs":                     true,
 	"/leasehold.v1.JobService/GetBatch":                     true,
@@ -78,7 +78,7 @@ func Consistency(l Leadership, log *slog.Logger) (grpc.UnaryServerInterceptor, g
 	// check returns the header of a stale read, or why the read may not
 	// run here.
 	check := func(ctx context.Context, method string) (metadata.MD, error) {
-		if !reads[method] {
+		if !readMethods[method] {
 			return nil, nil
 		}
 		if staleRead(ctx, method) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -249,7 +250,7 @@ func countsToProto(counts jobs.Counts) []*leaseholdv1.PhaseCount {
 }
 
 // batchToProto converts a batch view; withIDs adds the job ids.
-func batchToProto(bv engine.BatchView, withIDs bool) *leaseholdv1.Batch {
+func batchToProto(bv reads.BatchView, withIDs bool) *leaseholdv1.Batch {
 	b := bv.Batch
 	pb := &leaseholdv1.Batch{
 		Id:          BatchID(b.ID),

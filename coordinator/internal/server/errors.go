@@ -11,6 +11,8 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -107,10 +109,10 @@ func denied(format string, args ...any) error {
 	return &requestError{code: codes.PermissionDenied, reason: reasonPermissionDenied, msg: fmt.Sprintf(format, args...)}
 }
 
-// notFound turns engine.ErrNotFound into NOT_FOUND with the given reason
+// notFound turns jobs.ErrNotFound into NOT_FOUND with the given reason
 // (JOB_NOT_FOUND or BATCH_NOT_FOUND) and leaves other errors alone.
 func notFound(err error, reason, format string, args ...any) error {
-	if errors.Is(err, engine.ErrNotFound) {
+	if errors.Is(err, jobs.ErrNotFound) {
 		return &requestError{code: codes.NotFound, reason: reason, msg: fmt.Sprintf(format, args...), err: err}
 	}
 	return err
@@ -176,11 +178,11 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	                                  (no metadata when the caller never held a lease of the job)
 //	jobs.ErrAlreadyTerminal           FAILED_PRECONDITION ALREADY_TERMINAL phase
 //	other *jobs.PhaseError            FAILED_PRECONDITION <ReasonCode> phase
-//	engine.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
+//	jobs.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
 //	engine.ErrRendererInUse           ALREADY_EXISTS RENDERER_ID_IN_USE
 //	engine.ErrReplaced                ABORTED SESSION_REPLACED
-//	engine.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
-//	engine.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
+//	watch.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
+//	reads.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
 //	engine.ErrNotLeader               UNAVAILABLE NOT_LEADER leader_id, leader_addr
 //	engine.ErrOutcomeUnknown          UNAVAILABLE OUTCOME_UNKNOWN
 //	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
@@ -251,16 +253,16 @@ func toStatus(log *slog.Logger, err error) error {
 			reason = "FAILED_PRECONDITION"
 		}
 		return newStatus(codes.FailedPrecondition, reason, err.Error(), map[string]string{"phase": phaseName(pe.Phase)})
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, jobs.ErrNotFound):
 		return newStatus(codes.NotFound, reasonNotFound, err.Error(), nil)
 	case errors.Is(err, engine.ErrRendererInUse):
 		return newStatus(codes.AlreadyExists, reasonRendererInUse, "the renderer id has a live session of another process; "+
 			"give each renderer process its own id", nil)
 	case errors.Is(err, engine.ErrReplaced):
 		return newStatus(codes.Aborted, reasonSessionReplaced, "a newer session of this renderer process replaced this one", nil)
-	case errors.Is(err, engine.ErrSlowWatcher):
+	case errors.Is(err, watch.ErrSlowWatcher):
 		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
-	case errors.Is(err, engine.ErrBackupSpace):
+	case errors.Is(err, reads.ErrBackupSpace):
 		return newStatus(codes.ResourceExhausted, reasonBackupNoSpace, err.Error(), nil)
 	case errors.Is(err, engine.ErrOutcomeUnknown):
 		return newStatus(codes.Unavailable, reasonOutcomeUnknown, "leadership changed with this write proposed: it may or may not have been applied; "+

@@ -14,7 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -59,8 +61,8 @@ func TestToStatus(t *testing.T) {
 		{"Another phase refusal is FAILED_PRECONDITION with its reason",
 			&jobs.PhaseError{Err: jobs.ErrIllegalTransition, Phase: jobs.PhaseQueued, Op: "grant"},
 			codes.FailedPrecondition, "ILLEGAL_TRANSITION", map[string]string{"phase": "PHASE_QUEUED"}, false},
-		{"A bare not-found is NOT_FOUND", engine.ErrNotFound, codes.NotFound, reasonNotFound, nil, false},
-		{"A job not found chosen by the handler is JOB_NOT_FOUND", notFound(engine.ErrNotFound, reasonJobNotFound, "job j-1 not found"), codes.NotFound, reasonJobNotFound, nil, false},
+		{"A bare not-found is NOT_FOUND", jobs.ErrNotFound, codes.NotFound, reasonNotFound, nil, false},
+		{"A job not found chosen by the handler is JOB_NOT_FOUND", notFound(jobs.ErrNotFound, reasonJobNotFound, "job j-1 not found"), codes.NotFound, reasonJobNotFound, nil, false},
 		{"A stopped writer is UNAVAILABLE", fmt.Errorf("submit: %w", engine.ErrStopped), codes.Unavailable, reasonStorageUnavailable, nil, false},
 		{"A failed commit is UNAVAILABLE", engine.ErrStorageFailed, codes.Unavailable, reasonStorageUnavailable, nil, false},
 		{"Another renderer's lease is ABORTED NOT_LEASE_HOLDER",
@@ -75,8 +77,8 @@ func TestToStatus(t *testing.T) {
 		{"A job the caller may not see is NOT_FOUND JOB_NOT_FOUND", hidden(reasonJobNotFound, "job j-1 not found"), codes.NotFound, reasonJobNotFound, nil, false},
 		{"A renderer id live in another process is ALREADY_EXISTS RENDERER_ID_IN_USE", engine.ErrRendererInUse, codes.AlreadyExists, reasonRendererInUse, nil, false},
 		{"A replaced session is ABORTED SESSION_REPLACED", engine.ErrReplaced, codes.Aborted, reasonSessionReplaced, nil, false},
-		{"A watcher too far behind is RESOURCE_EXHAUSTED SLOW_WATCHER", engine.ErrSlowWatcher, codes.ResourceExhausted, reasonSlowWatcher, nil, false},
-		{"No room for a backup's copy is RESOURCE_EXHAUSTED BACKUP_NO_SPACE", fmt.Errorf("copying: %w", engine.ErrBackupSpace), codes.ResourceExhausted, reasonBackupNoSpace, nil, false},
+		{"A watcher too far behind is RESOURCE_EXHAUSTED SLOW_WATCHER", watch.ErrSlowWatcher, codes.ResourceExhausted, reasonSlowWatcher, nil, false},
+		{"No room for a backup's copy is RESOURCE_EXHAUSTED BACKUP_NO_SPACE", fmt.Errorf("copying: %w", reads.ErrBackupSpace), codes.ResourceExhausted, reasonBackupNoSpace, nil, false},
 		{"A full disk is UNAVAILABLE STORAGE_FULL", fmt.Errorf("%w: %w", engine.ErrStorageFull, engine.ErrStorageFailed), codes.Unavailable, reasonStorageFull, nil, false},
 		{"Shutting down is UNAVAILABLE SHUTTING_DOWN", errShuttingDown, codes.Unavailable, reasonShuttingDown, nil, false},
 		{"Anything else is INTERNAL and logged", errors.New("disk on fire"), codes.Internal, reasonInternal, nil, true},

@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/tracing"
 	"google.golang.org/grpc/codes"
@@ -82,14 +83,14 @@ func (s *JobServer) job(p auth.Principal, wireID string) (jobs.Job, view, error)
 
 // batch returns the batch named by a wire id if p may see it, and how; a
 // batch p may not see is answered as job does.
-func (s *JobServer) batch(p auth.Principal, wireID string) (engine.BatchView, view, error) {
+func (s *JobServer) batch(p auth.Principal, wireID string) (reads.BatchView, view, error) {
 	id, err := parseBatchID(wireID, "batch_id")
 	if err != nil {
-		return engine.BatchView{}, 0, err
+		return reads.BatchView{}, 0, err
 	}
 	bv, err := s.e.Batch(id)
 	if err != nil {
-		return engine.BatchView{}, 0, notFound(err, reasonBatchNotFound, "batch %s not found", wireID)
+		return reads.BatchView{}, 0, notFound(err, reasonBatchNotFound, "batch %s not found", wireID)
 	}
 	v, ok := access(p, bv.Batch.Team)
 	if !ok {
@@ -117,7 +118,7 @@ func (s *JobServer) ListJobs(ctx context.Context, req *leaseholdv1.ListJobsReque
 	if err != nil {
 		return nil, s.status(err)
 	}
-	f := engine.JobFilter{Phase: jobs.Phase(req.GetPhase())}
+	f := reads.JobFilter{Phase: jobs.Phase(req.GetPhase())}
 	if _, ok := leaseholdv1.Phase_name[int32(req.GetPhase())]; !ok {
 		return nil, s.status(invalidArg("phase", reasonInvalidPhase, "unknown phase %d", req.GetPhase()))
 	}
@@ -292,7 +293,7 @@ func (s *JobServer) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leas
 		return s.status(failedPrecondition(reasonNotSucceeded, "job %s is %s, not SUCCEEDED", req.GetJobId(), j.Phase))
 	}
 	a, err := s.e.Artifact(j)
-	if errors.Is(err, engine.ErrArtifactNotFound) {
+	if errors.Is(err, jobs.ErrArtifactNotFound) {
 		return s.status(&requestError{code: codes.NotFound, reason: reasonArtifactNotFound, msg: "the artifact of job " + req.GetJobId() + " is missing", err: err})
 	}
 	if err != nil {

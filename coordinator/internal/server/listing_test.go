@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -13,7 +14,7 @@ import (
 // tokens to the end finds every match exactly once.
 func TestListJobsScanBudget(t *testing.T) {
 	t.Parallel()
-	const n = engine.ScanBudget + 10
+	const n = reads.ScanBudget + 10
 	b := setup(t, func(o *options) { o.engine = func(c *engine.Config) { c.Limits.MaxDocuments = n } })
 	docs := make([]*leaseholdv1.Document, n)
 	for i := range docs {

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -30,7 +31,7 @@ func (s *OperatorServer) ListRejectedCompletions(ctx context.Context, req *lease
 	if err != nil {
 		return nil, s.status(err)
 	}
-	f := engine.RejectionFilter{
+	f := reads.RejectionFilter{
 		Renderer: req.GetRendererId(),
 		Since:    fromTS(req.GetSince()),
 		Until:    fromTS(req.GetUntil()),
@@ -201,7 +202,7 @@ func (s *OperatorServer) GetAudit(ctx context.Context, req *leaseholdv1.GetAudit
 	if err != nil {
 		return nil, s.status(err)
 	}
-	f := engine.AuditFilter{Visible: func(teams []string) bool {
+	f := reads.AuditFilter{Visible: func(teams []string) bool {
 		if len(teams) == 0 {
 			return p.AllScope()
 		}
@@ -247,7 +248,7 @@ func (s *OperatorServer) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1
 	w := &chunkWriter{send: func(b []byte) error {
 		return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Chunk{Chunk: b}})
 	}, hash: sha256.New(), buf: make([]byte, 0, backupChunkBytes)}
-	_, err := s.e.Backup(w, func(info engine.BackupInfo) error {
+	_, err := s.e.Backup(w, func(info reads.BackupInfo) error {
 		return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Header{Header: &leaseholdv1.BackupHeader{
 			SizeBytes: info.Size, SchemaVersion: info.Schema, LastToken: info.LastToken, TakenAt: ts(info.TakenAt),
 		}}})

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
-	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/overview"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -108,13 +109,13 @@ func (s *OverviewServer) ListBatches(ctx context.Context, req *leaseholdv1.ListB
 	if err != nil {
 		return nil, s.status(err)
 	}
-	f := engine.BatchFilter{CreatedAfter: fromTS(req.GetCreatedAfter()), CreatedBefore: fromTS(req.GetCreatedBefore())}
+	f := reads.BatchFilter{CreatedAfter: fromTS(req.GetCreatedAfter()), CreatedBefore: fromTS(req.GetCreatedBefore())}
 	switch req.GetState() {
 	case leaseholdv1.BatchState_BATCH_STATE_UNSPECIFIED:
 	case leaseholdv1.BatchState_BATCH_STATE_RUNNING:
-		f.State = engine.BatchRunning
+		f.State = reads.BatchRunning
 	case leaseholdv1.BatchState_BATCH_STATE_DONE:
-		f.State = engine.BatchDone
+		f.State = reads.BatchDone
 	default:
 		return nil, s.status(invalidArg("state", reasonInvalidBatchState, "unknown batch state %d", req.GetState()))
 	}
@@ -208,7 +209,7 @@ func (s *OverviewServer) WatchOverview(req *leaseholdv1.WatchOverviewRequest, st
 }
 
 // overviewToProto converts the teams of o that sc covers.
-func overviewToProto(o engine.Overview, sc teamScope) *leaseholdv1.Overview {
+func overviewToProto(o overview.Overview, sc teamScope) *leaseholdv1.Overview {
 	po := &leaseholdv1.Overview{
 		PublishedAt:    ts(o.At),
 		AsOf:           ts(o.ReadAt),
@@ -228,7 +229,7 @@ func overviewToProto(o engine.Overview, sc teamScope) *leaseholdv1.Overview {
 
 // teamToProto converts one team's figures, with ages and windows measured
 // to now.
-func teamToProto(t engine.TeamStats, now time.Time) *leaseholdv1.TeamOverview {
+func teamToProto(t overview.TeamStats, now time.Time) *leaseholdv1.TeamOverview {
 	pt := &leaseholdv1.TeamOverview{
 		Team:           t.Team,
 		Counts:         countsToProto(t.Counts),
@@ -261,7 +262,7 @@ func teamToProto(t engine.TeamStats, now time.Time) *leaseholdv1.TeamOverview {
 
 // renderersToProto converts the renderers of o with the leases of the
 // teams sc covers.
-func renderersToProto(o engine.Overview, sc teamScope) []*leaseholdv1.Renderer {
+func renderersToProto(o overview.Overview, sc teamScope) []*leaseholdv1.Renderer {
 	out := make([]*leaseholdv1.Renderer, 0, len(o.Renderers))
 	for _, r := range o.Renderers {
 		pr := &leaseholdv1.Renderer{

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/overview"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -149,8 +150,8 @@ func TestOverviewFigures(t *testing.T) {
 	if !o.GetAsOf().AsTime().Equal(b.clock.Now()) {
 		t.Errorf("as_of = %v, want the engine's clock %v", o.GetAsOf().AsTime(), b.clock.Now())
 	}
-	if len(a.GetMinutes()) != engine.RingMinutes {
-		t.Errorf("%d minutes, want %d", len(a.GetMinutes()), engine.RingMinutes)
+	if len(a.GetMinutes()) != overview.RingMinutes {
+		t.Errorf("%d minutes, want %d", len(a.GetMinutes()), overview.RingMinutes)
 	}
 	tp := a.GetThroughput()
 	if len(tp) != 4 || tp[1].GetWindow().AsDuration() != 5*time.Minute {

@@ -422,7 +422,7 @@ func (c *core) streamEnd(err error) error {
 // here, off the writer goroutine; an empty type is sniffed from the bytes,
 // and a type outside jobs.PreviewTypes, given or sniffed, is refused
 // INVALID_CONTENT_TYPE on field.
-func preview(field string, content []byte, contentType string) (*engine.Preview, error) {
+func preview(field string, content []byte, contentType string) (*jobs.Preview, error) {
 	if contentType == "" {
 		contentType = http.DetectContentType(content)
 	}
@@ -431,7 +431,7 @@ func preview(field string, content []byte, contentType string) (*engine.Preview,
 		return nil, err
 	}
 	sum := sha256.Sum256(content)
-	return &engine.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: mt, Content: content}, nil
+	return &jobs.Preview{Digest: hex.EncodeToString(sum[:]), ContentType: mt, Content: content}, nil
 }
 
 // completion converts a completion's outcome, checking what the writer

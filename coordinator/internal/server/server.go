@@ -13,6 +13,9 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/overview"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,11 +35,11 @@ type JobEngine interface {
 	RecordAudit(ctx context.Context, rec jobs.AuditRecord) error
 	Job(id uint64) (jobs.Job, error)
 	Events(id uint64, after uint32) ([]jobs.Event, error)
-	Batch(id uint64) (engine.BatchView, error)
+	Batch(id uint64) (reads.BatchView, error)
 	BatchStates(id uint64) ([]jobs.State, error)
-	ListJobs(f engine.JobFilter) (engine.JobPage, error)
-	Artifact(j jobs.Job) (engine.Preview, error)
-	WatchBatch(batch uint64) (*engine.Watch, error)
+	ListJobs(f reads.JobFilter) (reads.JobPage, error)
+	Artifact(j jobs.Job) (jobs.Preview, error)
+	WatchBatch(batch uint64) (*watch.Watch, error)
 }
 
 // RendererEngine is what RendererService needs: the session protocol (the
@@ -60,16 +63,16 @@ type RendererEngine interface {
 type OperatorEngine interface {
 	Replay(ctx context.Context, req engine.ReplayRequest) (engine.ReplayResult, error)
 	SetPaused(ctx context.Context, paused bool, principal, reason string) (jobs.DispatchState, error)
-	ListRejections(f engine.RejectionFilter) (engine.RejectionPage, error)
-	ListAudit(f engine.AuditFilter) (engine.AuditPage, error)
-	Backup(w io.Writer, start func(engine.BackupInfo) error) (int64, error)
+	ListRejections(f reads.RejectionFilter) (reads.RejectionPage, error)
+	ListAudit(f reads.AuditFilter) (reads.AuditPage, error)
+	Backup(w io.Writer, start func(reads.BackupInfo) error) (int64, error)
 }
 
 // OverviewEngine is what OverviewService needs: the writer's published
 // overview and the batches listing.
 type OverviewEngine interface {
-	Overview() (engine.Overview, <-chan struct{}, error)
-	ListBatches(f engine.BatchFilter) (engine.BatchPage, error)
+	Overview() (overview.Overview, <-chan struct{}, error)
+	ListBatches(f reads.BatchFilter) (reads.BatchPage, error)
 }
 
 // Engine is every service's engine together, as New takes it.

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -377,7 +378,7 @@ type state struct {
 func (b *testBundle) snapshot(t *testing.T) state {
 	t.Helper()
 	s := state{Jobs: map[string]string{}, Batches: map[string]string{}}
-	page, err := b.eng.ListJobs(engine.JobFilter{Limit: 10_000, History: true})
+	page, err := b.eng.ListJobs(reads.JobFilter{Limit: 10_000, History: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,14 +393,14 @@ func (b *testBundle) snapshot(t *testing.T) state {
 		}
 		s.Batches[BatchID(j.BatchID)] = prototext.Format(batchToProto(bv, true))
 	}
-	audit, err := b.eng.ListAudit(engine.AuditFilter{Limit: 10_000})
+	audit, err := b.eng.ListAudit(reads.AuditFilter{Limit: 10_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range audit.Records {
 		s.Audit = append(s.Audit, prototext.Format(auditToProto(a)))
 	}
-	rej, err := b.eng.ListRejections(engine.RejectionFilter{Limit: 10_000})
+	rej, err := b.eng.ListRejections(reads.RejectionFilter{Limit: 10_000})
 	if err != nil {
 		t.Fatal(err)
 	}

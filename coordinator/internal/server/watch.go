@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 
-	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
+	"github.com/leasehold/leasehold/coordinator/internal/watch"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -63,7 +64,7 @@ func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseh
 	for {
 		evs, err := w.Next(ctx)
 		switch {
-		case errors.Is(err, engine.ErrSlowWatcher):
+		case errors.Is(err, watch.ErrSlowWatcher):
 			return s.status(err)
 		case err != nil && stream.Context().Err() == nil && ctx.Err() != nil:
 			return s.status(errShuttingDown)
@@ -172,7 +173,7 @@ func (o *watchOut) done() bool { return o.counts.Unfinished() == 0 }
 
 // batchAt returns the batch with counts.
 func (o *watchOut) batchAt(counts jobs.Counts) *leaseholdv1.Batch {
-	return batchToProto(engine.BatchView{Batch: o.batch, Counts: counts, Done: counts.Unfinished() == 0}, false)
+	return batchToProto(reads.BatchView{Batch: o.batch, Counts: counts, Done: counts.Unfinished() == 0}, false)
 }
 
 // flush sends the queued updates: one message each, or up to

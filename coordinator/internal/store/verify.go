@@ -48,6 +48,22 @@ type Summary struct {
 	// counts the ones left out. None means the store is consistent.
 	Problems []string
 	Omitted  int
+	// tokens maps every lease token to its job, and leasesTo counts the
+	// leases per renderer, for VerifySince.
+	tokens   map[uint64]uint64
+	leasesTo map[string]int
+}
+
+// Err returns the problems as one error, or nil when there are none.
+func (s Summary) Err() error {
+	errs := make([]error, 0, len(s.Problems)+1)
+	for _, p := range s.Problems {
+		errs = append(errs, errors.New(p))
+	}
+	if s.Omitted > 0 {
+		errs = append(errs, fmt.Errorf("and %d more problems", s.Omitted))
+	}
+	return errors.Join(errs...)
 }
 
 // problemf records a problem.
@@ -169,8 +185,12 @@ func verifyRecords(tx *Tx, sum *Summary, indexesOnly bool) {
 		countIn(teamCounts, j.Team, j.Phase)
 		if !indexesOnly {
 			verifyLeases(j, sum, tokens)
+			if err := verifyJobData(tx, j, sum); err != nil {
+				sum.problemf("job %d: %v", id, err)
+			}
 		}
 	}
+	sum.tokens = tokens
 	for _, id := range slices.Sorted(maps.Keys(unfinished)) {
 		sum.problemf("job %d: in the index of unfinished jobs, but has no record", id)
 	}
@@ -206,6 +226,104 @@ func verifyLeases(j jobs.Job, sum *Summary, tokens map[uint64]uint64) {
 			sum.problemf("job %d: LEASED under token %d, which is not its last, live lease", j.ID, j.Lease.Token)
 		}
 	}
+	for _, l := range j.Leases {
+		if sum.leasesTo == nil {
+			sum.leasesTo = map[string]int{}
+		}
+		sum.leasesTo[l.Renderer]++
+		if isLive := l.Kind == jobs.LeaseLive; isLive != (j.Phase == jobs.PhaseLeased && l.Token == j.Lease.Token) {
+			sum.problemf("job %d: %v under token %d, and lease %d is %v", j.ID, j.Phase, j.Lease.Token, l.Token, l.Kind)
+		}
+	}
+}
+
+// verifyJobData checks what a job keeps besides its record: a success
+// keeps exactly the preview its completion referenced, and an ended job no
+// other; the document is kept while the job may be rendered (again); the
+// history is one record per event, in order. An error is a read that
+// failed.
+func verifyJobData(tx *Tx, j jobs.Job, sum *Summary) error {
+	for _, l := range j.Leases {
+		a, err := tx.Artifact(j.ID, l.Token)
+		stored := err == nil
+		if err != nil && !errors.Is(err, ErrArtifactNotFound) {
+			return err
+		}
+		switch {
+		case j.Phase == jobs.PhaseSucceeded && l.Token == j.Artifact.Token:
+			if !stored || a.Digest != j.Artifact.Digest || a.Renderer != j.Artifact.Renderer || int64(len(a.Content)) != j.Artifact.Size {
+				sum.problemf("job %d: SUCCEEDED with preview %s of %d bytes by %s under token %d, stored %s of %d bytes by %s",
+					j.ID, j.Artifact.Digest, j.Artifact.Size, j.Artifact.Renderer, l.Token, a.Digest, len(a.Content), a.Renderer)
+			}
+		case j.Phase.Terminal() && stored:
+			sum.problemf("job %d: %v, and keeps the preview of lease %d", j.ID, j.Phase, l.Token)
+		}
+	}
+	if j.Phase == jobs.PhaseSucceeded && !slices.ContainsFunc(j.Leases, func(l jobs.LeaseRecord) bool {
+		return l.Token == j.Artifact.Token && l.Kind == jobs.LeaseCompleted && l.Outcome == jobs.Outcome(true, j.Artifact.Digest, 0)
+	}) {
+		sum.problemf("job %d: artifact token %d is not a lease completed with its digest", j.ID, j.Artifact.Token)
+	}
+	doc := tx.Document(j.ID)
+	switch {
+	case (j.Phase == jobs.PhaseSucceeded || j.Phase == jobs.PhaseCancelled) && doc != nil:
+		sum.problemf("job %d: %v, and keeps its document", j.ID, j.Phase)
+	case !j.Phase.Terminal() && j.ContentBytes > 0 && int64(len(doc)) != j.ContentBytes:
+		sum.problemf("job %d: %v with %d bytes of document, want %d", j.ID, j.Phase, len(doc), j.ContentBytes)
+	}
+	evs, err := tx.Events(j.ID, 0)
+	if err != nil {
+		return err
+	}
+	if len(evs) != int(j.EventSeq) {
+		sum.problemf("job %d: event sequence %d, %d events stored", j.ID, j.EventSeq, len(evs))
+	}
+	for i, ev := range evs {
+		if ev.Seq != uint32(i+1) {
+			sum.problemf("job %d: event %d has seq %d", j.ID, i+1, ev.Seq)
+			break
+		}
+	}
+	return nil
+}
+
+// TokenState is what a check learned of the fencing tokens, for the next
+// check to compare against.
+type TokenState struct {
+	// LastToken is the token counter.
+	LastToken uint64
+	// Tokens maps every token granted to its job.
+	Tokens map[uint64]uint64
+	// LeasesTo counts the leases granted per renderer.
+	LeasesTo map[string]int
+}
+
+// VerifySince is Verify, and checks besides that the tokens granted since
+// prev (the state an earlier check returned, or the zero TokenState) are
+// above every token granted before it, that no token seen then belongs to
+// another job now, and that the counter never went back. It returns the
+// state to compare the next check against. Any goroutine may call it on a
+// live store; it costs a read of every job, its history and its previews.
+func (s *Store) VerifySince(prev TokenState) (Summary, TokenState, error) {
+	sum, err := s.Verify()
+	now := TokenState{LastToken: sum.LastToken, Tokens: sum.tokens, LeasesTo: sum.leasesTo}
+	if now.LeasesTo == nil {
+		now.LeasesTo = map[string]int{}
+	}
+	if err != nil {
+		return sum, now, err
+	}
+	for tok, job := range now.Tokens {
+		if owner, seen := prev.Tokens[tok]; seen && owner != job {
+			sum.problemf("job %d: token %d was job %d's at the previous check", job, tok, owner)
+		} else if !seen && tok <= prev.LastToken {
+			sum.problemf("job %d: new token %d is not above the last token %d of the previous check", job, tok, prev.LastToken)
+		}
+	}
+	if now.LastToken < prev.LastToken {
+		sum.problemf("the token counter went back from %d to %d", prev.LastToken, now.LastToken)
+	}
+	return sum, now, err
 }
 
 // verifyBatches checks every batch record against its jobs (all present

@@ -34,7 +34,11 @@ func consistent(t *testing.T, b *testBundle) {
 			return err
 		}
 		done := jobs.Job{ID: 1, BatchID: 1, Team: "a", Phase: jobs.PhaseSucceeded, Leases: []jobs.LeaseRecord{
-			{Token: 1, Kind: jobs.LeaseExpired}, {Token: 2, Kind: jobs.LeaseCompleted}}}
+			{Token: 1, Kind: jobs.LeaseExpired}, {Token: 2, Kind: jobs.LeaseCompleted, Outcome: jobs.Outcome(true, "d", 0)}},
+			Artifact: jobs.Artifact{Token: 2, Digest: "d", Size: 3, Renderer: "r"}}
+		if err := tx.PutArtifact(1, 2, store.Artifact{Digest: "d", ContentType: "image/png", Content: []byte("png"), Renderer: "r"}); err != nil {
+			return err
+		}
 		leased := jobs.Job{ID: 2, BatchID: 1, Team: "a", Phase: jobs.PhaseLeased, Lease: jobs.Lease{Token: 3},
 			Leases: []jobs.LeaseRecord{{Token: 3}}}
 		queued := jobs.Job{ID: 3, BatchID: 1, Team: "a", Phase: jobs.PhaseQueued}
@@ -243,5 +247,31 @@ func TestVerifyAfterAPartialPurge(t *testing.T) {
 	}
 	if !containsPrefix(got.Problems, "batch 1: job 1 is missing") || !containsPrefix(got.Problems, "batch 1: job 3 is missing") {
 		t.Errorf("Verify with a job lost beside the purged one: %q, want both named", got.Problems)
+	}
+}
+
+// TestVerifySince shows that a token seen at the previous check is not
+// taken as settled when another job holds it now (the first job's record
+// purged meanwhile, say), and that the counter may not go back.
+func TestVerifySince(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	consistent(t, b)
+	sum, now, err := b.st.VerifySince(store.TokenState{})
+	if err != nil || sum.Err() != nil {
+		t.Fatalf("the first check: %v, %v", err, sum.Err())
+	}
+	if now.Tokens[3] != 2 || now.LastToken != 3 || now.LeasesTo[""] != 3 {
+		t.Fatalf("the first check saw %+v, want token 3 as job 2's, counter 3, 3 leases", now)
+	}
+	prev := now
+	prev.Tokens = map[uint64]uint64{3: 1}
+	if sum, _, _ := b.st.VerifySince(prev); sum.Err() == nil || !strings.Contains(sum.Err().Error(), "was job 1's") {
+		t.Errorf("a token earlier another job's: %v, want a problem naming the earlier job", sum.Err())
+	}
+	prev = now
+	prev.LastToken = 9
+	if sum, _, _ := b.st.VerifySince(prev); sum.Err() == nil || !strings.Contains(sum.Err().Error(), "went back") {
+		t.Errorf("a counter below the previous check's: %v, want a problem", sum.Err())
 	}
 }

@@ -1,10 +1,23 @@
-package engine
+package watch
 
 import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
+
+// JobEvent is a committed event of a job, as watchers see it; the event's
+// Phase is the job's phase right after it.
+type JobEvent struct {
+	Job   uint64
+	Batch uint64
+	Event jobs.Event
+}
+
+// ErrClosed ends a watch its holder closed.
+var ErrClosed = errors.New("watch closed")
 
 // WatchLimit is how many committed events a watcher may fall behind before
 // it is ended as too slow.
@@ -13,23 +26,24 @@ const WatchLimit = 4096
 // ErrSlowWatcher ends a watch that fell more than WatchLimit events behind.
 var ErrSlowWatcher = errors.New("watcher fell too far behind")
 
-// hub fans committed events out to batch watchers. The writer publishes
-// only after commit.
-type hub struct {
-	mu      sync.Mutex
-	closed  bool
-	watches map[uint64]map[*Watch]struct{}
+// Hub fans committed events out to batch watchers. The writer publishes,
+// on its goroutine and only after commit; watches are opened, read and
+// closed from any goroutine.
+type Hub struct {
+	mu       sync.Mutex
+	closed   bool
+	closeErr error
+	watches  map[uint64]map[*Watch]struct{}
 }
 
-func (h *hub) init() {
-	h.watches = make(map[uint64]map[*Watch]struct{})
-}
+// NewHub returns an open hub.
+func NewHub() *Hub { return &Hub{watches: make(map[uint64]map[*Watch]struct{})} }
 
 // Watch is a subscription to a batch's committed job events. Its buffer
 // grows with what is pending and starts empty, so an idle watch costs a few
 // hundred bytes however many are open.
 type Watch struct {
-	h     *hub
+	h     *Hub
 	batch uint64
 
 	mu      sync.Mutex
@@ -38,25 +52,22 @@ type Watch struct {
 	ready   chan struct{}
 }
 
-// WatchBatch subscribes to a batch's events. Subscribe first, then read the
+// Watch subscribes to a batch's events. Subscribe first, then read the
 // batch's current state, so that nothing committed in between is missed.
-func (e *Engine) WatchBatch(batch uint64) (*Watch, error) {
-	if _, err := e.Batch(batch); err != nil {
-		return nil, err
-	}
-	w := &Watch{h: &e.hub, batch: batch, ready: make(chan struct{}, 1)}
-	h := &e.hub
+// On a closed hub the watch has ended already, with the hub's reason.
+func (h *Hub) Watch(batch uint64) *Watch {
+	w := &Watch{h: h, batch: batch, ready: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		w.end(ErrStopped)
-		return w, nil
+		w.end(h.closeErr)
+		return w
 	}
 	if h.watches[batch] == nil {
 		h.watches[batch] = make(map[*Watch]struct{})
 	}
 	h.watches[batch][w] = struct{}{}
-	return w, nil
+	return w
 }
 
 // Next waits for committed events and returns every one pending, in commit
@@ -86,7 +97,7 @@ func (w *Watch) Next(ctx context.Context) ([]JobEvent, error) {
 func (w *Watch) Close() {
 	w.h.mu.Lock()
 	defer w.h.mu.Unlock()
-	w.h.removeLocked(w)
+	w.h.removeLocked(w, ErrClosed)
 }
 
 func (w *Watch) end(err error) {
@@ -118,7 +129,7 @@ func (w *Watch) push(ev JobEvent) bool {
 	return true
 }
 
-func (h *hub) removeLocked(w *Watch) {
+func (h *Hub) removeLocked(w *Watch, why error) {
 	set, ok := h.watches[w.batch]
 	if !ok {
 		return
@@ -130,23 +141,24 @@ func (h *hub) removeLocked(w *Watch) {
 	if len(set) == 0 {
 		delete(h.watches, w.batch)
 	}
-	w.end(ErrStopped)
+	w.end(why)
 }
 
-func (h *hub) publishJob(ev JobEvent) {
+// Publish hands a committed event to its batch's watchers; one too far
+// behind is ended with ErrSlowWatcher. Only the writer calls it.
+func (h *Hub) Publish(ev JobEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watches[ev.Batch] {
 		if !w.push(ev) {
-			w.end(ErrSlowWatcher)
-			h.removeLocked(w)
+			h.removeLocked(w, ErrSlowWatcher)
 		}
 	}
 }
 
-// endAll ends every subscription with why (the writer's term ended); new
+// EndAll ends every subscription with why (the writer's term ended); new
 // ones may follow.
-func (h *hub) endAll(why error) {
+func (h *Hub) EndAll(why error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, set := range h.watches {
@@ -157,17 +169,18 @@ func (h *hub) endAll(why error) {
 	clear(h.watches)
 }
 
-// closeAll ends every subscription (engine stop).
-func (h *hub) closeAll() {
+// Close ends every subscription with why and refuses new ones (they end
+// at once with why). It is safe to call more than once.
+func (h *Hub) Close(why error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return
 	}
-	h.closed = true
+	h.closed, h.closeErr = true, why
 	for _, set := range h.watches {
 		for w := range set {
-			w.end(ErrStopped)
+			w.end(why)
 		}
 	}
 	h.watches = nil
