@@ -39,8 +39,8 @@ func (s *stack) startCluster() (time.Duration, error) {
 	started := time.Now()
 	children := make(map[string]*testbin.Child)
 	for _, n := range nodes {
-		args := []string{"--dev", "--listen", n.addr, "--data-dir", n.data, "--metrics-listen", n.metrics,
-			"--node-id", n.id, "--raft-listen", n.raft, "--peers", strings.Join(peers, ",")}
+		args := append(s.bins.devArgs(), "--listen", n.addr, "--data-dir", n.data, "--metrics-listen", n.metrics,
+			"--node-id", n.id, "--raft-listen", n.raft, "--peers", strings.Join(peers, ","))
 		if s.cfg.logLevel != "" {
 			args = append(args, "--log-level", s.cfg.logLevel)
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +22,18 @@ import (
 type binaries struct {
 	coordinator string
 	renderer    string
+	// devFlag says the coordinator takes --dev for the development tokens
+	// (a build from before it used them without being asked, which -compare
+	// may run).
+	devFlag bool
+}
+
+// devArgs are the coordinator flags that give it the development tokens.
+func (b binaries) devArgs() []string {
+	if b.devFlag {
+		return []string{"--dev"}
+	}
+	return nil
 }
 
 // prepareBinaries returns the binaries in dir, building them there with go
@@ -57,6 +70,8 @@ func prepareBinaries(ctx context.Context, dir string, rebuild bool, lg *logger) 
 		}
 		lg.printf("using %s (built %s)", p, info.ModTime().Format("2006-01-02 15:04:05"))
 	}
+	help, _ := exec.CommandContext(ctx, b.coordinator, "--help").CombinedOutput()
+	b.devFlag = strings.Contains(string(help), "-dev")
 	return b, nil
 }
 
@@ -128,7 +143,7 @@ func (s *stack) startCoordinator() (time.Duration, error) {
 	if s.cfg.cluster > 0 {
 		return s.startCluster()
 	}
-	args := []string{"--dev", "--listen", s.addr, "--data-dir", s.data, "--metrics-listen", s.metricsAddr}
+	args := append(s.bins.devArgs(), "--listen", s.addr, "--data-dir", s.data, "--metrics-listen", s.metricsAddr)
 	if s.cfg.logLevel != "" {
 		args = append(args, "--log-level", s.cfg.logLevel)
 	}
