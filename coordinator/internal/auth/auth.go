@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
@@ -187,6 +189,9 @@ func (s *Set) load() []entry {
 	return nil
 }
 
+// maxNameBytes bounds a principal's name.
+const maxNameBytes = 128
+
 // fileFormat is the JSON layout of a principals file.
 type fileFormat struct {
 	Principals []filePrincipal `json:"principals"`
@@ -226,6 +231,12 @@ func Parse(data []byte) (*Set, error) {
 		if fp.Name == "" {
 			return nil, fmt.Errorf("principal %d: name is required", i)
 		}
+		// The name is written into audit records and rejections, and a team
+		// names records and keys: text the store would refuse would make
+		// every write of the principal fail.
+		if len(fp.Name) > maxNameBytes || !jobs.ValidText(fp.Name) {
+			return nil, fmt.Errorf("principal %d: name must be 1 to %d bytes of text without control or bidirectional formatting characters", i, maxNameBytes)
+		}
 		if names[fp.Name] {
 			return nil, fmt.Errorf("%s: name repeats an earlier principal", where)
 		}
@@ -255,10 +266,16 @@ func Parse(data []byte) (*Set, error) {
 		if fp.Team == AllTeams {
 			return nil, fmt.Errorf("%s: team must name one team; use scope for operators", where)
 		}
+		if fp.Team != "" && !jobs.ValidTeam(fp.Team) {
+			return nil, fmt.Errorf("%s: team %q is not a team name (1 to 64 bytes of [a-z0-9_-])", where, fp.Team)
+		}
 		p.Team = fp.Team
 		for _, t := range fp.Scope {
 			if strings.TrimSpace(t) == "" {
 				return nil, fmt.Errorf("%s: scope has an empty team", where)
+			}
+			if t != AllTeams && !jobs.ValidTeam(t) {
+				return nil, fmt.Errorf("%s: scope team %q is not a team name (1 to 64 bytes of [a-z0-9_-])", where, t)
 			}
 			if !slices.Contains(p.Scope, t) {
 				p.Scope = append(p.Scope, t)

@@ -69,6 +69,10 @@ func TestParse(t *testing.T) {
 		{"An unknown role is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["admin"]}]}`, "unknown role"},
 		{"A submitter without a team is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["submitter"]}]}`, "needs a team"},
 		{"An operator without a scope is refused", `{"principals":[{"name":"a","token":"1234567812345678","roles":["operator"]}]}`, "needs a scope"},
+		{"A name with a control character is refused", `{"principals":[{"name":"a\u0000b","token":"1234567812345678","roles":["renderer"],"renderer_ids":["*"]}]}`, "name must be 1 to 128 bytes of text"},
+		{"A name with a line break is refused", `{"principals":[{"name":"a\nb","token":"1234567812345678","roles":["renderer"],"renderer_ids":["*"]}]}`, "name must be"},
+		{"A team that is not a team name is refused", `{"principals":[{"name":"a","token":"1234567812345678","team":"Alpha Team","roles":["submitter"]}]}`, "is not a team name"},
+		{"A scope team that is not a team name is refused", `{"principals":[{"name":"a","token":"1234567812345678","scope":["alpha","b\u202Ed"],"roles":["operator"]}]}`, "is not a team name"},
 		{"A submitter for every team is refused", `{"principals":[{"name":"a","token":"1234567812345678","team":"*","roles":["submitter"]}]}`, "one team"},
 	}
 	for _, tc := range bad {
