@@ -93,7 +93,10 @@ type Config struct {
 	// MaxSessionMessageBytes is told to renderers as the largest
 	// SessionRequest accepted (default 16 MiB).
 	MaxSessionMessageBytes int
-	Logger                 *slog.Logger
+	// Cluster is the raft node of a replicated coordinator, for
+	// ClusterService; nil on a single node.
+	Cluster Cluster
+	Logger  *slog.Logger
 }
 
 // core is the state the services share.
@@ -119,6 +122,7 @@ type Services struct {
 	Renderers *RendererServer
 	Operators *OperatorServer
 	Overview  *OverviewServer
+	Cluster   *ClusterServer
 }
 
 // New returns the services over cfg.Engine.
@@ -142,7 +146,7 @@ func New(cfg Config) (*Services, error) {
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	return &Services{Jobs: &JobServer{core: c}, Renderers: &RendererServer{core: c}, Operators: &OperatorServer{core: c},
-		Overview: &OverviewServer{core: c}}, nil
+		Overview: &OverviewServer{core: c}, Cluster: &ClusterServer{core: c, cl: cfg.Cluster}}, nil
 }
 
 // Register registers the services on s.
@@ -151,6 +155,7 @@ func (sv *Services) Register(s grpc.ServiceRegistrar) {
 	leaseholdv1.RegisterRendererServiceServer(s, sv.Renderers)
 	leaseholdv1.RegisterOperatorServiceServer(s, sv.Operators)
 	leaseholdv1.RegisterOverviewServiceServer(s, sv.Overview)
+	leaseholdv1.RegisterClusterServiceServer(s, sv.Cluster)
 }
 
 // Shutdown makes pending and future Acquire long polls answer at once

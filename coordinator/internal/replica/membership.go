@@ -1,0 +1,223 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Errors of the membership operations, besides ErrNotLeader.
+var (
+	// ErrConfigurationChanged is returned when the configuration changed
+	// after the one a change was decided on.
+	ErrConfigurationChanged = errors.New("the cluster's configuration changed meanwhile")
+	// ErrTransferFailed is returned when a leadership transfer did not
+	// make another voter the leader.
+	ErrTransferFailed = errors.New("the leadership transfer failed")
+)
+
+// Status is the cluster as one node sees it.
+type Status struct {
+	// ID is this node's id; LeaderID the leader it knows ("" for none).
+	ID, LeaderID string
+	// Leading reports whether this node leads.
+	Leading bool
+	// Term, LastIndex, CommitIndex and AppliedIndex are this node's raft
+	// term, last log index, the index it knows committed, and the last
+	// entry raft handed its state machine.
+	Term, LastIndex, CommitIndex, AppliedIndex uint64
+	// ConfigurationIndex is the log index of the configuration Members
+	// come from.
+	ConfigurationIndex uint64
+	// LeadingSince is when this node began to lead; zero when it does not.
+	LeadingSince time.Time
+	// Members are the servers of the latest configuration, in its order.
+	Members []Member
+}
+
+// Member is one server of the configuration, with what this node knows
+// of its replication when it leads.
+type Member struct {
+	ID, RaftAddr string
+	// GRPCAddr is its gRPC address in this node's peers list, if any.
+	GRPCAddr string
+	Voter    bool
+	// Known reports whether Match and LastContact are known: on the
+	// leader, for itself and every member that has answered it in this
+	// term; never on a follower.
+	Known bool
+	// Match is the last entry the member has stored in agreement with the
+	// leader's log (for the leader itself, its last index).
+	Match uint64
+	// LastContact is when the member last answered the leader; zero for
+	// the leader itself.
+	LastContact time.Time
+}
+
+// Status returns the cluster as this node sees it. It fails only when
+// raft has shut down.
+func (n *Node) Status() (Status, error) {
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return Status{}, err
+	}
+	_, lid := n.Raft.LeaderWithID()
+	s := Status{
+		ID: n.cfg.ID, LeaderID: string(lid), Leading: n.IsLeader(),
+		Term: n.Raft.CurrentTerm(), LastIndex: n.Raft.LastIndex(), CommitIndex: n.Raft.CommitIndex(),
+		AppliedIndex: n.Raft.AppliedIndex(), ConfigurationIndex: f.Index(),
+	}
+	if ns := n.leadingSince.Load(); s.Leading && ns != 0 {
+		s.LeadingSince = time.Unix(0, ns)
+	}
+	for _, srv := range f.Configuration().Servers {
+		m := Member{ID: string(srv.ID), RaftAddr: string(srv.Address), Voter: srv.Suffrage == raft.Voter}
+		for _, p := range n.cfg.Peers {
+			if p.ID == m.ID {
+				m.GRPCAddr = p.GRPCAddr
+			}
+		}
+		if s.Leading {
+			if m.ID == s.ID {
+				m.Known, m.Match = true, s.LastIndex
+			} else {
+				m.Match, m.LastContact, m.Known = n.progress.of(srv.ID, s.Term)
+			}
+		}
+		s.Members = append(s.Members, m)
+	}
+	return s, nil
+}
+
+// LeaderChangesSeen returns how many times this node has learnt of a new
+// leader (itself included) since it started.
+func (n *Node) LeaderChangesSeen() uint64 { return n.leaderChanges.Load() }
+
+// watchLeaders counts the leaders this node learns of and notes when it
+// begins to lead, until Shutdown.
+func (n *Node) watchLeaders() {
+	obs := make(chan raft.Observation, 16)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.Raft.RegisterObserver(o)
+	n.observed.Add(1)
+	go func() {
+		defer n.observed.Done()
+		defer n.Raft.DeregisterObserver(o)
+		for {
+			select {
+			case ob := <-obs:
+				lo := ob.Data.(raft.LeaderObservation)
+				if lo.LeaderID == "" {
+					n.leadingSince.Store(0)
+					continue
+				}
+				n.leaderChanges.Add(1)
+				if string(lo.LeaderID) == n.cfg.ID {
+					n.leadingSince.Store(time.Now().UnixNano())
+				} else {
+					n.leadingSince.Store(0)
+				}
+			case <-n.doneC:
+				return
+			}
+		}
+	}()
+}
+
+// changeTimeout bounds the wait to hand a membership change to raft.
+const changeTimeout = 5 * time.Second
+
+// AddVoter adds id at the raft address addr as a voter, or changes the
+// address of the voter id, provided the configuration is still the one
+// at prevIndex; it returns the new configuration's index once it is
+// committed. When ctx ends first the change may still be made.
+func (n *Node) AddVoter(ctx context.Context, id, addr string, prevIndex uint64) (uint64, error) {
+	return n.change(ctx, n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), prevIndex, changeTimeout))
+}
+
+// RemoveServer removes id from the configuration, provided it is still
+// the one at prevIndex, as AddVoter does.
+func (n *Node) RemoveServer(ctx context.Context, id string, prevIndex uint64) (uint64, error) {
+	return n.change(ctx, n.Raft.RemoveServer(raft.ServerID(id), prevIndex, changeTimeout))
+}
+
+// change waits for a membership change.
+func (n *Node) change(ctx context.Context, f raft.IndexFuture) (uint64, error) {
+	if err := wait(ctx, f); err != nil {
+		return 0, membershipError(err)
+	}
+	return f.Index(), nil
+}
+
+// TransferLeadership hands leadership to the voter id at addr, and
+// returns the new leader's id once this node has learnt of it, within
+// timeout. A transfer that raft reports done but after which no other
+// leader shows within timeout fails with ErrTransferFailed.
+func (n *Node) TransferLeadership(ctx context.Context, id, addr string, timeout time.Duration) (string, error) {
+	obs := make(chan raft.Observation, 16)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.Raft.RegisterObserver(o)
+	defer n.Raft.DeregisterObserver(o)
+	if err := wait(ctx, n.Raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))); err != nil {
+		return "", membershipError(err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		if _, lid := n.Raft.LeaderWithID(); lid != "" && string(lid) != n.cfg.ID {
+			return string(lid), nil
+		}
+		select {
+		case <-obs:
+		case <-timer.C:
+			return "", fmt.Errorf("%w: no other leader within %v", ErrTransferFailed, timeout)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-n.doneC:
+			return "", fmt.Errorf("%w: %w", ErrNotLeader, raft.ErrRaftShutdown)
+		}
+	}
+}
+
+// wait waits for f or ctx.
+func wait(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// membershipError classifies an error of a membership change or
+// leadership transfer. raft words a stale prevIndex, and a transfer that
+// found no target or timed out, only in the error's text.
+func membershipError(err error) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown),
+		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case strings.Contains(msg, "configuration changed since"):
+		return fmt.Errorf("%w: %w", ErrConfigurationChanged, err)
+	case strings.Contains(msg, "leadership transfer"), strings.Contains(msg, "transfer leadership"),
+		strings.HasPrefix(msg, "cannot find"):
+		return fmt.Errorf("%w: %w", ErrTransferFailed, err)
+	}
+	return err
+}
