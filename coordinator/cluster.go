@@ -293,7 +293,7 @@ func (o clusterOps) Status() (server.ClusterStatus, error) {
 		return server.ClusterStatus{}, o.notLeader(err)
 	}
 	out := server.ClusterStatus{NodeID: st.ID, LeaderID: st.LeaderID, Leading: st.Leading, Term: st.Term, LastIndex: st.LastIndex,
-		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, ConfigurationIndex: st.ConfigurationIndex}
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex}
 	leaderID, leaderAddr := o.c.leaderHint()
 	now := time.Now()
 	for _, m := range st.Members {
@@ -324,7 +324,7 @@ func (o clusterOps) TransferLeadership(ctx context.Context, id string) (string, 
 		}
 	}
 	if addr == "" {
-		return "", fmt.Errorf("%w: %s left the configuration", server.ErrConfigurationChanged, id)
+		return "", fmt.Errorf("%w: %s is no longer a member", server.ErrTransferFailed, id)
 	}
 	leader, err := o.c.replica.node.TransferLeadership(ctx, id, addr, transferWait)
 	if err != nil {
@@ -335,8 +335,8 @@ func (o clusterOps) TransferLeadership(ctx context.Context, id string) (string, 
 }
 
 // AddVoter implements server.Cluster.
-func (o clusterOps) AddVoter(ctx context.Context, id, raftAddr string, prevIndex uint64) (uint64, error) {
-	index, err := o.c.replica.node.AddVoter(ctx, id, raftAddr, prevIndex)
+func (o clusterOps) AddVoter(ctx context.Context, id, raftAddr string) (uint64, error) {
+	index, err := o.c.replica.node.AddVoter(ctx, id, raftAddr)
 	if err != nil {
 		return 0, o.classify(err)
 	}
@@ -345,8 +345,8 @@ func (o clusterOps) AddVoter(ctx context.Context, id, raftAddr string, prevIndex
 }
 
 // RemoveServer implements server.Cluster.
-func (o clusterOps) RemoveServer(ctx context.Context, id string, prevIndex uint64) (uint64, error) {
-	index, err := o.c.replica.node.RemoveServer(ctx, id, prevIndex)
+func (o clusterOps) RemoveServer(ctx context.Context, id string) (uint64, error) {
+	index, err := o.c.replica.node.RemoveServer(ctx, id)
 	if err != nil {
 		return 0, o.classify(err)
 	}
@@ -359,8 +359,6 @@ func (o clusterOps) classify(err error) error {
 	switch {
 	case errors.Is(err, replica.ErrNotLeader):
 		return o.notLeader(err)
-	case errors.Is(err, replica.ErrConfigurationChanged):
-		return fmt.Errorf("%w: %w", server.ErrConfigurationChanged, err)
 	case errors.Is(err, replica.ErrTransferFailed):
 		return fmt.Errorf("%w: %w", server.ErrTransferFailed, err)
 	}

@@ -12,9 +12,6 @@ import (
 
 // Errors of the membership operations, besides ErrNotLeader.
 var (
-	// ErrConfigurationChanged is returned when the configuration changed
-	// after the one a change was decided on.
-	ErrConfigurationChanged = errors.New("the cluster's configuration changed meanwhile")
 	// ErrTransferFailed is returned when a leadership transfer did not
 	// make another voter the leader.
 	ErrTransferFailed = errors.New("the leadership transfer failed")
@@ -30,9 +27,6 @@ type Status struct {
 	// term, last log index, the index it knows committed, and the last
 	// entry raft handed its state machine.
 	Term, LastIndex, CommitIndex, AppliedIndex uint64
-	// ConfigurationIndex is the log index of the configuration Members
-	// come from.
-	ConfigurationIndex uint64
 	// LeadingSince is when this node began to lead; zero when it does not.
 	LeadingSince time.Time
 	// Members are the servers of the latest configuration, in its order.
@@ -69,7 +63,7 @@ func (n *Node) Status() (Status, error) {
 	s := Status{
 		ID: n.cfg.ID, LeaderID: string(lid), Leading: n.IsLeader(),
 		Term: n.Raft.CurrentTerm(), LastIndex: n.Raft.LastIndex(), CommitIndex: n.Raft.CommitIndex(),
-		AppliedIndex: n.Raft.AppliedIndex(), ConfigurationIndex: f.Index(),
+		AppliedIndex: n.Raft.AppliedIndex(),
 	}
 	if ns := n.leadingSince.Load(); s.Leading && ns != 0 {
 		s.LeadingSince = time.Unix(0, ns)
@@ -135,17 +129,17 @@ func (n *Node) watchLeaders() {
 const changeTimeout = 5 * time.Second
 
 // AddVoter adds id at the raft address addr as a voter, or changes the
-// address of the voter id, provided the configuration is still the one
-// at prevIndex; it returns the new configuration's index once it is
-// committed. When ctx ends first the change may still be made.
-func (n *Node) AddVoter(ctx context.Context, id, addr string, prevIndex uint64) (uint64, error) {
-	return n.change(ctx, n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), prevIndex, changeTimeout))
+// address of the voter id; it returns the new configuration's log index
+// once it is committed. When ctx ends first the change may still be made.
+// (raft's GetConfiguration does not say the index of the configuration it
+// returns, so a change cannot be made conditional on it.)
+func (n *Node) AddVoter(ctx context.Context, id, addr string) (uint64, error) {
+	return n.change(ctx, n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, changeTimeout))
 }
 
-// RemoveServer removes id from the configuration, provided it is still
-// the one at prevIndex, as AddVoter does.
-func (n *Node) RemoveServer(ctx context.Context, id string, prevIndex uint64) (uint64, error) {
-	return n.change(ctx, n.Raft.RemoveServer(raft.ServerID(id), prevIndex, changeTimeout))
+// RemoveServer removes id from the configuration, as AddVoter adds.
+func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
+	return n.change(ctx, n.Raft.RemoveServer(raft.ServerID(id), 0, changeTimeout))
 }
 
 // change waits for a membership change.
@@ -202,8 +196,8 @@ func wait(ctx context.Context, f raft.Future) error {
 }
 
 // membershipError classifies an error of a membership change or
-// leadership transfer. raft words a stale prevIndex, and a transfer that
-// found no target or timed out, only in the error's text.
+// leadership transfer. raft words a transfer that found no target or timed
+// out only in the error's text.
 func membershipError(err error) error {
 	msg := err.Error()
 	switch {
@@ -213,8 +207,6 @@ func membershipError(err error) error {
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown),
 		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrAbortedByRestore):
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
-	case strings.Contains(msg, "configuration changed since"):
-		return fmt.Errorf("%w: %w", ErrConfigurationChanged, err)
 	case strings.Contains(msg, "leadership transfer"), strings.Contains(msg, "transfer leadership"),
 		strings.HasPrefix(msg, "cannot find"):
 		return fmt.Errorf("%w: %w", ErrTransferFailed, err)

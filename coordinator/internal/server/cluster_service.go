@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
@@ -23,8 +24,7 @@ const ClusterServiceName = "leasehold.v1.ClusterService"
 // Cluster is what ClusterService needs of a replicated coordinator's raft
 // node; a single node has none. Besides context errors, its methods fail
 // with errors wrapping engine.ErrNotLeader (an *engine.NotLeaderError
-// naming the leader, when known), ErrConfigurationChanged or
-// ErrTransferFailed.
+// naming the leader, when known) or ErrTransferFailed.
 type Cluster interface {
 	// Status returns the cluster as this node sees it.
 	Status() (ClusterStatus, error)
@@ -32,10 +32,10 @@ type Cluster interface {
 	// new leader's id.
 	TransferLeadership(ctx context.Context, id string) (string, error)
 	// AddVoter adds the voter id at raftAddr (or moves it there) and
-	// RemoveServer removes id, each provided the configuration is still
-	// the one at prevIndex; both return the new configuration's index.
-	AddVoter(ctx context.Context, id, raftAddr string, prevIndex uint64) (uint64, error)
-	RemoveServer(ctx context.Context, id string, prevIndex uint64) (uint64, error)
+	// RemoveServer removes id; both return the new configuration's log
+	// index once it is committed.
+	AddVoter(ctx context.Context, id, raftAddr string) (uint64, error)
+	RemoveServer(ctx context.Context, id string) (uint64, error)
 }
 
 // ClusterStatus is the cluster as one node sees it.
@@ -45,9 +45,10 @@ type ClusterStatus struct {
 	NodeID, LeaderID string
 	Leading          bool
 	// The answering node's raft term, last log index, commit index and
-	// applied index, and the index of the configuration Members are of.
-	Term, LastIndex, CommitIndex, AppliedIndex, ConfigurationIndex uint64
-	Members                                                        []ClusterMember
+	// applied index.
+	Term, LastIndex, CommitIndex, AppliedIndex uint64
+	// Members are the servers of the latest configuration.
+	Members []ClusterMember
 }
 
 // ClusterMember is one member of the configuration.
@@ -68,20 +69,20 @@ type ClusterMember struct {
 	Live bool
 }
 
-// Errors a Cluster returns, besides engine.ErrNotLeader.
-var (
-	// ErrConfigurationChanged: the configuration changed after the one a
-	// change was decided on.
-	ErrConfigurationChanged = errors.New("the cluster's configuration changed meanwhile; look at it again")
-	// ErrTransferFailed: no other voter took over leadership in time.
-	ErrTransferFailed = errors.New("the leadership transfer failed")
-)
+// ErrTransferFailed is returned by a Cluster when no other voter took
+// over leadership in time.
+var ErrTransferFailed = errors.New("the leadership transfer failed")
 
 // ClusterServer implements leasehold.v1.ClusterService.
 type ClusterServer struct {
 	leaseholdv1.UnimplementedClusterServiceServer
 	*core
 	cl Cluster
+	// changing holds one change at a time, from the status it is decided
+	// on to its end, so that each is decided on the configuration the one
+	// before left. A change made through another node (after a new
+	// leader) is not held back; raft makes those one at a time itself.
+	changing sync.Mutex
 }
 
 // clusterForAll is why the cluster calls need every team.
@@ -112,7 +113,6 @@ func clusterToProto(st ClusterStatus, now time.Time) *leaseholdv1.GetClusterResp
 	resp := &leaseholdv1.GetClusterResponse{
 		Replicated: true, NodeId: st.NodeID, LeaderId: st.LeaderID, FromLeader: st.Leading, Term: st.Term,
 		LastLogIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
-		ConfigurationIndex: st.ConfigurationIndex,
 	}
 	for _, m := range st.Members {
 		pm := &leaseholdv1.ClusterMember{Id: m.ID, RaftAddress: m.RaftAddr, GrpcAddress: m.GRPCAddr,
@@ -137,6 +137,7 @@ func (s *ClusterServer) TransferLeadership(ctx context.Context, req *leaseholdv1
 	if err != nil {
 		return nil, s.status(err)
 	}
+	defer s.changing.Unlock()
 	to := req.GetToId()
 	if to != "" {
 		if err := checkMemberID("to_id", to); err != nil {
@@ -201,6 +202,7 @@ func (s *ClusterServer) AddVoter(ctx context.Context, req *leaseholdv1.AddVoterR
 	if err != nil {
 		return nil, s.status(err)
 	}
+	defer s.changing.Unlock()
 	id, addr := req.GetId(), req.GetRaftAddress()
 	if err := checkMemberID("id", id); err != nil {
 		return nil, s.status(err)
@@ -212,7 +214,7 @@ func (s *ClusterServer) AddVoter(ctx context.Context, req *leaseholdv1.AddVoterR
 		return nil, s.status(err)
 	}
 	if m, ok := member(st, id); ok && m.Voter && m.RaftAddr == addr {
-		return &leaseholdv1.AddVoterResponse{ConfigurationIndex: st.ConfigurationIndex}, nil
+		return &leaseholdv1.AddVoterResponse{}, nil
 	}
 	voters, live := 0, 0
 	for _, m := range st.Members {
@@ -233,11 +235,11 @@ func (s *ClusterServer) AddVoter(ctx context.Context, req *leaseholdv1.AddVoterR
 	if err := s.audit(ctx, p, jobs.AuditAddVoter, req.GetReason(), id+" at "+addr); err != nil {
 		return nil, s.status(err)
 	}
-	index, err := s.cl.AddVoter(ctx, id, addr, st.ConfigurationIndex)
+	index, err := s.cl.AddVoter(ctx, id, addr)
 	if err != nil {
 		return nil, s.status(err)
 	}
-	return &leaseholdv1.AddVoterResponse{ConfigurationIndex: index}, nil
+	return &leaseholdv1.AddVoterResponse{ConfigurationIndex: index, Changed: true}, nil
 }
 
 // RemoveServer implements ClusterService.RemoveServer.
@@ -246,6 +248,7 @@ func (s *ClusterServer) RemoveServer(ctx context.Context, req *leaseholdv1.Remov
 	if err != nil {
 		return nil, s.status(err)
 	}
+	defer s.changing.Unlock()
 	id := req.GetId()
 	if err := checkMemberID("id", id); err != nil {
 		return nil, s.status(err)
@@ -275,7 +278,7 @@ func (s *ClusterServer) RemoveServer(ctx context.Context, req *leaseholdv1.Remov
 	if err := s.audit(ctx, p, jobs.AuditRemoveServer, req.GetReason(), id); err != nil {
 		return nil, s.status(err)
 	}
-	index, err := s.cl.RemoveServer(ctx, id, st.ConfigurationIndex)
+	index, err := s.cl.RemoveServer(ctx, id)
 	if err != nil {
 		return nil, s.status(err)
 	}
@@ -284,7 +287,8 @@ func (s *ClusterServer) RemoveServer(ctx context.Context, req *leaseholdv1.Remov
 
 // prepare runs the checks every change starts with, in order: the caller
 // (an operator of every team, and with backup the backup role too), the
-// reason, a replicated coordinator. It returns the caller and the status.
+// reason, a replicated coordinator. It returns the caller and the status,
+// holding s.changing when it succeeds, which the handler releases.
 func (s *ClusterServer) prepare(ctx context.Context, reason string, backup bool) (auth.Principal, ClusterStatus, error) {
 	p, err := requireAllTeams(ctx, clusterForAll)
 	if err != nil {
@@ -299,7 +303,11 @@ func (s *ClusterServer) prepare(ctx context.Context, reason string, backup bool)
 	if s.cl == nil {
 		return p, ClusterStatus{}, failedPrecondition(reasonNotReplicated, "this coordinator runs as a single node: it has no cluster to change")
 	}
+	s.changing.Lock()
 	st, err := s.cl.Status()
+	if err != nil {
+		s.changing.Unlock()
+	}
 	return p, st, err
 }
 

@@ -72,17 +72,16 @@ const (
 	reasonNotLeader             = "NOT_LEADER"
 	reasonOutcomeUnknown        = "OUTCOME_UNKNOWN"
 	// ClusterService's.
-	reasonNotReplicated        = "NOT_REPLICATED"
-	reasonInvalidMemberID      = "INVALID_MEMBER_ID"
-	reasonInvalidRaftAddress   = "INVALID_RAFT_ADDRESS"
-	reasonMemberNotFound       = "MEMBER_NOT_FOUND"
-	reasonMemberUnreachable    = "MEMBER_UNREACHABLE"
-	reasonNoTransferTarget     = "NO_TRANSFER_TARGET"
-	reasonTransferFailed       = "LEADERSHIP_TRANSFER_FAILED"
-	reasonRaftAddressInUse     = "RAFT_ADDRESS_IN_USE"
-	reasonQuorumAtRisk         = "QUORUM_AT_RISK"
-	reasonLastVoter            = "LAST_VOTER"
-	reasonConfigurationChanged = "CONFIGURATION_CHANGED"
+	reasonNotReplicated      = "NOT_REPLICATED"
+	reasonInvalidMemberID    = "INVALID_MEMBER_ID"
+	reasonInvalidRaftAddress = "INVALID_RAFT_ADDRESS"
+	reasonMemberNotFound     = "MEMBER_NOT_FOUND"
+	reasonMemberUnreachable  = "MEMBER_UNREACHABLE"
+	reasonNoTransferTarget   = "NO_TRANSFER_TARGET"
+	reasonTransferFailed     = "LEADERSHIP_TRANSFER_FAILED"
+	reasonRaftAddressInUse   = "RAFT_ADDRESS_IN_USE"
+	reasonQuorumAtRisk       = "QUORUM_AT_RISK"
+	reasonLastVoter          = "LAST_VOTER"
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -176,7 +175,6 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	engine.ErrReplaced                ABORTED SESSION_REPLACED
 //	engine.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
 //	engine.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
-//	ErrConfigurationChanged           ABORTED CONFIGURATION_CHANGED
 //	ErrTransferFailed                 UNAVAILABLE LEADERSHIP_TRANSFER_FAILED
 //	engine.ErrNotLeader               UNAVAILABLE NOT_LEADER leader_id, leader_addr
 //	engine.ErrOutcomeUnknown          UNAVAILABLE OUTCOME_UNKNOWN
@@ -256,8 +254,6 @@ func toStatus(log *slog.Logger, err error) error {
 		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
 	case errors.Is(err, engine.ErrBackupSpace):
 		return newStatus(codes.ResourceExhausted, reasonBackupNoSpace, err.Error(), nil)
-	case errors.Is(err, ErrConfigurationChanged):
-		return newStatus(codes.Aborted, reasonConfigurationChanged, ErrConfigurationChanged.Error(), nil)
 	case errors.Is(err, ErrTransferFailed):
 		return newStatus(codes.Unavailable, reasonTransferFailed, "no other voter took over leadership in time; this node may lead again: "+
 			"look at the cluster and retry", nil)

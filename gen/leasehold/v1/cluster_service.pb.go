@@ -129,10 +129,8 @@ type GetClusterResponse struct {
 	LastLogIndex uint64 `protobuf:"varint,6,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
 	CommitIndex  uint64 `protobuf:"varint,7,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	AppliedIndex uint64 `protobuf:"varint,8,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	// The log index of the configuration the members come from.
-	ConfigurationIndex uint64 `protobuf:"varint,9,opt,name=configuration_index,json=configurationIndex,proto3" json:"configuration_index,omitempty"`
-	// The members of the latest configuration, by id.
-	Members       []*ClusterMember `protobuf:"bytes,10,rep,name=members,proto3" json:"members,omitempty"`
+	// The members of the latest configuration, in its order.
+	Members       []*ClusterMember `protobuf:"bytes,9,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,13 +217,6 @@ func (x *GetClusterResponse) GetCommitIndex() uint64 {
 func (x *GetClusterResponse) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
-	}
-	return 0
-}
-
-func (x *GetClusterResponse) GetConfigurationIndex() uint64 {
-	if x != nil {
-		return x.ConfigurationIndex
 	}
 	return 0
 }
@@ -612,10 +603,12 @@ func (x *AddVoterRequest) GetForce() bool {
 
 type AddVoterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The log index of the new configuration.
+	// The log index of the new configuration; 0 when nothing changed.
 	ConfigurationIndex uint64 `protobuf:"varint,1,opt,name=configuration_index,json=configurationIndex,proto3" json:"configuration_index,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// False when the voter was a member at that address already.
+	Changed       bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddVoterResponse) Reset() {
@@ -653,6 +646,13 @@ func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
 		return x.ConfigurationIndex
 	}
 	return 0
+}
+
+func (x *AddVoterResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
 }
 
 type RemoveServerRequest struct {
@@ -769,7 +769,7 @@ var File_leasehold_v1_cluster_service_proto protoreflect.FileDescriptor
 const file_leasehold_v1_cluster_service_proto_rawDesc = "" +
 	"\n" +
 	"\"leasehold/v1/cluster_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\"\x13\n" +
-	"\x11GetClusterRequest\"\xf5\x02\n" +
+	"\x11GetClusterRequest\"\xc4\x02\n" +
 	"\x12GetClusterResponse\x12\x1e\n" +
 	"\n" +
 	"replicated\x18\x01 \x01(\bR\n" +
@@ -781,10 +781,8 @@ const file_leasehold_v1_cluster_service_proto_rawDesc = "" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x12$\n" +
 	"\x0elast_log_index\x18\x06 \x01(\x04R\flastLogIndex\x12!\n" +
 	"\fcommit_index\x18\a \x01(\x04R\vcommitIndex\x12#\n" +
-	"\rapplied_index\x18\b \x01(\x04R\fappliedIndex\x12/\n" +
-	"\x13configuration_index\x18\t \x01(\x04R\x12configurationIndex\x125\n" +
-	"\amembers\x18\n" +
-	" \x03(\v2\x1b.leasehold.v1.ClusterMemberR\amembers\"\x84\x02\n" +
+	"\rapplied_index\x18\b \x01(\x04R\fappliedIndex\x125\n" +
+	"\amembers\x18\t \x03(\v2\x1b.leasehold.v1.ClusterMemberR\amembers\"\x84\x02\n" +
 	"\rClusterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
@@ -811,9 +809,10 @@ const file_leasehold_v1_cluster_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05force\x18\x04 \x01(\bR\x05force\"C\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\"]\n" +
 	"\x10AddVoterResponse\x12/\n" +
-	"\x13configuration_index\x18\x01 \x01(\x04R\x12configurationIndex\"S\n" +
+	"\x13configuration_index\x18\x01 \x01(\x04R\x12configurationIndex\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"S\n" +
 	"\x13RemoveServerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +

@@ -49,7 +49,8 @@ const (
 // then failed says what was asked, and GetCluster what happened. A change
 // that would leave fewer voters that answer the leader than a majority of
 // the voters is refused with FAILED_PRECONDITION QUORUM_AT_RISK unless
-// the request forces it.
+// the request forces it. A node makes one change at a time, each decided
+// on the configuration the one before left.
 type ClusterServiceClient interface {
 	// GetCluster describes the cluster as the node that answers sees it: the
 	// members of the latest configuration, the leader it knows, its own
@@ -83,9 +84,7 @@ type ClusterServiceClient interface {
 	// changes nothing.
 	// Errors: INVALID_ARGUMENT INVALID_MEMBER_ID, INVALID_RAFT_ADDRESS;
 	// FAILED_PRECONDITION NOT_REPLICATED, RAFT_ADDRESS_IN_USE (another
-	// member has that address), QUORUM_AT_RISK; ABORTED
-	// CONFIGURATION_CHANGED (another change was made meanwhile: look again);
-	// UNAVAILABLE NOT_LEADER.
+	// member has that address), QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER.
 	AddVoter(ctx context.Context, in *AddVoterRequest, opts ...grpc.CallOption) (*AddVoterResponse, error)
 	// RemoveServer removes a member from the configuration and returns once
 	// the new configuration is committed. The removed node stops taking
@@ -94,7 +93,7 @@ type ClusterServiceClient interface {
 	// itself is allowed: it steps down once the change commits.
 	// Errors: INVALID_ARGUMENT INVALID_MEMBER_ID; NOT_FOUND
 	// MEMBER_NOT_FOUND; FAILED_PRECONDITION NOT_REPLICATED, LAST_VOTER,
-	// QUORUM_AT_RISK; ABORTED CONFIGURATION_CHANGED; UNAVAILABLE NOT_LEADER.
+	// QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER.
 	RemoveServer(ctx context.Context, in *RemoveServerRequest, opts ...grpc.CallOption) (*RemoveServerResponse, error)
 }
 
@@ -170,7 +169,8 @@ func (c *clusterServiceClient) RemoveServer(ctx context.Context, in *RemoveServe
 // then failed says what was asked, and GetCluster what happened. A change
 // that would leave fewer voters that answer the leader than a majority of
 // the voters is refused with FAILED_PRECONDITION QUORUM_AT_RISK unless
-// the request forces it.
+// the request forces it. A node makes one change at a time, each decided
+// on the configuration the one before left.
 type ClusterServiceServer interface {
 	// GetCluster describes the cluster as the node that answers sees it: the
 	// members of the latest configuration, the leader it knows, its own
@@ -204,9 +204,7 @@ type ClusterServiceServer interface {
 	// changes nothing.
 	// Errors: INVALID_ARGUMENT INVALID_MEMBER_ID, INVALID_RAFT_ADDRESS;
 	// FAILED_PRECONDITION NOT_REPLICATED, RAFT_ADDRESS_IN_USE (another
-	// member has that address), QUORUM_AT_RISK; ABORTED
-	// CONFIGURATION_CHANGED (another change was made meanwhile: look again);
-	// UNAVAILABLE NOT_LEADER.
+	// member has that address), QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER.
 	AddVoter(context.Context, *AddVoterRequest) (*AddVoterResponse, error)
 	// RemoveServer removes a member from the configuration and returns once
 	// the new configuration is committed. The removed node stops taking
@@ -215,7 +213,7 @@ type ClusterServiceServer interface {
 	// itself is allowed: it steps down once the change commits.
 	// Errors: INVALID_ARGUMENT INVALID_MEMBER_ID; NOT_FOUND
 	// MEMBER_NOT_FOUND; FAILED_PRECONDITION NOT_REPLICATED, LAST_VOTER,
-	// QUORUM_AT_RISK; ABORTED CONFIGURATION_CHANGED; UNAVAILABLE NOT_LEADER.
+	// QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER.
 	RemoveServer(context.Context, *RemoveServerRequest) (*RemoveServerResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
