@@ -27,8 +27,8 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "leasehold_raft_commit_seconds",
-			Help: "Time a writer group takes from its proposal to raft until it is committed by a quorum and applied to the leader's store.",
+			Name:    "leasehold_raft_commit_seconds",
+			Help:    "Time a writer group takes from its proposal to raft until it is committed by a quorum and applied to the leader's store.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
