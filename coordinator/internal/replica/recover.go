@@ -51,7 +51,7 @@ func Recover(dir, id string, peers []Peer, fsm *FSM) (RecoverResult, error) {
 	for _, p := range peers {
 		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 	}
-	if err := raft.RecoverCluster(rc, fsm, w, w, snaps, trans, conf); err != nil {
+	if err := raft.RecoverCluster(rc, recoverFSM{fsm}, w, w, snaps, trans, conf); err != nil {
 		return RecoverResult{}, fmt.Errorf("recovering the cluster: %w", err)
 	}
 	list, err := snaps.List()
@@ -59,4 +59,27 @@ func Recover(dir, id string, peers []Peer, fsm *FSM) (RecoverResult, error) {
 		return RecoverResult{}, fmt.Errorf("listing the recovered snapshot: %v", err)
 	}
 	return RecoverResult{LastIndex: list[0].Index, LastTerm: list[0].Term, Voters: len(peers)}, nil
+}
+
+// recoverFSM is the FSM as RecoverCluster is given it: RecoverCluster
+// persists the snapshot it takes but never releases it, and the store
+// cannot close while the snapshot's read transaction lives.
+type recoverFSM struct{ *FSM }
+
+// Snapshot implements raft.FSM: a snapshot released once persisted.
+func (f recoverFSM) Snapshot() (raft.FSMSnapshot, error) {
+	sn, err := f.FSM.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return releasedSnapshot{sn}, nil
+}
+
+// releasedSnapshot releases itself once persisted (Release is safe twice).
+type releasedSnapshot struct{ raft.FSMSnapshot }
+
+// Persist implements raft.FSMSnapshot.
+func (s releasedSnapshot) Persist(sink raft.SnapshotSink) error {
+	defer s.Release()
+	return s.FSMSnapshot.Persist(sink)
 }
