@@ -240,9 +240,8 @@ func allReplicated(t *testing.T, c *client.Client, n int) bool {
 	return true
 }
 
-// metricValue returns the value of the sample whose line starts with
-// series on the node's /metrics, and whether there is one.
-func metricValue(t *testing.T, nd *clusterNode, series string) (float64, bool) {
+// scrape returns the node's /metrics.
+func scrape(t *testing.T, nd *clusterNode) string {
 	t.Helper()
 	resp, err := http.Get("http://" + nd.c.MetricsAddr() + "/metrics")
 	if err != nil {
@@ -253,8 +252,15 @@ func metricValue(t *testing.T, nd *clusterNode, series string) (float64, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return string(body)
+}
+
+// metricValue returns the value of the sample whose line starts with
+// series on the node's /metrics, and whether there is one.
+func metricValue(t *testing.T, nd *clusterNode, series string) (float64, bool) {
+	t.Helper()
 	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
-	m := re.FindStringSubmatch(string(body))
+	m := re.FindStringSubmatch(scrape(t, nd))
 	if m == nil {
 		return 0, false
 	}
@@ -360,6 +366,22 @@ func TestClusterService(t *testing.T) {
 			}
 			if v, ok := metricValue(t, f, "leasehold_raft_apply_seconds_count"); !ok || v < 1 {
 				t.Errorf("follower %s applied nothing: %v, %v", f.id, v, ok)
+			}
+		}
+		// The alerts read these; the deploy test, on a single node, cannot
+		// see them.
+		rules, err := os.ReadFile(filepath.Join("..", "deploy", "prometheus", "leasehold.rules.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := scrape(t, leader)
+		names := regexp.MustCompile(`\bleasehold_raft_[a-z0-9_]+\b`).FindAllString(string(rules), -1)
+		if len(names) == 0 {
+			t.Error("the rules read no raft metric")
+		}
+		for _, name := range names {
+			if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+				t.Errorf("the rules read %s, which the leader does not export", name)
 			}
 		}
 	})
