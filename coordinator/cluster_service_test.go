@@ -64,8 +64,8 @@ type testCluster struct {
 }
 
 // startTestCluster starts n coordinators that bootstrap one cluster, and
-// stops them when the test ends.
-func startTestCluster(t *testing.T, n int) *testCluster {
+// stops them when the test ends; opts change their configuration.
+func startTestCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
 	t.Helper()
 	tokens := clusterPrincipals(t)
 	tc := &testCluster{}
@@ -90,14 +90,18 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 		}
 	}
 	for i, nd := range tc.nodes {
-		c, err := New(Config{
+		cfg := Config{
 			Listen: nd.addr, DataDir: filepath.Join(t.TempDir(), nd.id), MetricsListen: "127.0.0.1:0", TokensFile: tokens,
 			Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: 5 * time.Second,
 			Cluster: &Cluster{NodeID: nd.id, Peers: peers, transport: nd.trans,
 				// raft's defaults here: shorter timeouts make leadership
 				// flap on a loaded machine, which the tests do not expect.
 				HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, LeaderLeaseTimeout: 500 * time.Millisecond},
-		})
+		}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		c, err := New(cfg)
 		if err != nil {
 			t.Fatalf("New %s: %v", nd.id, err)
 		}
@@ -110,6 +114,12 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 			}
 			if err := <-served; err != nil {
 				t.Errorf("Serve %s: %v", nd.id, err)
+			}
+			// A node closed is gone for the others at once: the in-memory
+			// transport would hold a call to it (a last leader's hand-over)
+			// for its whole timeout, past the end of the test.
+			for _, other := range tc.nodes {
+				other.trans.Disconnect(nd.trans.LocalAddr())
 			}
 		})
 	}
@@ -613,5 +623,44 @@ func TestClusterServiceSingleNode(t *testing.T) {
 	body, _ := io.ReadAll(mresp.Body)
 	if strings.Contains(string(body), "leasehold_raft_") {
 		t.Errorf("a single node exports raft metrics:\n%s", regexp.MustCompile(`(?m)^leasehold_raft_.*$`).FindAllString(string(body), -1))
+	}
+}
+
+// TestClusterConsole checks the console's overview: the leader's console
+// shows an operator of every team the members, the leader and each lag;
+// an operator of one team, and a single node's console, show no cluster.
+func TestClusterConsole(t *testing.T) {
+	t.Parallel()
+	tc := startTestCluster(t, 3, func(cfg *Config) { cfg.Console = true })
+	leader := waitLeader(t, tc.nodes...)
+	eventually(t, "every follower caught up", func() bool { return allReplicated(t, dialNode(t, leader, opsToken), 3) })
+	at := func(nd *clusterNode) *consoleBundle {
+		return &consoleBundle{base: strings.TrimSuffix(nd.c.ConsoleURL(), "/console/")}
+	}
+
+	_, page := at(leader).browser(t).signIn(opsToken).send("GET", "/console/", "")
+	if !strings.Contains(page, `<h2 id="cluster-h">Cluster</h2>`) || !strings.Contains(page, "Leader <strong>"+leader.id+"</strong>") {
+		t.Fatalf("the leader's overview lacks the cluster:\n%s", page)
+	}
+	for _, nd := range tc.nodes {
+		role := "follower"
+		if nd == leader {
+			role = "leader"
+		}
+		row := regexp.MustCompile(`<th scope="row">` + nd.id + `</th><td>` + role + `</td><td>raft-` + nd.id + `:7201</td><td>` +
+			regexp.QuoteMeta(nd.addr) + `</td>\s*<td class="num">\d+</td><td class="num">0</td>`)
+		if !row.MatchString(page) {
+			t.Errorf("no row of %s, %s, caught up:\n%s", nd.id, role, page)
+		}
+	}
+	_, page = at(leader).browser(t).signIn(opsAlphaToken).send("GET", "/console/", "")
+	if strings.Contains(page, "cluster-h") {
+		t.Errorf("an operator of team alpha sees the cluster:\n%s", page)
+	}
+
+	single := setupConsole(t, Config{})
+	_, page = single.browser(t).signIn("dev-operator").send("GET", "/console/", "")
+	if strings.Contains(page, "cluster-h") || !strings.Contains(page, `id="teams-h"`) {
+		t.Errorf("a single node's overview shows a cluster, or no teams:\n%s", page)
 	}
 }
