@@ -214,6 +214,27 @@ func TestClusterCommands(t *testing.T) {
 			t.Errorf("status row of %s = %q, want a %s voter at %s, %s", nd.id, f, role, nd.raft, nd.grpc)
 		}
 	}
+	// leasehold top shows the cluster to an operator of every team, and
+	// not to a submitter.
+	top := runCLI(t, leader.grpc, clusterOpsToken, "top", "--count", "1")
+	if top.code != 0 || !strings.Contains(top.stdout, "\ncluster  leader "+leader.id+"  term ") {
+		t.Errorf("top: exit %d\n%s%s", top.code, top.stdout, top.stderr)
+	}
+	for _, nd := range lc.nodes {
+		if !regexp.MustCompile(`(?m)^` + nd.id + ` +(leader|follower) +` + regexp.QuoteMeta(nd.raft) + ` +\d+ +0 `).MatchString(top.stdout) {
+			t.Errorf("top has no row of %s caught up:\n%s", nd.id, top.stdout)
+		}
+	}
+	top = runCLI(t, leader.grpc, "cluster-alpha-token-0123456789", "top", "--count", "1")
+	if top.code != 0 || strings.Contains(top.stdout, "cluster") || !strings.Contains(top.stdout, "leasehold top") {
+		t.Errorf("top as a submitter: exit %d\n%s%s", top.code, top.stdout, top.stderr)
+	}
+	single := startCoordinator(t)
+	top = runCLI(t, single.addr, tokenOperator, "top", "--count", "1")
+	if top.code != 0 || strings.Contains(top.stdout, "cluster") || !strings.Contains(top.stdout, "leasehold top") {
+		t.Errorf("top on a single node: exit %d\n%s%s", top.code, top.stdout, top.stderr)
+	}
+
 	var follower *clusterNode
 	for _, nd := range lc.nodes {
 		if nd != leader {
