@@ -569,10 +569,24 @@ func TestClusterService(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "QUORUM_AT_RISK")
 	_, err = admin.TransferLeadership(ctx, down.id, "x")
 	wantCode(t, err, codes.FailedPrecondition, "MEMBER_UNREACHABLE")
-	_, err = admin.AddVoter(ctx, &leaseholdv1.AddVoterRequest{Id: "n4", RaftAddress: "raft-n4:7201", Reason: "x"})
+	// Moving the live follower elsewhere: it would vote there before it answers.
+	_, err = admin.AddVoter(ctx, &leaseholdv1.AddVoterRequest{Id: up.id, RaftAddress: "raft-elsewhere:7201", Reason: "x"})
 	wantCode(t, err, codes.FailedPrecondition, "QUORUM_AT_RISK")
-	if st, err := admin.GetCluster(ctx); err != nil || len(st.GetMembers()) != 3 {
+	if st, err := admin.GetCluster(ctx); err != nil || len(st.GetMembers()) != 3 || members(st)[up.id].GetRaftAddress() != "raft-"+up.id+":7201" {
 		t.Errorf("members after the refused changes = %v, %v", st, err)
+	}
+
+	// A new member that never answers stays a nonvoter, outside the quorum.
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = admin.AddVoter(short, &leaseholdv1.AddVoterRequest{Id: "n4", RaftAddress: "raft-n4:7201", Reason: "grow"})
+	wantCode(t, err, codes.DeadlineExceeded, "")
+	st, err = admin.GetCluster(ctx)
+	if err != nil || members(st)["n4"].GetSuffrage() != leaseholdv1.Suffrage_SUFFRAGE_NONVOTER {
+		t.Fatalf("n4 after an add it never answered = %v, %v; want a nonvoter", members(st)["n4"], err)
+	}
+	if _, err := admin.RemoveServer(ctx, &leaseholdv1.RemoveServerRequest{Id: "n4", Reason: "never came"}); err != nil {
+		t.Errorf("removing the nonvoter: %v", err)
 	}
 }
 

@@ -250,8 +250,7 @@ func clusterAdd(r *remote, fs *flag.FlagSet, args []string, stdout, stderr io.Wr
 		fmt.Fprintf(stdout, "%s is a voter at %s already: nothing changed\n", *id, *raftAddr)
 		return nil
 	}
-	fmt.Fprintf(stdout, "added %s at %s as a voter (configuration at log index %d); it catches up from the leader\n",
-		*id, *raftAddr, resp.GetConfigurationIndex())
+	fmt.Fprintf(stdout, "added %s at %s as a voter (configuration at log index %d)\n", *id, *raftAddr, resp.GetConfigurationIndex())
 	return nil
 }
 

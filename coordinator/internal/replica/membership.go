@@ -128,13 +128,58 @@ func (n *Node) watchLeaders() {
 // changeTimeout bounds the wait to hand a membership change to raft.
 const changeTimeout = 5 * time.Second
 
-// AddVoter adds id at the raft address addr as a voter, or changes the
-// address of the voter id; it returns the new configuration's log index
-// once it is committed. When ctx ends first the change may still be made.
-// (raft's GetConfiguration does not say the index of the configuration it
-// returns, so a change cannot be made conditional on it.)
+// AddVoter adds id at the raft address addr as a voter, in two steps: as
+// a nonvoter, which receives the log without counting towards the quorum,
+// then, once it has stored the log up to what the leader had committed
+// when it began, as a voter. So a node that is not running, or is slow to
+// catch up, never counts towards the quorum meanwhile. The address of a
+// voter already in the configuration is changed in one step. It returns
+// the log index of the configuration that made id a voter, once that is
+// committed. When ctx ends first, id stays a nonvoter (or the last change
+// may still be made). (raft's GetConfiguration does not say the index of
+// the configuration it returns, so changes cannot be made conditional on
+// it.)
 func (n *Node) AddVoter(ctx context.Context, id, addr string) (uint64, error) {
+	st, err := n.Status()
+	if err != nil {
+		return 0, membershipError(err)
+	}
+	if !st.Leading {
+		return 0, fmt.Errorf("%w: %w", ErrNotLeader, raft.ErrNotLeader)
+	}
+	for _, m := range st.Members {
+		if m.ID == id && m.Voter {
+			return n.change(ctx, n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, changeTimeout))
+		}
+	}
+	if _, err := n.change(ctx, n.Raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, changeTimeout)); err != nil {
+		return 0, err
+	}
+	if err := n.caughtUp(ctx, id, st.CommitIndex); err != nil {
+		return 0, err
+	}
 	return n.change(ctx, n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, changeTimeout))
+}
+
+// caughtUp waits, while this node leads, until id has stored the log up
+// to index.
+func (n *Node) caughtUp(ctx context.Context, id string, index uint64) error {
+	for {
+		next := n.progress.next()
+		if !n.IsLeader() {
+			return fmt.Errorf("%w: leadership lost while %s caught up", ErrNotLeader, id)
+		}
+		if match, _, ok := n.progress.of(raft.ServerID(id), n.Raft.CurrentTerm()); ok && match >= index {
+			return nil
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return fmt.Errorf("%s has not caught up with the leader; it stays a nonvoter until it is added again: %w", id, ctx.Err())
+		case <-n.doneC:
+			return fmt.Errorf("%w: %w", ErrNotLeader, raft.ErrRaftShutdown)
+		}
+	}
 }
 
 // RemoveServer removes id from the configuration, as AddVoter adds.

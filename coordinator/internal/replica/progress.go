@@ -19,6 +19,8 @@ type progress struct {
 	mu    sync.Mutex
 	peers map[raft.ServerID]peerProgress
 	now   func() time.Time
+	// changed is closed, and replaced, at every answer.
+	changed chan struct{}
 }
 
 // peerProgress is one follower's progress in one term.
@@ -29,7 +31,7 @@ type peerProgress struct {
 }
 
 func newProgress() *progress {
-	return &progress{peers: map[raft.ServerID]peerProgress{}, now: time.Now}
+	return &progress{peers: map[raft.ServerID]peerProgress{}, now: time.Now, changed: make(chan struct{})}
 }
 
 // answered records an answer of id to a request of term; when matched, the
@@ -54,6 +56,15 @@ func (p *progress) answered(id raft.ServerID, term, respTerm uint64, matched boo
 		pp.match = max(pp.match, match)
 	}
 	p.peers[id] = pp
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// next returns a channel closed at the next answer recorded.
+func (p *progress) next() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
 }
 
 // appended records the answer to an AppendEntries request: on success the

@@ -228,7 +228,12 @@ func (s *ClusterServer) AddVoter(ctx context.Context, req *leaseholdv1.AddVoterR
 			}
 		}
 	}
-	// The new voter (or the voter at its new address) does not answer yet.
+	// A new member votes only once it has caught up, and so answers; a
+	// voter moved to another address votes at once, and answers there
+	// only once it runs there.
+	if m, ok := member(st, id); !ok || !m.Voter {
+		live++
+	}
 	if err := checkQuorum(voters+1, live, req.GetForce(), "adding "+id); err != nil {
 		return nil, s.status(err)
 	}

@@ -75,16 +75,21 @@ type ClusterServiceClient interface {
 	// UNAVAILABLE NOT_LEADER, LEADERSHIP_TRANSFER_FAILED (the target did
 	// not take over in time; the old leader may lead again).
 	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
-	// AddVoter adds a voter to the configuration, or changes the raft
-	// address of an existing one, and returns once the new configuration is
-	// committed. The new member then catches up from the leader (from a
-	// snapshot when it starts empty). It must be started with --join, or
-	// with a data directory of this cluster, so that it does not bootstrap
-	// a cluster of its own. Adding a voter of the same id and address again
-	// changes nothing.
+	// AddVoter adds a member, which must be running: first as a nonvoter,
+	// which receives the log (a snapshot of the store when it starts empty)
+	// without counting towards the quorum, then, once it has stored what
+	// the leader had committed when the call began, as a voter. The call
+	// returns once it votes. A member that does not catch up before the
+	// call's deadline stays a nonvoter (DEADLINE_EXCEEDED): add it again
+	// once it runs, or remove it. The member must be started with --join,
+	// or on a data directory of this cluster, so that it does not bootstrap
+	// a cluster of its own. For a voter already in the configuration the
+	// call changes its raft address, at once. Adding a voter of the same id
+	// and address again changes nothing.
 	// Errors: INVALID_ARGUMENT INVALID_MEMBER_ID, INVALID_RAFT_ADDRESS;
 	// FAILED_PRECONDITION NOT_REPLICATED, RAFT_ADDRESS_IN_USE (another
-	// member has that address), QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER.
+	// member has that address), QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER;
+	// DEADLINE_EXCEEDED.
 	AddVoter(ctx context.Context, in *AddVoterRequest, opts ...grpc.CallOption) (*AddVoterResponse, error)
 	// RemoveServer removes a member from the configuration and returns once
 	// the new configuration is committed. The removed node stops taking
@@ -195,16 +200,21 @@ type ClusterServiceServer interface {
 	// UNAVAILABLE NOT_LEADER, LEADERSHIP_TRANSFER_FAILED (the target did
 	// not take over in time; the old leader may lead again).
 	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
-	// AddVoter adds a voter to the configuration, or changes the raft
-	// address of an existing one, and returns once the new configuration is
-	// committed. The new member then catches up from the leader (from a
-	// snapshot when it starts empty). It must be started with --join, or
-	// with a data directory of this cluster, so that it does not bootstrap
-	// a cluster of its own. Adding a voter of the same id and address again
-	// changes nothing.
+	// AddVoter adds a member, which must be running: first as a nonvoter,
+	// which receives the log (a snapshot of the store when it starts empty)
+	// without counting towards the quorum, then, once it has stored what
+	// the leader had committed when the call began, as a voter. The call
+	// returns once it votes. A member that does not catch up before the
+	// call's deadline stays a nonvoter (DEADLINE_EXCEEDED): add it again
+	// once it runs, or remove it. The member must be started with --join,
+	// or on a data directory of this cluster, so that it does not bootstrap
+	// a cluster of its own. For a voter already in the configuration the
+	// call changes its raft address, at once. Adding a voter of the same id
+	// and address again changes nothing.
 	// Errors: INVALID_ARGUMENT INVALID_MEMBER_ID, INVALID_RAFT_ADDRESS;
 	// FAILED_PRECONDITION NOT_REPLICATED, RAFT_ADDRESS_IN_USE (another
-	// member has that address), QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER.
+	// member has that address), QUORUM_AT_RISK; UNAVAILABLE NOT_LEADER;
+	// DEADLINE_EXCEEDED.
 	AddVoter(context.Context, *AddVoterRequest) (*AddVoterResponse, error)
 	// RemoveServer removes a member from the configuration and returns once
 	// the new configuration is committed. The removed node stops taking
