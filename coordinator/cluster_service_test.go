@@ -304,7 +304,9 @@ func TestClusterService(t *testing.T) {
 	tc := startTestCluster(t, 3)
 	leader := waitLeader(t, tc.nodes...)
 	admin := dialNode(t, leader, adminToken)
-	ctx := context.Background()
+	// A failsafe: a call that waits for what never comes fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	eventually(t, "every follower caught up", func() bool { return allReplicated(t, admin, 3) })
 
 	t.Run("The leader reports every member with its progress", func(t *testing.T) {
@@ -577,8 +579,8 @@ func TestClusterService(t *testing.T) {
 	}
 
 	// A new member that never answers stays a nonvoter, outside the quorum.
-	short, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
 	_, err = admin.AddVoter(short, &leaseholdv1.AddVoterRequest{Id: "n4", RaftAddress: "raft-n4:7201", Reason: "grow"})
 	wantCode(t, err, codes.DeadlineExceeded, "")
 	st, err = admin.GetCluster(ctx)
@@ -597,7 +599,9 @@ func TestClusterServiceOneVoter(t *testing.T) {
 	tc := startTestCluster(t, 1)
 	leader := waitLeader(t, tc.nodes...)
 	admin := dialNode(t, leader, adminToken)
-	ctx := context.Background()
+	// A failsafe: a call that waits for what never comes fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	_, err := admin.TransferLeadership(ctx, "", "x")
 	wantCode(t, err, codes.FailedPrecondition, "NO_TRANSFER_TARGET")
 	_, err = admin.RemoveServer(ctx, &leaseholdv1.RemoveServerRequest{Id: leader.id, Reason: "x", Force: true})
@@ -617,7 +621,9 @@ func TestClusterServiceSingleNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := context.Background()
+	// A failsafe: a call that waits for what never comes fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	resp, err := c.GetCluster(ctx)
 	if err != nil || resp.GetReplicated() || len(resp.GetMembers()) != 0 {
 		t.Errorf("GetCluster on a single node = %v, %v; want not replicated", resp, err)
