@@ -31,8 +31,6 @@ type Client struct {
 	Operator leaseholdv1.OperatorServiceClient
 	// Overview is the OverviewService stub.
 	Overview leaseholdv1.OverviewServiceClient
-	// Cluster is the ClusterService stub.
-	Cluster leaseholdv1.ClusterServiceClient
 
 	conn   *grpc.ClientConn
 	limits BatchLimits
@@ -163,7 +161,6 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		Jobs:     leaseholdv1.NewJobServiceClient(conn),
 		Operator: leaseholdv1.NewOperatorServiceClient(conn),
 		Overview: leaseholdv1.NewOverviewServiceClient(conn),
-		Cluster:  leaseholdv1.NewClusterServiceClient(conn),
 		conn:     conn,
 		limits:   cfg.limits,
 	}, nil

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -19,24 +18,8 @@ type overviewView struct {
 	Batches []*leaseholdv1.Batch
 	Queued  uint32
 	Leased  uint32
-	// Cluster is the replicated coordinator's cluster, for an operator of
-	// every team; nil on a single node and for everyone else.
+	// Cluster is the cluster panel (cluster.go), nil when there is none.
 	Cluster *clusterView
-}
-
-// clusterView is the overview's cluster panel.
-type clusterView struct {
-	Leader, Node string
-	FromLeader   bool
-	Term, Commit uint64
-	Members      []memberView
-}
-
-// memberView is one member's row: lag and last contact are "-" where the
-// answering node does not know them (only the leader does).
-type memberView struct {
-	ID, Role, RaftAddr, GRPCAddr string
-	Match, Lag, Contact          string
 }
 
 // teamView is one team's row and charts.
@@ -57,10 +40,8 @@ func (c *Console) overview(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	v := overviewView{O: resp.GetOverview(), Batches: batches.GetBatches()}
-	if server.CanManageCluster(r.sess.principal) {
-		if v.Cluster, err = c.cluster(r.ctx); err != nil {
-			return err
-		}
+	if v.Cluster, err = c.cluster(r); err != nil {
+		return err
 	}
 	for _, t := range v.O.GetTeams() {
 		tv := teamView{T: t, Depth: depthChart(t), Throughput: throughputChart(t)}
@@ -75,29 +56,6 @@ func (c *Console) overview(w http.ResponseWriter, r *request) error {
 	}
 	c.render(w, r.Request, http.StatusOK, "overview", r.sess, v)
 	return nil
-}
-
-// cluster returns the cluster panel, nil on a single node.
-func (c *Console) cluster(ctx context.Context) (*clusterView, error) {
-	cl, err := c.svc.Cluster.GetCluster(ctx, &leaseholdv1.GetClusterRequest{})
-	if err != nil || !cl.GetReplicated() {
-		return nil, err
-	}
-	v := &clusterView{Leader: cl.GetLeaderId(), Node: cl.GetNodeId(), FromLeader: cl.GetFromLeader(), Term: cl.GetTerm(), Commit: cl.GetCommitIndex()}
-	for _, m := range cl.GetMembers() {
-		mv := memberView{ID: m.GetId(), Role: "follower", RaftAddr: m.GetRaftAddress(), GRPCAddr: m.GetGrpcAddress(), Match: "-", Lag: "-", Contact: "-"}
-		if m.GetLeader() {
-			mv.Role = "leader"
-		}
-		if p := m.GetProgress(); p != nil {
-			mv.Match, mv.Lag = fmt.Sprint(p.GetMatchIndex()), fmt.Sprint(p.GetLagEntries())
-			if lc := p.GetLastContact(); lc != nil {
-				mv.Contact = lc.AsDuration().Round(time.Millisecond).String() + " ago"
-			}
-		}
-		v.Members = append(v.Members, mv)
-	}
-	return v, nil
 }
 
 // batchesView is the batch list.

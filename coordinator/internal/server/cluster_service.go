@@ -73,10 +73,17 @@ type ClusterMember struct {
 // over leadership in time.
 var ErrTransferFailed = errors.New("the leadership transfer failed")
 
+// ClusterEngine is what ClusterService needs of the writer: the audit
+// record of each change.
+type ClusterEngine interface {
+	RecordAudit(ctx context.Context, rec jobs.AuditRecord) error
+}
+
 // ClusterServer implements leasehold.v1.ClusterService.
 type ClusterServer struct {
 	leaseholdv1.UnimplementedClusterServiceServer
 	*core
+	e  ClusterEngine
 	cl Cluster
 	// changing holds one change at a time, from the status it is decided
 	// on to its end, so that each is decided on the configuration the one
@@ -87,11 +94,6 @@ type ClusterServer struct {
 
 // clusterForAll is why the cluster calls need every team.
 const clusterForAll = "the cluster serves every team"
-
-// CanManageCluster reports whether p may see the cluster and change it:
-// an operator whose scope is every team (AddVoter needs the backup role
-// as well).
-func CanManageCluster(p auth.Principal) bool { return p.AllScope() }
 
 // GetCluster implements ClusterService.GetCluster.
 func (s *ClusterServer) GetCluster(ctx context.Context, _ *leaseholdv1.GetClusterRequest) (*leaseholdv1.GetClusterResponse, error) {

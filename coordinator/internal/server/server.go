@@ -85,6 +85,9 @@ const (
 // Config configures the services.
 type Config struct {
 	Engine Engine
+	// Cluster is the raft node of a replicated coordinator, for
+	// ClusterService; nil on a single node.
+	Cluster Cluster
 	// MaxArtifactBytes bounds one preview (default 8 MiB).
 	MaxArtifactBytes int64
 	// MaxInlineArtifactBytes bounds a preview inline in a completion
@@ -93,10 +96,7 @@ type Config struct {
 	// MaxSessionMessageBytes is told to renderers as the largest
 	// SessionRequest accepted (default 16 MiB).
 	MaxSessionMessageBytes int
-	// Cluster is the raft node of a replicated coordinator, for
-	// ClusterService; nil on a single node.
-	Cluster Cluster
-	Logger  *slog.Logger
+	Logger                 *slog.Logger
 }
 
 // core is the state the services share.
@@ -146,7 +146,7 @@ func New(cfg Config) (*Services, error) {
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	return &Services{Jobs: &JobServer{core: c}, Renderers: &RendererServer{core: c}, Operators: &OperatorServer{core: c},
-		Overview: &OverviewServer{core: c}, Cluster: &ClusterServer{core: c, cl: cfg.Cluster}}, nil
+		Overview: &OverviewServer{core: c}, Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil
 }
 
 // Register registers the services on s.
