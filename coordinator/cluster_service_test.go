@@ -49,26 +49,26 @@ func clusterPrincipals(t *testing.T) string {
 	return path
 }
 
-// clusterNode is one coordinator of an in-process cluster: real bbolt and
+// opsNode is one coordinator of an in-process cluster: real bbolt and
 // raft-wal files, raft over the in-memory transport, gRPC on loopback.
-type clusterNode struct {
+type opsNode struct {
 	id    string
 	c     *Coordinator
 	addr  string
 	trans *raft.InmemTransport
 }
 
-// testCluster is an in-process cluster of coordinators.
-type testCluster struct {
-	nodes []*clusterNode
+// opsCluster is an in-process cluster of coordinators.
+type opsCluster struct {
+	nodes []*opsNode
 }
 
-// startTestCluster starts n coordinators that bootstrap one cluster, and
+// startOpsCluster starts n coordinators that bootstrap one cluster, and
 // stops them when the test ends; opts change their configuration.
-func startTestCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
+func startOpsCluster(t *testing.T, n int, opts ...func(*Config)) *opsCluster {
 	t.Helper()
 	tokens := clusterPrincipals(t)
-	tc := &testCluster{}
+	tc := &opsCluster{}
 	var peers []replica.Peer
 	var listeners []net.Listener
 	for i := range n {
@@ -80,7 +80,7 @@ func startTestCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
 		listeners = append(listeners, lis)
 		addr, trans := raft.NewInmemTransport(raft.ServerAddress("raft-" + id + ":7201"))
 		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: lis.Addr().String()})
-		tc.nodes = append(tc.nodes, &clusterNode{id: id, addr: lis.Addr().String(), trans: trans})
+		tc.nodes = append(tc.nodes, &opsNode{id: id, addr: lis.Addr().String(), trans: trans})
 	}
 	for _, a := range tc.nodes {
 		for _, b := range tc.nodes {
@@ -127,7 +127,7 @@ func startTestCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
 }
 
 // node returns the node of id.
-func (tc *testCluster) node(id string) *clusterNode {
+func (tc *opsCluster) node(id string) *opsNode {
 	for _, nd := range tc.nodes {
 		if nd.id == id {
 			return nd
@@ -138,11 +138,11 @@ func (tc *testCluster) node(id string) *clusterNode {
 
 // waitLeader returns the node whose Leader health entry turns SERVING
 // first among nodes, watching each.
-func waitLeader(t *testing.T, nodes ...*clusterNode) *clusterNode {
+func waitLeader(t *testing.T, nodes ...*opsNode) *opsNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	found := make(chan *clusterNode, len(nodes))
+	found := make(chan *opsNode, len(nodes))
 	for _, nd := range nodes {
 		go func() {
 			conn, err := grpc.NewClient(nd.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -176,7 +176,7 @@ func waitLeader(t *testing.T, nodes ...*clusterNode) *clusterNode {
 }
 
 // dialNode returns a client of nd with token, closed when the test ends.
-func dialNode(t *testing.T, nd *clusterNode, token string) *client.Client {
+func dialNode(t *testing.T, nd *opsNode, token string) *client.Client {
 	t.Helper()
 	c, err := client.Dial(nd.addr, client.WithToken(token))
 	if err != nil {
@@ -222,8 +222,8 @@ func members(resp *leaseholdv1.GetClusterResponse) map[string]*leaseholdv1.Clust
 }
 
 // followersOf returns the nodes of tc other than leader.
-func (tc *testCluster) followersOf(leader *clusterNode) []*clusterNode {
-	var out []*clusterNode
+func (tc *opsCluster) followersOf(leader *opsNode) []*opsNode {
+	var out []*opsNode
 	for _, nd := range tc.nodes {
 		if nd != leader {
 			out = append(out, nd)
@@ -251,7 +251,7 @@ func allReplicated(t *testing.T, c *client.Client, n int) bool {
 }
 
 // scrape returns the node's /metrics.
-func scrape(t *testing.T, nd *clusterNode) string {
+func scrape(t *testing.T, nd *opsNode) string {
 	t.Helper()
 	resp, err := http.Get("http://" + nd.c.MetricsAddr() + "/metrics")
 	if err != nil {
@@ -267,7 +267,7 @@ func scrape(t *testing.T, nd *clusterNode) string {
 
 // metricValue returns the value of the sample whose line starts with
 // series on the node's /metrics, and whether there is one.
-func metricValue(t *testing.T, nd *clusterNode, series string) (float64, bool) {
+func metricValue(t *testing.T, nd *opsNode, series string) (float64, bool) {
 	t.Helper()
 	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
 	m := re.FindStringSubmatch(scrape(t, nd))
@@ -301,7 +301,7 @@ func auditActions(t *testing.T, c *client.Client) []string {
 // and added back, and the raft metrics moving with them.
 func TestClusterService(t *testing.T) {
 	t.Parallel()
-	tc := startTestCluster(t, 3)
+	tc := startOpsCluster(t, 3)
 	leader := waitLeader(t, tc.nodes...)
 	admin := dialNode(t, leader, adminToken)
 	// A failsafe: a call that waits for what never comes fails the test.
@@ -596,7 +596,7 @@ func TestClusterService(t *testing.T) {
 // there is no one to hand leadership to, and its last voter stays.
 func TestClusterServiceOneVoter(t *testing.T) {
 	t.Parallel()
-	tc := startTestCluster(t, 1)
+	tc := startOpsCluster(t, 1)
 	leader := waitLeader(t, tc.nodes...)
 	admin := dialNode(t, leader, adminToken)
 	// A failsafe: a call that waits for what never comes fails the test.
@@ -651,10 +651,10 @@ func TestClusterServiceSingleNode(t *testing.T) {
 // an operator of one team, and a single node's console, show no cluster.
 func TestClusterConsole(t *testing.T) {
 	t.Parallel()
-	tc := startTestCluster(t, 3, func(cfg *Config) { cfg.Console = true })
+	tc := startOpsCluster(t, 3, func(cfg *Config) { cfg.Console = true })
 	leader := waitLeader(t, tc.nodes...)
 	eventually(t, "every follower caught up", func() bool { return allReplicated(t, dialNode(t, leader, opsToken), 3) })
-	at := func(nd *clusterNode) *consoleBundle {
+	at := func(nd *opsNode) *consoleBundle {
 		return &consoleBundle{base: strings.TrimSuffix(nd.c.ConsoleURL(), "/console/")}
 	}
 
