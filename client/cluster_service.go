@@ -8,7 +8,9 @@ import (
 
 // cluster is the ClusterService stub: the calls go where the others go,
 // to the leader of a cluster (whose answer holds every member's progress).
-func (c *Client) cluster() leaseholdv1.ClusterServiceClient { return leaseholdv1.NewClusterServiceClient(c.conn) }
+func (c *Client) cluster() leaseholdv1.ClusterServiceClient {
+	return leaseholdv1.NewClusterServiceClient(c.conn)
+}
 
 // GetCluster returns the replicated coordinator's members, leader and
 // replication progress as the node that answers sees it (the leader's

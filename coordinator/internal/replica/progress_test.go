@@ -24,7 +24,9 @@ func TestProgress(t *testing.T) {
 		}
 		return out
 	}
-	ok := func(term uint64) *raft.AppendEntriesResponse { return &raft.AppendEntriesResponse{Term: term, Success: true} }
+	ok := func(term uint64) *raft.AppendEntriesResponse {
+		return &raft.AppendEntriesResponse{Term: term, Success: true}
+	}
 	const id = raft.ServerID("n2")
 	steps := []struct {
 		name      string
