@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -40,6 +42,11 @@ type Cluster struct {
 	// for followers to name in their NOT_LEADER answers (default: Listen).
 	GRPCAdvertise string
 	Peers         []replica.Peer
+	// Join makes a node whose data directory holds no raft state wait to
+	// be added by the cluster's leader (ClusterService.AddVoter) instead
+	// of bootstrapping a cluster of Peers: a node that joins a running
+	// cluster, whose configuration is no longer the first one.
+	Join bool
 	// TLS, when set, is mutual TLS between peers (this node's certificate,
 	// the cluster CA both ways).
 	TLS *tls.Config
@@ -63,10 +70,14 @@ type replicated struct {
 	committer *replica.Committer
 	extend    time.Duration
 	advertise string
+	// live is how recently a member must have answered the leader to
+	// count towards a quorum (see clusterOps).
+	live time.Duration
 }
 
-// startReplica opens the FSM over the store and starts this node's raft.
-func (c *Coordinator) startReplica(undo *undoStack) error {
+// startReplica opens the FSM over the store and starts this node's raft,
+// with its metrics in reg.
+func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) error {
 	cl := c.cfg.Cluster
 	fsm, err := replica.NewFSM(c.st)
 	if err != nil {
@@ -74,9 +85,9 @@ func (c *Coordinator) startReplica(undo *undoStack) error {
 	}
 	node, err := replica.StartNode(replica.NodeConfig{
 		ID: cl.NodeID, Listen: cl.RaftListen, Advertise: cl.RaftAdvertise, Peers: cl.Peers,
-		Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, Transport: cl.transport,
+		Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, Transport: cl.transport, Join: cl.Join,
 		HeartbeatTimeout: cl.HeartbeatTimeout, ElectionTimeout: cl.ElectionTimeout, LeaderLeaseTimeout: cl.LeaderLeaseTimeout,
-		Logger: c.log.With("component", "raft"),
+		Metrics: replica.NewMetrics(reg), Logger: c.log.With("component", "raft"),
 	}, fsm)
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)
@@ -96,6 +107,7 @@ func (c *Coordinator) startReplica(undo *undoStack) error {
 		// to settle: live leases get both, on top of their TTL.
 		extend:    hb + 2*election,
 		advertise: cl.GRPCAdvertise,
+		live:      max(3*hb, time.Second),
 	}
 	if c.replica.advertise == "" {
 		c.replica.advertise = c.cfg.Listen
@@ -252,4 +264,109 @@ func (c *Coordinator) handOver() {
 	case <-time.After(handOverTimeout):
 		c.log.Warn("handing leadership over before stopping: timed out", "after", handOverTimeout)
 	}
+}
+
+// clusterOps is ClusterService's view of this node's raft (server.Cluster),
+// nil on a single node.
+func (c *Coordinator) clusterOps() server.Cluster {
+	if c.replica == nil {
+		return nil
+	}
+	return clusterOps{c: c}
+}
+
+// clusterOps implements server.Cluster over the replica node.
+type clusterOps struct{ c *Coordinator }
+
+// transferWait bounds the wait, after raft handed leadership over, for
+// this node to learn of the new leader.
+const transferWait = 5 * time.Second
+
+// Status implements server.Cluster. The leader's gRPC address is the one
+// it announced when known, this node's its own; a member counts as live
+// when it answered the leader within the last three heartbeat timeouts
+// (at least a second).
+func (o clusterOps) Status() (server.ClusterStatus, error) {
+	r := o.c.replica
+	st, err := r.node.Status()
+	if err != nil {
+		return server.ClusterStatus{}, o.notLeader(err)
+	}
+	out := server.ClusterStatus{NodeID: st.ID, LeaderID: st.LeaderID, Leading: st.Leading, Term: st.Term, LastIndex: st.LastIndex,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex}
+	leaderID, leaderAddr := o.c.leaderHint()
+	now := time.Now()
+	for _, m := range st.Members {
+		sm := server.ClusterMember{ID: m.ID, RaftAddr: m.RaftAddr, GRPCAddr: m.GRPCAddr, Voter: m.Voter, Known: m.Known,
+			Match: m.Match, LastContact: m.LastContact}
+		switch m.ID {
+		case st.ID:
+			sm.GRPCAddr = r.advertise
+		case leaderID:
+			sm.GRPCAddr = cmp.Or(leaderAddr, sm.GRPCAddr)
+		}
+		sm.Live = st.Leading && (m.ID == st.ID || m.Known && now.Sub(m.LastContact) <= r.live)
+		out.Members = append(out.Members, sm)
+	}
+	return out, nil
+}
+
+// TransferLeadership implements server.Cluster.
+func (o clusterOps) TransferLeadership(ctx context.Context, id string) (string, error) {
+	st, err := o.c.replica.node.Status()
+	if err != nil {
+		return "", o.notLeader(err)
+	}
+	var addr string
+	for _, m := range st.Members {
+		if m.ID == id {
+			addr = m.RaftAddr
+		}
+	}
+	if addr == "" {
+		return "", fmt.Errorf("%w: %s is no longer a member", server.ErrTransferFailed, id)
+	}
+	leader, err := o.c.replica.node.TransferLeadership(ctx, id, addr, transferWait)
+	if err != nil {
+		return "", o.classify(err)
+	}
+	o.c.log.Info("handed leadership over", "to", leader)
+	return leader, nil
+}
+
+// AddVoter implements server.Cluster.
+func (o clusterOps) AddVoter(ctx context.Context, id, raftAddr string) (uint64, error) {
+	index, err := o.c.replica.node.AddVoter(ctx, id, raftAddr)
+	if err != nil {
+		return 0, o.classify(err)
+	}
+	o.c.log.Info("added a voter", "node", id, "raft_addr", raftAddr, "configuration_index", index)
+	return index, nil
+}
+
+// RemoveServer implements server.Cluster.
+func (o clusterOps) RemoveServer(ctx context.Context, id string) (uint64, error) {
+	index, err := o.c.replica.node.RemoveServer(ctx, id)
+	if err != nil {
+		return 0, o.classify(err)
+	}
+	o.c.log.Info("removed a member", "node", id, "configuration_index", index)
+	return index, nil
+}
+
+// classify turns the replica's errors into the server's.
+func (o clusterOps) classify(err error) error {
+	switch {
+	case errors.Is(err, replica.ErrNotLeader):
+		return o.notLeader(err)
+	case errors.Is(err, replica.ErrTransferFailed):
+		return fmt.Errorf("%w: %w", server.ErrTransferFailed, err)
+	}
+	return err
+}
+
+// notLeader is NOT_LEADER naming the leader this node knows.
+func (o clusterOps) notLeader(err error) error {
+	id, addr := o.c.leaderHint()
+	return &engine.NotLeaderError{LeaderID: id, LeaderAddr: addr, Err: err}
 }

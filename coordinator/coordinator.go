@@ -356,12 +356,12 @@ func New(cfg Config) (*Coordinator, error) {
 	if err := c.openStorage(&undo); err != nil {
 		return nil, err
 	}
+	reg := prometheus.NewRegistry()
 	if cfg.Cluster != nil {
-		if err := c.startReplica(&undo); err != nil {
+		if err := c.startReplica(reg, &undo); err != nil {
 			return nil, err
 		}
 	}
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(debug.ReadBuildInfo))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "leasehold_writer_stopped",
@@ -376,6 +376,7 @@ func New(cfg Config) (*Coordinator, error) {
 		MaxUploadBufferBytes: cfg.MaxUploadBufferBytes,
 		// A session request can be as large as the transport receives.
 		MaxSessionMessageBytes: min(server.DefaultMaxSessionMessageBytes, cfg.MaxRecvMsgSize()),
+		Cluster:                c.clusterOps(),
 		Logger:                 log.With("component", "server"),
 	})
 	if err != nil {
@@ -644,7 +645,8 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 }
 
 // serviceNames are the names the health service reports on.
-var serviceNames = []string{"", server.JobServiceName, server.RendererServiceName, server.OperatorServiceName, server.OverviewServiceName}
+var serviceNames = []string{"", server.JobServiceName, server.RendererServiceName, server.OperatorServiceName, server.OverviewServiceName,
+	server.ClusterServiceName}
 
 // DispatchHealthName is the health entry that reports dispatch: SERVING
 // while leases are granted, NOT_SERVING while an operator has paused

@@ -163,8 +163,9 @@ func params(files []string, certs map[string][]byte, setup func(*testscript.Env)
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("PATH", binDir+string(os.PathListSeparator)+env.Getenv("PATH"))
 			// The scripts' own addresses: the coordinator's gRPC and
-			// metrics, a spare one, and a renderer's HTTP endpoint.
-			for _, name := range []string{"ADDR", "METRICS", "SPARE", "HTTP1"} {
+			// metrics, a spare one, a renderer's HTTP endpoint, and the
+			// gRPC and raft addresses of the nodes of a cluster.
+			for _, name := range []string{"ADDR", "METRICS", "SPARE", "HTTP1", "N1", "N2", "N3", "R1", "R2", "R3"} {
 				addr, err := testbin.FreeAddr()
 				if err != nil {
 					return err

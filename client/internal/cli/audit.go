@@ -46,6 +46,9 @@ func (o *auditOpts) run(ctx context.Context, a *app) error {
 			if r.GetIncludePermanent() {
 				action += " +permanent"
 			}
+			if r.GetTarget() != "" {
+				action += " " + r.GetTarget()
+			}
 			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s", r.GetId(), formatTime(r.GetAt()), orDash(r.GetPrincipal()), orDash(action),
 				orDash(r.GetRequestId()), batch, len(r.GetJobIds()), r.GetSkipped(), r.GetOutOfScope(), r.GetReason())
 		})

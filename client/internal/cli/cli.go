@@ -222,7 +222,7 @@ var commands = []command{
 	{"replay", "(--job J ... | --batch B [--terminal-reason R]) --reason TEXT [--include-permanent] [--yes] [--request-id ID]", "Re-queue FAILED jobs: always a dry run first; --yes performs it.", func() subcommand { return &replayOpts{} }, false},
 	{"rejections", "[--job J] [--renderer R] [--since RFC3339] [--limit N]", "List completions refused by the fencing check, newest first.", func() subcommand { return &rejectionsOpts{} }, false},
 	{"audit", "[--limit N]", "List operator audit records, newest first.", func() subcommand { return &auditOpts{} }, false},
-	{"top", "[--team T] [--interval 2s] [--count N] [--renderers=false]", "Show live per-team queues, throughput and renderers; plain tables when not a terminal.", func() subcommand { return &topOpts{} }, false},
+	{"top", "[--team T] [--interval 2s] [--count N] [--renderers=false]", "Show live per-team queues, throughput and renderers, and a cluster's members and lag to an operator of every team; plain tables when not a terminal.", func() subcommand { return &topOpts{} }, false},
 	{"batches", "[--team T] [--state running|done] [--since WHEN] [--until WHEN] [--limit N] [--page-token T]", "List batches newest first with their counts per phase.", func() subcommand { return &batchesOpts{} }, false},
 	{"renderers", "", "List the renderers with their capacity, leases and last contact.", func() subcommand { return &renderersOpts{} }, false},
 	{"pause", "--reason R", "Pause dispatch: no new leases are granted.", func() subcommand { return &pauseOpts{} }, false},

@@ -3,12 +3,16 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -51,6 +55,7 @@ func (o *topOpts) run(ctx context.Context, a *app) error {
 	live := !a.jsonOutput() && a.env.IsTerminal != nil && a.env.IsTerminal(a.out)
 	req := &leaseholdv1.WatchOverviewRequest{Team: o.Team, Interval: durationpb.New(o.Interval), IncludeRenderers: o.Renderers}
 	n := 0
+	cl := clusterView{ask: !a.jsonOutput()}
 	for msg, err := range a.c.WatchOverview(ctx, req) {
 		if err != nil {
 			return err
@@ -66,7 +71,7 @@ func (o *topOpts) run(ctx context.Context, a *app) error {
 			} else if n > 0 {
 				buf.WriteString("\n")
 			}
-			writeTop(&buf, msg, o.Renderers)
+			writeTop(&buf, msg, o.Renderers, cl.get(ctx, a))
 			if _, err := a.out.Write(buf.Bytes()); err != nil {
 				return err
 			}
@@ -79,9 +84,31 @@ func (o *topOpts) run(ctx context.Context, a *app) error {
 	return nil
 }
 
-// writeTop writes one overview as tables: a header line, the teams, and
-// the renderers.
-func writeTop(buf *bytes.Buffer, msg *leaseholdv1.WatchOverviewResponse, renderers bool) {
+// clusterView asks for the cluster with each refresh, for the callers
+// allowed to see it (operators whose scope is every team): after one
+// refusal, or from a coordinator without ClusterService, it stops asking.
+type clusterView struct{ ask bool }
+
+// get returns the cluster, or nil when it is not to be shown: a single
+// node, a caller who may not see it, a call that failed.
+func (v *clusterView) get(ctx context.Context, a *app) *leaseholdv1.GetClusterResponse {
+	if !v.ask {
+		return nil
+	}
+	resp, err := a.c.GetCluster(ctx)
+	switch {
+	case errors.Is(err, client.ErrPermissionDenied), status.Code(err) == codes.Unimplemented:
+		v.ask = false
+		return nil
+	case err != nil || !resp.GetReplicated():
+		return nil
+	}
+	return resp
+}
+
+// writeTop writes one overview as tables: a header line, the teams, the
+// cluster when there is one to show, and the renderers.
+func writeTop(buf *bytes.Buffer, msg *leaseholdv1.WatchOverviewResponse, renderers bool, cluster *leaseholdv1.GetClusterResponse) {
 	o := msg.GetOverview()
 	dispatch := "running"
 	if o.GetDispatchPaused() {
@@ -110,6 +137,7 @@ func writeTop(buf *bytes.Buffer, msg *leaseholdv1.WatchOverviewResponse, rendere
 			c[leaseholdv1.Phase_PHASE_CANCELLED], oldest, perMin, failed)
 	}
 	t.Flush()
+	writeTopCluster(buf, cluster)
 	if !renderers {
 		return
 	}
@@ -119,6 +147,37 @@ func writeTop(buf *bytes.Buffer, msg *leaseholdv1.WatchOverviewResponse, rendere
 	for _, r := range msg.GetRenderers() {
 		fmt.Fprintf(t, "%s\t%s\t%d\t%d\t%s\n", r.GetRendererId(), rendererState(r.GetConnected(), r.GetDraining()),
 			r.GetCapacity(), len(r.GetLeases()), formatTime(r.GetLastSeenAt()))
+	}
+	t.Flush()
+}
+
+// writeTopCluster writes the cluster's members, the leader and each
+// member's lag as the answering node knows it (the leader knows every
+// member's; a follower none).
+func writeTopCluster(buf *bytes.Buffer, cl *leaseholdv1.GetClusterResponse) {
+	if cl == nil {
+		return
+	}
+	leader := cl.GetLeaderId()
+	if leader == "" {
+		leader = "NONE"
+	}
+	fmt.Fprintf(buf, "\ncluster  leader %s  term %d  commit %d\n", leader, cl.GetTerm(), cl.GetCommitIndex())
+	t := newTable(buf)
+	fmt.Fprintln(t, "NODE\tROLE\tRAFT ADDRESS\tMATCH\tLAG\tLAST CONTACT")
+	for _, m := range cl.GetMembers() {
+		role := "follower"
+		if m.GetLeader() {
+			role = "leader"
+		}
+		match, lag, contact := "-", "-", "-"
+		if p := m.GetProgress(); p != nil {
+			match, lag = fmt.Sprint(p.GetMatchIndex()), fmt.Sprint(p.GetLagEntries())
+			if lc := p.GetLastContact(); lc != nil {
+				contact = lc.AsDuration().Round(time.Millisecond).String()
+			}
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", m.GetId(), role, m.GetRaftAddress(), match, lag, contact)
 	}
 	t.Flush()
 }

@@ -10,11 +10,12 @@ import (
 
 // clusterConfig reads the cluster flags: none of them is the single node;
 // --node-id, --raft-listen and --peers together make this coordinator one
-// voter of a replicated cluster. With TLS on, peers speak mutual TLS under
+// voter of a replicated cluster, and --join one that waits to be added to
+// a running cluster rather than bootstrap a new one. With TLS on, peers speak mutual TLS under
 // the node's certificate and the cluster CA; a cluster without TLS is
 // plaintext between peers too, for loopback and trusted networks only.
 func clusterConfig(cfg coordinator.Config, fv flagValues, source map[string]string) (*coordinator.Cluster, error) {
-	if fv.nodeID == "" && fv.raftListen == "" && fv.peers == "" && fv.raftAdvertise == "" && fv.grpcAdvertise == "" && fv.tlsPeerCA == "" {
+	if fv.nodeID == "" && fv.raftListen == "" && fv.peers == "" && fv.raftAdvertise == "" && fv.grpcAdvertise == "" && fv.tlsPeerCA == "" && !fv.join {
 		return nil, nil
 	}
 	switch {
@@ -31,18 +32,11 @@ func clusterConfig(cfg coordinator.Config, fv flagValues, source map[string]stri
 	if err != nil {
 		return nil, usagef("%s=%q: %v", source["peers"], fv.peers, err)
 	}
-	self := false
-	for _, p := range peers {
-		if !hostPort(p.RaftAddr) || (p.GRPCAddr != "" && !hostPort(p.GRPCAddr)) {
-			return nil, usagef("%s: peer %s: want id=host:port or id=host:port/host:port", source["peers"], p.ID)
-		}
-		self = self || p.ID == fv.nodeID
-	}
-	if !self {
-		return nil, usagef("%s=%q is not one of %s", source["node-id"], fv.nodeID, source["peers"])
+	if err := checkPeers(peers, fv.nodeID, source); err != nil {
+		return nil, err
 	}
 	cl := &coordinator.Cluster{NodeID: fv.nodeID, RaftListen: fv.raftListen, RaftAdvertise: fv.raftAdvertise,
-		GRPCAdvertise: fv.grpcAdvertise, Peers: peers}
+		GRPCAdvertise: fv.grpcAdvertise, Peers: peers, Join: fv.join}
 	if fv.tlsCert != "" {
 		ca := cmp.Or(fv.tlsPeerCA, fv.tlsClientCA)
 		if ca == "" {

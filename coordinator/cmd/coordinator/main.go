@@ -29,6 +29,11 @@
 //	coordinator check [--data-dir DIR] [--json]     check the database, read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
 //	coordinator compact --data-dir DIR              rewrite the database without its free pages
 //	coordinator restore --data-dir DIR --from FILE  put a backup (leasehold backup) in place
+//
+// and "coordinator cluster" operates a replicated cluster: status,
+// transfer-leader, add and remove call a running node over gRPC with an
+// operator's token, recover rewrites the raft state of a stopped node
+// after the cluster lost its quorum (see runCluster).
 package main
 
 import (
@@ -77,9 +82,12 @@ func main() {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "check" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "check":
 		err = runCheck(os.Args[2:], os.Stdout, os.Stderr)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "cluster":
+		err = runCluster(os.Args[2:], os.Stdout, os.Stderr)
+	default:
 		err = run(os.Args[1:], os.Stderr)
 	}
 	var uerr *usageError
@@ -207,6 +215,7 @@ type flagValues struct {
 	dev            bool
 	// The cluster flags (see clusterConfig).
 	nodeID, raftListen, raftAdvertise, peers, grpcAdvertise, tlsPeerCA string
+	join                                                               bool
 }
 
 // parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
@@ -270,10 +279,12 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&fv.peers, "peers", "", "every voter, the same on every node: id=raft_address[/grpc_address],... (1, 3 or 5 of them)")
 	fs.StringVar(&fv.grpcAdvertise, "grpc-advertise", "", "gRPC address this node announces when it leads, for followers to name (default: --listen)")
 	fs.StringVar(&fv.tlsPeerCA, "tls-peer-ca", "", "PEM CA that signs every node's certificate: with --tls-cert, peers speak mutual TLS (default: --tls-client-ca)")
+	fs.BoolVar(&fv.join, "join", false, "with an empty data directory, wait to be added to a running cluster (coordinator cluster add) instead of bootstrapping one")
 
 	source, err := parseWithEnv(fs, args, "coordinator", stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(stderr, "\nOn the data directory of a stopped coordinator: \"coordinator check\", \"coordinator compact\" and \"coordinator restore\" (each takes --help).")
+		fmt.Fprintln(stderr, "A replicated cluster: \"coordinator cluster status|transfer-leader|add|remove|recover\" (coordinator cluster --help).")
 	}
 	if err != nil {
 		return cfg, level, err

@@ -14,6 +14,7 @@ type clients struct {
 	Jobs      jobsClient
 	Operators leaseholdv1.OperatorServiceClient
 	Overview  leaseholdv1.OverviewServiceClient
+	Cluster   leaseholdv1.ClusterServiceClient
 }
 
 func newClients(conn grpc.ClientConnInterface) clients {
@@ -21,6 +22,7 @@ func newClients(conn grpc.ClientConnInterface) clients {
 		Jobs:      jobsClient{leaseholdv1.NewJobServiceClient(conn)},
 		Operators: leaseholdv1.NewOperatorServiceClient(conn),
 		Overview:  leaseholdv1.NewOverviewServiceClient(conn),
+		Cluster:   leaseholdv1.NewClusterServiceClient(conn),
 	}
 }
 

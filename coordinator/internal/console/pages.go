@@ -19,6 +19,8 @@ type overviewView struct {
 	Batches []*leaseholdv1.Batch
 	Queued  uint32
 	Leased  uint32
+	// Cluster is the cluster panel (cluster.go), nil when there is none.
+	Cluster *clusterView
 }
 
 // teamView is one team's row and charts.
@@ -39,6 +41,9 @@ func (c *Console) overview(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	v := overviewView{O: resp.GetOverview(), Batches: batches.GetBatches()}
+	if v.Cluster, err = c.cluster(r); err != nil {
+		return err
+	}
 	for _, t := range v.O.GetTeams() {
 		tv := teamView{T: t, Depth: depthChart(t), Throughput: throughputChart(t)}
 		for _, tp := range t.GetThroughput() {

@@ -70,7 +70,7 @@ type auditCmd struct {
 
 func (c *auditCmd) text() error {
 	if err := checkText("principal", c.rec.Principal, "action", c.rec.Action, "reason", c.rec.Reason,
-		"request_id", c.rec.RequestID); err != nil {
+		"request_id", c.rec.RequestID, "target", c.rec.Target); err != nil {
 		return err
 	}
 	for i, team := range c.rec.Teams {

@@ -53,6 +53,11 @@ const (
 	AuditCancelBatch   = "CANCEL_BATCH"
 	AuditDenied        = "DENIED"
 	AuditCancelRefused = "CANCEL_REFUSED"
+	// Cluster changes (ClusterService): the record's Target names the
+	// member.
+	AuditTransferLeadership = "CLUSTER_TRANSFER_LEADERSHIP"
+	AuditAddVoter           = "CLUSTER_ADD_VOTER"
+	AuditRemoveServer       = "CLUSTER_REMOVE_SERVER"
 )
 
 // AuditRecord is one operator action.
@@ -72,6 +77,9 @@ type AuditRecord struct {
 	// Teams lists the teams whose jobs the action touched; an operator sees
 	// the record only when its scope covers all of them.
 	Teams []string
+	// Target is what a cluster change applied to (a member and its
+	// address); empty for actions on jobs and dispatch.
+	Target string
 	// Response is the serialized answer of a replay, returned again for a
 	// repeated request id.
 	Response []byte

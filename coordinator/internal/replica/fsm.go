@@ -38,6 +38,8 @@ type FSM struct {
 	group     atomic.Uint64
 	wallFloor atomic.Int64
 	applied   atomic.Uint64
+	// metrics time ApplyBatch; StartNode sets them before raft runs.
+	metrics *Metrics
 }
 
 // NewFSM returns the state machine over st, at what st already applied.
@@ -105,6 +107,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if len(entries) == 0 {
 		return res
 	}
+	start := time.Now()
+	defer func() { f.metrics.observeApply(time.Since(start)) }()
 	out, err := f.st.ApplyWriteSets(entries)
 	if err != nil {
 		panic(fmt.Sprintf("replica: applying entries %d to %d: %v", entries[0].Index, entries[len(entries)-1].Index, err))

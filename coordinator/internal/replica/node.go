@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -93,6 +94,14 @@ type NodeConfig struct {
 	Transport raft.Transport
 	// InmemStore keeps the log in memory (tests).
 	InmemStore bool
+	// Join starts a node whose directory holds no raft state without
+	// bootstrapping: it waits for the cluster's leader to add it
+	// (Node.AddVoter there), as a node that joins a running cluster must
+	// (one bootstrapped with another configuration would disagree with
+	// the cluster's log from its first entry).
+	Join bool
+	// Metrics, when set, are the node's Prometheus metrics (NewMetrics).
+	Metrics *Metrics
 
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	// SnapshotThreshold and TrailingLogs: raft's settings of the same
@@ -116,6 +125,15 @@ type Node struct {
 	leaderC  chan bool
 	doneC    chan struct{}
 	stopOnce sync.Once
+
+	// progress is what this node, leading, has learnt of the followers.
+	progress *progress
+	// leaderChanges counts the leaders this node has learnt of;
+	// leadingSince is when it began to lead (Unix ns, 0 when it does
+	// not). The observer goroutine keeps both.
+	leaderChanges atomic.Uint64
+	leadingSince  atomic.Int64
+	observed      sync.WaitGroup
 }
 
 // StartNode starts this node's raft over fsm. A node whose directory holds
@@ -141,7 +159,8 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	if self < 0 {
 		return nil, fmt.Errorf("node id %q is not one of the peers", cfg.ID)
 	}
-	n := &Node{cfg: cfg, fsm: fsm, log: cfg.Logger, leaderC: make(chan bool, 1), doneC: make(chan struct{})}
+	n := &Node{cfg: cfg, fsm: fsm, log: cfg.Logger, leaderC: make(chan bool, 1), doneC: make(chan struct{}), progress: newProgress()}
+	fsm.metrics = cfg.Metrics
 	hl := hclogOf(cfg.Logger)
 
 	rc := raft.DefaultConfig()
@@ -197,13 +216,17 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		n.trans = nt
 		n.closers = append(n.closers, nt)
 	}
+	n.trans = observe(n.trans, n.progress)
 
 	existing, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		n.closeStores()
 		return nil, err
 	}
-	if !existing {
+	if !existing && cfg.Join {
+		n.log.Info("raft: no state yet; waiting for the cluster's leader to add this node")
+	}
+	if !existing && !cfg.Join {
 		var servers []raft.Server
 		for _, p := range cfg.Peers {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
@@ -220,6 +243,10 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	n.Raft = r
+	n.watchLeaders()
+	if cfg.Metrics != nil {
+		cfg.Metrics.node.Store(n)
+	}
 	return n, nil
 }
 
@@ -276,6 +303,7 @@ func (n *Node) Shutdown() error {
 	var err error
 	n.stopOnce.Do(func() {
 		close(n.doneC)
+		n.observed.Wait()
 		err = n.Raft.Shutdown().Error()
 		n.closeStores()
 	})

@@ -301,6 +301,7 @@ func auditToProto(a jobs.AuditRecord) *leaseholdv1.AuditRecord {
 		OutOfScope:       a.OutOfScope,
 		TerminalReason:   leaseholdv1.TerminalReason(a.TerminalReason),
 		Teams:            a.Teams,
+		Target:           a.Target,
 	}
 	if a.Batch != 0 {
 		pa.BatchId = BatchID(a.Batch)

@@ -72,6 +72,16 @@ const (
 	reasonInvalidInstance       = "INVALID_INSTANCE_ID"
 	reasonInvalidBatchState     = "INVALID_BATCH_STATE"
 	reasonInvalidInterval       = "INVALID_INTERVAL"
+	reasonNotReplicated         = "NOT_REPLICATED"
+	reasonInvalidMemberID       = "INVALID_MEMBER_ID"
+	reasonInvalidRaftAddress    = "INVALID_RAFT_ADDRESS"
+	reasonMemberNotFound        = "MEMBER_NOT_FOUND"
+	reasonMemberUnreachable     = "MEMBER_UNREACHABLE"
+	reasonNoTransferTarget      = "NO_TRANSFER_TARGET"
+	reasonTransferFailed        = "LEADERSHIP_TRANSFER_FAILED"
+	reasonRaftAddressInUse      = "RAFT_ADDRESS_IN_USE"
+	reasonQuorumAtRisk          = "QUORUM_AT_RISK"
+	reasonLastVoter             = "LAST_VOTER"
 	reasonBackupNoSpace         = "BACKUP_NO_SPACE"
 	reasonNotLeader             = "NOT_LEADER"
 	reasonOutcomeUnknown        = "OUTCOME_UNKNOWN"
@@ -185,6 +195,7 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	reads.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
 //	engine.ErrNotLeader               UNAVAILABLE NOT_LEADER leader_id, leader_addr
 //	engine.ErrOutcomeUnknown          UNAVAILABLE OUTCOME_UNKNOWN
+//	ErrTransferFailed                 UNAVAILABLE LEADERSHIP_TRANSFER_FAILED
 //	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
@@ -279,6 +290,9 @@ func toStatus(log *slog.Logger, err error) error {
 			}
 		}
 		return newStatus(codes.Unavailable, reasonNotLeader, "this coordinator is not the leader; send writes and streams to the leader"+leaderText(nl), meta)
+	case errors.Is(err, ErrTransferFailed):
+		return newStatus(codes.Unavailable, reasonTransferFailed, "no other voter took over leadership in time; this node may lead again: "+
+			"look at the cluster and retry", nil)
 	case errors.Is(err, engine.ErrStorageFull):
 		return newStatus(codes.Unavailable, reasonStorageFull, "the coordinator's disk is full; it stopped taking writes and acknowledged nothing unsaved", nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):

@@ -81,6 +81,8 @@ func TestToStatus(t *testing.T) {
 		{"No room for a backup's copy is RESOURCE_EXHAUSTED BACKUP_NO_SPACE", fmt.Errorf("copying: %w", reads.ErrBackupSpace), codes.ResourceExhausted, reasonBackupNoSpace, nil, false},
 		{"A full disk is UNAVAILABLE STORAGE_FULL", fmt.Errorf("%w: %w", engine.ErrStorageFull, engine.ErrStorageFailed), codes.Unavailable, reasonStorageFull, nil, false},
 		{"Shutting down is UNAVAILABLE SHUTTING_DOWN", errShuttingDown, codes.Unavailable, reasonShuttingDown, nil, false},
+		{"A transfer no voter took is UNAVAILABLE LEADERSHIP_TRANSFER_FAILED", fmt.Errorf("%w: leadership transfer timeout", ErrTransferFailed),
+			codes.Unavailable, reasonTransferFailed, nil, false},
 		{"Anything else is INTERNAL and logged", errors.New("disk on fire"), codes.Internal, reasonInternal, nil, true},
 	}
 	for _, tc := range tests {

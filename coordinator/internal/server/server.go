@@ -111,6 +111,9 @@ const (
 // Config configures the services.
 type Config struct {
 	Engine Engine
+	// Cluster is the raft node of a replicated coordinator, for
+	// ClusterService; nil on a single node.
+	Cluster Cluster
 	// MaxArtifactBytes bounds one preview (default 8 MiB).
 	MaxArtifactBytes int64
 	// MaxInlineArtifactBytes bounds a preview inline in a completion
@@ -150,6 +153,7 @@ type Services struct {
 	Renderers *RendererServer
 	Operators *OperatorServer
 	Overview  *OverviewServer
+	Cluster   *ClusterServer
 }
 
 // New returns the services over cfg.Engine.
@@ -173,7 +177,8 @@ func New(cfg Config) (*Services, error) {
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes))
 	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine},
-		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine}}, nil
+		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine},
+		Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil
 }
 
 // Register registers the services on s.
@@ -182,6 +187,7 @@ func (sv *Services) Register(s grpc.ServiceRegistrar) {
 	leaseholdv1.RegisterRendererServiceServer(s, sv.Renderers)
 	leaseholdv1.RegisterOperatorServiceServer(s, sv.Operators)
 	leaseholdv1.RegisterOverviewServiceServer(s, sv.Overview)
+	leaseholdv1.RegisterClusterServiceServer(s, sv.Cluster)
 }
 
 // Shutdown makes pending and future Acquire long polls answer at once

@@ -187,7 +187,7 @@ func auditToRecord(a jobs.AuditRecord) *storagev1.AuditRecord {
 	return &storagev1.AuditRecord{
 		Id: a.ID, At: ns(a.At), Principal: a.Principal, Action: a.Action, Reason: a.Reason, RequestId: a.RequestID,
 		JobIds: a.JobIDs, IncludePermanent: a.IncludePermanent, Skipped: a.Skipped, OutOfScope: a.OutOfScope,
-		BatchId: a.Batch, TerminalReason: int32(a.TerminalReason), Response: a.Response, Teams: a.Teams,
+		BatchId: a.Batch, TerminalReason: int32(a.TerminalReason), Response: a.Response, Teams: a.Teams, Target: a.Target,
 	}
 }
 
@@ -196,6 +196,7 @@ func auditFromRecord(r *storagev1.AuditRecord) jobs.AuditRecord {
 		ID: r.Id, At: tm(r.At), Principal: r.Principal, Action: r.Action, Reason: r.Reason, RequestID: r.RequestId,
 		JobIDs: r.JobIds, IncludePermanent: r.IncludePermanent, Skipped: r.Skipped, OutOfScope: r.OutOfScope,
 		Batch: r.BatchId, TerminalReason: jobs.TerminalReason(r.TerminalReason), Response: r.Response, Teams: r.Teams,
+		Target: r.Target,
 	}
 }
 

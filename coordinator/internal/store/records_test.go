@@ -255,7 +255,7 @@ func TestRejectionsAndAudit(t *testing.T) {
 			{At: t0, Principal: "ops", Action: jobs.AuditPause, Reason: "rollout"},
 			{At: t0.Add(time.Second), Principal: "ops", Action: jobs.AuditReplay, Reason: "fixed", RequestID: "replay-1", JobIDs: []uint64{3, 4},
 				IncludePermanent: true, Skipped: 1, OutOfScope: 2, Batch: 1, TerminalReason: jobs.ReasonAttemptsExhausted,
-				Teams: []string{"a", "ab"}, Response: []byte("answer")},
+				Teams: []string{"a", "ab"}, Response: []byte("answer"), Target: "n3 at 10.0.0.3:7201"},
 			{At: t0.Add(2 * time.Second), Principal: "ops", Action: jobs.AuditResume, Reason: "done"},
 		} {
 			r, err := tx.PutAudit(a)

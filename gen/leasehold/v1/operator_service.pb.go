@@ -782,7 +782,9 @@ type AuditRecord struct {
 	Id        uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	At        *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
 	Principal string                 `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
-	// REPLAY, PAUSE_DISPATCH, RESUME_DISPATCH, CANCEL_JOB, CANCEL_BATCH, DENIED.
+	// REPLAY, PAUSE_DISPATCH, RESUME_DISPATCH, CANCEL_JOB, CANCEL_BATCH,
+	// DENIED, CANCEL_REFUSED; CLUSTER_TRANSFER_LEADERSHIP, CLUSTER_ADD_VOTER,
+	// CLUSTER_REMOVE_SERVER (see ClusterService).
 	Action           string   `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
 	Reason           string   `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	RequestId        string   `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -793,8 +795,13 @@ type AuditRecord struct {
 	OutOfScope     uint32         `protobuf:"varint,10,opt,name=out_of_scope,json=outOfScope,proto3" json:"out_of_scope,omitempty"`
 	BatchId        string         `protobuf:"bytes,11,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	TerminalReason TerminalReason `protobuf:"varint,12,opt,name=terminal_reason,json=terminalReason,proto3,enum=leasehold.v1.TerminalReason" json:"terminal_reason,omitempty"`
-	// The teams whose jobs the action touched; empty for pause and resume.
-	Teams         []string `protobuf:"bytes,13,rep,name=teams,proto3" json:"teams,omitempty"`
+	// The teams whose jobs the action touched; empty for pause and resume
+	// and for cluster changes.
+	Teams []string `protobuf:"bytes,13,rep,name=teams,proto3" json:"teams,omitempty"`
+	// What a cluster change applied to: "n3 at 10.0.0.3:7201" (the member
+	// and its raft address) for ADD_VOTER, "n3" for REMOVE_SERVER, "n1 to
+	// n2" (or "n1 to any voter") for TRANSFER_LEADERSHIP; empty otherwise.
+	Target        string `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,6 +925,13 @@ func (x *AuditRecord) GetTeams() []string {
 		return x.Teams
 	}
 	return nil
+}
+
+func (x *AuditRecord) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
 }
 
 type GetAuditResponse struct {
@@ -1290,7 +1304,7 @@ const file_leasehold_v1_operator_service_proto_rawDesc = "" +
 	"\x0fGetAuditRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\xb0\x03\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xc8\x03\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1c\n" +
@@ -1307,7 +1321,8 @@ const file_leasehold_v1_operator_service_proto_rawDesc = "" +
 	"outOfScope\x12\x19\n" +
 	"\bbatch_id\x18\v \x01(\tR\abatchId\x12E\n" +
 	"\x0fterminal_reason\x18\f \x01(\x0e2\x1c.leasehold.v1.TerminalReasonR\x0eterminalReason\x12\x14\n" +
-	"\x05teams\x18\r \x03(\tR\x05teams\"o\n" +
+	"\x05teams\x18\r \x03(\tR\x05teams\x12\x16\n" +
+	"\x06target\x18\x0e \x01(\tR\x06target\"o\n" +
 	"\x10GetAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.leasehold.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x0f\n" +

@@ -1177,7 +1177,10 @@ type AuditRecord struct {
 	// request id.
 	Response []byte `protobuf:"bytes,13,opt,name=response,proto3" json:"response,omitempty"`
 	// The teams whose jobs the action touched.
-	Teams         []string `protobuf:"bytes,14,rep,name=teams,proto3" json:"teams,omitempty"`
+	Teams []string `protobuf:"bytes,14,rep,name=teams,proto3" json:"teams,omitempty"`
+	// What the action applied to when it is not jobs: the cluster member of
+	// a membership change or leadership transfer.
+	Target        string `protobuf:"bytes,15,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1308,6 +1311,13 @@ func (x *AuditRecord) GetTeams() []string {
 		return x.Teams
 	}
 	return nil
+}
+
+func (x *AuditRecord) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
 }
 
 // DispatchState is the persisted rollout switch.
@@ -1502,7 +1512,7 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\rcurrent_phase\x18\t \x01(\x05R\fcurrentPhase\x12\x18\n" +
 	"\aoutcome\x18\n" +
 	" \x01(\tR\aoutcome\x12'\n" +
-	"\x0fartifact_digest\x18\v \x01(\tR\x0eartifactDigest\"\x92\x03\n" +
+	"\x0fartifact_digest\x18\v \x01(\tR\x0eartifactDigest\"\xaa\x03\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x03R\x02at\x12\x1c\n" +
@@ -1520,7 +1530,8 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\bbatch_id\x18\v \x01(\x04R\abatchId\x12'\n" +
 	"\x0fterminal_reason\x18\f \x01(\x05R\x0eterminalReason\x12\x1a\n" +
 	"\bresponse\x18\r \x01(\fR\bresponse\x12\x14\n" +
-	"\x05teams\x18\x0e \x03(\tR\x05teams\"s\n" +
+	"\x05teams\x18\x0e \x03(\tR\x05teams\x12\x16\n" +
+	"\x06target\x18\x0f \x01(\tR\x06target\"s\n" +
 	"\rDispatchState\x12\x16\n" +
 	"\x06paused\x18\x01 \x01(\bR\x06paused\x12\x14\n" +
 	"\x05since\x18\x02 \x01(\x03R\x05since\x12\x1c\n" +

@@ -1,0 +1,125 @@
+package replica
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are a replica's Prometheus metrics: leadership, term and
+// indexes read from raft at each scrape, the latency of a writer group's
+// commit (Committer.Commit: proposal, replication to a quorum, apply) and
+// of the state machine's apply (FSM.ApplyBatch), and, on the leader, each
+// follower's lag and last answer. A single-node coordinator has none of
+// them.
+type Metrics struct {
+	commit prometheus.Histogram
+	apply  prometheus.Histogram
+	// node is the node the gauges read, once StartNode has set it.
+	node atomic.Pointer[Node]
+
+	leader, term, commitIndex, appliedIndex, changes, lag, contact *prometheus.Desc
+}
+
+// NewMetrics returns a node's metrics, registered with reg; give them to
+// StartNode in NodeConfig.Metrics.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasehold_raft_commit_seconds",
+			Help:    "Time a writer group takes from its proposal to raft until it is committed by a quorum and applied to the leader's store.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasehold_raft_apply_seconds",
+			Help:    "Time the state machine takes to apply one batch of committed entries to this node's store (one transaction).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		leader: prometheus.NewDesc("leasehold_raft_leader",
+			"1 while this node is the raft leader (the writer runs here), else 0.", nil, nil),
+		term: prometheus.NewDesc("leasehold_raft_term", "This node's current raft term.", nil, nil),
+		commitIndex: prometheus.NewDesc("leasehold_raft_commit_index",
+			"The last log index this node knows to be committed.", nil, nil),
+		appliedIndex: prometheus.NewDesc("leasehold_raft_applied_index",
+			"The last log index raft handed to this node's store, in order.", nil, nil),
+		changes: prometheus.NewDesc("leasehold_raft_leader_changes_total",
+			"Leaders this node has learnt of since it started (an election won, a transfer), itself included.", nil, nil),
+		lag: prometheus.NewDesc("leasehold_raft_follower_lag_entries",
+			"On the leader: log entries a follower has yet to store (the leader's last index minus the follower's match index), "+
+				"for each follower that has answered it since it began to lead.", []string{"follower"}, nil),
+		contact: prometheus.NewDesc("leasehold_raft_follower_last_contact_seconds",
+			"On the leader: seconds since a follower last answered it (since it began to lead, for one that has not).", []string{"follower"}, nil),
+	}
+	reg.MustRegister(m.commit, m.apply, m)
+	return m
+}
+
+// observeCommit records one commit's duration; m may be nil.
+func (m *Metrics) observeCommit(d time.Duration) {
+	if m != nil {
+		m.commit.Observe(d.Seconds())
+	}
+}
+
+// observeApply records one apply's duration; m may be nil.
+func (m *Metrics) observeApply(d time.Duration) {
+	if m != nil {
+		m.apply.Observe(d.Seconds())
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: nothing before the node starts
+// or after it stopped.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	n := m.node.Load()
+	if n == nil {
+		return
+	}
+	select {
+	case <-n.Done():
+		return
+	default:
+	}
+	st, err := n.Status()
+	if err != nil {
+		return
+	}
+	leading := 0.0
+	if st.Leading {
+		leading = 1
+	}
+	ch <- prometheus.MustNewConstMetric(m.leader, prometheus.GaugeValue, leading)
+	ch <- prometheus.MustNewConstMetric(m.term, prometheus.GaugeValue, float64(st.Term))
+	ch <- prometheus.MustNewConstMetric(m.commitIndex, prometheus.GaugeValue, float64(st.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(m.appliedIndex, prometheus.GaugeValue, float64(st.AppliedIndex))
+	ch <- prometheus.MustNewConstMetric(m.changes, prometheus.CounterValue, float64(n.LeaderChangesSeen()))
+	if !st.Leading {
+		return
+	}
+	now := time.Now()
+	for _, mb := range st.Members {
+		if mb.ID == st.ID {
+			continue
+		}
+		if mb.Known {
+			ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.LastIndex-min(mb.Match, st.LastIndex)), mb.ID)
+		}
+		since := mb.LastContact
+		if !mb.Known || since.IsZero() {
+			since = st.LeadingSince
+		}
+		if !since.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.contact, prometheus.GaugeValue, now.Sub(since).Seconds(), mb.ID)
+		}
+	}
+}
+
+var _ prometheus.Collector = (*Metrics)(nil)
