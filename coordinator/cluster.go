@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -56,6 +57,7 @@ type Cluster struct {
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	// transport replaces the network transport (tests).
 	transport raft.Transport
+
 }
 
 // clusterGroupBytes bounds the bytes one writer group carries in a
@@ -83,6 +85,7 @@ func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) e
 	if err != nil {
 		return err
 	}
+	fsm.Fatal = c.replicaFailed
 	node, err := replica.StartNode(replica.NodeConfig{
 		ID: cl.NodeID, Listen: cl.RaftListen, Advertise: cl.RaftAdvertise, Peers: cl.Peers,
 		Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, Transport: cl.transport, Join: cl.Join,
@@ -369,4 +372,19 @@ func (o clusterOps) classify(err error) error {
 func (o clusterOps) notLeader(err error) error {
 	id, addr := o.c.leaderHint()
 	return &engine.NotLeaderError{LeaderID: id, LeaderAddr: addr, Err: err}
+}
+
+// exitReplicaFailed is the exit status of a node whose store could not
+// apply a committed entry.
+const exitReplicaFailed = 3
+
+// replicaFailed stops the process when this node's store cannot apply a
+// committed entry (a full disk, say): it may not go on with a state the
+// log no longer describes, and the other nodes go on without it. It logs
+// why, with the fix, and exits; restarted once the fault is mended, the
+// node applies the log from where its store stopped.
+func (c *Coordinator) replicaFailed(err error) {
+	c.log.Error("this node's store cannot apply the replicated log: stopping; the other nodes go on; "+
+		"free the disk (or fix the fault) and restart it to catch up", "err", err)
+	os.Exit(exitReplicaFailed)
 }

@@ -28,8 +28,10 @@ const (
 //
 // raft calls Apply, ApplyBatch, Snapshot and Restore from one goroutine;
 // Persist runs concurrently with them. A write set that cannot be applied
-// (malformed, or the store failed) panics: the node's state would diverge
-// from the log, and the cluster goes on without it.
+// (malformed, or the store failed: a full disk, say) stops the node
+// (Fatal): its state would diverge from the log, and the cluster goes on
+// without it. Restarted once the fault is mended, the node applies the
+// log from where its store stopped.
 type FSM struct {
 	st *store.Store
 	// group is the index of the last write set applied, the base the next
@@ -40,6 +42,17 @@ type FSM struct {
 	applied   atomic.Uint64
 	// metrics time ApplyBatch; StartNode sets them before raft runs.
 	metrics *Metrics
+	// Fatal is called, on the FSM goroutine, with an entry that cannot be
+	// applied, and must not return: it stops the process. Nil panics.
+	Fatal func(error)
+}
+
+// fatal stops the node on an entry it cannot apply.
+func (f *FSM) fatal(err error) {
+	if f.Fatal != nil {
+		f.Fatal(err)
+	}
+	panic(err.Error())
 }
 
 // NewFSM returns the state machine over st, at what st already applied.
@@ -99,7 +112,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			continue
 		}
 		if len(l.Data) == 0 || l.Data[0] != entryWriteSet {
-			panic(fmt.Sprintf("replica: entry %d is of a kind this release does not know (%x); upgrade this node", l.Index, l.Data[:min(len(l.Data), 1)]))
+			f.fatal(fmt.Errorf("replica: entry %d is of a kind this release does not know (%x); upgrade this node", l.Index, l.Data[:min(len(l.Data), 1)]))
 		}
 		entries = append(entries, store.Entry{Index: l.Index, WriteSet: l.Data[1:]})
 		at = append(at, i)
@@ -111,7 +124,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	defer func() { f.metrics.observeApply(time.Since(start)) }()
 	out, err := f.st.ApplyWriteSets(entries)
 	if err != nil {
-		panic(fmt.Sprintf("replica: applying entries %d to %d: %v", entries[0].Index, entries[len(entries)-1].Index, err))
+		f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", entries[0].Index, entries[len(entries)-1].Index, err))
 	}
 	for j, e := range out {
 		if e != nil {
@@ -119,7 +132,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	if err := f.load(); err != nil {
-		panic(fmt.Sprintf("replica: %v", err))
+		f.fatal(fmt.Errorf("replica: %w", err))
 	}
 	return res
 }
