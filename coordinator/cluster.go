@@ -57,7 +57,6 @@ type Cluster struct {
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	// transport replaces the network transport (tests).
 	transport raft.Transport
-
 }
 
 // clusterGroupBytes bounds the bytes one writer group carries in a
