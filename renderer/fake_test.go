@@ -551,7 +551,7 @@ func (p *gatedProvider) release(jobID string) {
 	close(p.gates[jobID])
 }
 
-func (p *gatedProvider) Render(ctx context.Context, in mock.Input) (mock.Output, error) {
+func (p *gatedProvider) Render(ctx context.Context, in renderer.Input) (renderer.Output, error) {
 	p.started <- in.JobID
 	p.mu.Lock()
 	gate := p.gates[in.JobID]
@@ -561,11 +561,11 @@ func (p *gatedProvider) Render(ctx context.Context, in mock.Input) (mock.Output,
 		case <-gate:
 		case <-ctx.Done():
 			p.stopped <- in.JobID
-			return mock.Output{}, ctx.Err()
+			return renderer.Output{}, ctx.Err()
 		}
 	}
 	if p.size > 0 {
-		return mock.Output{Content: []byte(strings.Repeat("x", p.size)), ContentType: "application/octet-stream"}, nil
+		return renderer.Output{Content: []byte(strings.Repeat("x", p.size)), ContentType: "application/octet-stream"}, nil
 	}
 	return p.mock.Render(ctx, in)
 }

@@ -259,11 +259,11 @@ type pausingProvider struct {
 	resume  chan struct{}
 }
 
-func (p *pausingProvider) Render(ctx context.Context, in mock.Input) (mock.Output, error) {
+func (p *pausingProvider) Render(ctx context.Context, in renderer.Input) (renderer.Output, error) {
 	p.started <- in.JobID
 	if in.JobID != p.job {
 		<-ctx.Done()
-		return mock.Output{}, ctx.Err()
+		return renderer.Output{}, ctx.Err()
 	}
 	<-p.pause
 	in.OnPause()
@@ -271,9 +271,9 @@ func (p *pausingProvider) Render(ctx context.Context, in mock.Input) (mock.Outpu
 	select {
 	case <-p.resume:
 	case <-ctx.Done():
-		return mock.Output{}, ctx.Err()
+		return renderer.Output{}, ctx.Err()
 	}
-	return mock.Output{Content: []byte("preview"), ContentType: "image/png"}, nil
+	return renderer.Output{Content: []byte("preview"), ContentType: "image/png"}, nil
 }
 
 // TestWorkerPausedRender ensures a lease is left out of heartbeats while its
