@@ -67,7 +67,6 @@ type lease struct {
 // completion is an outcome waiting to be sent, or sent and waiting for its
 // CompletionResult.
 type completion struct {
-	key leaseKey
 	msg *leaseholdv1.SessionCompletion
 	// outcome is "success" or "failure", for the log.
 	outcome string
@@ -188,7 +187,7 @@ func (l *loop) renderDone(r rendered) {
 	case r.failure != nil:
 		l.finish(ls, r.failure)
 	case len(r.out.Content) <= l.inlineLimit:
-		l.finish(ls, &completion{key: ls.key, outcome: "success", msg: &leaseholdv1.SessionCompletion{
+		l.finish(ls, &completion{outcome: "success", msg: &leaseholdv1.SessionCompletion{
 			JobId: ls.key.jobID, Token: ls.key.token,
 			Outcome: &leaseholdv1.SessionCompletion_Success{Success: &leaseholdv1.CompleteSuccess{
 				Content: r.out.Content, ContentType: r.out.ContentType,
@@ -324,7 +323,7 @@ func (w *Worker) failure(key leaseKey, err error) *completion {
 }
 
 func failureCompletion(key leaseKey, class leaseholdv1.FailureClass, msg string) *completion {
-	return &completion{key: key, outcome: "failure", msg: &leaseholdv1.SessionCompletion{
+	return &completion{outcome: "failure", msg: &leaseholdv1.SessionCompletion{
 		JobId: key.jobID, Token: key.token,
 		Outcome: &leaseholdv1.SessionCompletion_Failure{Failure: &leaseholdv1.CompleteFailure{Class: class, Message: failureMessage(msg)}},
 	}}
@@ -365,7 +364,7 @@ func (w *Worker) upload(ctx context.Context, client leaseholdv1.RendererServiceC
 	case err != nil && !errors.Is(err, errUploadRefused):
 		c = failureCompletion(key, leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT, "uploading the preview failed: "+err.Error())
 	default:
-		c = &completion{key: key, outcome: "success", msg: &leaseholdv1.SessionCompletion{JobId: key.jobID, Token: key.token}}
+		c = &completion{outcome: "success", msg: &leaseholdv1.SessionCompletion{JobId: key.jobID, Token: key.token}}
 		if err != nil {
 			c.uploadRefused = reasonOf(errors.Unwrap(err))
 			stored = digest

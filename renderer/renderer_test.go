@@ -831,6 +831,51 @@ func TestWorkerDrainWaitsForAnswers(t *testing.T) {
 	})
 }
 
+// TestWorkerDrainWaitsForHandBackAnswer ensures a drain waits for the
+// answer to its hand-back: the HELD answer to a heartbeat sent before the
+// hand-back, arriving after it, is not taken for it.
+func TestWorkerDrainWaitsForHandBackAnswer(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const interval, drainTimeout = 5 * time.Second, 12 * time.Second
+		p := newGated(t)
+		p.hold("job-s")
+		b := setup(t, renderer.Config{Provider: p, Capacity: 1, DrainTimeout: drainTimeout}, func(f *fakeCoordinator) {
+			f.welcome.HeartbeatInterval = durationpb.New(interval)
+			f.keepHandBacks = true
+		})
+		s := b.session(t)
+		s.grantNow(grant("job-s", 9, pdf("x")))
+		recv(t, p.started, "the render to start")
+		b.cancel()
+		// The heartbeats at 5 s and 10 s go unanswered for now; the drain
+		// hands the lease back at 12 s.
+		s.waitReq(t, "the first heartbeat", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHeartbeats()) > 0 })
+		s.waitReq(t, "the second heartbeat", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHeartbeats()) > 0 })
+		s.waitReq(t, "the hand-back", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetHandBacks()) > 0 })
+		handedBack := time.Now()
+		held := &leaseholdv1.LeaseStatus{JobId: "job-s", Token: 9, State: leaseholdv1.LeaseState_LEASE_STATE_HELD}
+		s.push <- &leaseholdv1.SessionResponse{Leases: []*leaseholdv1.LeaseStatus{held, held}}
+		synctest.Wait()
+		select {
+		case <-s.done:
+			t.Fatalf("the session closed on the heartbeats' answers, before the hand-back's")
+		default:
+		}
+		time.Sleep(time.Second)
+		s.push <- &leaseholdv1.SessionResponse{Leases: []*leaseholdv1.LeaseStatus{{
+			JobId: "job-s", Token: 9, State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: "HANDED_BACK",
+		}}}
+		recv(t, s.done, "the session to close")
+		if got := time.Since(handedBack); got != time.Second {
+			t.Errorf("the session closed %v after the hand-back, want 1s: when its answer came", got)
+		}
+		if err := b.wait(t); err != nil {
+			t.Errorf("Run returned %v, want nil", err)
+		}
+	})
+}
+
 // TestWorkerEndDrain ensures EndDrain hands back the leases in progress at
 // once, without waiting for the drain timeout.
 func TestWorkerEndDrain(t *testing.T) {
