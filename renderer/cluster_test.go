@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -49,62 +50,74 @@ func notLeader(t *testing.T, leaderAddr string) error {
 // sends again the completions left unanswered.
 func TestWorkerNotLeaderReconnectsAtOnce(t *testing.T) {
 	t.Parallel()
-	p := newGated(t)
-	p.hold("job-hold")
-	var firstSession atomic.Bool
-	firstSession.Store(true)
-	b := setup(t, renderer.Config{Provider: p, Capacity: 2, BackoffMin: time.Hour, BackoffMax: time.Hour}, func(f *fakeCoordinator) {
-		f.answer = func(c *leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult {
-			if firstSession.Load() {
-				return nil
+	synctest.Test(t, func(t *testing.T) {
+		p := newGated(t)
+		p.hold("job-hold")
+		var firstSession atomic.Bool
+		firstSession.Store(true)
+		b := setup(t, renderer.Config{Provider: p, Capacity: 2, BackoffMin: time.Hour, BackoffMax: time.Hour}, func(f *fakeCoordinator) {
+			f.answer = func(c *leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult {
+				if firstSession.Load() {
+					return nil
+				}
+				return answerOK(c)
 			}
-			return answerOK(c)
+		})
+		s := b.session(t)
+		s.grantNow(grant("job-hold", 1, pdf("a")), grant("job-done", 2, pdf("b")))
+		first := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+
+		firstSession.Store(false)
+		s.end <- notLeader(t, "10.0.0.2:7070")
+		s2 := b.session(t)
+		ev := b.waitLog(t, "coordinator not the leader")
+		if ev.attrs["retry_in"] != "0s" || ev.attrs["leader"] != "10.0.0.2:7070" {
+			t.Errorf("log attrs = %v, want retry_in 0s and the leader named", ev.attrs)
+		}
+		if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-hold", 1)}, s2.hello.GetHello().GetHolding(), protocmp.Transform()); diff != "" {
+			t.Errorf("hello.holding after NOT_LEADER (-want +got):\n%s", diff)
+		}
+		again := s2.waitReq(t, "the completion again", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
+		if diff := cmp.Diff(first.GetCompletions(), again.GetCompletions(), protocmp.Transform()); diff != "" {
+			t.Errorf("resent completions (-first +again):\n%s", diff)
+		}
+		if got := b.waitLog(t, "completed").attrs["job"]; got != "job-done" {
+			t.Errorf("completed %q, want job-done", got)
+		}
+		synctest.Wait()
+		select {
+		case job := <-p.stopped:
+			t.Errorf("%s stopped, want it still rendering: the lease is held across the failover", job)
+		default:
 		}
 	})
-	s := b.session(t)
-	s.grantNow(grant("job-hold", 1, pdf("a")), grant("job-done", 2, pdf("b")))
-	first := s.waitReq(t, "the completion", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
-
-	firstSession.Store(false)
-	s.end <- notLeader(t, "10.0.0.2:7070")
-	s2 := b.session(t)
-	ev := b.waitLog(t, "coordinator not the leader")
-	if ev.attrs["retry_in"] != "0s" || ev.attrs["leader"] != "10.0.0.2:7070" {
-		t.Errorf("log attrs = %v, want retry_in 0s and the leader named", ev.attrs)
-	}
-	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-hold", 1)}, s2.hello.GetHello().GetHolding(), protocmp.Transform()); diff != "" {
-		t.Errorf("hello.holding after NOT_LEADER (-want +got):\n%s", diff)
-	}
-	again := s2.waitReq(t, "the completion again", func(r *leaseholdv1.SessionRequest) bool { return len(r.GetCompletions()) > 0 })
-	if diff := cmp.Diff(first.GetCompletions(), again.GetCompletions(), protocmp.Transform()); diff != "" {
-		t.Errorf("resent completions (-first +again):\n%s", diff)
-	}
-	if got := b.waitLog(t, "completed").attrs["job"]; got != "job-done" {
-		t.Errorf("completed %q, want job-done", got)
-	}
-	select {
-	case job := <-p.stopped:
-		t.Errorf("%s stopped, want it still rendering: the lease is held across the failover", job)
-	default:
-	}
 }
 
 // TestWorkerNotLeaderAgainBacksOff ensures NOT_LEADER answers in a row
 // with no welcome between them (a replica that does not lead, reached
-// again) are retried at once only the first time, then after a backoff.
+// again) are retried at once only the first time, then after a backoff
+// from 10 ms doubling (up to Config.BackoffMax).
 func TestWorkerNotLeaderAgainBacksOff(t *testing.T) {
 	t.Parallel()
-	b := setup(t, renderer.Config{Provider: newGated(t)}, func(f *fakeCoordinator) {
-		f.refusals = []error{notLeader(t, ""), notLeader(t, ""), notLeader(t, "")}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, renderer.Config{Provider: newGated(t), BackoffMin: time.Second, BackoffMax: time.Second}, func(f *fakeCoordinator) {
+			f.refusals = []error{notLeader(t, ""), notLeader(t, ""), notLeader(t, "")}
+		})
+		recv(t, b.srv.hellos, "the first hello")
+		last := time.Now()
+		for i, want := range []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond} {
+			d := retryIn(t, b.waitLog(t, "coordinator not the leader"))
+			if d < want-want/5 || d > want+want/5 {
+				t.Errorf("wait %d before reopening = %v, want %v within the 20%% jitter", i, d, want)
+			}
+			recv(t, b.srv.hellos, "the next hello")
+			if got := time.Since(last); got != d {
+				t.Errorf("reopened %v after NOT_LEADER, want retry_in %v", got, d)
+			}
+			last = time.Now()
+		}
+		b.session(t)
 	})
-	var waits []string
-	for range 3 {
-		waits = append(waits, b.waitLog(t, "coordinator not the leader").attrs["retry_in"])
-	}
-	if waits[0] != "0s" || waits[1] == "0s" || waits[2] == "0s" {
-		t.Errorf("waits before reopening = %q, want 0s, then more than 0s", waits)
-	}
-	b.session(t)
 }
 
 // replicaNode is one coordinator replica of a cluster test: a fake
@@ -120,7 +133,9 @@ type replicaNode struct {
 // session on the one that reports itself the leader, sending nothing to
 // the others, and when leadership moves and the old leader ends the
 // session with NOT_LEADER, reopens it on the new leader holding its
-// leases, and sends the unanswered completions there.
+// leases, and sends the unanswered completions there. It runs on the real
+// clock, over loopback TCP: the channel's subchannels, one per replica,
+// and their health checks are what it tests.
 func TestWorkerFollowsLeader(t *testing.T) {
 	t.Parallel()
 	var leader atomic.Int32

@@ -2,21 +2,34 @@
 // RendererService that keeps one Session stream open, renders the leases it
 // is granted with a [Provider] and completes them with their fencing tokens.
 //
+// # Providers
+//
+// A [Provider] turns an [Input] (the document and the lease it is rendered
+// under) into an [Output], a raster preview, or an error; a [*Failure]
+// carries its failure class to the coordinator. Package mock is the
+// deterministic provider the renderer binary runs, with its fault
+// injection; a renderer of another kind is a Worker with a provider of its
+// own (see the package example).
+//
 // # Goroutines
 //
-// A [Worker] runs:
+// Run's goroutine is the worker's loop, as River's producer is: it alone
+// holds the leases, the outbox of completions and hand-backs, the credits
+// and the session, so no lock guards them. It starts
 //
-//   - the session loop, which opens one Session at a time and reopens it
-//     when it breaks. Each session has a sender (this goroutine), which
-//     batches everything pending into one SessionRequest at a time, kept
-//     under a byte budget, and a receiver, which applies each
-//     SessionResponse without waiting for a render;
-//   - one goroutine per lease, which renders under the lease's own context,
-//     uploads a preview too large to travel inline, and queues the
-//     completion for the sender.
+//   - one goroutine per lease, which renders under the lease's own context
+//     and reports the outcome to the loop; a preview too large to travel
+//     inline gets a second one, which uploads it and reports the
+//     completion that names its digest;
+//   - one goroutine per session, which opens the stream and sends each
+//     request the loop hands it, and a receiver of its own, which passes
+//     each SessionResponse to the loop.
 //
-// All shared state is guarded by one mutex; the goroutines wake each other
-// with channels of capacity one, so no one blocks on a slow peer.
+// The loop applies each report and response as it comes and never waits
+// for a render or a peer: it hands the sender one request at a time, and
+// batches whatever is pending meanwhile into the next one, kept under a
+// byte budget. It keeps the heartbeat, backoff and drain timers, and
+// returns only once every goroutine it started has ended.
 //
 // # The session
 //
@@ -32,11 +45,11 @@
 // Grants are acknowledged in received on the next request. Leases being
 // worked on are heartbeated at the welcome's interval (or
 // Config.HeartbeatInterval), except during a provider's simulated stall
-// (mock.Input.OnPause): it stands for a frozen process, so the lease can
-// expire behind it and the late completion meets the coordinator's fencing
-// check. A lease answered LOST, or revoked, has its context cancelled at
-// once and its result dropped; a revocation is acknowledged in cancel_acks
-// once the work has stopped.
+// (Input.OnPause): it stands for a frozen process, so the lease can expire
+// behind it and the late completion meets the coordinator's fencing check.
+// A lease answered LOST, or revoked, has its context cancelled at once and
+// its result dropped; a revocation is acknowledged in cancel_acks once the
+// work has stopped.
 //
 // A preview up to the welcome's max_inline_artifact_bytes (and within the
 // request budget) travels inline; a larger one is uploaded with
@@ -44,19 +57,22 @@
 // inline limit means every preview is uploaded. An upload refused with
 // ABORTED is still followed by the completion, because the check that
 // decides is the completion's: that is where a stale completion is refused
-// and recorded. Every completion is answered, in order, by a
-// CompletionResult; one refused with ABORTED is final and logged as
-// "completion rejected". Completions not answered when a session breaks are
-// sent again on the next one: completion is idempotent for the same token
-// and outcome.
+// and recorded. Every completion is answered by a CompletionResult naming
+// its lease, which the worker matches by (job id, token), whatever its
+// place among the answers; one refused with ABORTED is final and logged as
+// "completion rejected", and a result naming no completion in flight is
+// logged as an error. Completions and hand-backs not answered when a
+// session breaks are sent again on the next one, in their order:
+// completion is idempotent for the same token and outcome.
 //
 // # Reconnecting and refusals
 //
 // The connection redials from 100 ms up to 1 s apart and a Session waits
 // for it to be ready, so the worker is back within about a second of the
-// coordinator's return. A session that breaks is reopened with backoff
-// (Config.BackoffMin to BackoffMax); ABORTED SESSION_REPLACED is reopened at
-// once.
+// coordinator's return. A session that breaks is reopened with backoff:
+// from Config.BackoffMin doubling up to BackoffMax, with up to 20% jitter,
+// and from BackoffMin again once a session was welcomed. ABORTED
+// SESSION_REPLACED is reopened at once.
 //
 // Given every replica of a coordinator cluster (Config.Coordinator), the
 // connection keeps a subchannel to each and a Session goes to the one
@@ -79,8 +95,8 @@
 // takes no new work (a grant that still arrives is handed back), lets the
 // renders in flight finish and complete for up to Config.DrainTimeout (or
 // until [Worker.EndDrain]), then hands back every lease still unfinished,
-// which the coordinator re-queues without counting the attempt, waits
-// briefly for the answers, closes the stream and returns nil.
+// which the coordinator re-queues without counting the attempt, waits up
+// to 2 s for the answers, closes the stream and returns nil.
 //
 // # Transport and traces
 //

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -32,7 +31,8 @@ import (
 )
 
 // failsafe bounds every wait so that a broken worker fails the test instead
-// of hanging it.
+// of hanging it. In a synctest bubble it is fake time: a worker that is
+// stuck fails at once, when the bubble's clock jumps to it.
 const failsafe = 20 * time.Second
 
 const (
@@ -43,7 +43,8 @@ const (
 // fakeCoordinator is an in-process RendererService serving Session and
 // UploadArtifact. Every session it welcomes is handed to the test on
 // sessions; completions and hand-backs are answered by the fake itself
-// (see answer), everything else is pushed by the test.
+// (see answer), everything else is pushed by the test. Started by setup
+// inside a synctest bubble, it and the worker run on the bubble's clock.
 type fakeCoordinator struct {
 	leaseholdv1.UnimplementedRendererServiceServer
 
@@ -69,6 +70,8 @@ type fakeCoordinator struct {
 	gate chan struct{}
 	// answer answers a completion; a nil result leaves it unanswered.
 	answer func(*leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult
+	// keepHandBacks leaves hand-backs unanswered.
+	keepHandBacks bool
 	// uploadErrs are returned by the next UploadArtifact calls, in order,
 	// after the whole upload has been read.
 	uploadErrs []error
@@ -204,7 +207,7 @@ func (f *fakeCoordinator) Session(stream leaseholdv1.RendererService_SessionServ
 func (f *fakeCoordinator) autoAnswer(req *leaseholdv1.SessionRequest) *leaseholdv1.SessionResponse {
 	resp := &leaseholdv1.SessionResponse{}
 	f.mu.Lock()
-	answer := f.answer
+	answer, keepHandBacks := f.answer, f.keepHandBacks
 	f.mu.Unlock()
 	for _, c := range req.GetCompletions() {
 		r := answer(c)
@@ -214,6 +217,9 @@ func (f *fakeCoordinator) autoAnswer(req *leaseholdv1.SessionRequest) *leasehold
 		resp.Results = append(resp.Results, r)
 	}
 	for _, h := range req.GetHandBacks() {
+		if keepHandBacks {
+			break
+		}
 		resp.Leases = append(resp.Leases, &leaseholdv1.LeaseStatus{
 			JobId: h.GetJobId(), Token: h.GetToken(), State: leaseholdv1.LeaseState_LEASE_STATE_LOST, Reason: "HANDED_BACK",
 		})
@@ -322,15 +328,16 @@ type testBundle struct {
 }
 
 // setup starts a fake coordinator, configured by configure (if not nil), and
-// a worker. When the test ends the drain is cut short, Run must return nil
-// (unless the test waited for Run itself) and both are stopped.
+// a worker, connected in memory; called in a synctest bubble, both run on
+// its clock. When the test ends the drain is cut short, Run must return
+// nil (unless the test waited for Run itself) and both are stopped.
 func setup(t *testing.T, cfg renderer.Config, configure func(*fakeCoordinator)) *testBundle {
 	t.Helper()
 	srv := newFakeCoordinator()
 	if configure != nil {
 		configure(srv)
 	}
-	lis := bufconn.Listen(1 << 20)
+	lis := newPipeListener()
 	gs := grpc.NewServer(
 		grpc.StreamInterceptor(func(s any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			if err := checkAuth(ss.Context()); err != nil {
@@ -347,7 +354,7 @@ func setup(t *testing.T, cfg renderer.Config, configure func(*fakeCoordinator)) 
 	}()
 
 	b := &testBundle{srv: srv, logs: make(chan logEvent, 4096), record: filepath.Join(t.TempDir(), "record.txt")}
-	cfg.Coordinator = "passthrough:///bufnet"
+	cfg.Coordinator = "passthrough:///fake"
 	cfg.ID = testRendererID
 	cfg.Token = testToken
 	cfg.Logger = slog.New(captureHandler{events: b.logs})
@@ -355,9 +362,7 @@ func setup(t *testing.T, cfg renderer.Config, configure func(*fakeCoordinator)) 
 	if cfg.BackoffMin == 0 {
 		cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
 	}
-	cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-		return lis.DialContext(ctx)
-	})}
+	cfg.DialOptions = []grpc.DialOption{lis.dialOption()}
 	w, err := renderer.New(cfg)
 	if err != nil {
 		t.Fatalf("renderer.New: %v", err)
@@ -422,6 +427,25 @@ func (b *testBundle) waitLog(t *testing.T, msg string) logEvent {
 			t.Fatalf("timed out waiting for log %q", msg)
 		}
 	}
+}
+
+// logsOf returns the next n log records whose message is one of msgs, in
+// order; records before and between them are consumed.
+func (b *testBundle) logsOf(t *testing.T, n int, msgs ...string) []logEvent {
+	t.Helper()
+	deadline := time.After(failsafe)
+	var got []logEvent
+	for len(got) < n {
+		select {
+		case ev := <-b.logs:
+			if slices.Contains(msgs, ev.msg) {
+				got = append(got, ev)
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d logs of %q, got %d", n, msgs, len(got))
+		}
+	}
+	return got
 }
 
 // session waits for the next welcomed session.
@@ -551,7 +575,8 @@ func (p *gatedProvider) release(jobID string) {
 	close(p.gates[jobID])
 }
 
-func (p *gatedProvider) Render(ctx context.Context, in mock.Input) (mock.Output, error) {
+// Render implements renderer.Provider.
+func (p *gatedProvider) Render(ctx context.Context, in renderer.Input) (renderer.Output, error) {
 	p.started <- in.JobID
 	p.mu.Lock()
 	gate := p.gates[in.JobID]
@@ -561,11 +586,11 @@ func (p *gatedProvider) Render(ctx context.Context, in mock.Input) (mock.Output,
 		case <-gate:
 		case <-ctx.Done():
 			p.stopped <- in.JobID
-			return mock.Output{}, ctx.Err()
+			return renderer.Output{}, ctx.Err()
 		}
 	}
 	if p.size > 0 {
-		return mock.Output{Content: []byte(strings.Repeat("x", p.size)), ContentType: "application/octet-stream"}, nil
+		return renderer.Output{Content: []byte(strings.Repeat("x", p.size)), ContentType: "application/octet-stream"}, nil
 	}
 	return p.mock.Render(ctx, in)
 }

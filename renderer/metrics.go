@@ -68,14 +68,11 @@ func (w *Worker) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.mu.Lock()
-		connected, draining := w.sess != nil, w.draining
-		w.mu.Unlock()
 		switch {
-		case draining:
+		case w.draining.Load():
 			rw.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = rw.Write([]byte("draining\n"))
-		case !connected:
+		case !w.connected.Load():
 			rw.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = rw.Write([]byte("not connected\n"))
 		default:

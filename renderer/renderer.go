@@ -25,7 +25,6 @@ import (
 	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/tracing"
-	"github.com/leasehold/leasehold/renderer/mock"
 )
 
 // Defaults for the zero values of Config.
@@ -90,13 +89,6 @@ var (
 	rendererIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 	instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 )
-
-// Provider renders one document under one lease. It must return promptly with
-// ctx.Err() once ctx is done. A *mock.Failure error is reported to the
-// coordinator with its class; any other error is reported as transient.
-type Provider interface {
-	Render(ctx context.Context, in mock.Input) (mock.Output, error)
-}
 
 // Config configures a Worker. Zero values take the defaults named on each
 // field.
@@ -174,6 +166,12 @@ type Config struct {
 // New and start it with Run; a Worker runs once. Handler and EndDrain may
 // be called from any goroutine at any time; Handler's /readyz reports
 // whether the worker can take work.
+//
+// Run's goroutine is the worker's loop: it alone holds the leases, the
+// outbox of completions and hand-backs, the credits and the session, and
+// the other goroutines tell it what happened on the channels below (see
+// the package documentation). A Worker's fields never change once Run has
+// started, but for the two flags the loop publishes for Handler.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger
@@ -185,52 +183,27 @@ type Worker struct {
 	// tracer starts the lease spans; nil when not tracing.
 	tracer trace.Tracer
 
-	// record, client and workCtx are set by Run before the session loop
-	// starts, and never change afterwards.
-	record *os.File
-	client leaseholdv1.RendererServiceClient
-	// workCtx is the parent of every lease's context. It outlives Run's
-	// context, so that a drain lets renders finish, and is cancelled when
-	// Run returns.
-	workCtx context.Context
+	// The reports of the goroutines the loop starts: each lease's render
+	// and upload, a simulated stall's start, and a session's welcome,
+	// responses, requests sent and end. The loop receives on every one of
+	// them until it returns, and it returns only once every goroutine that
+	// reports has ended, so a report waits only for the loop's current
+	// step and none is lost.
+	rendered  chan rendered
+	uploaded  chan uploaded
+	paused    chan leaseKey
+	welcomed  chan *leaseholdv1.SessionResponse
+	responses chan *leaseholdv1.SessionResponse
+	sent      chan sent
+	ended     chan ended
 
-	// wake asks the session's sender to send what is pending.
-	wake chan struct{}
-	// changed tells a drain that leases ended or answers arrived.
-	changed chan struct{}
 	// cut is closed by EndDrain.
 	cut     chan struct{}
 	cutOnce sync.Once
-	// closing is cancelled at the end of a drain (or when the session loop
-	// must stop): the session is half-closed and not reopened.
-	closing     context.Context
-	closeStream context.CancelFunc
-	// wg counts the lease goroutines.
-	wg      sync.WaitGroup
 	started atomic.Bool
-
-	mu sync.Mutex
-	// leases holds every lease whose goroutine is still running, including
-	// lost ones that are winding down: each occupies a slot.
-	leases map[leaseKey]*lease
-	// outbox holds completions not yet sent on the current session, in the
-	// order they are to be sent.
-	outbox []*completion
-	// sess is the current session, nil while disconnected.
-	sess *session
-	// credits counts the slots freed since the last request of the session.
-	credits uint32
-	// received, cancelAcks and handBacks wait for the next request.
-	received, cancelAcks, handBacks []*leaseholdv1.LeaseRef
-	// awaiting holds the hand-backs not yet answered.
-	awaiting map[leaseKey]bool
-	// draining is set once Run's context is done; it is never cleared.
-	draining bool
-	// dispatchPaused is the last dispatch_paused the coordinator sent.
-	dispatchPaused bool
-	// inlineLimit is the largest preview sent inline, and budget the largest
-	// request, both from the latest welcome.
-	inlineLimit, budget int
+	// connected and draining are the loop's state as /readyz reports it:
+	// a welcomed session is open, Run's context is done.
+	connected, draining atomic.Bool
 }
 
 // New validates cfg, applies the defaults and returns a Worker.
@@ -283,21 +256,20 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
-	closing, closeStream := context.WithCancel(context.Background())
 	w := &Worker{
-		cfg:         cfg,
-		log:         cmp.Or(cfg.Logger, slog.Default()),
-		metrics:     newMetrics(cfg.Capacity),
-		wake:        make(chan struct{}, 1),
-		changed:     make(chan struct{}, 1),
-		cut:         make(chan struct{}),
-		closing:     closing,
-		closeStream: closeStream,
-		leases:      make(map[leaseKey]*lease),
-		awaiting:    make(map[leaseKey]bool),
-		budget:      cfg.MaxRequestBytes,
-		target:      target,
-		transport:   transport,
+		cfg:       cfg,
+		log:       cmp.Or(cfg.Logger, slog.Default()),
+		metrics:   newMetrics(cfg.Capacity),
+		target:    target,
+		transport: transport,
+		rendered:  make(chan rendered),
+		uploaded:  make(chan uploaded),
+		paused:    make(chan leaseKey),
+		welcomed:  make(chan *leaseholdv1.SessionResponse),
+		responses: make(chan *leaseholdv1.SessionResponse),
+		sent:      make(chan sent),
+		ended:     make(chan ended),
+		cut:       make(chan struct{}),
 	}
 	if cfg.TracerProvider != nil {
 		w.tracer = cfg.TracerProvider.Tracer(tracerName)
@@ -321,13 +293,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("renderer: Run called twice")
 	}
-	defer w.closeStream()
+	var record *os.File
 	if w.cfg.RecordFile != "" {
 		f, err := os.OpenFile(w.cfg.RecordFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
 			return fmt.Errorf("renderer: opening record file: %w", err)
 		}
-		w.record = f
+		record = f
 		defer f.Close()
 	}
 	conn, err := grpc.NewClient(w.target.DialTarget(), w.dialOptions()...)
@@ -335,23 +307,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("renderer: connecting to %s: %w", w.cfg.Coordinator, err)
 	}
 	defer conn.Close()
-	w.client = leaseholdv1.NewRendererServiceClient(conn)
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	w.workCtx = workCtx
-
-	loopErr := make(chan error, 1)
-	go func() { loopErr <- w.sessionLoop() }()
+	l := newLoop(ctx, w, leaseholdv1.NewRendererServiceClient(conn), record)
 	w.log.Info("renderer started", "id", w.cfg.ID, "instance", w.cfg.InstanceID,
 		"coordinator", w.cfg.Coordinator, "capacity", w.cfg.Capacity)
-	select {
-	case <-ctx.Done():
-		err = w.drain(loopErr)
-	case err = <-loopErr:
-		w.closeStream()
-	}
-	cancelWork()
-	w.wg.Wait()
+	err = l.run(ctx)
 	w.log.Info("renderer stopped", "id", w.cfg.ID)
 	return err
 }
@@ -382,87 +341,4 @@ func (w *Worker) dialOptions() []grpc.DialOption {
 // goroutine, any number of times.
 func (w *Worker) EndDrain() {
 	w.cutOnce.Do(func() { close(w.cut) })
-}
-
-// drain runs on Run's goroutine once Run's context is done; see Run. It
-// returns the session loop's result.
-func (w *Worker) drain(loopErr <-chan error) error {
-	w.mu.Lock()
-	w.draining = true
-	w.credits = 0
-	held := len(w.leases)
-	w.mu.Unlock()
-	w.metrics.draining.Set(1)
-	w.log.Info("draining", "leases", held, "timeout", w.cfg.DrainTimeout)
-	signal(w.wake)
-
-	timeout := time.NewTimer(w.cfg.DrainTimeout)
-	defer timeout.Stop()
-	if err, ended := w.waitUntil(w.idle, timeout.C, w.cut, loopErr); ended {
-		return err
-	}
-	n := w.handBackAll()
-	w.log.Info("drain wait over", "handed_back", n)
-	answers := time.NewTimer(answerWait)
-	defer answers.Stop()
-	if err, ended := w.waitUntil(w.answered, answers.C, nil, loopErr); ended {
-		return err
-	}
-	w.closeStream()
-	return <-loopErr
-}
-
-// waitUntil waits until cond holds, stop fires or cut is closed. It reports
-// ended when the session loop returned meanwhile, with the loop's result.
-func (w *Worker) waitUntil(cond func() bool, stop <-chan time.Time, cut <-chan struct{}, loopErr <-chan error) (err error, ended bool) {
-	for !cond() {
-		select {
-		case <-w.changed:
-		case <-stop:
-			return nil, false
-		case <-cut:
-			return nil, false
-		case err := <-loopErr:
-			return err, true
-		}
-	}
-	return nil, false
-}
-
-// idle reports whether no lease is in progress and every completion has
-// been answered.
-func (w *Worker) idle() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.leases) == 0 && w.answeredLocked()
-}
-
-// answered reports whether every hand-back and completion has been answered.
-func (w *Worker) answered() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.answeredLocked()
-}
-
-func (w *Worker) answeredLocked() bool {
-	return len(w.awaiting) == 0 && len(w.outbox) == 0 && (w.sess == nil || len(w.sess.inflight) == 0)
-}
-
-// recordGrant appends the grant to the record file, if any. A failed write
-// is logged and does not stop the work.
-func (w *Worker) recordGrant(key leaseKey) {
-	if w.record == nil {
-		return
-	}
-	if _, err := fmt.Fprintf(w.record, "%s %d\n", key.jobID, key.token); err != nil {
-		w.log.Error("recording grant", "job", key.jobID, "token", key.token, "err", err)
-	}
-}
-
-// signal wakes the reader of a channel of capacity one without blocking.
-func signal(ch chan<- struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }

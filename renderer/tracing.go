@@ -27,26 +27,26 @@ const (
 	spanComplete = "leasehold.complete"
 )
 
-// leaseContext returns the parent context of a granted lease's work: the
-// worker's, carrying the grant's trace context when the worker traces.
-func (w *Worker) leaseContext(g *leaseholdv1.Grant) context.Context {
+// leaseContext returns the parent context of a granted lease's work:
+// parent, carrying the grant's trace context when the worker traces.
+func (w *Worker) leaseContext(parent context.Context, g *leaseholdv1.Grant) context.Context {
 	if w.tracer == nil {
-		return w.workCtx
+		return parent
 	}
-	return tracing.ContextWithTraceParent(w.workCtx, g.GetTraceParent())
+	return tracing.ContextWithTraceParent(parent, g.GetTraceParent())
 }
 
-// startSpan starts span name of lease l as a child of ctx. Without a
-// tracer it starts nothing and returns ctx and a span that records
-// nothing.
-func (w *Worker) startSpan(ctx context.Context, l *lease, name string) (context.Context, trace.Span) {
+// startSpan starts span name of the lease key granted by g as a child of
+// ctx. Without a tracer it starts nothing and returns ctx and a span that
+// records nothing.
+func (w *Worker) startSpan(ctx context.Context, key leaseKey, g *leaseholdv1.Grant, name string) (context.Context, trace.Span) {
 	if w.tracer == nil {
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	return w.tracer.Start(ctx, name, trace.WithAttributes(
-		attribute.String("leasehold.job_id", l.key.jobID),
-		attribute.Int64("leasehold.lease.token", int64(l.key.token)),
-		attribute.Int64("leasehold.lease.attempt", int64(l.grant.GetLease().GetAttempt())),
+		attribute.String("leasehold.job_id", key.jobID),
+		attribute.Int64("leasehold.lease.token", int64(key.token)),
+		attribute.Int64("leasehold.lease.attempt", int64(g.GetLease().GetAttempt())),
 		attribute.String("leasehold.renderer_id", w.cfg.ID),
 	))
 }

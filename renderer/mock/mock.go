@@ -1,4 +1,5 @@
-// Package mock is the deterministic preview provider renderer pods use.
+// Package mock is the deterministic preview provider renderer pods use: a
+// [renderer.Provider] for the worker of package renderer.
 //
 // The provider never opens, parses or executes a document: it derives a small
 // paletted PNG whose colours come from the document's bytes (or, when the
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/renderer"
 )
 
 // InvalidMarker is the content prefix that marks a document as corrupt: a
@@ -46,55 +48,8 @@ const CrashExitCode = 3
 // ContentType is the media type of every preview the provider produces.
 const ContentType = "image/png"
 
-// Document is what the provider knows about the document to preview.
-type Document struct {
-	// Name is the document's name; its extension is used for format checks.
-	Name string
-	// ContentType is a MIME type or a file extension such as ".pdf".
-	ContentType string
-	// Content is the inline content; it may be empty.
-	Content []byte
-	// SourceURI is where the document lives; it is never fetched.
-	SourceURI string
-}
-
-// Input is one render request: the document and the lease it is made under.
-type Input struct {
-	// JobID and Token name the lease; both are stamped into the preview.
-	JobID string
-	Token uint64
-	// RendererID names the renderer; it is stamped into the preview.
-	RendererID string
-	// Document is the document to preview.
-	Document Document
-	// OnPause, when set, is called as the simulated pause before completing
-	// begins. The pause stands for a stop-the-world stall of the whole
-	// process, so the caller should stop heartbeating this lease until Render
-	// returns; that is what lets the lease expire behind the paused render.
-	OnPause func()
-}
-
-// Output is a rendered preview.
-type Output struct {
-	// Content is the encoded preview.
-	Content []byte
-	// ContentType is the preview's media type, always [ContentType].
-	ContentType string
-}
-
-// Failure is a classified render failure. Renderers report it to the
-// coordinator with its class; permanent classes end the job at once.
-type Failure struct {
-	// Class is how the coordinator treats the failure.
-	Class leaseholdv1.FailureClass
-	// Message says what went wrong; it never quotes document content.
-	Message string
-}
-
-// Error implements error.
-func (f *Failure) Error() string {
-	return fmt.Sprintf("%s: %s", f.Class, f.Message)
-}
+// The provider's compile-time check against the worker's seam.
+var _ renderer.Provider = (*Provider)(nil)
 
 // DefaultUnsupported returns the built-in list of refused formats: file
 // extensions (with a leading dot) and MIME types of documents that may carry
@@ -178,15 +133,16 @@ func New(cfg Config) (*Provider, error) {
 
 // Render previews in.Document under the lease (in.JobID, in.Token).
 //
-// It returns a *Failure for documents it refuses and for injected transient
-// faults, and ctx.Err() as soon as ctx is done while it waits (latency or the
-// pause before completing). A document matching Config.CrashOn ends the
+// It returns a *renderer.Failure for documents it refuses and for injected
+// transient faults, and ctx.Err() as soon as ctx is done while it waits
+// (latency or the pause before completing, which it announces with
+// in.OnPause). A document matching Config.CrashOn ends the
 // process before anything else happens; if the injected exit function
 // returns, Render returns an error.
-func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
+func (p *Provider) Render(ctx context.Context, in renderer.Input) (renderer.Output, error) {
 	if p.cfg.CrashOn != "" && strings.Contains(in.Document.Name, p.cfg.CrashOn) {
 		p.exit(CrashExitCode)
-		return Output{}, fmt.Errorf("mock: crashed on %q", in.Document.Name)
+		return renderer.Output{}, fmt.Errorf("mock: crashed on %q", in.Document.Name)
 	}
 	// The generator is built only when a random decision is configured; its
 	// draws come in a fixed order (jitter, then failure).
@@ -199,13 +155,13 @@ func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
 		delay += time.Duration(rng.Int64N(int64(p.cfg.LatencyJitter)))
 	}
 	if err := wait(ctx, delay); err != nil {
-		return Output{}, err
+		return renderer.Output{}, err
 	}
 	if f := p.classify(in.Document); f != nil {
-		return Output{}, f
+		return renderer.Output{}, f
 	}
 	if p.cfg.FailRate > 0 && rng.Float64() < p.cfg.FailRate {
-		return Output{}, &Failure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT, Message: "injected transient fault"}
+		return renderer.Output{}, &renderer.Failure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT, Message: "injected transient fault"}
 	}
 	img := renderPNG(in)
 	if p.cfg.PauseBeforeComplete > 0 {
@@ -213,38 +169,38 @@ func (p *Provider) Render(ctx context.Context, in Input) (Output, error) {
 			in.OnPause()
 		}
 		if err := wait(ctx, p.cfg.PauseBeforeComplete); err != nil {
-			return Output{}, err
+			return renderer.Output{}, err
 		}
 	}
-	return Output{Content: img, ContentType: ContentType}, nil
+	return renderer.Output{Content: img, ContentType: ContentType}, nil
 }
 
 // Supported reports whether a document with this name and content type is
 // accepted by the format check.
 func (p *Provider) Supported(name, contentType string) bool {
-	return p.classify(Document{Name: name, ContentType: contentType}) == nil
+	return p.classify(renderer.Document{Name: name, ContentType: contentType}) == nil
 }
 
 // classify returns the permanent failure for doc, or nil when it can be
 // rendered.
-func (p *Provider) classify(doc Document) *Failure {
+func (p *Provider) classify(doc renderer.Document) *renderer.Failure {
 	for _, f := range []string{normalizeFormat(path.Ext(doc.Name)), normalizeFormat(doc.ContentType)} {
 		if f != "" && p.unsupported[f] {
-			return &Failure{
+			return &renderer.Failure{
 				Class:   leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT,
 				Message: fmt.Sprintf("format %q is not supported", f),
 			}
 		}
 	}
 	if bytes.HasPrefix(doc.Content, []byte(InvalidMarker)) {
-		return &Failure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT, Message: "document content is not readable"}
+		return &renderer.Failure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT, Message: "document content is not readable"}
 	}
 	return nil
 }
 
 // rng returns the generator for one render, seeded by the provider's seed and
 // the lease, so that its draws do not depend on other renders.
-func (p *Provider) rng(in Input) *rand.Rand {
+func (p *Provider) rng(in renderer.Input) *rand.Rand {
 	h := sha256.New()
 	h.Write([]byte(in.JobID))
 	var b [8]byte

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/renderer"
 	"github.com/leasehold/leasehold/renderer/mock"
 )
 
@@ -32,16 +33,16 @@ func newProvider(t *testing.T, cfg mock.Config) *mock.Provider {
 	return p
 }
 
-func input(jobID string, token uint64, content string) mock.Input {
-	return mock.Input{
+func input(jobID string, token uint64, content string) renderer.Input {
+	return renderer.Input{
 		JobID:      jobID,
 		Token:      token,
 		RendererID: "r-1",
-		Document:   mock.Document{Name: "report.pdf", ContentType: "application/pdf", Content: []byte(content)},
+		Document:   renderer.Document{Name: "report.pdf", ContentType: "application/pdf", Content: []byte(content)},
 	}
 }
 
-func render(t *testing.T, p *mock.Provider, in mock.Input) mock.Output {
+func render(t *testing.T, p *mock.Provider, in renderer.Input) renderer.Output {
 	t.Helper()
 	out, err := p.Render(context.Background(), in)
 	if err != nil {
@@ -89,7 +90,7 @@ func TestRenderDeterminism(t *testing.T) {
 	})
 
 	t.Run("without content pixels depend on name and source", func(t *testing.T) {
-		in := mock.Input{JobID: "j", Token: 1, Document: mock.Document{Name: "a.pdf", SourceURI: "s3://b/a.pdf"}}
+		in := renderer.Input{JobID: "j", Token: 1, Document: renderer.Document{Name: "a.pdf", SourceURI: "s3://b/a.pdf"}}
 		a := render(t, p, in)
 		in.Document.SourceURI = "s3://b/other.pdf"
 		b := render(t, p, in)
@@ -144,31 +145,31 @@ func TestRenderClassification(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  mock.Config
-		doc  mock.Document
+		doc  renderer.Document
 		want leaseholdv1.FailureClass // UNSPECIFIED means it renders
 	}{
-		{"a macro document by extension is unsupported", mock.Config{}, mock.Document{Name: "Budget.XLSM"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
-		{"an executable by extension is unsupported", mock.Config{}, mock.Document{Name: "setup.exe"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
-		{"an extension given as content type is unsupported", mock.Config{}, mock.Document{Name: "x", ContentType: ".docm"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
-		{"a macro MIME type is unsupported in any case and with parameters", mock.Config{}, mock.Document{Name: "x", ContentType: "application/vnd.ms-word.document.macroEnabled.12; charset=binary"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
-		{"an executable MIME type is unsupported", mock.Config{}, mock.Document{Name: "x", ContentType: "application/x-msdownload"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
-		{"a content starting with the invalid marker is an invalid document", mock.Config{}, mock.Document{Name: "a.pdf", Content: []byte("%INVALID rest")}, leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT},
-		{"a plain PDF renders", mock.Config{}, mock.Document{Name: "a.pdf", ContentType: "application/pdf", Content: []byte("%PDF-1.7")}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSPECIFIED},
-		{"a configured list replaces the default", mock.Config{Unsupported: []string{".PDF"}}, mock.Document{Name: "a.pdf"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
-		{"an empty configured list refuses nothing", mock.Config{Unsupported: []string{}}, mock.Document{Name: "a.exe"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSPECIFIED},
+		{"a macro document by extension is unsupported", mock.Config{}, renderer.Document{Name: "Budget.XLSM"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
+		{"an executable by extension is unsupported", mock.Config{}, renderer.Document{Name: "setup.exe"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
+		{"an extension given as content type is unsupported", mock.Config{}, renderer.Document{Name: "x", ContentType: ".docm"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
+		{"a macro MIME type is unsupported in any case and with parameters", mock.Config{}, renderer.Document{Name: "x", ContentType: "application/vnd.ms-word.document.macroEnabled.12; charset=binary"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
+		{"an executable MIME type is unsupported", mock.Config{}, renderer.Document{Name: "x", ContentType: "application/x-msdownload"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
+		{"a content starting with the invalid marker is an invalid document", mock.Config{}, renderer.Document{Name: "a.pdf", Content: []byte("%INVALID rest")}, leaseholdv1.FailureClass_FAILURE_CLASS_INVALID_DOCUMENT},
+		{"a plain PDF renders", mock.Config{}, renderer.Document{Name: "a.pdf", ContentType: "application/pdf", Content: []byte("%PDF-1.7")}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSPECIFIED},
+		{"a configured list replaces the default", mock.Config{Unsupported: []string{".PDF"}}, renderer.Document{Name: "a.pdf"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSUPPORTED_FORMAT},
+		{"an empty configured list refuses nothing", mock.Config{Unsupported: []string{}}, renderer.Document{Name: "a.exe"}, leaseholdv1.FailureClass_FAILURE_CLASS_UNSPECIFIED},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := newProvider(t, tt.cfg)
-			_, err := p.Render(context.Background(), mock.Input{JobID: "j", Token: 1, Document: tt.doc})
-			var f *mock.Failure
+			_, err := p.Render(context.Background(), renderer.Input{JobID: "j", Token: 1, Document: tt.doc})
+			var f *renderer.Failure
 			switch {
 			case tt.want == leaseholdv1.FailureClass_FAILURE_CLASS_UNSPECIFIED && err != nil:
 				t.Fatalf("Render: %v, want success", err)
 			case tt.want == leaseholdv1.FailureClass_FAILURE_CLASS_UNSPECIFIED:
 			case !errors.As(err, &f):
-				t.Fatalf("Render error = %v, want *mock.Failure", err)
+				t.Fatalf("Render error = %v, want *renderer.Failure", err)
 			case f.Class != tt.want:
 				t.Fatalf("class = %v, want %v", f.Class, tt.want)
 			}
@@ -185,9 +186,9 @@ func TestRenderFailRate(t *testing.T) {
 		var got []bool
 		for i := range 100 {
 			_, err := p.Render(context.Background(), input("job-"+strconv.Itoa(i), uint64(i+1), "doc"))
-			var f *mock.Failure
+			var f *renderer.Failure
 			if err != nil && (!errors.As(err, &f) || f.Class != leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT) {
-				t.Fatalf("Render error = %v, want a transient *mock.Failure", err)
+				t.Fatalf("Render error = %v, want a transient *renderer.Failure", err)
 			}
 			got = append(got, err != nil)
 		}
@@ -347,10 +348,10 @@ func TestNewValidates(t *testing.T) {
 func TestRenderIsValidPNG(t *testing.T) {
 	t.Parallel()
 	p := newProvider(t, mock.Config{})
-	for _, in := range []mock.Input{
+	for _, in := range []renderer.Input{
 		input("j", 0, "x"),
 		input(strings.Repeat("j", 300), ^uint64(0), strings.Repeat("long content ", 1000)),
-		{JobID: "j", Token: 1, Document: mock.Document{Name: "empty.pdf"}},
+		{JobID: "j", Token: 1, Document: renderer.Document{Name: "empty.pdf"}},
 	} {
 		out := render(t, p, in)
 		cfg, err := png.DecodeConfig(bytes.NewReader(out.Content))

@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+
+	"github.com/leasehold/leasehold/renderer"
 )
 
 // Preview geometry: a Size x Size image made of cells x cells squares.
@@ -98,7 +100,7 @@ var fixed = sync.OnceValue(func() fixedChunks {
 // The pixels depend only on the document (through the palette), the text
 // chunks only on the lease, so the same document under the same lease always
 // gives the same bytes.
-func renderPNG(in Input) []byte {
+func renderPNG(in renderer.Input) []byte {
 	f := fixed()
 	tokenText := strconv.AppendUint(make([]byte, 0, 20), in.Token, 10)
 	n := len(f.head) + len(f.tail) +
@@ -133,7 +135,7 @@ func appendPalette(b []byte, seed [sha256.Size]byte) []byte {
 
 // documentSeed hashes what the preview's pixels derive from: the content, or
 // the name and source URI when there is no inline content.
-func documentSeed(doc Document) [sha256.Size]byte {
+func documentSeed(doc renderer.Document) [sha256.Size]byte {
 	h := sha256.New()
 	if len(doc.Content) > 0 {
 		h.Write([]byte("content\x00"))
