@@ -65,6 +65,8 @@ type group struct {
 	// work: something may have become dispatchable; credit: a connection
 	// got credit; dispatch: the pause switch changed.
 	work, credit, dispatch bool
+	// published is set by a mutation that publishes before the commit.
+	published bool
 }
 
 // setClock moves the group's clock to a command's send time; the
@@ -426,6 +428,10 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	g, err := e.evaluate(batch, wall, mono)
 	committed := false
 	if err == nil {
+		if mutant(mutationPublishEarly) {
+			e.publish(g)
+			g.published = true
+		}
 		committed, err = e.commit(g)
 	}
 	if err != nil {
@@ -493,7 +499,9 @@ func (e *Engine) finish(g *group, batch []*request, committed bool, mono time.Du
 	// Publish before answering, so that a caller who sees its answer can
 	// rely on watchers, renderers' streams, health and metrics having been
 	// told.
-	e.publish(g)
+	if !mutant(mutationPublishEarly) || !g.published {
+		e.publish(g)
+	}
 	if committed {
 		failpointAfterCommit()
 	}
