@@ -343,7 +343,7 @@ func (c *checker) recentAcked() ([2]string, bool) {
 	if n == 0 {
 		return [2]string{}, false
 	}
-	return c.ackedKeys[n-1-c.w.pick(min(n, 8))], true
+	return c.ackedKeys[n-1-c.w.pick(min(n, 4))], true
 }
 
 // phaseAfter is the phase an event of kind leaves its job in, for the

@@ -38,11 +38,11 @@ const (
 	// entry in flight (the leader dies, is cut off, or a follower's
 	// election timer fires), after it reached some of the followers. Its
 	// outcome is unknown: it commits if the next leader holds it.
-	pInFlight = 0.003
+	pInFlight = 0.008
 	// pRefused, per entry: raft refuses it at once (an enqueue timeout, a
 	// leadership transfer under way); it was not committed, and the node
 	// still leads.
-	pRefused = 0.001
+	pRefused = 0.002
 	// pSlowFollower, per entry and follower beyond the quorum: the
 	// follower gets the entry only with a later one.
 	pSlowFollower = 0.05
@@ -77,8 +77,9 @@ type peer struct {
 	deferred []func()
 	isolated bool
 	// applySet is set while a catch-up of the store is scheduled;
-	// crashNow kills the process once the step in progress returns.
-	applySet, crashNow bool
+	// crashNow kills the process once the step in progress returns;
+	// barrierWait is set while a promotion waits for its barrier.
+	applySet, crashNow, barrierWait bool
 }
 
 // entry is one raft log entry: a group's write set, or a new leader's
@@ -121,6 +122,9 @@ type consensus struct {
 	// pending is the entry the step in progress proposed.
 	pending  *entry
 	electSet bool
+	// ledAt is when a promoted writer was last seen leading, during the
+	// quiescent phase.
+	ledAt time.Duration
 	// checkpoints are store digests at applied indexes, for the nodes
 	// behind them to compare with when they reach them.
 	checkpoints []checkpoint
@@ -195,6 +199,23 @@ func (k *consensus) settled() bool {
 	return k.leading() != nil
 }
 
+// leaderlessLimit bounds how long the cluster may go without a promoted
+// leader once the faults have stopped: every node is back within a lease
+// TTL, and an election takes a fraction of one.
+const leaderlessLimit = 10 * leaseTTL
+
+// checkLive fails a quiescent run that has had no promoted leader for
+// leaderlessLimit.
+func (k *consensus) checkLive() {
+	w := k.w
+	switch {
+	case k.leading() != nil || k.ledAt == 0:
+		k.ledAt = w.now
+	case w.now-k.ledAt > leaderlessLimit:
+		w.failf("not live: no writer has led for %v after the faults stopped (leader %v, term %d)", w.now-k.ledAt, k.leader != nil, k.term)
+	}
+}
+
 // target is the node a client's call goes to: one whose Leader health
 // entry it last saw SERVING (a stopped leader's stays so), or any node
 // when none does, which refuses it.
@@ -248,7 +269,7 @@ func (k *consensus) started(n *coordinator) {
 	// Entries up to base are applied on every node: those of them that
 	// are write sets are in the store.
 	n.applied, n.lastGroup = max(rs.Applied, k.base), rs.Group
-	n.raftLeader, n.serving, n.paused, n.deferred, n.applySet, n.crashNow = false, false, false, nil, false, false
+	n.raftLeader, n.serving, n.paused, n.deferred, n.applySet, n.crashNow, n.barrierWait = false, false, false, nil, false, false, false
 	n.knownCommit = 0
 	k.rejoinSoon(n)
 }
@@ -562,7 +583,7 @@ func (k *consensus) applySoon(n *coordinator) {
 		return
 	}
 	n.applySet = true
-	d := w.between(0, 20*time.Millisecond)
+	d := w.between(0, 40*time.Millisecond)
 	if w.faulty(pApplyLag) {
 		d = w.between(leaseTTL/4, leaseTTL)
 	}
@@ -903,6 +924,7 @@ func (c *coordinator) alive(inc int, fn func()) {
 func (c *coordinator) promote(term uint64) {
 	w, k := c.w, c.w.raft
 	if !c.raftLeader || c.term != term {
+		c.barrierWait = false
 		return
 	}
 	if c.e.Leading() {
@@ -911,11 +933,18 @@ func (c *coordinator) promote(term uint64) {
 	if !mutant(mutationSkipBarrier) {
 		// The barrier is an entry appended to the leader's log: it commits
 		// only while the node leads a quorum, and with it every entry
-		// before it, which the store then applies.
+		// before it, which the store then applies. Until then it waits, or
+		// fails once raft steps down.
 		if !k.leads(c) {
-			c.tracef("the barrier fails: no quorum; waiting for the next change")
+			if !c.barrierWait {
+				c.barrierWait = true
+				c.tracef("the barrier waits for a quorum")
+			}
+			inc := c.incarnation
+			w.after(leaderLease/5, func() { c.alive(inc, func() { c.promote(term) }) })
 			return
 		}
+		c.barrierWait = false
 		k.commitAll(c)
 	}
 	rs, err := c.st.ReplicaState()
@@ -1034,7 +1063,7 @@ func (rd *reader) tick() {
 	if !w.faults {
 		return
 	}
-	w.after(w.between(leaseTTL/100, leaseTTL/20), rd.tick)
+	w.after(w.between(leaseTTL/200, leaseTTL/40), rd.tick)
 	key, ok := w.check.recentAcked()
 	if !ok {
 		return

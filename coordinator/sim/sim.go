@@ -246,6 +246,9 @@ func (w *world) run() {
 		if w.now > deadline || len(w.agenda) == 0 {
 			w.failf("not live: %s %v after the faults stopped", w.check.unfinishedSummary(), w.now-(deadline-quiescentLimit))
 		}
+		if w.raft != nil {
+			w.raft.checkLive()
+		}
 		w.stepOnce()
 	}
 	w.final()
