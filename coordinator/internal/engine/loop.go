@@ -65,7 +65,8 @@ type group struct {
 	// work: something may have become dispatchable; credit: a connection
 	// got credit; dispatch: the pause switch changed.
 	work, credit, dispatch bool
-	// published is set by a mutation that publishes before the commit.
+	// published is set by a mutation that publishes and answers before
+	// the commit.
 	published bool
 }
 
@@ -429,12 +430,15 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	committed := false
 	if err == nil {
 		if mutant(mutationPublishEarly) {
-			e.publish(g)
+			e.finish(g, batch, true, mono, start)
 			g.published = true
 		}
 		committed, err = e.commit(g)
 	}
 	if err != nil {
+		if mutant(mutationPublishEarly) && g.published {
+			batch = nil // answered already
+		}
 		if lost := leadershipLost(err); lost != nil {
 			e.stepDown(g, batch, lost)
 			return lost
@@ -442,7 +446,9 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 		e.failStop(g, batch, err)
 		return err
 	}
-	e.finish(g, batch, committed, mono, start)
+	if !mutant(mutationPublishEarly) || !g.published {
+		e.finish(g, batch, committed, mono, start)
+	}
 	return nil
 }
 
@@ -499,9 +505,7 @@ func (e *Engine) finish(g *group, batch []*request, committed bool, mono time.Du
 	// Publish before answering, so that a caller who sees its answer can
 	// rely on watchers, renderers' streams, health and metrics having been
 	// told.
-	if !mutant(mutationPublishEarly) || !g.published {
-		e.publish(g)
-	}
+	e.publish(g)
 	if committed {
 		failpointAfterCommit()
 	}

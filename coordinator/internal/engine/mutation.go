@@ -10,8 +10,9 @@ type mutation int32
 const (
 	noMutation mutation = iota
 	// mutationPublishEarly publishes a group's effects (grants,
-	// revocations, watch events) before its commit returns, so that a
-	// group whose entry never commits has been seen.
+	// revocations, watch events) and answers its commands before its
+	// commit returns, so that a group whose entry never commits has been
+	// seen and acknowledged.
 	mutationPublishEarly
 	// mutationKeepSoft keeps the writer's in-memory state when its term
 	// ends (no session ends, nothing dropped), and Promote reuses what is

@@ -14,8 +14,8 @@ var active atomic.Int32
 var Mutations = []string{"publish-early", "keep-soft-state", "local-token", "no-extend"}
 
 // SetMutation switches on the named deliberate bug of the writer's
-// leadership ("publish-early": effects published before the commit
-// returns; "keep-soft-state": in-memory state kept across terms;
+// leadership ("publish-early": effects published and commands answered
+// before the commit returns; "keep-soft-state": in-memory state kept across terms;
 // "local-token": tokens from a counter in memory; "no-extend": no lease
 // extension on promotion), or none with "". It exists only in a build with
 // the simmutation tag, for the simulator's mutation tests; it affects
