@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
@@ -42,6 +44,17 @@ type checker struct {
 	grants map[uint64]grantRef
 	// touched is the scratch list of jobs one group touched.
 	touched []uint64
+	// promo is the last promotion of a cluster's writer: the leases live
+	// then were promised a TTL and the extension from then.
+	promo promotion
+}
+
+// promotion is a writer's promotion: its sequence number, when it was
+// (simulated time), and the extension it gave live leases.
+type promotion struct {
+	seq    int
+	at     time.Duration
+	extend time.Duration
 }
 
 // track is what the checker knows of one job, from its events.
@@ -63,6 +76,10 @@ type track struct {
 	digest    string
 	// mark is the last group that touched the job.
 	mark int
+	// promoSeq and promoToken are the promotion at which the lease
+	// promoToken was live (cluster mode).
+	promoSeq   int
+	promoToken uint64
 }
 
 type ackedBatch struct {
@@ -88,11 +105,35 @@ func preview(job, token uint64, renderer string) ([]byte, string) {
 	return content, hex.EncodeToString(sum[:])
 }
 
-// group checks one committed group: its events, one by one, against what
-// the checker knows (noGrant: dispatch was paused throughout it), then the
-// jobs it touched against the store and the writer's indexes, and, now
-// and then (see Config.FullCheckEvery), everything.
-func (c *checker) group(evs []watch.JobEvent, noGrant bool) {
+// group checks one group node n's writer committed: its events, one by
+// one, against what the checker knows (noGrant: dispatch was paused
+// throughout it), then the jobs it touched against n's store and writer's
+// indexes, and, now and then (see Config.FullCheckEvery), everything.
+func (c *checker) group(n *coordinator, evs []watch.JobEvent, noGrant bool) {
+	c.events(evs, noGrant)
+	c.stored(n, c.touched)
+	// The whole-store checks cost a read of every job: run them after
+	// eight events per job stored, so that they cost a bounded share of the
+	// run however many jobs it stores.
+	c.sinceFull += len(evs)
+	if c.sinceFull >= max(c.w.cfg.FullCheckEvery, 8*len(c.jobs)) {
+		c.full(n)
+		c.compareShadow()
+	}
+}
+
+// committed checks the events of an entry another writer evaluated, which
+// committed once a later leader was elected (cluster mode): the events
+// alone, since no writer holds the indexes they were evaluated with; the
+// next promotion checks the store.
+func (c *checker) committed(evs []watch.JobEvent) {
+	c.events(evs, false)
+	c.sinceFull += len(evs)
+}
+
+// events checks committed events in order against what the checker knows
+// and notes the jobs they touched.
+func (c *checker) events(evs []watch.JobEvent, noGrant bool) {
 	w := c.w
 	c.groups++
 	c.touched = c.touched[:0]
@@ -127,21 +168,15 @@ func (c *checker) group(evs []watch.JobEvent, noGrant bool) {
 			c.touched = append(c.touched, je.Job)
 		}
 	}
-	c.stored(c.touched)
-	// The whole-store checks cost a read of every job: run them after
-	// eight events per job stored, so that they cost a bounded share of the
-	// run however many jobs it stores.
-	c.sinceFull += len(evs)
-	if c.sinceFull >= max(w.cfg.FullCheckEvery, 8*len(c.jobs)) {
-		c.full()
-		c.compareShadow()
-	}
 }
 
 // compareShadow compares the whole shadow store with the coordinator's
 // (Config.Shadow); after every group the shadow itself checks each key the
 // group wrote.
 func (c *checker) compareShadow() {
+	if c.w.coord == nil {
+		return
+	}
 	if sh := c.w.coord.shadow; sh != nil {
 		if err := sh.Compare(); err != nil {
 			c.w.failf("write-set replication: %v", err)
@@ -212,9 +247,15 @@ func (c *checker) event(id uint64, t *track, ev jobs.Event, noGrant bool) {
 		}
 		t.cancelled = true
 	case jobs.EventLeaseExpired, jobs.EventAttemptFailed:
+		if ev.Kind == jobs.EventLeaseExpired {
+			c.expiredAfterFailover(id, t, ev)
+		}
 		endLive()
 	case jobs.EventRequeued:
 		if ev.Token != 0 {
+			if ev.Reason == jobs.ReleaseNeverHeard {
+				c.expiredAfterFailover(id, t, ev)
+			}
 			endLive()
 		} else if t.phase != jobs.PhaseRetryWait {
 			w.failf("job %d re-queued from %v", id, t.phase)
@@ -245,6 +286,68 @@ func (c *checker) event(id uint64, t *track, ev jobs.Event, noGrant bool) {
 	}
 }
 
+// expiredAfterFailover checks an expiry (counted, or uncounted when never
+// heard from) against the promise a promotion makes every lease live at
+// it: a full TTL and the extension from the promotion, so that a renderer
+// reconnecting through a failover finds its leases held. A lease that
+// expires sooner expired because of the failover.
+func (c *checker) expiredAfterFailover(id uint64, t *track, ev jobs.Event) {
+	p := c.promo
+	if p.seq == 0 || t.promoSeq != p.seq || t.promoToken != ev.Token {
+		return
+	}
+	if due := epoch.Add(p.at + leaseTTL + p.extend); ev.At.Before(due) {
+		c.w.failf("job %d: lease %d, live when the writer was promoted at %v, %v at %v, before the TTL and the extension (%v) from the promotion ran out at %v",
+			id, ev.Token, p.at, ev.Kind, ev.At.Sub(epoch), p.extend, due.Sub(epoch))
+	}
+}
+
+// promoted records the promotion of a writer, which gave every live lease
+// a TTL and extend from now.
+func (c *checker) promoted(extend time.Duration) {
+	c.promo = promotion{seq: c.promo.seq + 1, at: c.w.now, extend: extend}
+	for _, id := range c.ids {
+		if t := c.jobs[id]; t.live != 0 {
+			t.promoSeq, t.promoToken = c.promo.seq, t.live
+		}
+	}
+}
+
+// grantSeen checks a grant as it reaches renderer: nothing leaves the
+// coordinator before its entry is committed, so the grant is one the
+// checker has seen committed, of that job to that renderer.
+func (c *checker) grantSeen(renderer string, gr engine.Grant) {
+	token := gr.Job.Lease.Token
+	if g, ok := c.grants[token]; !ok || g.job != gr.Job.ID || g.renderer != renderer {
+		c.w.failf("renderer %s was granted job %d under token %d, which no committed entry granted it (committed: %+v, found %v)",
+			renderer, gr.Job.ID, token, g, ok)
+	}
+}
+
+// read checks a read of the batch of key, answered by node n: the
+// submission was answered before the read was sent, so a read that does
+// not see it is stale.
+func (c *checker) read(n *coordinator, key [2]string, b reads.BatchView, err error) {
+	a := c.acked[key]
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		c.w.failf("stale read: %s answered that batch %d (%s/%s, answered before the read was sent) does not exist", n.name, a.id, key[0], key[1])
+	case err != nil:
+		c.w.failf("reading batch %d on %s: %v", a.id, n.name, err)
+	case b.Batch.ID != a.id || int(b.Batch.Count) != a.count:
+		c.w.failf("read of batch %d (%s/%s) on %s answered %+v", a.id, key[0], key[1], n.name, b.Batch)
+	}
+}
+
+// recentAcked picks one of the latest answered submissions.
+func (c *checker) recentAcked() ([2]string, bool) {
+	n := len(c.ackedKeys)
+	if n == 0 {
+		return [2]string{}, false
+	}
+	return c.ackedKeys[n-1-c.w.pick(min(n, 4))], true
+}
+
 // phaseAfter is the phase an event of kind leaves its job in, for the
 // kinds that decide it.
 func phaseAfter(kind jobs.EventKind) (jobs.Phase, bool) {
@@ -266,13 +369,13 @@ func phaseAfter(kind jobs.EventKind) (jobs.Phase, bool) {
 	return 0, false
 }
 
-// stored checks the writer's indexes for the jobs in ids, and their
+// stored checks node n's writer's indexes for the jobs in ids, and their
 // records against what their events said: phase, history length, attempts
 // within the maximum, the live lease, and that a success's artifact is the
 // preview of its own lease.
-func (c *checker) stored(ids []uint64) {
+func (c *checker) stored(n *coordinator, ids []uint64) {
 	w := c.w
-	if err := w.coord.s.CheckIndexes(ids, c.record); err != nil {
+	if err := n.s.CheckIndexes(ids, c.record); err != nil {
 		w.failf("the writer's indexes disagree with the store:\n%v", err)
 	}
 }
@@ -305,12 +408,14 @@ func (c *checker) record(tx *store.Tx, j jobs.Job) {
 	}
 }
 
-// full checks everything: the store against itself (store.VerifySince),
-// and what restarted checks.
-func (c *checker) full() {
+// full checks everything on node n: the store against itself
+// (store.VerifySince), and what restarted checks; in a cluster, it also
+// has the other nodes compare their stores with n's when they reach n's
+// applied index.
+func (c *checker) full(n *coordinator) {
 	w := c.w
 	c.sinceFull = 0
-	sum, state, err := w.coord.st.VerifySince(c.state)
+	sum, state, err := n.st.VerifySince(c.state)
 	if err == nil {
 		err = sum.Err()
 	}
@@ -321,28 +426,32 @@ func (c *checker) full() {
 	if state.LastToken != c.maxToken {
 		w.failf("token counter %d, the last token granted %d", state.LastToken, c.maxToken)
 	}
-	c.restarted()
+	if w.raft != nil {
+		w.raft.checkpoint(n)
+	}
+	c.restarted(n)
 }
 
-// restarted checks a coordinator that just came up over the file earlier
-// processes committed: the writer's rebuilt indexes against every job,
-// every job against its events, and every answered submission.
-func (c *checker) restarted() {
+// restarted checks node n's coordinator that just came up over the file
+// earlier processes committed (or its writer just promoted): the writer's
+// rebuilt indexes against every job, every job against its events, and
+// every answered submission.
+func (c *checker) restarted(n *coordinator) {
 	w := c.w
-	if !w.coord.up {
+	if !n.up {
 		return
 	}
-	n := 0
-	if err := w.coord.s.CheckIndexes(nil, func(tx *store.Tx, j jobs.Job) {
-		n++
+	stored := 0
+	if err := n.s.CheckIndexes(nil, func(tx *store.Tx, j jobs.Job) {
+		stored++
 		c.record(tx, j)
 	}); err != nil {
 		w.failf("the writer's indexes disagree with the store:\n%v", err)
 	}
-	if n != len(c.jobs) {
-		w.failf("%d jobs stored, %d published", n, len(c.jobs))
+	if stored != len(c.jobs) {
+		w.failf("%d jobs stored, %d published", stored, len(c.jobs))
 	}
-	err := w.coord.st.View(func(tx *store.Tx) error {
+	err := n.st.View(func(tx *store.Tx) error {
 		if last := tx.LastToken(); last != c.maxToken {
 			w.failf("token counter %d, the last token granted %d", last, c.maxToken)
 		}
@@ -363,11 +472,11 @@ func (c *checker) restarted() {
 	}
 }
 
-// failStopped checks that a group whose commit failed left nothing behind:
-// no token it took is stored.
-func (c *checker) failStopped() {
+// failStopped checks that a group whose commit failed left nothing behind
+// in node n's store: no token it took is stored.
+func (c *checker) failStopped(n *coordinator) {
 	w := c.w
-	err := w.coord.st.View(func(tx *store.Tx) error {
+	err := n.st.View(func(tx *store.Tx) error {
 		if last := tx.LastToken(); last != c.maxToken {
 			w.failf("after a failed commit the token counter is %d, the last token granted %d", last, c.maxToken)
 		}
@@ -378,10 +487,10 @@ func (c *checker) failStopped() {
 	}
 }
 
-// final checks the end of the quiescent phase: everything, and every job
-// ended.
-func (c *checker) final() {
-	c.full()
+// final checks the end of the quiescent phase on node n (the single node,
+// or the cluster's leader): everything, and every job ended.
+func (c *checker) final(n *coordinator) {
+	c.full(n)
 	c.compareShadow()
 	if c.nonTerminal != 0 {
 		c.w.failf("%s at the end", c.unfinishedSummary())
@@ -396,12 +505,12 @@ func (c *checker) submitted(sub *submission, res engine.SubmitResult, err error)
 	prev, seen := c.acked[key]
 	switch {
 	case sub.reuse:
-		if !errors.Is(err, jobs.ErrRequestIDReused) && !errors.Is(err, engine.ErrStorageFailed) {
+		if !errors.Is(err, jobs.ErrRequestIDReused) && !errors.Is(err, engine.ErrStorageFailed) && !w.leadershipErr(err) {
 			w.failf("request id %s/%s reused for other documents: answered %+v, %v", key[0], key[1], res.Batch.Batch, err)
 		}
 		return
 	case err != nil:
-		if !errors.Is(err, engine.ErrStorageFailed) && !errors.Is(err, jobs.ErrTeamQueueFull) {
+		if !errors.Is(err, engine.ErrStorageFailed) && !errors.Is(err, jobs.ErrTeamQueueFull) && !w.leadershipErr(err) {
 			w.failf("submission %s/%s refused: %v", key[0], key[1], err)
 		}
 		return
@@ -429,7 +538,7 @@ func (c *checker) submitted(sub *submission, res engine.SubmitResult, err error)
 func (c *checker) cancelled(req engine.CancelRequest, res engine.CancelResult, err error) {
 	w := c.w
 	if req.Job == 0 {
-		if err != nil && !errors.Is(err, engine.ErrStorageFailed) {
+		if err != nil && !errors.Is(err, engine.ErrStorageFailed) && !w.leadershipErr(err) {
 			w.failf("cancel of batch %d: %v", req.Batch, err)
 		}
 		return
@@ -444,7 +553,7 @@ func (c *checker) cancelled(req engine.CancelRequest, res engine.CancelResult, e
 		if t.phase != jobs.PhaseSucceeded && t.phase != jobs.PhaseFailed {
 			w.failf("cancel of job %d answered already terminal, the job is %v", req.Job, t.phase)
 		}
-	case errors.Is(err, engine.ErrStorageFailed):
+	case errors.Is(err, engine.ErrStorageFailed), w.leadershipErr(err):
 	default:
 		w.failf("cancel of job %d: %v", req.Job, err)
 	}
@@ -455,7 +564,7 @@ func (c *checker) cancelled(req engine.CancelRequest, res engine.CancelResult, e
 func (c *checker) completed(req engine.CompleteRequest, res engine.CompleteResult, err error) {
 	w := c.w
 	if err != nil {
-		if !jobs.IsFence(err) && !errors.Is(err, engine.ErrStorageFailed) {
+		if !jobs.IsFence(err) && !errors.Is(err, engine.ErrStorageFailed) && !w.leadershipErr(err) {
 			w.failf("completion of job %d under %d by %s: %v", req.Job, req.Token, req.Renderer, err)
 		}
 		return

@@ -49,8 +49,8 @@ func (u *unaryRenderer) poll(inst int) {
 		return
 	}
 	open := engine.SessionOpen{Renderer: u.who(), Capacity: u.capacity, Credits: free}
-	w.rpc(func(respond func(func())) {
-		w.coord.acquire(open, func(grants []engine.Grant, err error) {
+	w.rpc(func(c *coordinator, respond func(func())) {
+		c.acquire(open, func(grants []engine.Grant, err error) {
 			respond(func() { u.acquired(inst, grants, err) })
 		})
 	})
@@ -61,6 +61,7 @@ func (u *unaryRenderer) acquired(inst int, grants []engine.Grant, err error) {
 		return
 	}
 	for _, g := range grants {
+		u.w.check.grantSeen(u.id, g)
 		l := &lease{job: g.Job.ID, token: g.Job.Lease.Token, doc: g.Job.Doc}
 		u.leases = append(u.leases, l)
 		u.w.after(renderTime(u.w), func() { u.finish(inst, l) })
@@ -82,8 +83,7 @@ func (u *unaryRenderer) heartbeat(inst int) {
 	for _, l := range u.leases {
 		in.Heartbeats = append(in.Heartbeats, l.ref())
 	}
-	w.rpc(func(respond func(func())) {
-		c := w.coord
+	w.rpc(func(c *coordinator, respond func(func())) {
 		p := c.s.Receive(nil, in)
 		c.queued(kindOther)
 		await(c, p, func(res engine.SessionResult, err error) {
@@ -121,8 +121,7 @@ func (u *unaryRenderer) finish(inst int, l *lease) {
 func (u *unaryRenderer) complete(inst int, req engine.CompleteRequest, tries int) {
 	w := u.w
 	answered := false
-	w.rpc(func(respond func(func())) {
-		c := w.coord
+	w.rpc(func(c *coordinator, respond func(func())) {
 		p := c.s.Receive(nil, engine.SessionInput{Renderer: u.who(), Completions: []engine.CompleteRequest{req}})
 		c.queued(kindOther)
 		await(c, p, func(out engine.SessionResult, err error) {
@@ -250,8 +249,7 @@ func (s *submitter) batch(requestID string) engine.SubmitRequest {
 // send submits sub, and again after a timeout until it is answered.
 func (s *submitter) send(sub *submission) {
 	w := s.w
-	w.rpc(func(respond func(func())) {
-		c := w.coord
+	w.rpc(func(c *coordinator, respond func(func())) {
 		p := c.s.Submit(sub.req)
 		c.queued(kindOther)
 		await(c, p, func(res engine.SubmitResult, err error) {
@@ -334,8 +332,7 @@ func (o *operator) tick() {
 
 func (o *operator) cancel(req engine.CancelRequest) {
 	w := o.w
-	w.rpc(func(respond func(func())) {
-		c := w.coord
+	w.rpc(func(c *coordinator, respond func(func())) {
 		p := c.s.Cancel(req)
 		c.queued(kindOther)
 		await(c, p, func(res engine.CancelResult, err error) { w.check.cancelled(req, res, err) })
@@ -363,12 +360,11 @@ func (o *operator) replay() {
 func (o *operator) sendReplay(req engine.ReplayRequest, tries int) {
 	w := o.w
 	answered := false
-	w.rpc(func(respond func(func())) {
-		c := w.coord
+	w.rpc(func(c *coordinator, respond func(func())) {
 		p := c.s.Replay(req)
 		c.queued(kindOther)
 		await(c, p, func(res engine.ReplayResult, err error) {
-			if err != nil && !errors.Is(err, jobs.ErrNotFound) && !errors.Is(err, engine.ErrStorageFailed) {
+			if err != nil && !errors.Is(err, jobs.ErrNotFound) && !errors.Is(err, engine.ErrStorageFailed) && !w.leadershipErr(err) {
 				w.failf("replay %s: %v", req.RequestID, err)
 			}
 			respond(func() { answered = true })
@@ -388,8 +384,7 @@ func (o *operator) sendReplay(req engine.ReplayRequest, tries int) {
 func (o *operator) setPaused(paused bool) {
 	w := o.w
 	o.want, o.acked = paused, false
-	w.rpc(func(respond func(func())) {
-		c := w.coord
+	w.rpc(func(c *coordinator, respond func(func())) {
 		p := c.s.SetPaused(paused, "ops", "rollout")
 		c.queued(kindPause)
 		await(c, p, func(st jobs.DispatchState, err error) {
@@ -412,7 +407,7 @@ func (o *operator) setPaused(paused bool) {
 // sees the dispatch state in health, resumes again.
 func (o *operator) quiesce() {
 	w := o.w
-	if o.want || !o.acked || (w.coord.up && w.coord.e.DispatchState().Paused) {
+	if o.want || !o.acked || w.dispatchPaused() {
 		o.setPaused(false)
 	}
 	w.after(leaseTTL/4, o.quiesce)
@@ -420,5 +415,5 @@ func (o *operator) quiesce() {
 
 // pauseWanted reports whether dispatch may still be paused.
 func (o *operator) pauseWanted() bool {
-	return o.want || !o.acked || (o.w.coord.up && o.w.coord.e.DispatchState().Paused)
+	return o.want || !o.acked || o.w.dispatchPaused()
 }

@@ -51,6 +51,9 @@ var errBroken = errors.New("connection broken")
 type coordinator struct {
 	w    *world
 	path string
+	// name is the node's name in a cluster ("n1", ...), "" for the single
+	// node.
+	name string
 	up   bool
 	// incarnation counts processes; messages and timers of an earlier one
 	// are dropped.
@@ -81,6 +84,10 @@ type coordinator struct {
 	// faultAt arms a storage fault: the faultAt-th write of the next group
 	// fails. writes counts the group's writes.
 	faultAt, writes int
+
+	// A cluster node's raft side and process state (cluster.go); unused by
+	// the single node.
+	peer
 }
 
 // cmdKind is what a queued command is, as far as the checker cares.
@@ -108,8 +115,18 @@ func newCoordinator(w *world) *coordinator {
 	return &coordinator{w: w, path: filepath.Join(w.cfg.Dir, "leasehold.db")}
 }
 
+// tracef traces what happens at this node, named in a cluster.
+func (c *coordinator) tracef(format string, args ...any) {
+	if c.name != "" {
+		format = c.name + " " + format
+	}
+	c.w.tracef(format, args...)
+}
+
 // start opens the store and the engine over what earlier processes
 // committed, and runs the writer's first group at once, as its timer does.
+// A cluster node starts as a follower instead: it leads once the oracle
+// elects it (promote).
 func (c *coordinator) start() {
 	w := c.w
 	opts := []store.Option{store.WithFault(c.fault)}
@@ -126,6 +143,9 @@ func (c *coordinator) start() {
 	if w.cfg.Shadow {
 		c.openShadow(st)
 		committer = c.shadow
+	}
+	if w.raft != nil {
+		committer = simCommitter{c}
 	}
 	e, err := engine.New(engine.Config{
 		Committer:     committer,
@@ -148,9 +168,15 @@ func (c *coordinator) start() {
 	}
 	c.st, c.e, c.s, c.up = st, e, s, true
 	c.timerSet, c.groupSet = false, false
+	if w.raft != nil {
+		s.Demote()
+		c.tracef("up (process %d), following", c.incarnation)
+		w.raft.started(c)
+		return
+	}
 	w.tracef("coordinator %d up", c.incarnation)
 	c.group()
-	w.check.restarted()
+	w.check.restarted(c)
 }
 
 // openShadow opens the shadow store beside the coordinator's and a shadow
@@ -196,7 +222,11 @@ func (c *coordinator) shutdown() {
 // else survives. Its renderers' connections break; it restarts later.
 func (c *coordinator) crash(why string) {
 	w := c.w
-	w.tracef("coordinator %d crashes: %s", c.incarnation, why)
+	if c.name != "" {
+		c.tracef("crashes (process %d): %s", c.incarnation, why)
+	} else {
+		w.tracef("coordinator %d crashes: %s", c.incarnation, why)
+	}
 	w.res.Restarts++
 	c.e.Stop()
 	if err := c.st.Close(); err != nil {
@@ -205,8 +235,11 @@ func (c *coordinator) crash(why string) {
 	c.closeShadow()
 	c.up = false
 	c.waiting, c.kinds, c.sessions = nil, nil, nil
+	if w.raft != nil {
+		w.raft.down(c)
+	}
 	for _, r := range w.renderers {
-		if r.st != nil && r.st.incarnation == c.incarnation && !r.st.broken {
+		if r.st != nil && r.st.node == c && r.st.incarnation == c.incarnation && !r.st.broken {
 			s := r.st
 			s.broken = true
 			w.after(w.between(time.Millisecond, leaseTTL/4), func() { r.streamEnded(s, errBroken) })
@@ -228,8 +261,12 @@ func (c *coordinator) fault(string) error {
 }
 
 // queued records a command the handlers queued, and makes sure a group
-// will run soon.
+// will run soon. A command the writer answered at once (a cluster node
+// that does not lead) is not queued.
 func (c *coordinator) queued(kind cmdKind) {
+	if len(c.kinds) >= c.s.Queued() {
+		return
+	}
 	c.kinds = append(c.kinds, kind)
 	c.soon()
 }
@@ -243,10 +280,10 @@ func (c *coordinator) soon() {
 	c.groupSet = true
 	inc := c.incarnation
 	c.w.after(c.w.between(5*time.Millisecond, 25*time.Millisecond), func() {
-		if c.up && c.incarnation == inc {
+		c.alive(inc, func() {
 			c.groupSet = false
 			c.group()
-		}
+		})
 	})
 }
 
@@ -261,8 +298,12 @@ func await[R any](c *coordinator, p *engine.Pending[R], then func(R, error)) {
 
 // group runs one writer group of a random number of the queued commands,
 // checks every invariant, and then answers and pushes what it committed.
+// A cluster node runs groups only while its writer leads.
 func (c *coordinator) group() {
 	w := c.w
+	if w.raft != nil && !c.e.Leading() {
+		return
+	}
 	queued := c.s.Queued()
 	if queued > 0 && w.faulty(pCrashQueued) {
 		c.crash(fmt.Sprintf("with %d commands queued", queued))
@@ -289,13 +330,17 @@ func (c *coordinator) group() {
 	c.kinds = c.kinds[taken:]
 	armed := c.faultAt != 0 && c.writes >= c.faultAt
 	c.faultAt = 0
+	if w.raft != nil && w.leadershipErr(err) {
+		c.lostLeadership(taken, evs, err)
+		return
+	}
 	if err != nil {
 		if !armed || !errors.Is(err, store.ErrInjected) {
 			w.failf("a group failed without an injected fault: %v", err)
 		}
 		w.res.StorageFaults++
-		w.tracef("group of %d fails on an injected write fault: %v", taken, err)
-		w.check.failStopped()
+		c.tracef("group of %d fails on an injected write fault: %v", taken, err)
+		w.check.failStopped(c)
 		c.answer()
 		c.crash("fail-stop after a failed commit")
 		return
@@ -307,9 +352,12 @@ func (c *coordinator) group() {
 		}
 	}
 	if w.cfg.Trace != nil {
-		w.tracef("group of %d commits %d events (%016x)", taken, len(evs), eventsDigest(evs))
+		c.tracef("group of %d commits %d events (%016x)", taken, len(evs), eventsDigest(evs))
 	}
-	w.check.group(evs, pausedBefore && c.e.DispatchState().Paused && !pauseIn)
+	if w.raft != nil {
+		w.raft.stepped(c, evs, nil)
+	}
+	w.check.group(c, evs, pausedBefore && c.e.DispatchState().Paused && !pauseIn)
 	if w.faulty(pCrashCommitted) {
 		c.crash("after a commit, before its answers")
 		return
@@ -376,10 +424,12 @@ func (c *coordinator) setTimer() {
 	// A timer fires a little late, as a busy writer's does; it takes what
 	// became due meanwhile in the same group.
 	c.w.after(at-c.w.now+c.w.between(0, 20*time.Millisecond), func() {
-		if c.up && c.incarnation == inc && c.timerGen == gen {
-			c.timerSet = false
-			c.group()
-		}
+		c.alive(inc, func() {
+			if c.timerGen == gen {
+				c.timerSet = false
+				c.group()
+			}
+		})
 	})
 }
 
@@ -412,7 +462,7 @@ func (c *coordinator) send(ss *serverSession, in engine.SessionInput) {
 	c.queued(kindOther)
 	await(c, p, func(res engine.SessionResult, err error) {
 		if err != nil {
-			if !engine.IsConnEnd(err) && !errors.Is(err, engine.ErrStorageFailed) {
+			if !engine.IsConnEnd(err) && !errors.Is(err, engine.ErrStorageFailed) && !c.w.leadershipErr(err) {
 				c.w.failf("Receive: %v", err)
 			}
 			return // the session's end reaches the renderer from its outbox, or the crash
@@ -480,7 +530,7 @@ func (c *coordinator) acquire(open engine.SessionOpen, then func([]engine.Grant,
 // the session ends without a hand-back.
 func (c *coordinator) streamGone(st *stream) {
 	if c.up && c.incarnation == st.incarnation {
-		c.closeSession(st)
+		c.alive(c.incarnation, func() { c.closeSession(st) })
 	}
 }
 

@@ -27,16 +27,65 @@
 // end every job. A failure names its seed, and the same seed replays the
 // run step for step.
 //
+// # Cluster mode
+//
+// With Config.Cluster (-cluster) the coordinator is three nodes, each over
+// its own bbolt file. hashicorp/raft cannot run inside the simulator (it
+// starts goroutines and reads real timers), so a seeded consensus oracle
+// stands in for it and produces every outcome raft allows; raft's own
+// test suites cover the algorithm, the simulator covers the coordinator's
+// half of replication. The node that leads runs the real writer through
+// a Stepper whose committer rolls the evaluated group back and proposes
+// its write set to the oracle, which commits it (applied with
+// store.ApplyWriteSets, as the FSM applies it: at once on the leader, after
+// a lag on each follower), refuses it (NOT_LEADER), or leaves its outcome
+// unknown (OUTCOME_UNKNOWN: the entry reached some followers, then the
+// leader died, was cut off, or a follower's election timer fired; it
+// commits if the next leader holds it, or is cut from every log). The
+// oracle also kills, stops (SIGSTOP) and cuts off leaders and followers,
+// delays followers, hands leadership over, and now and then has a second
+// proposer slip a write set of a past base into the log. An election
+// picks a node with the most up-to-date log among a reachable quorum
+// (raft's election restriction), truncates divergent tails and commits
+// the winner's log; the new leader's coordinator commits and applies
+// every entry before its barrier, then promotes the writer with the
+// failover's lease extension and the store's wall floor, as
+// coordinator/cluster.go does. Clients and renderers send to a node whose
+// Leader health entry they last saw SERVING (a stopped leader's stays
+// so); renderer sessions belong to one process of one node, end with
+// NOT_LEADER when its writer is demoted, and renderers reopen them with
+// the leases they hold wherever the writer leads. A stopped process runs
+// what reached it when it resumes, before it hears from its peers.
+//
+// On top of every check above, a cluster run checks that stores at an
+// equal applied index have equal digests (checkpoints taken at the full
+// checks, compared as each node reaches them), that no grant reaches a
+// renderer before its entry is committed, that the base guard
+// (ErrStaleBase) refuses exactly the second proposer's entries, that a
+// read served by a node that verified its leadership sees every
+// submission answered before it was sent, that no lease live at a
+// promotion expires before a TTL and the extension from it, that a
+// quiescent cluster has a leader within ten TTLs, and at the end that
+// every node, caught up, holds the leader's store record for record.
+// Acknowledged submissions must survive every failover, tokens grow
+// across terms, and no job ends twice, as across a single node's
+// restarts.
+//
 // # Running it
 //
 //	go test ./coordinator/sim -seeds 20            twenty seeds from a random one
 //	go test ./coordinator/sim -seed 42 -seeds 1 -trace   replay seed 42 step by step
-//	scripts/sim [-budget 10m] [-sync]              seeds for a wall-clock budget
+//	go test ./coordinator/sim -cluster -seeds 20   the same, in cluster mode
+//	scripts/sim [-budget 10m] [-sync] [-cluster]   seeds for a wall-clock budget
 //	go test -tags simmutation -run TestMutationsAreCaught ./coordinator/sim
 //
-// The last switches on deliberate bugs of the state machine (the fencing
-// check removed; a cancel that leaves the lease in force) and fails unless
-// the simulator catches each.
+// The last switches on deliberate bugs and fails unless the simulator
+// catches each: on a single node, the state machine's (the fencing check
+// removed; a cancel that leaves the lease in force); in cluster mode,
+// replication's (effects published before the commit returns; the
+// writer's in-memory state kept across terms; fencing tokens from a
+// counter in memory; no lease extension on promotion; a promotion without
+// the barrier; reads served on raft's own belief that the node leads).
 //
 // # What it does not cover
 //
@@ -51,5 +100,9 @@
 // end-to-end and linearizability tests cover that edge. Fair dispatch is
 // exercised but its bound is not checked here (package dispatch has its
 // own model tests), nor are wall-clock steps, watches, listings, uploads
-// outside a completion, or long polls that wait.
+// outside a completion, or long polls that wait. In cluster mode the
+// consensus itself is the oracle's, not raft's: message-level raft
+// behaviour (pre-vote, log replication order, snapshots and their
+// installation, membership changes) is not simulated, nor are clock skew
+// between nodes or a wiped node rejoining by snapshot.
 package sim

@@ -27,25 +27,29 @@ func (w *world) delay() time.Duration {
 	return w.between(20*time.Microsecond, time.Millisecond)
 }
 
-// rpc carries a unary call to the coordinator. serve runs when the request
-// arrives, unless it is lost or the coordinator is down (the caller then
+// rpc carries a unary call to the coordinator (in a cluster, to the node
+// the caller's health checks say leads). serve runs at that node when the
+// request arrives, unless it is lost or the node is down (the caller then
 // hears nothing and times out); it answers through respond, which carries
-// the answer back (or loses it) and runs it at the caller.
-func (w *world) rpc(serve func(respond func(answer func()))) {
+// the answer back (or loses it) and runs it at the caller. A request that
+// reaches a stopped (paused) process is served when it resumes.
+func (w *world) rpc(serve func(c *coordinator, respond func(answer func()))) {
 	if w.faulty(pLost) {
 		return
 	}
+	c := w.target()
 	w.after(w.delay(), func() {
-		c := w.coord
 		if !c.up {
 			return
 		}
 		inc := c.incarnation
-		serve(func(answer func()) {
-			if c.incarnation != inc || w.faulty(pLost) {
-				return
-			}
-			w.after(w.delay(), answer)
+		c.alive(inc, func() {
+			serve(c, func(answer func()) {
+				if c.incarnation != inc || w.faulty(pLost) {
+					return
+				}
+				w.after(w.delay(), answer)
+			})
 		})
 	})
 }
@@ -54,7 +58,9 @@ func (w *world) rpc(serve func(respond func(answer func()))) {
 // in order each way, until it breaks.
 type stream struct {
 	r *renderer
-	// incarnation is the coordinator process the stream reached.
+	// node is the coordinator node the stream was dialled to, and
+	// incarnation the process of it the stream reached.
+	node        *coordinator
 	incarnation int
 	// srv is the coordinator's end, once the session is open.
 	srv *serverSession
@@ -65,9 +71,12 @@ type stream struct {
 	broken bool
 }
 
-// dial opens s: fn runs at the coordinator when the connection arrives,
-// unless it is lost on the way; a coordinator that is down refuses it.
-func (w *world) dial(s *stream, fn func()) {
+// dial opens s to the node a client would pick (target): fn runs there
+// when the connection arrives, unless it is lost on the way; a node that
+// is down refuses it.
+func (w *world) dial(s *stream, fn func(c *coordinator)) {
+	c := w.target()
+	s.node = c
 	if w.faulty(pLost) {
 		w.breakStream(s)
 		return
@@ -76,11 +85,15 @@ func (w *world) dial(s *stream, fn func()) {
 	w.after(s.up-w.now, func() {
 		switch {
 		case s.broken:
-		case !w.coord.up:
+		case !c.up:
 			s.broken = true
 			w.after(w.delay(), func() { s.r.streamEnded(s, errRefused) })
 		default:
-			fn()
+			c.alive(c.incarnation, func() {
+				if !s.broken {
+					fn(c)
+				}
+			})
 		}
 	})
 }
@@ -97,8 +110,12 @@ func (w *world) toCoord(s *stream, fn func()) {
 	}
 	s.up = max(s.up, w.now+w.delay())
 	w.after(s.up-w.now, func() {
-		if !s.broken && w.coord.up && w.coord.incarnation == s.incarnation {
-			fn()
+		if c := s.node; !s.broken && c.up && c.incarnation == s.incarnation {
+			c.alive(c.incarnation, func() {
+				if !s.broken {
+					fn()
+				}
+			})
 		}
 	})
 }
@@ -142,5 +159,5 @@ func (w *world) breakStream(s *stream) {
 	}
 	s.broken = true
 	w.after(w.between(time.Millisecond, leaseTTL/10), func() { s.r.streamEnded(s, errBroken) })
-	w.after(w.between(leaseTTL/100, keepalive), func() { w.coord.streamGone(s) })
+	w.after(w.between(leaseTTL/100, keepalive), func() { s.node.streamGone(s) })
 }

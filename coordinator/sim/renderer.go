@@ -103,7 +103,7 @@ func (r *renderer) connect() {
 	r.credits = 0
 	open := engine.SessionOpen{Renderer: engine.Renderer{ID: r.id, Principal: principal}, Instance: r.instanceID(),
 		Capacity: r.capacity, Holding: holding}
-	w.dial(st, func() { w.coord.openSession(st, open, credits) })
+	w.dial(st, func(c *coordinator) { c.openSession(st, open, credits) })
 }
 
 func (r *renderer) instanceID() string { return "i-" + strconv.Itoa(r.instance) }
@@ -141,6 +141,7 @@ func (r *renderer) pushed(st *stream, grants []engine.Grant, revoked []engine.Le
 	}
 	w := r.w
 	for _, g := range grants {
+		w.check.grantSeen(r.id, g)
 		l := &lease{job: g.Job.ID, token: g.Job.Lease.Token, doc: g.Job.Doc}
 		if r.draining {
 			r.out.HandBacks = append(r.out.HandBacks, l.ref())
@@ -254,7 +255,7 @@ func (r *renderer) flush() {
 		return
 	}
 	r.inflight = append(r.inflight, in.Completions...)
-	st, c := r.st, r.w.coord
+	st, c := r.st, r.st.node
 	r.w.toCoord(st, func() {
 		if st.srv != nil && !st.srv.ended {
 			c.send(st.srv, in)
@@ -304,6 +305,10 @@ func (r *renderer) streamEnded(st *stream, why error) {
 		d = w.between(0, 10*time.Millisecond)
 	case errors.Is(why, engine.ErrRendererInUse):
 		d = w.between(leaseTTL/10, leaseTTL/2)
+	case errors.Is(why, engine.ErrNotLeader):
+		// Not the leader (any more): the renderer looks for the one that
+		// leads at once.
+		d = w.between(leaseTTL/200, leaseTTL/20)
 	}
 	inst := r.instance
 	w.after(d, func() {
@@ -436,7 +441,7 @@ func (r *renderer) drain() {
 			return
 		}
 		if st := r.st; st != nil {
-			w.toCoord(st, func() { w.coord.closeSession(st) })
+			w.toCoord(st, func() { st.node.closeSession(st) })
 		}
 		r.st, r.alive = nil, false
 		w.after(w.between(leaseTTL/100, leaseTTL/3), r.start)

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
 )
 
 // Defaults for Config.
@@ -45,6 +47,10 @@ type Config struct {
 	// differ after a group (package replica, Shadow). The shadow outlives
 	// the coordinator's crashes, as a replica outlives its leader's.
 	Shadow bool
+	// Cluster runs three coordinator nodes, each over its own bbolt file
+	// in Dir, replicated by a seeded consensus oracle in place of raft
+	// (see the package documentation). It excludes Shadow.
+	Cluster bool
 	// Trace, when set, is told what happens at every step.
 	Trace func(format string, args ...any)
 }
@@ -71,6 +77,15 @@ type Result struct {
 	// Shadowed is the groups replicated onto the shadow store and found
 	// equal (Config.Shadow).
 	Shadowed int
+	// Cluster mode: Elections counts the leaders the oracle elected;
+	// Unknown the groups whose commit outcome was unknown, of which
+	// LateCommits committed under a later leader and Vanished were cut
+	// from every log; NotCommitted the groups raft refused at once;
+	// Injected the entries of a second proposer, each refused by the base
+	// guard; Reads the reads served, StaleRefused those refused because
+	// the node could not verify its leadership.
+	Elections, Unknown, LateCommits, Vanished, NotCommitted, Injected int
+	Reads, StaleRefused                                               int
 }
 
 // Add adds r2's counts to r.
@@ -85,6 +100,14 @@ func (r *Result) Add(r2 Result) {
 	r.Replayed += r2.Replayed
 	r.SimTime += r2.SimTime
 	r.Shadowed += r2.Shadowed
+	r.Elections += r2.Elections
+	r.Unknown += r2.Unknown
+	r.LateCommits += r2.LateCommits
+	r.Vanished += r2.Vanished
+	r.NotCommitted += r2.NotCommitted
+	r.Injected += r2.Injected
+	r.Reads += r2.Reads
+	r.StaleRefused += r2.StaleRefused
 }
 
 // Failure is a broken invariant, or a panic, found by a run: where it was
@@ -110,6 +133,9 @@ func Run(cfg Config) (res Result, err error) {
 	if cfg.Dir == "" {
 		return res, errors.New("sim: Config.Dir is required")
 	}
+	if cfg.Cluster && cfg.Shadow {
+		return res, errors.New("sim: Config.Cluster and Config.Shadow exclude each other: every node of a cluster is a replica")
+	}
 	if cfg.Steps <= 0 {
 		cfg.Steps = DefaultSteps
 	}
@@ -118,7 +144,9 @@ func Run(cfg Config) (res Result, err error) {
 	}
 	w := newWorld(cfg)
 	defer func() {
-		w.coord.shutdown()
+		for _, n := range w.nodes {
+			n.shutdown()
+		}
 		res = w.res
 		res.Steps, res.SimTime = w.step, w.now
 		if p := recover(); p != nil {
@@ -147,18 +175,29 @@ type world struct {
 	faults bool
 	res    Result
 
+	// coord is the single node; nodes are every node (coord alone, or
+	// the cluster's three), and raft the cluster's consensus oracle.
 	coord      *coordinator
+	nodes      []*coordinator
+	raft       *consensus
 	check      *checker
 	renderers  []*renderer
 	unary      []*unaryRenderer
 	submitters []*submitter
 	op         *operator
+	reader     *reader
 }
 
 func newWorld(cfg Config) *world {
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed_1ea5e401d)), faults: true}
 	w.check = newChecker(w)
-	w.coord = newCoordinator(w)
+	if cfg.Cluster {
+		w.raft = newConsensus(w, clusterSize)
+		w.nodes = w.raft.nodes
+	} else {
+		w.coord = newCoordinator(w)
+		w.nodes = []*coordinator{w.coord}
+	}
 	nTeams := 2 + w.rng.IntN(2)
 	for i := range nTeams {
 		team := fmt.Sprintf("team-%c", 'a'+i)
@@ -171,12 +210,20 @@ func newWorld(cfg Config) *world {
 	}
 	w.unary = append(w.unary, newUnaryRenderer(w, "u-1", 2+w.rng.IntN(6)))
 	w.op = newOperator(w)
+	if cfg.Cluster {
+		w.reader = &reader{w: w}
+	}
 	return w
 }
 
 // run starts everyone and steps until the quiescent phase ends.
 func (w *world) run() {
-	w.coord.start()
+	for _, n := range w.nodes {
+		n.start()
+	}
+	if w.raft != nil {
+		w.raft.begin()
+	}
 	for _, s := range w.submitters {
 		s.start()
 	}
@@ -187,6 +234,9 @@ func (w *world) run() {
 		u.start()
 	}
 	w.op.start()
+	if w.reader != nil {
+		w.reader.start()
+	}
 	for w.step < w.cfg.Steps {
 		w.stepOnce()
 	}
@@ -196,9 +246,12 @@ func (w *world) run() {
 		if w.now > deadline || len(w.agenda) == 0 {
 			w.failf("not live: %s %v after the faults stopped", w.check.unfinishedSummary(), w.now-(deadline-quiescentLimit))
 		}
+		if w.raft != nil {
+			w.raft.checkLive()
+		}
 		w.stepOnce()
 	}
-	w.check.final()
+	w.final()
 }
 
 // stepOnce takes the next thing that happens off the agenda.
@@ -218,9 +271,13 @@ func (w *world) quiesce() {
 }
 
 // settled reports whether the quiescent phase is done: every submission
-// acknowledged, every job ended, dispatch running.
+// acknowledged, every job ended, dispatch running (and, in cluster mode,
+// every node up and reachable under a leader).
 func (w *world) settled() bool {
-	if !w.coord.up || w.check.nonTerminal > 0 || w.op.pauseWanted() {
+	if w.raft != nil && !w.raft.settled() {
+		return false
+	}
+	if (w.raft == nil && !w.coord.up) || w.check.nonTerminal > 0 || w.op.pauseWanted() {
 		return false
 	}
 	for _, s := range w.submitters {
@@ -229,6 +286,15 @@ func (w *world) settled() bool {
 		}
 	}
 	return true
+}
+
+// final checks the end of a settled run.
+func (w *world) final() {
+	if w.raft != nil {
+		w.raft.final()
+		return
+	}
+	w.check.final(w.coord)
 }
 
 // failf stops the run with a broken invariant.
@@ -250,6 +316,33 @@ func (w *world) after(d time.Duration, fn func()) {
 
 // wall is the wall clock: it moves with simulated time.
 func (w *world) wall() time.Time { return epoch.Add(w.now) }
+
+// target is the node a client's call or stream goes to: the single node,
+// or in cluster mode one the client's health checks say leads.
+func (w *world) target() *coordinator {
+	if w.raft == nil {
+		return w.coord
+	}
+	return w.raft.target()
+}
+
+// leadershipErr reports whether err is a refusal of a cluster's writer
+// that lost, or never had, leadership: the command was not applied, or
+// may have been (ErrOutcomeUnknown). Callers retry it; in single-node
+// mode no such answer is legal.
+func (w *world) leadershipErr(err error) bool {
+	return w.raft != nil && (errors.Is(err, engine.ErrNotLeader) || errors.Is(err, engine.ErrOutcomeUnknown))
+}
+
+// dispatchPaused reports whether dispatch is, or may be, paused: as the
+// leader's writer says, and in cluster mode while no writer leads.
+func (w *world) dispatchPaused() bool {
+	if w.raft == nil {
+		return w.coord.up && w.coord.e.DispatchState().Paused
+	}
+	l := w.raft.leading()
+	return l == nil || l.e.DispatchState().Paused
+}
 
 // chance reports true with probability p.
 func (w *world) chance(p float64) bool { return w.rng.Float64() < p }

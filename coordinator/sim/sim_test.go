@@ -26,6 +26,7 @@ var (
 	flagSync    = flag.Bool("sync", false, "fsync every commit (the default opens bbolt with NoSync)")
 	flagTrace   = flag.Bool("trace", false, "log every step (for one seed)")
 	flagShadow  = flag.Bool("shadow", false, "replicate every group's write set onto a shadow store and compare digests after each")
+	flagCluster = flag.Bool("cluster", false, "run three replicated nodes under a seeded consensus oracle")
 )
 
 // TestMain runs the tests, with the garbage collector at the coordinator's
@@ -63,12 +64,18 @@ func runSeed(t *testing.T, seed uint64, trace func(string, ...any)) (Result, err
 }
 
 func runSeedSteps(t *testing.T, seed uint64, steps int, trace func(string, ...any)) (Result, error) {
+	return runConfig(t, Config{Seed: seed, Steps: steps, Sync: *flagSync, Shadow: *flagShadow, Cluster: *flagCluster, Trace: trace})
+}
+
+// runConfig runs cfg in a directory of its own, removed afterwards.
+func runConfig(t *testing.T, cfg Config) (Result, error) {
 	dir, err := os.MkdirTemp("", "leasehold-sim-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	return Run(Config{Seed: seed, Steps: steps, Dir: dir, Sync: *flagSync, Shadow: *flagShadow, Trace: trace})
+	cfg.Dir = dir
+	return Run(cfg)
 }
 
 // TestSimulation runs seeds through the simulator, several at once, and
@@ -127,29 +134,39 @@ func TestSimulation(t *testing.T) {
 	t.Logf("%d seeds in %v (%d at once, fsync %v): %d steps, %d groups, %d jobs, %d lifecycles, %d restarts (%d storage faults), %d rejected and %d replayed completions, %v simulated",
 		seeds, elapsed.Round(time.Millisecond), *flagWorkers, *flagSync, total.Steps, total.Groups, total.Jobs, total.Lifecycles,
 		total.Restarts, total.StorageFaults, total.Rejected, total.Replayed, total.SimTime.Round(time.Second))
+	if *flagCluster {
+		t.Logf("cluster: %d elections, %d groups with their outcome unknown (%d committed by a later leader, %d vanished), %d not committed, %d second proposer's entries refused by the base guard, %d reads served (%d refused as not verifiably the leader)",
+			total.Elections, total.Unknown, total.LateCommits, total.Vanished, total.NotCommitted, total.Injected, total.Reads, total.StaleRefused)
+	}
 	t.Logf("%.0f simulated job lifecycles per wall-clock minute", float64(total.Lifecycles)/elapsed.Minutes())
 	if *flagShadow {
 		t.Logf("shadow replication: %d groups applied to a second store; every key each wrote read the same on both, and the whole stores matched at every full check and at the end", total.Shadowed)
 	}
 }
 
-// TestSameSeedSameRun checks that a seed replays exactly: two runs of one
-// seed take the same steps in the same order.
+// TestSameSeedSameRun checks that a seed replays exactly, on a single
+// node and in cluster mode: two runs of one seed take the same steps in
+// the same order.
 func TestSameSeedSameRun(t *testing.T) {
 	first, _ := seedRange(t)
-	digest := func() ([32]byte, Result) {
-		h := sha256.New()
-		res, err := runSeed(t, first, func(format string, args ...any) { fmt.Fprintf(h, format+"\n", args...) })
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sum [32]byte
-		h.Sum(sum[:0])
-		return sum, res
-	}
-	d1, r1 := digest()
-	d2, r2 := digest()
-	if d1 != d2 || r1 != r2 {
-		t.Errorf("seed %d ran differently twice: %+v, then %+v", first, r1, r2)
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "SingleNode", true: "Cluster"}[cluster], func(t *testing.T) {
+			digest := func() ([32]byte, Result) {
+				h := sha256.New()
+				res, err := runConfig(t, Config{Seed: first, Steps: *flagSteps, Sync: *flagSync, Shadow: *flagShadow && !cluster, Cluster: cluster,
+					Trace: func(format string, args ...any) { fmt.Fprintf(h, format+"\n", args...) }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sum [32]byte
+				h.Sum(sum[:0])
+				return sum, res
+			}
+			d1, r1 := digest()
+			d2, r2 := digest()
+			if d1 != d2 || r1 != r2 {
+				t.Errorf("seed %d ran differently twice: %+v, then %+v", first, r1, r2)
+			}
+		})
 	}
 }

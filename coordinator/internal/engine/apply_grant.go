@@ -35,6 +35,10 @@ func (e *Engine) grantOne(g *group, c *Conn, live int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		if mutant(mutationLocalToken) {
+			e.mutTokens++
+			token = e.mutTokens
+		}
 		next, err := j.Grant(token, c.renderer.ID, g.now, e.cfg.LeaseTTL)
 		if err != nil {
 			// The phase was checked above; a refusal here is a bug, not a

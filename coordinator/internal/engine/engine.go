@@ -203,6 +203,11 @@ type Engine struct {
 	// stallFrom and stallTo bound the last stall on the monotonic clock
 	// (see Config.StallAfter); timerAt is when the writer's timer is due.
 	stallFrom, stallTo, timerAt time.Duration
+	// extendedTo is the latest deadline the last promotion gave the live
+	// leases (a TTL and the extension, from then), on the monotonic clock.
+	extendedTo time.Duration
+	// mutTokens is the token counter of a mutation (mutationLocalToken).
+	mutTokens uint64
 
 	// dispatch state is read by handlers (health, metrics) and written by
 	// the writer.
@@ -275,6 +280,12 @@ func New(cfg Config) (*Engine, error) {
 	e.clockMono = cfg.Mono()
 	if err := e.rebuild(cfg.Now(), 0); err != nil {
 		return nil, err
+	}
+	if mutant(mutationLocalToken) {
+		_ = e.st.View(func(tx *store.Tx) error {
+			e.mutTokens = tx.LastToken()
+			return nil
+		})
 	}
 	e.m = newMetrics(cfg.Registerer, e)
 	e.publishOverview(cfg.Now(), e.clockMono)

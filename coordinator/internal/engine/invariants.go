@@ -72,7 +72,7 @@ func (e *Engine) indexProblems(tx *store.Tx, now time.Time, mono time.Duration, 
 			switch {
 			case !inLeases || le.token != j.Lease.Token || le.renderer != j.Lease.Renderer:
 				fail("job %d LEASED under %d to %s, lease index %+v (present %v)", j.ID, j.Lease.Token, j.Lease.Renderer, le, inLeases)
-			case le.deadline < monoOf(j.Lease.Deadline) || le.deadline > mono+e.cfg.LeaseTTL:
+			case le.deadline < monoOf(j.Lease.Deadline) || le.deadline > max(mono+e.cfg.LeaseTTL, e.extendedTo):
 				fail("job %d lease deadline %v, stored %v (mono %v), now %v", j.ID, le.deadline, j.Lease.Deadline, monoOf(j.Lease.Deadline), mono)
 			case le.deadline <= mono:
 				fail("job %d lease deadline %v is overdue at %v", j.ID, le.deadline, mono)

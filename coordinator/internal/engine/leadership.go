@@ -145,6 +145,11 @@ func (e *Engine) endTerm(why error) bool {
 // starts a term of the writer. It fails when the engine stopped or failed,
 // or when a term runs.
 func (e *Engine) Promote(extend time.Duration, wallFloor time.Time) error {
+	return e.promote(extend, wallFloor, e.begin)
+}
+
+// promote is Promote, with begin starting the term's writer.
+func (e *Engine) promote(extend time.Duration, wallFloor time.Time, begin func()) error {
 	e.lifecycle.Lock()
 	defer e.lifecycle.Unlock()
 	select {
@@ -162,15 +167,24 @@ func (e *Engine) Promote(extend time.Duration, wallFloor time.Time) error {
 	if !wallFloor.IsZero() {
 		e.wallFloor.Store(wallFloor.UnixNano() + int64(time.Microsecond))
 	}
-	e.resetSoft()
+	if mutant(mutationNoExtend) {
+		extend = 0
+	}
+	keep := mutant(mutationKeepSoft)
+	if !keep {
+		e.resetSoft()
+	}
 	e.clockMono = max(e.clockMono, e.cfg.Mono())
+	e.extendedTo = e.clockMono + e.cfg.LeaseTTL + extend
 	wall := e.now()
-	if err := e.rebuild(wall, extend); err != nil {
-		return fmt.Errorf("promoting: %w", err)
+	if !keep {
+		if err := e.rebuild(wall, extend); err != nil {
+			return fmt.Errorf("promoting: %w", err)
+		}
 	}
 	e.publishOverview(wall, e.clockMono)
 	e.started.Store(true)
-	e.begin()
+	begin()
 	e.log.Info("writer promoted", "extend", extend, "leases", len(e.leases), "ready", e.sched.Ready())
 	return nil
 }
@@ -235,6 +249,9 @@ func (e *Engine) lose(t *term) {
 // writer's in-memory state: nothing of it may outlive the leadership it
 // was built under. It runs on the writer goroutine, or with no writer.
 func (e *Engine) dropSoft(why error) {
+	if mutant(mutationKeepSoft) {
+		return
+	}
 	for _, c := range e.conns.byID {
 		c.Outbox.end(why)
 	}

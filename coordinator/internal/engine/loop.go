@@ -92,6 +92,9 @@ type group struct {
 	// work: something may have become dispatchable; credit: a connection
 	// got credit; dispatch: the pause switch changed.
 	work, credit, dispatch bool
+	// published is set by a mutation that publishes and answers before
+	// the commit.
+	published bool
 }
 
 // setClock moves the group's clock to a command's send time; the
@@ -477,9 +480,16 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	g, err := e.evaluate(batch, wall, mono)
 	committed := false
 	if err == nil {
+		if mutant(mutationPublishEarly) {
+			e.finish(g, batch, true, mono, start)
+			g.published = true
+		}
 		committed, err = e.commit(g)
 	}
 	if err != nil {
+		if mutant(mutationPublishEarly) && g.published {
+			batch = nil // answered already
+		}
 		if lost := leadershipLost(err); lost != nil {
 			e.stepDown(g, batch, lost)
 			return lost
@@ -487,7 +497,9 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 		e.failStop(g, batch, err)
 		return err
 	}
-	e.finish(g, batch, committed, mono, start)
+	if !mutant(mutationPublishEarly) || !g.published {
+		e.finish(g, batch, committed, mono, start)
+	}
 	return nil
 }
 

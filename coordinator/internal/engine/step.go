@@ -29,6 +29,12 @@ var ErrEngineStarted = errors.New("engine: the writer goroutine is started; a st
 // (Job, ListJobs, ...) work as usual. A Stepper is not safe for concurrent
 // use: between steps the caller's goroutine is the writer, and the methods
 // that inspect the writer's state rely on it.
+//
+// A new Stepper leads, as a started single node does. Demote and Promote
+// end and begin writer terms as the engine's own do (see Engine.Promote),
+// for a simulator playing a replicated coordinator: a group whose commit
+// lost leadership ends the term by itself, and a stepper whose engine does
+// not lead answers every command ErrNotLeader at once.
 type Stepper struct {
 	e     *Engine
 	queue []*request
@@ -43,7 +49,51 @@ func NewStepper(e *Engine) (*Stepper, error) {
 		return nil, ErrEngineStarted
 	}
 	e.startOnce.Do(func() {}) // Start must not start a second writer.
-	return &Stepper{e: e, wall: e.cfg.Now(), mono: e.clockMono}, nil
+	e.lifecycle.Lock()
+	e.term.Store(steppedTerm())
+	e.lifecycle.Unlock()
+	return &Stepper{e: e, wall: e.now(), mono: e.clockMono}, nil
+}
+
+// steppedTerm is a writer term without a writer goroutine: a Stepper's
+// caller is its writer, and between steps that writer has returned.
+func steppedTerm() *term {
+	t := newTerm()
+	close(t.doneC)
+	return t
+}
+
+// Promote begins a writer term, as Engine.Promote does: the in-memory
+// state is rebuilt from the store, every live lease gets a full TTL plus
+// extend, and nothing is stamped before wallFloor.
+func (s *Stepper) Promote(extend time.Duration, wallFloor time.Time) error {
+	e := s.e
+	if err := e.promote(extend, wallFloor, func() { e.term.Store(steppedTerm()) }); err != nil {
+		return err
+	}
+	s.wall, s.mono = e.now(), e.clockMono
+	return nil
+}
+
+// Demote ends the writer term, as Engine.Demote does: the queued commands
+// are answered ErrNotLeader, every session ends with ErrNotLeader, and the
+// in-memory state is dropped. It is safe to call at any time.
+func (s *Stepper) Demote() {
+	s.e.Demote()
+	s.drain(s.e.notLeader())
+}
+
+// lose ends term t after a group whose commit lost leadership, as the
+// writer goroutine does (Engine.lose), and answers the queued commands
+// ErrNotLeader.
+func (s *Stepper) lose(t *term) {
+	e := s.e
+	e.lifecycle.Lock()
+	if e.term.CompareAndSwap(t, nil) {
+		e.lose(t)
+	}
+	e.lifecycle.Unlock()
+	s.drain(e.notLeader())
 }
 
 // Pending is a command queued with a Stepper. Its answer is set by the
@@ -97,10 +147,13 @@ func answered[R any](err error) *Pending[R] {
 // pending answer.
 func enqueue[R any](s *Stepper, c command, get func() (R, error)) *Pending[R] {
 	e := s.e
-	r := &request{cmd: c, done: make(chan error, 1), wall: e.cfg.Now(), mono: e.cfg.Mono()}
-	if !e.serving.Load() {
+	r := &request{cmd: c, done: make(chan error, 1), wall: e.now(), mono: e.cfg.Mono()}
+	switch {
+	case !e.serving.Load():
 		r.done <- e.stoppedErr()
-	} else {
+	case e.term.Load() == nil:
+		r.done <- e.idleErr()
+	default:
 		s.queue = append(s.queue, r)
 	}
 	return &Pending[R]{r: r, get: get}
@@ -126,12 +179,24 @@ func (s *Stepper) Queued() int { return len(s.queue) }
 //
 // An error means the group did not commit: the engine has fail-stopped, as
 // the writer goroutine does, and the group's commands and every command
-// still queued are answered with the reason (ErrStorageFailed).
+// still queued are answered with the reason (ErrStorageFailed). A commit
+// that lost leadership (ErrNotLeader, ErrOutcomeUnknown) ends the term
+// instead, as the writer goroutine's does: the group's commands are
+// answered with the error, those still queued ErrNotLeader, and the events
+// the group evaluated are returned with it; they are committed if the
+// group's entry is, which only the caller's consensus knows. A stepper
+// that does not lead runs nothing and answers what is queued ErrNotLeader.
 func (s *Stepper) Step(n int) ([]watch.JobEvent, error) {
 	e := s.e
 	if !e.serving.Load() {
 		s.drain(e.stoppedErr())
 		return nil, e.stoppedErr()
+	}
+	t := e.term.Load()
+	if t == nil {
+		err := e.idleErr()
+		s.drain(err)
+		return nil, err
 	}
 	n = min(n, len(s.queue))
 	take, bytes := 0, 0
@@ -139,7 +204,7 @@ func (s *Stepper) Step(n int) ([]watch.JobEvent, error) {
 		bytes += s.queue[take].cmd.size()
 		take++
 	}
-	s.wall, s.mono = e.cfg.Now(), e.cfg.Mono()
+	s.wall, s.mono = e.now(), e.cfg.Mono()
 	// The observer is applied last, after the group's other commands and
 	// at the group's own clock reading, so it changes nothing the group
 	// does; it keeps the group, whose events are complete once runGroup
@@ -148,6 +213,13 @@ func (s *Stepper) Step(n int) ([]watch.JobEvent, error) {
 	batch := append(s.queue[:take:take], &request{cmd: obs, done: make(chan error, 1), wall: s.wall, mono: s.mono})
 	s.queue = append(s.queue[:0:0], s.queue[take:]...)
 	if err := e.runGroup(batch, s.wall, s.mono); err != nil {
+		if t.lost(err) {
+			s.lose(t)
+			if obs.g == nil {
+				return nil, err
+			}
+			return obs.g.events, err
+		}
 		s.drain(e.stoppedErr())
 		return nil, err
 	}
@@ -242,6 +314,11 @@ func (s *Stepper) Open(req SessionOpen) *Pending[Opened] {
 // session with conn nil; see Engine.Receive.
 func (s *Stepper) Receive(conn *Conn, in SessionInput) *Pending[SessionResult] {
 	return queueCall(s, &receiveCmd{conn: conn, in: in})
+}
+
+// Announce queues the record that this node leads; see Engine.Announce.
+func (s *Stepper) Announce(id, addr string) *Pending[struct{}] {
+	return enqueue(s, &announceCmd{id: id, addr: addr}, func() (struct{}, error) { return struct{}{}, nil })
 }
 
 // Close queues the end of a session; see Engine.Close.
