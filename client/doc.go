@@ -22,6 +22,11 @@
 //		fmt.Println(u.JobID, u.Phase)
 //	}
 //
+// The examples (FollowBatch, CancelJob, CancelBatch, SubmitDocuments) run
+// against a coordinator, and where they need one a renderer, started in
+// their own process on loopback with the development tokens; go test
+// checks their output.
+//
 // # Against a cluster
 //
 // A replicated coordinator has one leader, which alone takes writes. Dial
