@@ -165,6 +165,7 @@ func (c *Coordinator) Applied() uint64 { return c.replica.fsm.Applied() }
 func (c *Coordinator) followLeadership() {
 	defer c.watcher.Done()
 	r := c.replica
+	c.eng.Demote() // a follower until raft says otherwise
 	obs := make(chan raft.Observation, 8)
 	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)

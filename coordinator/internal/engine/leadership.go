@@ -193,7 +193,9 @@ func (e *Engine) promote(extend time.Duration, wallFloor time.Time, begin func()
 // leads: queued commands are answered ErrNotLeader, and the term's
 // in-memory state is dropped (every renderer session and watch ends with
 // ErrNotLeader; grants stay leases, which the next leader keeps for the
-// renderers that reconnect to it). It is safe to call at any time.
+// renderers that reconnect to it). It is safe to call at any time; a
+// replica calls it once at start, to be a follower until promoted, which
+// also keeps the writer's gauges out of its metrics.
 func (e *Engine) Demote() {
 	e.lifecycle.Lock()
 	defer e.lifecycle.Unlock()
@@ -201,6 +203,7 @@ func (e *Engine) Demote() {
 		e.dropSoft(e.notLeader())
 		e.log.Info("writer demoted")
 	}
+	e.m.idle()
 }
 
 // leadershipLost maps a commit error to ErrNotLeader or ErrOutcomeUnknown
@@ -257,6 +260,9 @@ func (e *Engine) dropSoft(why error) {
 	}
 	e.hub.EndAll(why)
 	e.resetSoft()
+	if e.m != nil {
+		e.m.idle()
+	}
 }
 
 // resetSoft empties the writer's in-memory state; rebuild fills it again.

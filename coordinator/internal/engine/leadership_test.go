@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // losingCommitter commits in place until told to lose: then it rolls the
@@ -140,4 +141,40 @@ func TestLeadership(t *testing.T) {
 			t.Fatal("Promote while the writer runs: no error")
 		}
 	})
+}
+
+// TestFollowerExportsNoWriterGauges: a demoted writer's queue gauges
+// would be summed with the leader's across a cluster's nodes, so a
+// follower exports the store's gauges alone, and a promoted writer all.
+func TestFollowerExportsNoWriterGauges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.submit(t, "alpha", "r1", "a.pdf")
+	count := func(name string) int {
+		t.Helper()
+		n, err := testutil.GatherAndCount(b.reg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := count("leasehold_queue_depth"); got == 0 {
+		t.Fatal("a leading writer exports no leasehold_queue_depth")
+	}
+	b.e.Demote()
+	for _, name := range []string{"leasehold_queue_depth", "leasehold_leases_in_flight", "leasehold_jobs", "leasehold_dispatch_paused", "leasehold_live_renderer_capacity"} {
+		if got := count(name); got != 0 {
+			t.Errorf("a follower exports %d series of %s, want none", got, name)
+		}
+	}
+	if got := count("leasehold_store_size_bytes"); got != 1 {
+		t.Errorf("a follower exports %d series of leasehold_store_size_bytes, want 1", got)
+	}
+	if err := b.e.Promote(0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	b.tick(t, 0)
+	if got := count("leasehold_queue_depth"); got == 0 {
+		t.Error("a promoted writer exports no leasehold_queue_depth")
+	}
 }

@@ -43,6 +43,10 @@ type metrics struct {
 }
 
 type snapshot struct {
+	// idle is a writer that does not run (a follower): it exports none of
+	// the writer's gauges, so that sums across a cluster's nodes count the
+	// leader's alone.
+	idle     bool
 	teams    []string
 	depth    map[string]int
 	inflight map[string]int
@@ -201,6 +205,9 @@ func (m *metrics) queueWait(team string, d time.Duration) {
 	m.wait.WithLabelValues(team).Observe(max(d, 0).Seconds())
 }
 
+// idle publishes the gauges of a writer that does not run.
+func (m *metrics) idle() { m.snap.Store(&snapshot{idle: true}) }
+
 // snapshot copies the dispatch gauges and creates the counters of teams
 // seen for the first time; called on the writer goroutine.
 func (m *metrics) snapshot() {
@@ -233,6 +240,10 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 // the scrape, from bbolt's own statistics and a read transaction.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	s := m.snap.Load()
+	if s.idle {
+		m.collectStore(ch)
+		return
+	}
 	for _, t := range s.teams {
 		ch <- prometheus.MustNewConstMetric(m.depthDesc, prometheus.GaugeValue, float64(s.depth[t]), t)
 		ch <- prometheus.MustNewConstMetric(m.inflightDesc, prometheus.GaugeValue, float64(s.inflight[t]), t)
@@ -247,6 +258,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.pausedDesc, prometheus.GaugeValue, paused)
 	ch <- prometheus.MustNewConstMetric(m.capacityDesc, prometheus.GaugeValue, float64(s.capacity))
+	m.collectStore(ch)
+}
+
+// collectStore exports the store's own gauges, which every node has.
+func (m *metrics) collectStore(ch chan<- prometheus.Metric) {
 	if st, err := m.e.st.Stats(); err == nil {
 		ch <- prometheus.MustNewConstMetric(m.sizeDesc, prometheus.GaugeValue, float64(st.Size))
 		ch <- prometheus.MustNewConstMetric(m.freePagesDesc, prometheus.GaugeValue, float64(st.FreePages))
