@@ -17,19 +17,21 @@ import (
 )
 
 // podNetworkCommand returns the command that runs this test binary in a
-// network and a mount namespace of its own: as root directly, otherwise
-// inside a user namespace that maps the caller to root, where the kernel
-// allows one. Go's unshare in the child makes every mount private first,
-// so nothing mounted inside reaches the host.
+// network, a mount and a PID namespace of its own: as root directly,
+// otherwise inside a user namespace that maps the caller to root, where
+// the kernel allows one. Go's unshare in the child makes every mount
+// private first, so nothing mounted inside reaches the host; the copy is
+// the first process of its PID namespace, so the pods' processes end
+// with it however it ends.
 func podNetworkCommand(args ...string) (*exec.Cmd, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS, Cloneflags: syscall.CLONE_NEWPID}
 	if uid, gid := os.Getuid(), os.Getgid(); uid != 0 {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
 		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
 		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
 	}
@@ -64,8 +66,13 @@ func setUpNodeNetwork(hosts string, node netip.Prefix) error {
 	if err := linkUp(lo.Index); err != nil {
 		return fmt.Errorf("bringing lo up: %w", err)
 	}
+	// A bridge whose hardware address is not set takes the lowest of its
+	// ports', and changes it when that port goes, as a stopped pod's does:
+	// the pods' ARP caches would then hold a stale address for the node
+	// for half a minute.
 	if err := netlink(syscall.RTM_NEWLINK, syscall.NLM_F_CREATE|syscall.NLM_F_EXCL, ifInfo(0, 0, 0),
 		attr(syscall.IFLA_IFNAME, cString(bridgeName)),
+		attr(syscall.IFLA_ADDRESS, hardwareAddr(node.Addr())),
 		attr(syscall.IFLA_LINKINFO, attr(iflaInfoKind, cString("bridge")))); err != nil {
 		return fmt.Errorf("making the bridge %s: %w", bridgeName, err)
 	}
@@ -142,11 +149,9 @@ func startInPod(path string, args, env []string, addr netip.Prefix, out io.Write
 // end on the bridge, the pod's end, eth0, in the pod's namespace.
 func plugPod(pid int, ip netip.Addr) error {
 	host := fmt.Sprintf("lhv%d", pid)
-	a := ip.As4()
-	mac := []byte{0x02, 0x00, a[0], a[1], a[2], a[3]}
 	peer := append(ifInfo(0, 0, 0), slices.Concat(
 		attr(syscall.IFLA_IFNAME, cString("eth0")),
-		attr(syscall.IFLA_ADDRESS, mac),
+		attr(syscall.IFLA_ADDRESS, hardwareAddr(ip)),
 		attr(iflaNetNSPID, u32(uint32(pid))))...)
 	if err := netlink(syscall.RTM_NEWLINK, syscall.NLM_F_CREATE|syscall.NLM_F_EXCL, ifInfo(0, 0, 0),
 		attr(syscall.IFLA_IFNAME, cString(host)),
@@ -168,6 +173,13 @@ func plugPod(pid int, ip netip.Addr) error {
 		return fmt.Errorf("plugging %s into %s: %w", host, bridgeName, err)
 	}
 	return nil
+}
+
+// hardwareAddr is the fixed, locally administered hardware address of
+// the interface holding the IPv4 address ip on the pod network.
+func hardwareAddr(ip netip.Addr) []byte {
+	a := ip.As4()
+	return []byte{0x02, 0x00, a[0], a[1], a[2], a[3]}
 }
 
 // execInPod runs in a pod's new network namespace: it waits until its

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -155,13 +156,17 @@ func TestManifestsRun(t *testing.T) {
 	})
 
 	t.Run("Clients and peers verify the certificate under each name they use, and nothing is served in the clear", func(t *testing.T) {
-		for _, name := range d.certNames(t) {
-			// A Service's names reach every pod; each pod's its own.
-			port := mustPort(t, d.coordCfg, "listen")
-			if _, pod, _ := d.hostOf(name); pod != "" && slices.ContainsFunc(d.peers, func(p peer) bool { return strings.HasPrefix(p.raft, name+":") }) {
-				port = mustPort(t, d.coordCfg, "raft-listen")
-			}
-			addr := net.JoinHostPort(name, strconv.Itoa(port))
+		// The Service's names reach the pods' gRPC port; each pod's own
+		// name its gRPC and raft ports, as --peers lists them.
+		var addrs []string
+		for _, name := range d.serviceDNSNames(t) {
+			addrs = append(addrs, net.JoinHostPort(name, strconv.Itoa(mustPort(t, d.coordCfg, "listen"))))
+		}
+		for _, p := range d.peers {
+			addrs = append(addrs, p.raft, p.grpc)
+		}
+		for _, addr := range addrs {
+			name, _, _ := net.SplitHostPort(addr)
 			c, err := (&tls.Dialer{Config: &tls.Config{RootCAs: ca.Pool(), ServerName: name, Certificates: []tls.Certificate{r.cert}}}).DialContext(r.bounded(t), "tcp", addr)
 			if err != nil {
 				t.Errorf("TLS to %s, verifying %s: %v", addr, name, err)
@@ -207,8 +212,11 @@ func TestManifestsRun(t *testing.T) {
 		}
 	})
 
+	// The one setting the test adds: the mock renderer takes a second per
+	// document (its own --latency), so that a leader stopped while a
+	// document renders is stopped while a lease is held.
 	rendPod := podNames(d.rend)[0]
-	r.start(d.rend, d.rendC, rendPod)
+	r.start(d.rend, d.rendC, rendPod, "LEASEHOLD_LATENCY="+renderTime.String())
 	ps := d.principals(t)
 	submitter, operator := principalWithRole(t, ps, "submitter"), principalWithRole(t, ps, "operator")
 	var acked []string // batches acknowledged, each of which must end succeeded
@@ -298,7 +306,7 @@ func TestManifestsRun(t *testing.T) {
 		name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGKILL: "SIGKILL"}[sig]
 		t.Run("After a "+name+" of the leader another leads, the work goes on through the Service, and the pod comes back", func(t *testing.T) {
 			old := r.leader(t, d.coordPods)
-			queued := r.submit(t, submitter, false, "queued before the "+name)
+			rendering, job := r.rendering(t, old, submitter, operator, "rendering at the "+name)
 			out, err := r.stop(old, sig)
 			if sig == syscall.SIGTERM {
 				if err != nil {
@@ -317,8 +325,15 @@ func TestManifestsRun(t *testing.T) {
 			}
 			next := r.leader(t, rest)
 			t.Logf("%s leads after the %s of %s", next, name, old)
-			r.mustCLI(t, submitter.Token, "watch", queued)
-			acked = append(acked, queued, r.submit(t, submitter, true, "submitted after the "+name))
+			r.mustCLI(t, submitter.Token, "watch", rendering)
+			// The renderer kept its lease across the failover: the job
+			// ended in the attempt it was leased in.
+			ctx := metadata.AppendToOutgoingContext(r.bounded(t), "authorization", "Bearer "+submitter.Token)
+			resp, err := leaseholdv1.NewJobServiceClient(r.conn(t, next)).GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: job})
+			if err != nil || resp.GetJob().GetPhase() != leaseholdv1.Phase_PHASE_SUCCEEDED || resp.GetJob().GetAttempt() != 1 {
+				t.Errorf("job %s, leased when the leader was stopped: %v, %v; want SUCCEEDED in attempt 1", job, resp.GetJob(), err)
+			}
+			acked = append(acked, rendering, r.submit(t, submitter, true, "submitted after the "+name))
 
 			// The StatefulSet makes the pod again, on its claim: it
 			// rejoins, knows the leader and is ready.
@@ -658,9 +673,9 @@ func (r *run) startCoordinator(pod string) { r.start(r.d.coord, r.d.coordC, pod)
 
 // start runs pod's container in a network namespace of its own, with the
 // pod's address, its arguments and environment as Kubernetes gives them
-// to that pod, and paths mapped by value. If the program exits before the
-// test stops it, r.ctx ends.
-func (r *run) start(w *workload, c *container, pod string) {
+// to that pod (and the variables extra), and paths mapped by value. If
+// the program exits before the test stops it, r.ctx ends.
+func (r *run) start(w *workload, c *container, pod string, extra ...string) {
 	t := r.t
 	t.Helper()
 	env, errs := containerEnv(c, r.d.envResolver(pod))
@@ -679,6 +694,7 @@ func (r *run) start(w *workload, c *container, pod string) {
 	for _, e := range env {
 		environ = append(environ, e.name+"="+r.value(w, c, pod, e.value))
 	}
+	environ = append(environ, extra...)
 	p := &process{out: &syncBuffer{}, done: make(chan struct{})}
 	cmd, err := startInPod(filepath.Join(binDir, filepath.Base(c.Command[0])), args, environ,
 		netip.PrefixFrom(r.d.podIP(pod), podPrefixLen), p.out)
@@ -816,21 +832,61 @@ func (r *run) leader(t *testing.T, pods []string) string {
 	t.Helper()
 	ctx, cancel := r.wait()
 	defer cancel()
-	found := make(chan string, len(pods))
+	type result struct {
+		pod string
+		err error
+	}
+	results := make(chan result, len(pods))
 	for _, pod := range pods {
 		conn := r.conn(t, pod)
-		go func() {
-			if watchFor(ctx, conn, leaderHealthEntry, healthpb.HealthCheckResponse_SERVING) == nil {
-				found <- pod
-			}
-		}()
+		go func() { results <- result{pod, watchFor(ctx, conn, leaderHealthEntry, healthpb.HealthCheckResponse_SERVING)} }()
 	}
-	select {
-	case pod := <-found:
-		return pod
-	case <-ctx.Done():
-		t.Fatalf("no leader among %v: %v%s", pods, ctx.Err(), r.exitNote())
-		return ""
+	var errs []error
+	for range pods {
+		res := <-results
+		if res.err == nil {
+			return res.pod
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", res.pod, res.err))
+	}
+	t.Fatalf("no leader among %v: %v%s", pods, errors.Join(errs...), r.exitNote())
+	return ""
+}
+
+// renderTime is how long the renderer takes per document in the run.
+const renderTime = time.Second
+
+// rendering submits one document as p with dispatch paused by operator,
+// watches its batch on the leader, resumes dispatch and returns once the
+// job is leased: the renderer then renders it for renderTime. It returns
+// the batch and the job.
+func (r *run) rendering(t *testing.T, leader string, p, operator principal, text string) (string, string) {
+	t.Helper()
+	r.mustCLI(t, operator.Token, "pause", "--reason", "so that the watch sees the lease")
+	batch := r.submit(t, p, false, text)
+	ctx, cancel := r.wait()
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+p.Token)
+	w, err := leaseholdv1.NewJobServiceClient(r.conn(t, leader)).WatchBatch(ctx, &leaseholdv1.WatchBatchRequest{BatchId: batch})
+	if err != nil {
+		t.Fatalf("watching batch %s on %s: %v", batch, leader, err)
+	}
+	if _, err := w.Recv(); err != nil { // the opening snapshot of its one job
+		t.Fatalf("watching batch %s on %s: %v", batch, leader, err)
+	}
+	r.mustCLI(t, operator.Token, "resume", "--reason", "watching")
+	for {
+		ev, err := w.Recv()
+		if err != nil {
+			t.Fatalf("waiting for batch %s's job to be leased: %v%s", batch, err, r.exitNote())
+		}
+		switch ev.GetPhase() {
+		case leaseholdv1.Phase_PHASE_LEASED:
+			return batch, ev.GetJobId()
+		case leaseholdv1.Phase_PHASE_QUEUED:
+		default:
+			t.Fatalf("batch %s's job went %v before it was leased", batch, ev.GetPhase())
+		}
 	}
 }
 
