@@ -839,7 +839,9 @@ func (r *run) leader(t *testing.T, pods []string) string {
 	results := make(chan result, len(pods))
 	for _, pod := range pods {
 		conn := r.conn(t, pod)
-		go func() { results <- result{pod, watchFor(ctx, conn, leaderHealthEntry, healthpb.HealthCheckResponse_SERVING)} }()
+		go func() {
+			results <- result{pod, watchFor(ctx, conn, leaderHealthEntry, healthpb.HealthCheckResponse_SERVING)}
+		}()
 	}
 	var errs []error
 	for range pods {
