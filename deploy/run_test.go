@@ -75,7 +75,9 @@ const (
 // that the voters find each other, and the renderer and the CLI the
 // leader, by name as they would in the cluster. It then checks what the
 // kubelet, Prometheus, a client and a peer would see, and stops and kills
-// the leader while the renderer works.
+// the leader while the renderer holds a lease. The one setting it adds is
+// the mock renderer's render time (LEASEHOLD_LATENCY), so that a lease is
+// held for a second while the leader goes.
 func TestManifestsRun(t *testing.T) {
 	if os.Getenv(podNetworkEnv) == "" {
 		t.Parallel()
