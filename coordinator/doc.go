@@ -31,9 +31,10 @@
 //
 // The metrics address answers the same health over HTTP (HTTPS with TLS),
 // for probes that cannot ask gRPC over TLS, as a kubelet's grpc probe
-// cannot: /healthz is the server entry "", /readyz is
-// leasehold.v1.JobService; each answers 200 with "SERVING" or 503 with the
-// status.
+// cannot: /healthz (liveness) is leasehold.v1.JobService, /readyz
+// (readiness) the server entry "", which in a cluster also says whether
+// this node knows a leader; each answers 200 with "SERVING" or 503 with
+// the status.
 //
 // # The gRPC edge
 //

@@ -15,12 +15,18 @@ import (
 // (with scheme HTTPS it does not verify the certificate). The answers are
 // the gRPC health service's own entries, read at each request:
 //
-//   - /healthz is the server entry "" (liveness): NOT_SERVING once a
-//     commit failed and at shutdown;
-//   - /readyz is leasehold.v1.JobService (readiness): the same, and not
-//     the dispatch entry, so a paused coordinator stays ready.
+//   - /healthz is leasehold.v1.JobService (liveness): NOT_SERVING once a
+//     commit failed and at shutdown, whatever the cluster's leadership, so
+//     that a node of a cluster without a leader is not restarted over and
+//     over for what a restart cannot mend;
+//   - /readyz is the server entry "" (readiness): the same, and in a
+//     cluster NOT_SERVING too while this node knows no leader. It is not
+//     the dispatch entry, so a paused coordinator stays ready, nor the
+//     Leader entry: followers are ready, and clients find the leader
+//     themselves.
 //
-// Each answers 200 with "SERVING", or 503 with the status.
+// On a single node the two answer alike. Each answers 200 with "SERVING",
+// or 503 with the status.
 const (
 	healthzPath = "/healthz"
 	readyzPath  = "/readyz"
@@ -28,8 +34,8 @@ const (
 
 // handleHealth adds the health endpoints to the metrics address's mux.
 func (c *Coordinator) handleHealth(mux *http.ServeMux) {
-	mux.Handle("GET "+healthzPath, c.healthEntry(""))
-	mux.Handle("GET "+readyzPath, c.healthEntry(server.JobServiceName))
+	mux.Handle("GET "+healthzPath, c.healthEntry(server.JobServiceName))
+	mux.Handle("GET "+readyzPath, c.healthEntry(""))
 }
 
 // healthEntry answers with the status of one health entry.

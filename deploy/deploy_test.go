@@ -2,20 +2,25 @@
 // beside them against the programs they deploy. The Kubernetes manifests
 // are decoded strictly and every flag and LEASEHOLD_* variable they set
 // must be one that the built binaries' --help lists; ports, probes, grace
-// periods, Secrets, TLS and the image must agree with each other; and the
-// coordinator and renderer are run with the manifests' own configuration
-// (volumes moved to temporary directories, addresses kept: they run in a
-// network namespace of their own where the Service's names resolve) to
-// show that the renderer reaches the coordinator's Service over TLS, that
-// the probes pass as the kubelet asks them and that every metric the
-// Prometheus rules use exists.
+// periods, Secrets, TLS, the cluster's peers and the image must agree with
+// each other; and the three coordinators and a renderer are run with the
+// manifests' own configuration (volumes moved to temporary directories,
+// the values Kubernetes gives each pod substituted, addresses kept: each
+// pod runs in a network namespace of its own where the Services' and the
+// pods' names resolve) to show that the voters elect a leader over mutual
+// TLS, that the renderer reaches it through the Service and keeps
+// rendering when the leader is stopped or killed, that the probes pass as
+// the kubelet asks them and that every metric the Prometheus rules use
+// exists.
 package deploy
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,6 +41,11 @@ var binDir string
 var moduleRoot string
 
 func TestMain(m *testing.M) {
+	// A pod's process first: a copy of this binary that sets up the pod's
+	// network namespace and becomes the pod's program (run_test.go).
+	if spec := os.Getenv(podExecEnv); spec != "" {
+		execInPod(spec)
+	}
 	testbin.Main("deploy", func(root, dir string) int {
 		moduleRoot, binDir = root, dir
 		code := 0
@@ -46,13 +56,23 @@ func TestMain(m *testing.M) {
 
 // Margins the grace periods keep beyond the programs' own timeouts: the
 // renderer hands back what is left after its drain and the coordinator
-// closes bbolt after its shutdown timeout.
+// closes raft and bbolt after its shutdown timeout.
 const graceMargin = 5 * time.Second
 
-// dispatchHealthEntry is the coordinator's health entry for the dispatch
-// switch; a readiness probe on it would take a paused coordinator out of
-// its Service.
-const dispatchHealthEntry = "leasehold.v1.Dispatch"
+// leadershipHandOver is how long a coordinator that leads spends, on
+// SIGTERM, handing leadership to another voter before it drains its calls
+// (package coordinator's handOverTimeout).
+const leadershipHandOver = 3 * time.Second
+
+// Health entries the probes must or must not read: the dispatch switch,
+// which a paused coordinator reports NOT_SERVING, the leader's own entry,
+// which followers report NOT_SERVING, and the entry of the job service,
+// which follows the writer alone.
+const (
+	dispatchHealthEntry = "leasehold.v1.Dispatch"
+	leaderHealthEntry   = "leasehold.v1.Leader"
+	jobsHealthEntry     = "leasehold.v1.JobService"
+)
 
 // principal is one entry of a principals file, as far as these tests read it.
 type principal struct {
@@ -69,44 +89,86 @@ type principal struct {
 // configuration.
 type deployment struct {
 	*manifests
-	coord, rend       *workload
-	coordC, rendC     *container
-	coordP, rendP     *program
-	coordCfg, rendCfg config
+	coord, rend   *workload
+	coordC, rendC *container
+	coordP, rendP *program
+	// coordPods are the StatefulSet's pods by ordinal, and coordCfgs the
+	// configuration each is given; coordCfg is the first pod's.
+	coordPods []string
+	coordCfgs []config
+	coordCfg  config
+	rendCfg   config
+	// peers is the first pod's --peers.
+	peers []peer
 }
 
 // loadDeployment loads the manifests, finds the coordinator and renderer
-// containers and resolves their configuration against the binaries'
-// --help, reporting every unknown flag or variable.
+// containers and resolves their configuration, for every pod of the
+// coordinator's StatefulSet, against the binaries' --help, reporting every
+// unknown flag or variable.
 func loadDeployment(t *testing.T) *deployment {
 	t.Helper()
 	d := &deployment{manifests: loadManifests(t)}
 	d.coord, d.coordC = d.workloadOf(t, "coordinator")
 	d.rend, d.rendC = d.workloadOf(t, "renderer")
 	d.coordP, d.rendP = helpOf(t, "coordinator"), helpOf(t, "renderer")
+	d.coordPods = podNames(d.coord)
+	for i, pod := range d.coordPods {
+		cfg, errs := configOf(d.coordP, d.coordC, d.envResolver(pod))
+		if i == 0 {
+			for _, err := range errs {
+				t.Error(err)
+			}
+		}
+		d.coordCfgs = append(d.coordCfgs, cfg)
+	}
+	if len(d.coordCfgs) == 0 {
+		t.Fatalf("%s has no pods", d.coord.Metadata.Name)
+	}
+	d.coordCfg = d.coordCfgs[0]
 	var errs []error
-	d.coordCfg, errs = configOf(d.coordP, d.coordC, d.envResolver(d.coord))
+	d.rendCfg, errs = configOf(d.rendP, d.rendC, d.envResolver(podNames(d.rend)[0]))
 	for _, err := range errs {
 		t.Error(err)
 	}
-	d.rendCfg, errs = configOf(d.rendP, d.rendC, d.envResolver(d.rend))
-	for _, err := range errs {
-		t.Error(err)
+	if s, ok := d.coordCfg["peers"]; ok {
+		var err error
+		if d.peers, err = parsePeers(s.value); err != nil {
+			t.Errorf("%s=%q: %v", s.source, s.value, err)
+		}
 	}
 	return d
 }
 
-// podName is the name a pod of w gets, as fieldRef metadata.name sees it.
-func podName(w *workload) string {
-	if w.Kind == "StatefulSet" {
-		return w.Metadata.Name + "-0"
+// podNames returns the names the pods of w get, as fieldRef metadata.name
+// sees them: a StatefulSet's by ordinal, one example of a Deployment's.
+func podNames(w *workload) []string {
+	if w.Kind != "StatefulSet" {
+		return []string{w.Metadata.Name + "-5d8f7c9b6d-x2x7q"}
 	}
-	return w.Metadata.Name + "-5d8f7c9b6d-x2x7q"
+	n := 1
+	if w.Spec.Replicas != nil {
+		n = *w.Spec.Replicas
+	}
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("%s-%d", w.Metadata.Name, i))
+	}
+	return names
 }
 
-// envResolver returns the value a variable of w's containers takes from
+// podIP is the address the test's pod network gives pod: the
+// coordinators' from 10.244.0.10 by ordinal, the renderer's 10.244.0.100.
+func (d *deployment) podIP(pod string) netip.Addr {
+	if i := slices.Index(d.coordPods, pod); i >= 0 {
+		return netip.AddrFrom4([4]byte{10, 244, 0, byte(10 + i)})
+	}
+	return netip.AddrFrom4([4]byte{10, 244, 0, 100})
+}
+
+// envResolver returns the value a variable of pod's container takes from
 // a Secret (the example's value) or from the pod's own fields.
-func (d *deployment) envResolver(w *workload) func(envVar) (string, error) {
+func (d *deployment) envResolver(pod string) func(envVar) (string, error) {
 	return func(e envVar) (string, error) {
 		switch {
 		case e.ValueFrom == nil:
@@ -122,11 +184,134 @@ func (d *deployment) envResolver(w *workload) func(envVar) (string, error) {
 				return "", fmt.Errorf("Secret %s has no key %s in %s", ref.Name, ref.Key, exampleSecrets)
 			}
 			return v, nil
-		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			return podName(w), nil
+		case e.ValueFrom.FieldRef != nil:
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "metadata.name":
+				return pod, nil
+			case "metadata.namespace":
+				return d.kust.Namespace, nil
+			case "status.podIP":
+				return d.podIP(pod).String(), nil
+			}
 		}
 		return "", fmt.Errorf("this test cannot resolve %+v; teach it", e.ValueFrom)
 	}
+}
+
+// peer is one voter of --peers.
+type peer struct {
+	id, raft, grpc string
+}
+
+// parsePeers reads --peers as the coordinator does: id=raft_address or
+// id=raft_address/grpc_address, comma-separated, spaces around items
+// ignored.
+func parsePeers(s string) ([]peer, error) {
+	var peers []peer
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		id, addrs, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("peer %q is not id=raft_address/grpc_address", item)
+		}
+		raft, grpc, _ := strings.Cut(addrs, "/")
+		peers = append(peers, peer{id, raft, grpc})
+	}
+	return peers, nil
+}
+
+// peerOf returns the voter of --peers whose id is pod.
+func (d *deployment) peerOf(pod string) (peer, bool) {
+	i := slices.IndexFunc(d.peers, func(p peer) bool { return p.id == pod })
+	if i < 0 {
+		return peer{}, false
+	}
+	return d.peers[i], true
+}
+
+// target is a client's coordinator address: a dns:/// target, resolved
+// to every address of its name, or one or more host:port.
+type target struct {
+	dns   bool
+	addrs []string
+}
+
+// parseTarget reads a coordinator address as the programs do.
+func parseTarget(s string) (target, error) {
+	if rest, ok := strings.CutPrefix(s, "dns:///"); ok {
+		return target{dns: true, addrs: []string{rest}}, nil
+	}
+	if strings.Contains(s, "://") || strings.HasPrefix(s, "dns:") {
+		return target{}, fmt.Errorf("%q: this test reads host:port, a list of them, or dns:///host:port; teach it", s)
+	}
+	var t target
+	for a := range strings.SplitSeq(s, ",") {
+		t.addrs = append(t.addrs, strings.TrimSpace(a))
+	}
+	return t, nil
+}
+
+// dnsForms returns the names the cluster DNS answers for name in
+// namespace ns (a Service, or a pod under its headless Service): bare as
+// the pods of ns resolve it, with the namespace, with .svc and with the
+// cluster domain.
+func dnsForms(name, ns string) []string {
+	return []string{name, name + "." + ns, name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local"}
+}
+
+// hostOf reads a DNS name of the manifests' namespace: the Service it
+// names, and the pod when it is a pod's name under a headless Service.
+func (d *deployment) hostOf(host string) (svc, pod string, err error) {
+	ns := d.kust.Namespace
+	h, qualified := host, false
+	for _, suffix := range []string{".svc.cluster.local", ".svc"} {
+		if rest, ok := strings.CutSuffix(h, suffix); ok {
+			h, qualified = rest, true
+			break
+		}
+	}
+	labels := strings.Split(h, ".")
+	switch {
+	case qualified && (len(labels) < 2 || labels[len(labels)-1] != ns):
+		return "", "", fmt.Errorf("%s is not a name of namespace %s", host, ns)
+	case qualified:
+		labels = labels[:len(labels)-1]
+	case len(labels) == 2 && labels[1] == ns && d.serviceNamed(labels[0]) != nil:
+		labels = labels[:1]
+	case len(labels) == 3 && labels[2] == ns:
+		labels = labels[:2]
+	}
+	switch len(labels) {
+	case 1:
+		svc = labels[0]
+	case 2:
+		pod, svc = labels[0], labels[1]
+	default:
+		return "", "", fmt.Errorf("%s names no Service or pod of namespace %s", host, ns)
+	}
+	if d.serviceNamed(svc) == nil {
+		return "", "", fmt.Errorf("%s: %s is not a Service of the manifests", host, svc)
+	}
+	return svc, pod, nil
+}
+
+// governing returns the coordinator StatefulSet's governing Service.
+func (d *deployment) governing() *service { return d.serviceNamed(d.coord.Spec.ServiceName) }
+
+// clientService returns the Service clients reach the coordinators by:
+// the one selecting their pods that is not the StatefulSet's own.
+func (d *deployment) clientService(t *testing.T) *service {
+	t.Helper()
+	for _, s := range d.services {
+		if s.Metadata.Name != d.coord.Spec.ServiceName && selects(s.Spec.Selector, d.coord.Spec.Template.Metadata.Labels) {
+			return s
+		}
+	}
+	t.Fatal("no Service for clients selects the coordinator's pods")
+	return nil
 }
 
 // principals returns the principals file the coordinator reads (--tokens),
@@ -176,6 +361,7 @@ func principalWithRole(t *testing.T, ps []principal, role string) principal {
 func TestManifests(t *testing.T) {
 	t.Parallel()
 	d := loadDeployment(t)
+	coordLabels := d.coord.Spec.Template.Metadata.Labels
 
 	t.Run("The kustomization lists every manifest and names the image the containers use", func(t *testing.T) {
 		var listed []string
@@ -194,7 +380,7 @@ func TestManifests(t *testing.T) {
 			t.Errorf("%s must not be applied; it holds placeholders", exampleSecrets)
 		}
 		if slices.Contains(listed, volumeShell) {
-			t.Errorf("%s must not be applied with the rest; it runs only while the coordinator is stopped", volumeShell)
+			t.Errorf("%s must not be applied with the rest; it runs only while the coordinators are stopped", volumeShell)
 		}
 		if d.kust.Namespace == "" {
 			t.Error("the kustomization sets no namespace")
@@ -209,34 +395,144 @@ func TestManifests(t *testing.T) {
 		}
 	})
 
-	t.Run("The coordinator is one replica with its data directory on a claim of its own", func(t *testing.T) {
-		if d.coord.Kind != "StatefulSet" || d.coord.Spec.Replicas == nil || *d.coord.Spec.Replicas != 1 {
-			t.Errorf("coordinator: %s with replicas %v, want a StatefulSet with exactly 1 (one writer per bbolt file)", d.coord.Kind, d.coord.Spec.Replicas)
+	t.Run("The coordinator is three voters, each with a claim of its own, that find each other by their pods' names", func(t *testing.T) {
+		if d.coord.Kind != "StatefulSet" || len(d.coordPods) != 3 {
+			t.Errorf("coordinator: %s with replicas %v, want a StatefulSet of 3 (a quorum of two survives one loss; see deploy/README.md)", d.coord.Kind, d.coord.Spec.Replicas)
+		}
+		if p := d.coord.Spec.PodManagementPolicy; p != "Parallel" {
+			t.Errorf("podManagementPolicy %q: a pod is ready only once the cluster has a leader, which takes two pods, so OrderedReady "+
+				"never creates the second; want Parallel", p)
 		}
 		dataDir := d.coordCfg["data-dir"]
 		vol, _, ok := d.coord.mountOf(d.coordC, dataDir.value)
 		if !ok || !d.coord.claimVolume(vol) {
 			t.Errorf("%s=%s is not on one of the StatefulSet's volumeClaimTemplates", dataDir.source, dataDir.value)
 		}
-		headless := d.serviceNamed(d.coord.Spec.ServiceName)
-		if headless == nil || headless.Spec.ClusterIP != "None" || !selects(headless.Spec.Selector, d.coord.Spec.Template.Metadata.Labels) {
-			t.Errorf("serviceName %q is not a headless Service selecting the coordinator's pods", d.coord.Spec.ServiceName)
+		gov := d.governing()
+		switch {
+		case gov == nil || gov.Spec.ClusterIP != "None" || !selects(gov.Spec.Selector, coordLabels):
+			t.Fatalf("serviceName %q is not a headless Service selecting the coordinator's pods: the pods would have no names of their own", d.coord.Spec.ServiceName)
+		case !gov.Spec.PublishNotReadyAddresses:
+			t.Errorf("Service %s does not publish pods that are not ready: a pod is ready once the cluster has a leader, "+
+				"and the voters cannot elect one before their names resolve; set publishNotReadyAddresses", gov.Metadata.Name)
+		}
+		raftPort, grpcPort := mustPort(t, d.coordCfg, "raft-listen"), mustPort(t, d.coordCfg, "listen")
+		if d.coordC.containerPort(raftPort) == 0 {
+			t.Errorf("the coordinator listens for raft on %d but declares no such containerPort", raftPort)
+		}
+		if !slices.ContainsFunc(gov.Spec.Ports, func(p servicePort) bool { return p.Port == raftPort }) {
+			t.Errorf("Service %s does not list the raft port %d", gov.Metadata.Name, raftPort)
+		}
+		if len(d.peers) != len(d.coordPods) {
+			t.Errorf("--peers lists %d voters, the StatefulSet runs %d pods: each pod is a voter, and no other", len(d.peers), len(d.coordPods))
+		}
+		for i, pod := range d.coordPods {
+			cfg := d.coordCfgs[i]
+			if id := cfg["node-id"]; id.value != pod {
+				t.Errorf("pod %s: node id from %s is %q, want the pod's name (fieldRef metadata.name)", pod, id.source, id.value)
+			}
+			if cfg["peers"].value != d.coordCfg["peers"].value {
+				t.Errorf("pod %s gets --peers %q, pod %s %q: every voter gets the same", pod, cfg["peers"].value, d.coordPods[0], d.coordCfg["peers"].value)
+			}
+			p, ok := d.peerOf(pod)
+			if !ok {
+				t.Errorf("--peers has no voter %s", pod)
+				continue
+			}
+			for _, a := range []struct {
+				what, addr string
+				port       int
+			}{{"raft", p.raft, raftPort}, {"gRPC", p.grpc, grpcPort}} {
+				host, port, err := splitHostPort(a.addr)
+				if err != nil {
+					t.Errorf("voter %s: %s address %q: %v", pod, a.what, a.addr, err)
+					continue
+				}
+				svc, named, err := d.hostOf(host)
+				if err != nil || svc != gov.Metadata.Name || named != pod || port != a.port {
+					t.Errorf("voter %s: %s address %s, want the pod's name under %s with port %d (%v)", pod, a.what, a.addr, gov.Metadata.Name, a.port, err)
+				}
+			}
+			// Without it the leader announces --listen, ":7070", which
+			// names no host a follower's client could dial.
+			if adv := cfg["grpc-advertise"]; adv.value != p.grpc {
+				t.Errorf("pod %s announces %q (%s) when it leads, want its gRPC address in --peers %q", pod, adv.value, cmp.Or(adv.source, "--listen"), p.grpc)
+			}
+			if adv, ok := cfg["raft-advertise"]; ok && adv.value != "" && adv.value != p.raft {
+				t.Errorf("pod %s advertises raft at %q, --peers says %q", pod, adv.value, p.raft)
+			}
+		}
+		spread := false
+		if a := d.coord.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+			for _, term := range a.PodAntiAffinity.Required {
+				spread = spread || (term.TopologyKey == "kubernetes.io/hostname" && selects(term.LabelSelector.MatchLabels, coordLabels))
+			}
+		}
+		if !spread {
+			t.Error("no required pod anti-affinity on kubernetes.io/hostname keeps the voters on different nodes: one node's loss could take the quorum")
 		}
 		var budget *disruptionBudget
 		for _, b := range d.budgets {
-			if selects(b.Spec.Selector.MatchLabels, d.coord.Spec.Template.Metadata.Labels) {
+			if selects(b.Spec.Selector.MatchLabels, coordLabels) {
 				budget = b
 			}
 		}
 		if budget == nil {
 			t.Fatal("no PodDisruptionBudget selects the coordinator's pods")
 		}
-		if budget.Spec.MaxUnavailable != 0 {
-			t.Errorf("the coordinator's PodDisruptionBudget has maxUnavailable %v; with one replica anything but 0 allows an eviction", budget.Spec.MaxUnavailable)
+		if budget.Spec.MaxUnavailable != 1 || budget.Spec.MinAvailable != nil {
+			t.Errorf("the coordinator's PodDisruptionBudget has maxUnavailable %v, minAvailable %v; want maxUnavailable 1: "+
+				"an eviction may take one voter, never two", budget.Spec.MaxUnavailable, budget.Spec.MinAvailable)
 		}
 	})
 
-	t.Run("The volume shell mounts the coordinator's claim where the coordinator does, as its user", func(t *testing.T) {
+	t.Run("Only the coordinators reach the raft port; anyone reaches gRPC and metrics", func(t *testing.T) {
+		raftPort := mustPort(t, d.coordCfg, "raft-listen")
+		open := map[int]bool{}
+		var policies int
+		for _, np := range d.policies {
+			if !selects(np.Spec.PodSelector.MatchLabels, coordLabels) || !slices.Contains(np.Spec.PolicyTypes, "Ingress") {
+				continue
+			}
+			policies++
+			for _, rule := range np.Spec.Ingress {
+				var ports []int
+				for _, p := range rule.Ports {
+					n := d.coordC.containerPort(p.Port)
+					if n == 0 {
+						t.Errorf("NetworkPolicy %s allows port %v, which the coordinator does not declare", np.Metadata.Name, p.Port)
+					}
+					ports = append(ports, n)
+				}
+				if len(rule.Ports) == 0 || slices.Contains(ports, raftPort) {
+					if len(rule.From) == 0 {
+						t.Errorf("NetworkPolicy %s lets any pod reach the raft port", np.Metadata.Name)
+					}
+					for _, from := range rule.From {
+						if from.PodSelector == nil || !selects(from.PodSelector.MatchLabels, coordLabels) ||
+							selects(from.PodSelector.MatchLabels, d.rend.Spec.Template.Metadata.Labels) {
+							t.Errorf("NetworkPolicy %s lets pods other than the coordinators reach the raft port: %+v", np.Metadata.Name, from)
+						}
+					}
+				}
+				if len(rule.From) == 0 {
+					for _, p := range ports {
+						open[p] = true
+					}
+				}
+			}
+		}
+		if policies == 0 {
+			t.Error("no NetworkPolicy selects the coordinators: any pod may open the raft port, which mutual TLS alone then guards")
+		}
+		for _, flag := range []string{"listen", "metrics-listen"} {
+			if p := mustPort(t, d.coordCfg, flag); policies > 0 && !open[p] {
+				t.Errorf("no NetworkPolicy rule lets clients and Prometheus reach --%s's port %d", flag, p)
+			}
+		}
+	})
+
+	t.Run("The volume shell mounts the first coordinator's claim where the coordinator does, as its user", func(t *testing.T) {
 		if len(d.pods) != 1 {
 			t.Fatalf("want one Pod in %s, found %d", volumeShell, len(d.pods))
 		}
@@ -246,7 +542,7 @@ func TestManifests(t *testing.T) {
 		}
 		claimVol := d.coord.Spec.VolumeClaimTemplates[0].Metadata.Name
 		// A StatefulSet's claims are named <template>-<statefulset>-<ordinal>.
-		wantClaim := claimVol + "-" + podName(d.coord)
+		wantClaim := claimVol + "-" + d.coordPods[0]
 		var coordMount string
 		for _, vm := range d.coordC.VolumeMounts {
 			if vm.Name == claimVol {
@@ -260,7 +556,7 @@ func TestManifests(t *testing.T) {
 			}
 			found = true
 			if v.PersistentVolumeClaim.ClaimName != wantClaim {
-				t.Errorf("%s mounts claim %s, want the coordinator's %s", volumeShell, v.PersistentVolumeClaim.ClaimName, wantClaim)
+				t.Errorf("%s mounts claim %s, want the first coordinator's %s", volumeShell, v.PersistentVolumeClaim.ClaimName, wantClaim)
 			}
 			for _, c := range p.Spec.Containers {
 				for _, vm := range c.VolumeMounts {
@@ -340,23 +636,69 @@ func TestManifests(t *testing.T) {
 				continue
 			}
 			for _, p := range s.Spec.Ports {
-				if !slices.ContainsFunc(target.Spec.Template.Spec.Containers, func(c container) bool { return c.containerPort(p.TargetPort) != 0 }) {
+				n := 0
+				for _, c := range target.Spec.Template.Spec.Containers {
+					n = cmp.Or(n, c.containerPort(p.TargetPort))
+				}
+				switch {
+				case n == 0:
 					t.Errorf("Service %s port %s targets %v, which %s's containers do not declare", s.Metadata.Name, p.Name, p.TargetPort, target.Metadata.Name)
+				case s.Spec.ClusterIP == "None" && n != p.Port:
+					// A headless Service's name resolves to the pods, which
+					// clients dial on the Service's port number.
+					t.Errorf("headless Service %s port %d targets container port %d; its clients dial the pods on %d", s.Metadata.Name, p.Port, n, p.Port)
 				}
 				if p.AppProtocol == "kubernetes.io/h2c" && target == d.coord && d.coordTLS() {
 					t.Errorf("Service %s port %s says kubernetes.io/h2c (HTTP/2 in the clear), but the coordinator serves TLS", s.Metadata.Name, p.Name)
 				}
 			}
 		}
-		coordAddr := d.rendCfg["coordinator"]
-		if got, err := d.serviceTarget(coordAddr.value); err != nil {
-			t.Errorf("renderer %s=%s: %v", coordAddr.source, coordAddr.value, err)
-		} else if got != grpcPort {
-			t.Errorf("renderer %s=%s reaches container port %d, want the coordinator's --listen port %d", coordAddr.source, coordAddr.value, got, grpcPort)
+	})
+
+	t.Run("The renderers dial every replica and follow the leader", func(t *testing.T) {
+		grpcPort := mustPort(t, d.coordCfg, "listen")
+		addr := d.rendCfg["coordinator"]
+		tg, err := parseTarget(addr.value)
+		if err != nil {
+			t.Fatalf("renderer %s: %v", addr.source, err)
+		}
+		if !tg.dns && len(tg.addrs) < 2 {
+			t.Fatalf("renderer %s=%s reaches one replica: name the coordinators' headless Service as dns:///name:port, or list every pod", addr.source, addr.value)
+		}
+		listed := map[string]bool{}
+		for _, a := range tg.addrs {
+			host, port, err := splitHostPort(a)
+			if err != nil {
+				t.Errorf("renderer %s=%s: %v", addr.source, addr.value, err)
+				continue
+			}
+			svc, pod, err := d.hostOf(host)
+			switch {
+			case err != nil:
+				t.Errorf("renderer %s=%s: %v", addr.source, addr.value, err)
+			case tg.dns && pod != "":
+				t.Errorf("renderer %s=%s: a dns target of one pod's name reaches that pod alone", addr.source, addr.value)
+			case tg.dns:
+				s := d.serviceNamed(svc)
+				if !selects(s.Spec.Selector, coordLabels) || s.Spec.ClusterIP != "None" {
+					t.Errorf("renderer %s=%s: Service %s is not a headless Service of the coordinators: a cluster IP pins each "+
+						"connection to one pod, and the client cannot find the leader", addr.source, addr.value, svc)
+				}
+				if n, err := d.serviceTarget(a); err != nil || n != grpcPort {
+					t.Errorf("renderer %s=%s reaches container port %d (%v), want the coordinator's --listen port %d", addr.source, addr.value, n, err, grpcPort)
+				}
+			case svc != d.coord.Spec.ServiceName || port != grpcPort:
+				t.Errorf("renderer %s=%s: %s is not a coordinator pod's gRPC address", addr.source, addr.value, a)
+			default:
+				listed[pod] = true
+			}
+		}
+		if !tg.dns && len(listed) != len(d.coordPods) {
+			t.Errorf("renderer %s=%s lists %d of the %d coordinators", addr.source, addr.value, len(listed), len(d.coordPods))
 		}
 	})
 
-	t.Run("The coordinator's probes ask its health as a kubelet can: liveness the server's, readiness a service's", func(t *testing.T) {
+	t.Run("The coordinator's probes ask its health as a kubelet can: readiness the server's, liveness the writer's", func(t *testing.T) {
 		metricsPort := mustPort(t, d.coordCfg, "metrics-listen")
 		probes := d.coordC.probes()
 		for _, name := range []string{"startup", "readiness", "liveness"} {
@@ -366,7 +708,7 @@ func TestManifests(t *testing.T) {
 		}
 		// The health entry each probe reads: gRPC names it, the HTTP
 		// endpoints stand for one (coordinator/httphealth.go).
-		httpEntry := map[string]string{"/healthz": "", "/readyz": "leasehold.v1.JobService"}
+		httpEntry := map[string]string{"/healthz": jobsHealthEntry, "/readyz": ""}
 		for name, p := range probes {
 			entry, known := "", false
 			switch {
@@ -374,8 +716,11 @@ func TestManifests(t *testing.T) {
 				t.Errorf("%s probe is a grpc probe, which the kubelet asks in plaintext: it cannot pass against a coordinator serving TLS; "+
 					"probe /healthz or /readyz over HTTPS on the metrics port", name)
 				continue
-			case p.GRPC != nil && p.GRPC.Service != nil:
-				entry, known = *p.GRPC.Service, true
+			case p.GRPC != nil:
+				entry, known = "", true
+				if p.GRPC.Service != nil {
+					entry = *p.GRPC.Service
+				}
 			case p.HTTPGet != nil:
 				if port := d.coordC.containerPort(p.HTTPGet.Port); port != metricsPort {
 					t.Errorf("%s probe on port %v; the health endpoints are on the metrics port %d", name, p.HTTPGet.Port, metricsPort)
@@ -385,22 +730,24 @@ func TestManifests(t *testing.T) {
 				}
 				entry, known = httpEntry[p.HTTPGet.Path]
 			}
-			if !known {
-				t.Errorf("%s probe %+v reads no health entry this test knows", name, p)
-				continue
-			}
 			switch {
-			case name != "readiness" && entry != "":
-				t.Errorf("%s probe reads the health of %q, want the server entry \"\"", name, entry)
-			case name == "readiness" && entry == "":
-				t.Error(`readiness reads the server entry ""; read a service entry, so that readiness is about what clients call`)
-			case name == "readiness" && entry == dispatchHealthEntry:
-				t.Errorf("readiness reads %s, which is NOT_SERVING while dispatch is paused: a pause would cut clients off", entry)
+			case !known:
+				t.Errorf("%s probe %+v reads no health entry this test knows", name, p)
+			case entry == dispatchHealthEntry:
+				t.Errorf("%s reads %s, which is NOT_SERVING while dispatch is paused: a pause would cut clients off", name, entry)
+			case entry == leaderHealthEntry:
+				t.Errorf("%s reads %s, which only the leader reports SERVING: followers would be taken out or restarted", name, entry)
+			case name == "readiness" && entry != "":
+				t.Errorf(`readiness reads %q, want the server entry "" (/readyz): SERVING while the pod is part of a cluster with a leader; `+
+					`a service's entry is SERVING on a pod that knows no leader`, entry)
+			case name != "readiness" && entry == "":
+				t.Errorf(`%s reads the server entry "", which a cluster without a leader reports NOT_SERVING: the kubelet would `+
+					`restart every voter, over and over, for what a restart cannot mend; read /healthz`, name)
 			}
 		}
 	})
 
-	t.Run("Tokens cross the network over TLS only; no manifest turns on plaintext tokens or the development tokens", func(t *testing.T) {
+	t.Run("Tokens and raft cross the network over TLS only; no manifest turns on plaintext tokens or the development tokens", func(t *testing.T) {
 		for _, w := range d.workloads {
 			for _, c := range w.Spec.Template.Spec.Containers {
 				for _, a := range c.Args {
@@ -423,7 +770,7 @@ func TestManifests(t *testing.T) {
 		for _, flag := range []string{"tls-cert", "tls-key"} {
 			s, ok := d.coordCfg[flag]
 			if !ok || s.value == "" {
-				t.Errorf("the coordinator has no --%s: it serves bearer tokens in plaintext", flag)
+				t.Errorf("the coordinator has no --%s: it serves bearer tokens, and raft, in plaintext", flag)
 				continue
 			}
 			vol, rel, ok := d.coord.mountOf(d.coordC, s.value)
@@ -442,47 +789,69 @@ func TestManifests(t *testing.T) {
 			}
 			tlsSecret = name
 		}
-		ca, ok := d.rendCfg["tls-ca"]
-		if !ok {
-			t.Fatal("the renderer has no --tls-ca: it cannot verify the coordinator")
-		}
-		vol, rel, ok := d.rend.mountOf(d.rendC, ca.value)
-		name := d.rend.configMapVolume(vol)
-		if !ok || name == "" || d.configMaps[name] == nil {
-			t.Errorf("renderer %s=%s is on no example ConfigMap: the CA is public, and a Secret beside the coordinator's key invites mounting the key", ca.source, ca.value)
-		} else if _, ok := d.configMaps[name].Data[rel]; !ok {
-			t.Errorf("renderer %s=%s: ConfigMap %s has no key %s", ca.source, ca.value, name, rel)
+		// The CA is public: a ConfigMap. The coordinators verify their
+		// peers with it, the renderers the coordinators.
+		for _, c := range []struct {
+			w    *workload
+			ctr  *container
+			cfg  config
+			flag string
+		}{{d.coord, d.coordC, d.coordCfg, "tls-peer-ca"}, {d.rend, d.rendC, d.rendCfg, "tls-ca"}} {
+			ca, ok := c.cfg[c.flag]
+			if !ok || ca.value == "" {
+				t.Errorf("%s has no --%s: it cannot verify the coordinators", c.w.Metadata.Name, c.flag)
+				continue
+			}
+			vol, rel, ok := c.w.mountOf(c.ctr, ca.value)
+			name := c.w.configMapVolume(vol)
+			if !ok || name == "" || d.configMaps[name] == nil {
+				t.Errorf("%s %s=%s is on no example ConfigMap: the CA is public, and a Secret beside the coordinator's key invites mounting the key", c.w.Metadata.Name, ca.source, ca.value)
+			} else if _, ok := d.configMaps[name].Data[rel]; !ok {
+				t.Errorf("%s %s=%s: ConfigMap %s has no key %s", c.w.Metadata.Name, ca.source, ca.value, name, rel)
+			}
 		}
 		for _, w := range d.workloads {
 			for _, v := range w.Spec.Template.Spec.Volumes {
 				if w != d.coord && v.Secret != nil && v.Secret.SecretName == tlsSecret {
-					t.Errorf("%s mounts Secret %s, the coordinator's private key", w.Metadata.Name, tlsSecret)
+					t.Errorf("%s mounts Secret %s, the coordinators' private key", w.Metadata.Name, tlsSecret)
 				}
 			}
 		}
-		if host, _, err := net.SplitHostPort(d.rendCfg["coordinator"].value); err != nil || d.serviceNamed(strings.Split(host, ".")[0]) == nil {
-			t.Errorf("renderer --coordinator=%s: want the coordinator's Service, which its certificate names", d.rendCfg["coordinator"].value)
-		}
 	})
 
-	t.Run("deploy/README.md says how to make a certificate for each of the Service's names", func(t *testing.T) {
+	t.Run("deploy/README.md says how to make a certificate for every name a client or a peer verifies", func(t *testing.T) {
 		readme, err := os.ReadFile("README.md")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range append(d.serviceDNSNames(t), "server_name: "+d.scrapeServerName(t)) {
-			if !strings.Contains(string(readme), name) {
+		for _, name := range append(d.certNames(t), "server_name: "+d.scrapeServerName(t)) {
+			if !bytes.Contains(readme, []byte(name)) {
 				t.Errorf("deploy/README.md does not mention %s", name)
 			}
 		}
+		spec := readmeCertificate(t)
+		for _, name := range d.certNames(t) {
+			if !slices.Contains(spec.DNSNames, name) {
+				t.Errorf("the README's Certificate does not carry %s", name)
+			}
+		}
+		for _, usage := range []string{"server auth", "client auth"} {
+			if !slices.Contains(spec.Usages, usage) {
+				t.Errorf("the README's Certificate has usages %v, want %q: the coordinators present it to clients and to each other", spec.Usages, usage)
+			}
+		}
+		if tls := d.coord.secretVolume(mustVolumeOf(t, d.coord, d.coordC, d.coordCfg["tls-cert"].value)); spec.SecretName != tls {
+			t.Errorf("the README's Certificate writes Secret %s, the coordinators mount %s", spec.SecretName, tls)
+		}
 	})
 
-	t.Run("Grace periods cover the renderer's drain and the coordinator's shutdown", func(t *testing.T) {
+	t.Run("Grace periods cover the renderer's drain and the coordinator's hand-over and shutdown", func(t *testing.T) {
 		for _, c := range []struct {
-			w    *workload
-			cfg  config
-			flag string
-		}{{d.rend, d.rendCfg, "drain-timeout"}, {d.coord, d.coordCfg, "shutdown-timeout"}} {
+			w     *workload
+			cfg   config
+			flag  string
+			extra time.Duration
+		}{{d.rend, d.rendCfg, "drain-timeout", 0}, {d.coord, d.coordCfg, "shutdown-timeout", leadershipHandOver}} {
 			s, ok := c.cfg[c.flag]
 			if !ok {
 				t.Errorf("%s: no value for --%s, not even a default in --help", c.w.Metadata.Name, c.flag)
@@ -497,8 +866,8 @@ func TestManifests(t *testing.T) {
 			if g := c.w.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
 				grace = time.Duration(*g) * time.Second
 			}
-			if grace < timeout+graceMargin {
-				t.Errorf("%s: terminationGracePeriodSeconds %v, want at least %v (%s=%s) + %v", c.w.Metadata.Name, grace, timeout, s.source, s.value, graceMargin)
+			if want := c.extra + timeout + graceMargin; grace < want {
+				t.Errorf("%s: terminationGracePeriodSeconds %v, want at least %v (%s=%s, %v before it, %v after)", c.w.Metadata.Name, grace, want, s.source, s.value, c.extra, graceMargin)
 			}
 		}
 	})
@@ -526,7 +895,7 @@ func TestManifests(t *testing.T) {
 			t.Fatalf("the renderer's token (%s) is no renderer principal's in the principals file", token.source)
 		}
 		id := d.rendCfg["id"]
-		if id.value != podName(d.rend) {
+		if id.value != podNames(d.rend)[0] {
 			t.Errorf("renderer id comes from %s=%q, want the pod's name (ids must be unique among live renderers)", id.source, id.value)
 		}
 		podPrefix := d.rend.Metadata.Name + "-"
@@ -564,26 +933,97 @@ func (d *deployment) coordTLS() bool {
 	return d.coordCfg["tls-cert"].value != ""
 }
 
-// serviceDNSNames returns the names a pod may reach the Service of the
-// renderers' --coordinator by: the Service's name, with its namespace,
-// with .svc and with the cluster domain. The coordinator's certificate
-// must carry them all.
+// serviceDNSNames returns the names a pod may reach the coordinators'
+// client Service by: its name, with its namespace, with .svc and with the
+// cluster domain.
 func (d *deployment) serviceDNSNames(t *testing.T) []string {
 	t.Helper()
-	host, _, err := net.SplitHostPort(d.rendCfg["coordinator"].value)
-	if err != nil {
-		t.Fatalf("renderer --coordinator: %v", err)
-	}
-	svc, _, _ := strings.Cut(host, ".")
-	ns := d.kust.Namespace
-	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
+	return dnsForms(d.clientService(t).Metadata.Name, d.kust.Namespace)
 }
 
-// scrapeServerName is the name Prometheus verifies the coordinator's
+// certNames returns every name the coordinators' certificate must carry:
+// the client Service's, and each host of --peers and of the renderers'
+// address, under which peers and clients verify it.
+func (d *deployment) certNames(t *testing.T) []string {
+	t.Helper()
+	names := d.serviceDNSNames(t)
+	hosts := func(addrs ...string) {
+		for _, a := range addrs {
+			if host, _, err := splitHostPort(a); err == nil && !slices.Contains(names, host) {
+				names = append(names, host)
+			}
+		}
+	}
+	for _, p := range d.peers {
+		hosts(p.raft, p.grpc)
+	}
+	if tg, err := parseTarget(d.rendCfg["coordinator"].value); err == nil {
+		hosts(tg.addrs...)
+	}
+	return names
+}
+
+// scrapeServerName is the name Prometheus verifies the coordinators'
 // certificate against when it scrapes a pod by IP (deploy/README.md).
 func (d *deployment) scrapeServerName(t *testing.T) string {
 	t.Helper()
 	return d.serviceDNSNames(t)[2]
+}
+
+// certificateSpec is the part of a cert-manager Certificate these tests
+// read.
+type certificateSpec struct {
+	SecretName string `yaml:"secretName"`
+	IssuerRef  struct {
+		Kind string `yaml:"kind"`
+		Name string `yaml:"name"`
+	} `yaml:"issuerRef"`
+	DNSNames   []string `yaml:"dnsNames"`
+	Usages     []string `yaml:"usages"`
+	PrivateKey struct {
+		Algorithm string `yaml:"algorithm"`
+		Size      int    `yaml:"size"`
+	} `yaml:"privateKey"`
+}
+
+// readmeCertificate returns the cert-manager Certificate deploy/README.md
+// shows, decoded strictly: the run test issues its certificate from it.
+func readmeCertificate(t *testing.T) certificateSpec {
+	t.Helper()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []certificateSpec
+	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(readme, -1) {
+		if !bytes.Contains(block[1], []byte("kind: Certificate\n")) {
+			continue
+		}
+		var c struct {
+			APIVersion string          `yaml:"apiVersion"`
+			Kind       string          `yaml:"kind"`
+			Metadata   objectMeta      `yaml:"metadata"`
+			Spec       certificateSpec `yaml:"spec"`
+		}
+		if err := decodeStrict(block[1], &c); err != nil {
+			t.Fatalf("the README's Certificate: %v", err)
+		}
+		found = append(found, c.Spec)
+	}
+	if len(found) != 1 {
+		t.Fatalf("deploy/README.md shows %d cert-manager Certificates, want one", len(found))
+	}
+	return found[0]
+}
+
+// mustVolumeOf returns the volume of w holding path.
+func mustVolumeOf(t *testing.T, w *workload, c *container, path string) string {
+	t.Helper()
+	vol, _, ok := w.mountOf(c, path)
+	if !ok {
+		t.Fatalf("%s is on no volume of %s", path, w.Metadata.Name)
+	}
+	return vol
 }
 
 // probes returns a container's probes by kind.
@@ -638,7 +1078,7 @@ func (d *deployment) serviceTarget(addr string) (int, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("Service %s has no port %d reaching a container", name, port)
+	return 0, errors.New("Service " + name + " has no port " + fmt.Sprint(port) + " reaching a container")
 }
 
 // TestDockerfile checks the image definition against go.mod, the commands

@@ -44,6 +44,7 @@ type workload struct {
 type workloadSpec struct {
 	Replicas             *int           `yaml:"replicas"`
 	ServiceName          string         `yaml:"serviceName"`
+	PodManagementPolicy  string         `yaml:"podManagementPolicy"`
 	Selector             labelSelector  `yaml:"selector"`
 	MinReadySeconds      int            `yaml:"minReadySeconds"`
 	Strategy             map[string]any `yaml:"strategy"`
@@ -78,6 +79,14 @@ type podSpec struct {
 			Type string `yaml:"type"`
 		} `yaml:"seccompProfile"`
 	} `yaml:"securityContext"`
+	Affinity *struct {
+		PodAntiAffinity *struct {
+			Required []struct {
+				LabelSelector labelSelector `yaml:"labelSelector"`
+				TopologyKey   string        `yaml:"topologyKey"`
+			} `yaml:"requiredDuringSchedulingIgnoredDuringExecution"`
+		} `yaml:"podAntiAffinity"`
+	} `yaml:"affinity"`
 	Containers []container `yaml:"containers"`
 	Volumes    []volume    `yaml:"volumes"`
 }
@@ -165,15 +174,20 @@ type probe struct {
 type service struct {
 	object `yaml:",inline"`
 	Spec   struct {
-		ClusterIP string            `yaml:"clusterIP"`
-		Selector  map[string]string `yaml:"selector"`
-		Ports     []struct {
-			Name        string `yaml:"name"`
-			Port        int    `yaml:"port"`
-			TargetPort  any    `yaml:"targetPort"`
-			AppProtocol string `yaml:"appProtocol"`
-		} `yaml:"ports"`
+		ClusterIP string `yaml:"clusterIP"`
+		// PublishNotReadyAddresses makes the cluster DNS answer with pods
+		// that are not ready yet.
+		PublishNotReadyAddresses bool              `yaml:"publishNotReadyAddresses"`
+		Selector                 map[string]string `yaml:"selector"`
+		Ports                    []servicePort     `yaml:"ports"`
 	} `yaml:"spec"`
+}
+
+type servicePort struct {
+	Name        string `yaml:"name"`
+	Port        int    `yaml:"port"`
+	TargetPort  any    `yaml:"targetPort"`
+	AppProtocol string `yaml:"appProtocol"`
 }
 
 type disruptionBudget struct {
@@ -182,6 +196,23 @@ type disruptionBudget struct {
 		MaxUnavailable any           `yaml:"maxUnavailable"`
 		MinAvailable   any           `yaml:"minAvailable"`
 		Selector       labelSelector `yaml:"selector"`
+	} `yaml:"spec"`
+}
+
+// networkPolicy is a NetworkPolicy of ingress rules.
+type networkPolicy struct {
+	object `yaml:",inline"`
+	Spec   struct {
+		PodSelector labelSelector `yaml:"podSelector"`
+		PolicyTypes []string      `yaml:"policyTypes"`
+		Ingress     []struct {
+			From []struct {
+				PodSelector *labelSelector `yaml:"podSelector"`
+			} `yaml:"from"`
+			Ports []struct {
+				Port any `yaml:"port"`
+			} `yaml:"ports"`
+		} `yaml:"ingress"`
 	} `yaml:"spec"`
 }
 
@@ -217,6 +248,7 @@ type manifests struct {
 	workloads  []*workload
 	services   []*service
 	budgets    []*disruptionBudget
+	policies   []*networkPolicy
 	pods       []*pod
 	secrets    map[string]*secret    // the example Secrets, by name
 	configMaps map[string]*configMap // the example ConfigMaps, by name
@@ -279,6 +311,7 @@ func (m *manifests) add(file string, doc []byte) error {
 	want := map[string]string{
 		"Namespace": "v1", "Service": "v1", "Secret": "v1", "ConfigMap": "v1",
 		"StatefulSet": "apps/v1", "Deployment": "apps/v1", "PodDisruptionBudget": "policy/v1", "Pod": "v1",
+		"NetworkPolicy": "networking.k8s.io/v1",
 	}
 	if v, ok := want[head.Kind]; !ok {
 		return fmt.Errorf("kind %s: this test knows only %v; teach it the new kind", head.Kind, keys(want))
@@ -312,6 +345,12 @@ func (m *manifests) add(file string, doc []byte) error {
 			return err
 		}
 		m.budgets = append(m.budgets, b)
+	case "NetworkPolicy":
+		np := &networkPolicy{}
+		if err := decodeStrict(doc, np); err != nil {
+			return err
+		}
+		m.policies = append(m.policies, np)
 	case "Pod":
 		if file != volumeShell {
 			return fmt.Errorf("Pod %s: workloads are StatefulSets and Deployments; a bare Pod belongs only in %s", head.Metadata.Name, volumeShell)

@@ -4,7 +4,10 @@ package deploy
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 )
 
@@ -14,4 +17,13 @@ func podNetworkCommand(...string) (*exec.Cmd, error) { return nil, errNoNamespac
 
 func namespacesUnavailable(err error) bool { return errors.Is(err, errNoNamespaces) }
 
-func setUpPodNetwork(string, ...netip.Addr) error { return errNoNamespaces }
+func setUpNodeNetwork(string, netip.Prefix) error { return errNoNamespaces }
+
+func startInPod(string, []string, []string, netip.Prefix, io.Writer) (*exec.Cmd, error) {
+	return nil, errNoNamespaces
+}
+
+func execInPod(string) {
+	fmt.Fprintln(os.Stderr, errNoNamespaces)
+	os.Exit(125)
+}

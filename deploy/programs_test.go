@@ -100,39 +100,117 @@ type setting struct {
 // in the order the programs apply them.
 type config map[string]setting
 
-// configOf checks that every argument and every LEASEHOLD_* variable of c
-// exists in p, and returns the resulting configuration. env resolves the
-// value of a variable that is not literal (secretKeyRef, fieldRef).
-func configOf(p *program, c *container, env func(envVar) (string, error)) (config, []error) {
+// envSetting is one variable of a container's environment, as the
+// container runtime sets it.
+type envSetting struct {
+	name, value string
+}
+
+// containerEnv returns the environment Kubernetes gives a container, in
+// order: each variable's value, env resolving those that are not literal
+// (secretKeyRef, fieldRef), with the $(NAME) references of a literal
+// value to variables defined before it expanded.
+func containerEnv(c *container, env func(envVar) (string, error)) ([]envSetting, []error) {
+	var out []envSetting
 	var errs []error
+	defined := map[string]string{}
+	for _, e := range c.Env {
+		v, err := env(e)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("container %s, %s: %v", c.Name, e.Name, err))
+			continue
+		}
+		if e.ValueFrom == nil {
+			v = expandKube(v, defined)
+		}
+		defined[e.Name] = v
+		out = append(out, envSetting{e.Name, v})
+	}
+	return out, errs
+}
+
+// containerArgs returns a container's arguments with the $(NAME)
+// references to its environment expanded, as Kubernetes expands them.
+func containerArgs(c *container, env []envSetting) []string {
+	vars := map[string]string{}
+	for _, e := range env {
+		vars[e.name] = e.value
+	}
+	var out []string
+	for _, a := range c.Args {
+		out = append(out, expandKube(a, vars))
+	}
+	return out
+}
+
+// expandKube expands s as Kubernetes expands a container's command,
+// arguments and literal variable values: $(NAME) becomes the value of a
+// variable defined in vars and stays as it is otherwise, and $$ is an
+// escaped $.
+func expandKube(s string, vars map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch next := s[i+1]; {
+		case next == '$':
+			b.WriteByte('$')
+			i++
+		case next == '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := vars[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// configOf checks that every argument and every LEASEHOLD_* variable of c
+// exists in p, and returns the resulting configuration, with the
+// variables and arguments expanded as Kubernetes expands them. env
+// resolves the value of a variable that is not literal (secretKeyRef,
+// fieldRef), for the pod whose configuration it is.
+func configOf(p *program, c *container, env func(envVar) (string, error)) (config, []error) {
 	cfg := config{}
 	for _, f := range p.flags {
 		if f.def != "" {
 			cfg[f.name] = setting{f.def, "default"}
 		}
 	}
-	for _, e := range c.Env {
-		if !strings.HasPrefix(e.Name, "LEASEHOLD_") {
+	vars, errs := containerEnv(c, env)
+	for _, e := range vars {
+		if !strings.HasPrefix(e.name, "LEASEHOLD_") {
 			continue
 		}
-		name, ok := p.envs[e.Name]
+		name, ok := p.envs[e.name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("container %s sets %s, which %s --help does not list", c.Name, e.Name, p.name))
+			errs = append(errs, fmt.Errorf("container %s sets %s, which %s --help does not list", c.Name, e.name, p.name))
 			continue
 		}
-		v, err := env(e)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("container %s, %s: %v", c.Name, e.Name, err))
-			continue
-		}
-		cfg[name] = setting{v, e.Name}
+		cfg[name] = setting{e.value, e.name}
 	}
-	args := c.Args
+	args := containerArgs(c, vars)
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		if !strings.HasPrefix(arg, "-") {
 			errs = append(errs, fmt.Errorf("container %s: argument %q is not a flag; %s takes flags only", c.Name, arg, p.name))
 			continue
+		}
+		if strings.Contains(arg, "$(") {
+			errs = append(errs, fmt.Errorf("container %s: argument %q names a variable the container does not define; Kubernetes passes it as it is", c.Name, arg))
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
 		f, ok := p.flags[name]

@@ -202,6 +202,10 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 			return nil, fmt.Errorf("opening the snapshot store: %w", err)
 		}
 	}
+	if err := checkBootstrap(cfg, fsm, logs, stable, snaps); err != nil {
+		n.closeStores()
+		return nil, err
+	}
 	n.trans = cfg.Transport
 	if n.trans == nil {
 		advertise := cmp.Or(cfg.Advertise, cfg.Peers[self].RaftAddr)

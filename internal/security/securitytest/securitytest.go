@@ -79,6 +79,18 @@ func (ca *CA) ServerFor(t testing.TB, names ...string) tls.Certificate {
 	return ca.issueFor(t, names[0], x509.ExtKeyUsageServerAuth, names, nil)
 }
 
+// IssueFor issues a certificate for the DNS names given with the extended
+// key usages given, as a certificate request names them: a cluster node's
+// serves clients and its peers and authenticates it to them, so it
+// carries server and client authentication both.
+func (ca *CA) IssueFor(t testing.TB, usages []x509.ExtKeyUsage, names ...string) tls.Certificate {
+	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("IssueFor needs at least one name")
+	}
+	return ca.issueWith(t, names[0], usages, names, nil)
+}
+
 // Client issues a client certificate with common name name.
 func (ca *CA) Client(t testing.TB, name string) tls.Certificate {
 	t.Helper()
@@ -95,6 +107,11 @@ func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) tls.Certi
 
 func (ca *CA) issueFor(t testing.TB, name string, usage x509.ExtKeyUsage, dnsNames []string, ips []net.IP) tls.Certificate {
 	t.Helper()
+	return ca.issueWith(t, name, []x509.ExtKeyUsage{usage}, dnsNames, ips)
+}
+
+func (ca *CA) issueWith(t testing.TB, name string, usages []x509.ExtKeyUsage, dnsNames []string, ips []net.IP) tls.Certificate {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
@@ -102,7 +119,7 @@ func (ca *CA) issueFor(t testing.TB, name string, usage x509.ExtKeyUsage, dnsNam
 		NotBefore:    time.Now().Add(-time.Minute),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usages,
 		DNSNames:     dnsNames,
 		IPAddresses:  ips,
 	}
