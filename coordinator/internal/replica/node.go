@@ -207,6 +207,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		return nil, err
 	}
 	n.trans = cfg.Transport
+	var stream *streamLayer
 	if n.trans == nil {
 		advertise := cmp.Or(cfg.Advertise, cfg.Peers[self].RaftAddr)
 		sl, err := listen(cfg.Listen, advertise, cfg.TLS)
@@ -214,6 +215,8 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 			n.closeStores()
 			return nil, err
 		}
+		sl.setMembers(func() []raft.ServerAddress { return peerAddrs(cfg.Peers) })
+		stream = sl
 		nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 			Stream: sl, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl.Named("net"),
 		})
@@ -247,6 +250,15 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	n.Raft = r
+	if stream != nil {
+		stream.setMembers(func() []raft.ServerAddress {
+			addrs := peerAddrs(cfg.Peers)
+			for _, s := range r.GetConfiguration().Configuration().Servers {
+				addrs = append(addrs, s.Address)
+			}
+			return addrs
+		})
+	}
 	n.watchLeaders()
 	if cfg.Metrics != nil {
 		cfg.Metrics.node.Store(n)
@@ -351,4 +363,13 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 		w.l.Log(context.Background(), level, msg)
 	}
 	return len(p), nil
+}
+
+// peerAddrs returns the raft addresses of peers.
+func peerAddrs(peers []Peer) []raft.ServerAddress {
+	addrs := make([]raft.ServerAddress, len(peers))
+	for i, p := range peers {
+		addrs[i] = raft.ServerAddress(p.RaftAddr)
+	}
+	return addrs
 }
