@@ -40,7 +40,8 @@ type Cluster struct {
 	// dial (default: this node's address in Peers).
 	RaftListen, RaftAdvertise string
 	// GRPCAdvertise is the gRPC address this node announces when it leads,
-	// for followers to name in their NOT_LEADER answers (default: Listen).
+	// for followers to name in their NOT_LEADER answers (default: this
+	// node's gRPC address in Peers, or else Listen).
 	GRPCAdvertise string
 	Peers         []replica.Peer
 	// Join makes a node whose data directory holds no raft state wait to
@@ -113,6 +114,11 @@ func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) e
 	}
 	if c.replica.advertise == "" {
 		c.replica.advertise = c.cfg.Listen
+		for _, p := range cl.Peers {
+			if p.ID == cl.NodeID && p.GRPCAddr != "" {
+				c.replica.advertise = p.GRPCAddr
+			}
+		}
 	}
 	return nil
 }

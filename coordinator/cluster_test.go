@@ -31,6 +31,10 @@ type clusterNode struct {
 	c     *Coordinator
 	trans *raft.InmemTransport
 	addr  string
+	// peerAddr is its gRPC address in the peers list: the same port under
+	// another name than addr, the address it listens on, so that a test
+	// sees which of the two the leader announces.
+	peerAddr string
 	conn  *grpc.ClientConn
 	jobs  leaseholdv1.JobServiceClient
 }
@@ -55,8 +59,10 @@ func newTestCluster(t *testing.T) *testCluster {
 		// A short RPC timeout: a transfer's RPC to a node that stopped ends
 		// soon after the test, not raft's default 5 s later.
 		addr, trans := raft.NewInmemTransportWithTimeout(raft.ServerAddress(id), 300*time.Millisecond)
-		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: lis.Addr().String()})
-		tc.nodes = append(tc.nodes, &clusterNode{id: id, trans: trans, addr: lis.Addr().String()})
+		_, port, _ := net.SplitHostPort(lis.Addr().String())
+		peerAddr := net.JoinHostPort("localhost", port)
+		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: peerAddr})
+		tc.nodes = append(tc.nodes, &clusterNode{id: id, trans: trans, addr: lis.Addr().String(), peerAddr: peerAddr})
 	}
 	tc.connect()
 	dir := t.TempDir()
@@ -195,8 +201,10 @@ func TestCluster(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || reasonOf(err) != "NOT_LEADER" {
 		t.Fatalf("a write on a follower: %v, want UNAVAILABLE NOT_LEADER", err)
 	}
-	if !errorNames(err, l1.id, l1.addr) {
-		t.Errorf("the follower's NOT_LEADER does not name the leader %s at %s: %v", l1.id, l1.addr, err)
+	// It names the leader's address in the peers list, which the leader
+	// announces, rather than the address it listens on.
+	if !errorNames(err, l1.id, l1.peerAddr) {
+		t.Errorf("the follower's NOT_LEADER does not name the leader %s at %s: %v", l1.id, l1.peerAddr, err)
 	}
 
 	// The leader is cut off from both followers: the others elect a new
