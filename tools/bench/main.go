@@ -6,10 +6,10 @@
 //
 // Usage, from the repository root:
 //
-//	go run ./scripts/bench                               # every phase, default sizes
-//	go run ./scripts/bench -drain-docs 5000 -duration 10s -latency-duration 5s
-//	go run ./scripts/bench -phases drain -json
-//	go run ./scripts/bench -store 1000000                # start-up and drain with a big store
+//	go run ./tools/bench                               # every phase, default sizes
+//	go run ./tools/bench -drain-docs 5000 -duration 10s -latency-duration 5s
+//	go run ./tools/bench -phases drain -json
+//	go run ./tools/bench -store 1000000                # start-up and drain with a big store
 //
 // The coordinator and renderer binaries come from -bin (default ./bin) and
 // are built there with go build when missing, or always with -rebuild; pass
@@ -214,7 +214,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each build with -compare")
 	fs.IntVar(&cfg.cluster, "cluster", 0, "after the single node, run the phases on a replicated cluster of this many nodes (3 or 5) on this machine, and compare")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./scripts/bench [flags]   (go doc ./scripts/bench explains the figures)")
+		fmt.Fprintln(fs.Output(), "usage: go run ./tools/bench [flags]   (go doc ./tools/bench explains the figures)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
