@@ -48,10 +48,10 @@
 //     so a job that finished before the watch's opening snapshot counts at
 //     the snapshot's arrival.
 //
-// Progress is always followed with WatchBatch (terminal_only and batched
-// requested; single updates and batched updates both understood), never by
-// polling. At most -max-watches watches are open at once (the coordinator
-// allows 64 per caller).
+// Progress is always followed with the client library's FollowBatch
+// (terminal updates only, batched), never by polling; a job's terminal
+// update is timed as FollowBatch yields it. At most -max-watches watches
+// are open at once (the coordinator allows 64 per caller).
 //
 // Besides, the report gives the writer's group size p50 and p99 (the
 // coordinator's leasehold_writer_group_commands histogram, scraped from
