@@ -1,45 +1,90 @@
-package main
+package chaos
 
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
-// binaries are the programs a run starts, built for it.
+// binaries are the programs a run starts.
 type binaries struct {
 	coordinator string // built with the failpoints tag
 	renderer    string
 }
 
-// build compiles the coordinator with the failpoints build tag and the
-// renderer into dir, from the module that holds the working directory.
-func build(ctx context.Context, dir string) (binaries, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+// prepare returns the programs a run starts. $LEASEHOLD_BIN (a directory,
+// relative to the module root or absolute, as package testbin reads it)
+// gives the renderer, and the coordinator too when that one was built with
+// the failpoints build tag; scripts/build's is not. What it does not give
+// is built into dir: the coordinator with the failpoints tag, from the
+// module that holds the working directory.
+func prepare(ctx context.Context, dir string) (binaries, error) {
+	root, err := testbin.ModuleRoot(".")
 	if err != nil {
-		return binaries{}, fmt.Errorf("finding the module: %w", err)
+		return binaries{}, err
 	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
 	b := binaries{coordinator: filepath.Join(dir, "coordinator"), renderer: filepath.Join(dir, "renderer")}
-	for _, args := range [][]string{
-		{"build", "-tags", "failpoints", "-o", b.coordinator, "./coordinator/cmd/coordinator"},
-		{"build", "-o", b.renderer, "./renderer/cmd/renderer"},
-	} {
+	builds := map[string][]string{
+		"coordinator": {"build", "-tags", "failpoints", "-o", b.coordinator, "./coordinator/cmd/coordinator"},
+		"renderer":    {"build", "-o", b.renderer, "./renderer/cmd/renderer"},
+	}
+	if bin := os.Getenv("LEASEHOLD_BIN"); bin != "" {
+		if !filepath.IsAbs(bin) {
+			bin = filepath.Join(root, bin)
+		}
+		if p := filepath.Join(bin, "renderer"); exists(p) {
+			b.renderer = p
+			delete(builds, "renderer")
+		}
+		if p := filepath.Join(bin, "coordinator"); hasFailpoints(p) {
+			b.coordinator = p
+			delete(builds, "coordinator")
+		}
+	}
+	for _, name := range []string{"coordinator", "renderer"} {
+		args, ok := builds[name]
+		if !ok {
+			continue
+		}
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = root
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return binaries{}, fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return binaries{}, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
 	return b, nil
+}
+
+// exists reports whether path names a file.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// hasFailpoints reports whether the Go program at path was built with the
+// failpoints build tag, as its build information records.
+func hasFailpoints(path string) bool {
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "failpoints") {
+			return true
+		}
+	}
+	return false
 }
 
 // healthPoll is how often testbin.WaitServing asks; restart times are late by at
