@@ -16,7 +16,8 @@ import gofail "go.etcd.io/gofail/runtime"
 // process at that point as a crash would (the panic's value names it in
 // the log; a bare panic would print "{}"). Terms are gofail's (panic,
 // sleep(ms), print, count "N*" and probability "P%" prefixes, "->" chains);
-// a value a term returns is ignored. scripts/chaos arms them in turn.
+// a value a term returns is ignored. The crash campaign (tests/chaos)
+// arms them in turn.
 var (
 	// fpBeforeCommit: every command of a group applied and its grants made
 	// in the open transaction, nothing committed.

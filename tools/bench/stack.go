@@ -195,7 +195,7 @@ func (s *stack) startRenderers(record bool) error {
 	for i := 1; i <= s.cfg.renderers; i++ {
 		args := []string{
 			"--coordinator", s.addr, "--id", fmt.Sprintf("bench-%d", i), "--token", "dev-renderer",
-			"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", "0",
+			"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", s.cfg.renderLatency.String(),
 		}
 		if record {
 			args = append(args, "--record", s.recordPath(i))

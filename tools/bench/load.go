@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -26,7 +22,7 @@ const (
 )
 
 // generator is the in-process load generator: it submits batches and follows
-// them to their end with WatchBatch. It is safe for concurrent use.
+// them to their end with client.FollowBatch. It is safe for concurrent use.
 type generator struct {
 	jobs     *client.Client
 	operator *client.Client
@@ -34,6 +30,10 @@ type generator struct {
 	seq      atomic.Int64
 	// watches bounds the watch streams open at once.
 	watches chan struct{}
+	// refusedWait is the pause before following a batch again after its
+	// watch was refused with TOO_MANY_STREAMS (see follow); nil waits
+	// 10 ms.
+	refusedWait func(context.Context) error
 }
 
 // newGenerator dials the coordinator at addr as the submitter and as the
@@ -182,31 +182,6 @@ func (g *generator) followToEnd(ctx context.Context, b *batch, terminal func(at 
 	return g.follow(ctx, b, followHooks{terminal: terminal})
 }
 
-// update is one job's phase as a watch reports it.
-type update struct {
-	jobID string
-	phase leaseholdv1.Phase
-}
-
-// updatesOf returns the job updates a watch message carries: the batched
-// shape (updates) when present, otherwise the single job_id and phase. A
-// message without a job (batch counts only) carries none.
-func updatesOf(msg *leaseholdv1.WatchBatchResponse) []update {
-	if us := msg.GetUpdates(); len(us) > 0 {
-		out := make([]update, 0, len(us))
-		for _, u := range us {
-			if u.GetJobId() != "" {
-				out = append(out, update{u.GetJobId(), u.GetPhase()})
-			}
-		}
-		return out
-	}
-	if msg.GetJobId() == "" {
-		return nil
-	}
-	return []update{{msg.GetJobId(), msg.GetPhase()}}
-}
-
 // terminal reports whether a job in phase p never changes again.
 func terminal(p leaseholdv1.Phase) bool {
 	switch p {
@@ -227,85 +202,94 @@ type followHooks struct {
 	opened func()
 }
 
-// follow watches b until every job is terminal, asking for terminal updates
-// only and batched messages (a coordinator that ignores either still works).
-// A watch that ends early (a slow watcher, or too many streams) is opened
-// again; the new snapshot reports what happened meanwhile. The caller holds
-// a watch slot.
-func (g *generator) follow(ctx context.Context, b *batch, hooks followHooks) error {
-	index := make(map[string]int, len(b.jobIDs))
-	for i, id := range b.jobIDs {
-		index[id] = i
-	}
-	seen := make([]bool, len(b.jobIDs))
-	done := make([]bool, len(b.jobIDs))
-	unseen, remaining := len(b.jobIDs), len(b.jobIDs)
-	for attempt := 0; ; attempt++ {
-		err := g.watchOnce(ctx, b.id, func(msg *leaseholdv1.WatchBatchResponse) bool {
-			at := time.Now()
-			for _, u := range updatesOf(msg) {
-				i, ok := index[u.jobID]
-				if !ok {
-					continue
-				}
-				if !seen[i] {
-					seen[i] = true
-					if unseen--; unseen == 0 && hooks.opened != nil {
-						hooks.opened()
-					}
-				}
-				if terminal(u.phase) && !done[i] {
-					done[i] = true
-					remaining--
-					if hooks.terminal != nil {
-						hooks.terminal(at, u.phase)
-					}
-				}
-			}
-			return remaining > 0
-		})
-		if remaining == 0 {
-			return nil
-		}
-		switch code := status.Code(err); {
-		case err == nil, code == codes.ResourceExhausted:
-			// The stream ended before every job was seen terminal: the
-			// watcher fell behind, or the caller holds too many streams.
-			if attempt >= 1000 {
-				return fmt.Errorf("watching batch %s: gave up after %d attempts: %v", b.id, attempt+1, err)
-			}
-			if err := sleep(ctx, 10*time.Millisecond); err != nil {
-				return err
-			}
-		default:
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			return fmt.Errorf("watching batch %s: %w", b.id, err)
-		}
-	}
+// jobSeen is what a follower has seen of one job.
+type jobSeen uint8
+
+const (
+	notSeen      jobSeen = iota // nothing yet
+	seenLive                    // a phase that is not terminal
+	seenTerminal                // its terminal phase
+)
+
+// followOptions are the bench's FollowBatch options: terminal updates
+// only, batched messages (a coordinator that ignores either still works),
+// and a short wait before watching again, so that a lost stream costs the
+// figures little.
+var followOptions = client.FollowOptions{
+	TerminalOnly: true,
+	Batched:      true,
+	MinBackoff:   10 * time.Millisecond,
+	MaxBackoff:   100 * time.Millisecond,
 }
 
-// watchOnce opens one watch of batchID and hands each message to fn until fn
-// returns false (the stream is then closed) or the stream ends. It returns
-// nil when either happens cleanly, else the stream's error.
-func (g *generator) watchOnce(ctx context.Context, batchID string, fn func(*leaseholdv1.WatchBatchResponse) bool) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := g.jobs.Jobs.WatchBatch(ctx, &leaseholdv1.WatchBatchRequest{BatchId: batchID, TerminalOnly: true, Batched: true})
-	if err != nil {
-		return err
+// follow follows b with client.FollowBatch until every job is terminal,
+// calling the hooks. An update is timed when FollowBatch yields it, on
+// this goroutine as it arrives: a terminal update's time is its arrival
+// at the follower. The caller holds a watch slot.
+//
+// FollowBatch watches again by itself after a stream that ended early (a
+// slow watcher, a coordinator that cannot be reached). A watch refused
+// with TOO_MANY_STREAMS is followed again here after a short pause: the
+// coordinator frees a caller's stream once its handler has returned, a
+// moment after the client closed it, so a follower that takes the slot
+// another just gave back can be refused although the harness holds
+// fewer streams than it may. Its jobs' states carry over, so no job is
+// reported twice.
+func (g *generator) follow(ctx context.Context, b *batch, hooks followHooks) error {
+	seen := make(map[string]jobSeen, len(b.jobIDs))
+	for _, id := range b.jobIDs {
+		seen[id] = notSeen
 	}
-	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
+	unseen, remaining := len(b.jobIDs), len(b.jobIDs)
+	for attempt := 0; ; attempt++ {
+		var err error
+		for u, ferr := range g.jobs.FollowBatch(ctx, b.id, followOptions) {
+			if ferr != nil {
+				err = ferr
+				break
+			}
+			at := time.Now()
+			st, ours := seen[u.JobID]
+			if !ours || st == seenTerminal {
+				continue
+			}
+			if st == notSeen {
+				seen[u.JobID] = seenLive
+				if unseen--; unseen == 0 && hooks.opened != nil {
+					hooks.opened()
+				}
+			}
+			if terminal(u.Phase) {
+				seen[u.JobID] = seenTerminal
+				remaining--
+				if hooks.terminal != nil {
+					hooks.terminal(at, u.Phase)
+				}
+			}
+			if remaining == 0 {
+				return nil
+			}
 		}
-		if err != nil {
+		switch {
+		case remaining == 0:
+			return nil
+		case err == nil:
+			// FollowBatch ends cleanly only once the batch is done, and a
+			// done batch's jobs are all terminal.
+			return fmt.Errorf("watching batch %s: the watch ended with %d jobs not terminal", b.id, remaining)
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case !errors.Is(err, client.ErrTooManyStreams):
+			return fmt.Errorf("watching batch %s: %w", b.id, err)
+		case attempt >= 1000:
+			return fmt.Errorf("watching batch %s: gave up after %d attempts: %w", b.id, attempt+1, err)
+		}
+		wait := g.refusedWait
+		if wait == nil {
+			wait = func(ctx context.Context) error { return sleep(ctx, 10*time.Millisecond) }
+		}
+		if err := wait(ctx); err != nil {
 			return err
-		}
-		if !fn(msg) {
-			return nil
 		}
 	}
 }

@@ -2,12 +2,10 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -16,20 +14,19 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
-// target is the largest ratio of beta's completion time to the ideal that
-// counts as fair.
-const target = 1.5
+// fairTarget is the largest ratio of beta's completion time to the ideal
+// that counts as fair.
+const fairTarget = 1.5
 
-// result is one measurement, as printed and as written with -o json.
-// Durations are in milliseconds.
-type result struct {
-	Label       string      `json:"label,omitempty"`
-	Coordinator string      `json:"coordinator"`
-	Capacity    int         `json:"capacity"`
-	LatencyMS   float64     `json:"latency_ms"`
-	Alpha       alphaResult `json:"alpha"`
-	Beta        betaResult  `json:"beta"`
-	Ideal       ideal       `json:"ideal"`
+// fairResult is one run of the fairness scenario, as printed and as
+// written with -json. Durations are in milliseconds.
+type fairResult struct {
+	Label     string      `json:"label,omitempty"`
+	Capacity  int         `json:"capacity"`
+	LatencyMS float64     `json:"latency_ms"`
+	Alpha     alphaResult `json:"alpha"`
+	Beta      betaResult  `json:"beta"`
+	Ideal     ideal       `json:"ideal"`
 	// Ratio is beta's completion time over the ideal.
 	Ratio float64 `json:"ratio"`
 	// Realistic is the ideal allowing for what the scenario imposes on any
@@ -208,16 +205,6 @@ func mostAtOnce(edges []edge) int {
 	return most
 }
 
-// percentile returns the nearest-rank p-th percentile of sorted, which must
-// not be empty.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
-
-// ms converts a duration to milliseconds.
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // fromMS converts milliseconds to a duration.
 func fromMS(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 
@@ -232,8 +219,8 @@ func formatMS(v float64) string {
 	return fmt.Sprintf("%.2f s", v/1000)
 }
 
-// verdict is the one-line summary of a result.
-func verdict(r result) string {
+// fairVerdict is the one-line summary of a result.
+func fairVerdict(r fairResult) string {
 	meets := "meets the target"
 	if !r.MeetsTarget {
 		meets = "misses the target"
@@ -241,21 +228,10 @@ func verdict(r result) string {
 	return fmt.Sprintf("beta last-document completion = %.1f × ideal (target ≤ %g×): %s", r.Ratio, r.Target, meets)
 }
 
-// writeJSON writes v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// writeText writes r as a small table and the verdict.
-func writeText(w io.Writer, r result) error {
+// writeFairText writes r as a small table and the verdict.
+func writeFairText(w io.Writer, r fairResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	title := "benchfair"
-	if r.Label != "" {
-		title += ": " + r.Label
-	}
-	fmt.Fprintf(tw, "%s (coordinator %s)\n", title, r.Coordinator)
+	fmt.Fprintf(tw, "fairness: %s\n", cmp.Or(r.Label, "one run"))
 	fmt.Fprintf(tw, "renderers\tC = %d slots, render latency L = %v\n", r.Capacity, fromMS(r.LatencyMS))
 	fmt.Fprintf(tw, "alpha\t%d documents in %d batches, submitted in %s; all slots busy %s later\n",
 		r.Alpha.Documents, r.Alpha.Batches, formatMS(r.Alpha.SubmitMS), formatMS(r.Alpha.SaturateMS))
@@ -270,32 +246,13 @@ func writeText(w io.Writer, r result) error {
 	fmt.Fprintf(tw, "ideal\t%s\n", r.Ideal.Formula)
 	fmt.Fprintf(tw, "ideal with overheads\t%s: completion = %.1f × that\n", r.Realistic.Formula, r.RealisticRatio)
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, verdict(r))
+	fmt.Fprintln(tw, fairVerdict(r))
 	return tw.Flush()
 }
 
-// compareFiles reads two results written with -o json and prints them side
-// by side.
-func compareFiles(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errors.New("usage: benchfair compare FAIR.json FIFO.json")
-	}
-	var rs [2]result
-	for i, path := range args {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(b, &rs[i]); err != nil {
-			return fmt.Errorf("reading %s: %w", path, err)
-		}
-	}
-	return writeComparison(w, rs[0], rs[1])
-}
-
-// writeComparison prints a and b side by side with the ratio b/a of each
-// figure.
-func writeComparison(w io.Writer, a, b result) error {
+// writeFairComparison prints a and b side by side with the ratio b/a of
+// each figure.
+func writeFairComparison(w io.Writer, a, b fairResult) error {
 	an, bn := cmp.Or(a.Label, "first"), cmp.Or(b.Label, "second")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "\t%s\t%s\t%s/%s\t\n", an, bn, bn, an)
@@ -318,8 +275,8 @@ func writeComparison(w io.Writer, a, b result) error {
 	}
 	fmt.Fprintf(w, "\nC = %d slots, L = %v, N_alpha = %d, N_beta = %d; ideal %s\n",
 		a.Capacity, fromMS(a.LatencyMS), a.Alpha.Documents, a.Beta.Documents, a.Ideal.Formula)
-	fmt.Fprintf(w, "%s: %s\n", an, verdict(a))
-	fmt.Fprintf(w, "%s: %s\n", bn, verdict(b))
+	fmt.Fprintf(w, "%s: %s\n", an, fairVerdict(a))
+	fmt.Fprintf(w, "%s: %s\n", bn, fairVerdict(b))
 	return nil
 }
 

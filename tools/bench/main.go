@@ -6,10 +6,11 @@
 //
 // Usage, from the repository root:
 //
-//	go run ./scripts/bench                               # every phase, default sizes
-//	go run ./scripts/bench -drain-docs 5000 -duration 10s -latency-duration 5s
-//	go run ./scripts/bench -phases drain -json
-//	go run ./scripts/bench -store 1000000                # start-up and drain with a big store
+//	go run ./tools/bench                               # every phase, default sizes
+//	go run ./tools/bench -drain-docs 5000 -duration 10s -latency-duration 5s
+//	go run ./tools/bench -phases drain -json
+//	go run ./tools/bench -store 1000000                # start-up and drain with a big store
+//	go run ./tools/bench fairness -n-alpha 2000        # fair dispatch against FIFO
 //
 // The coordinator and renderer binaries come from -bin (default ./bin) and
 // are built there with go build when missing, or always with -rebuild; pass
@@ -48,10 +49,10 @@
 //     so a job that finished before the watch's opening snapshot counts at
 //     the snapshot's arrival.
 //
-// Progress is always followed with WatchBatch (terminal_only and batched
-// requested; single updates and batched updates both understood), never by
-// polling. At most -max-watches watches are open at once (the coordinator
-// allows 64 per caller).
+// Progress is always followed with the client library's FollowBatch
+// (terminal updates only, batched), never by polling; a job's terminal
+// update is timed as FollowBatch yields it. At most -max-watches watches
+// are open at once (the coordinator allows 64 per caller).
 //
 // Besides, the report gives the writer's group size p50 and p99 (the
 // coordinator's leasehold_writer_group_commands histogram, scraped from
@@ -91,6 +92,33 @@
 // cancelled, a drain of -drain-docs fresh documents against the full store,
 // compared with the empty-store drain. The coordinator gets
 // --max-team-queue large enough for the live half.
+//
+// # fairness
+//
+// The fairness subcommand measures fair dispatch against plain FIFO
+// dispatch. It runs one scenario twice, each time on a fresh stack of its
+// own (a coordinator on a new data directory, with the default flags the
+// first time and with --fifo the second, and -renderers renderers of
+// -capacity slots, each rendering in -latency): team alpha submits
+// -n-alpha documents (20,000 by default, in batches of -alpha-batch);
+// once alpha holds every renderer slot, team beta submits one batch of
+// -n-beta documents (20) and follows it until every document has
+// SUCCEEDED; then alpha's remaining work is cancelled. From beta's job
+// histories it reports beta's queue wait (SUBMITTED to first LEASED) at
+// p50, p99 and max, and how long beta's last document took from the
+// batch's submission, against the ideal of beta rendering at its fair
+// share of the renderers from the moment it arrives:
+//
+//	ideal = ceil(N_beta / (C/2)) × L
+//
+// with C the renderer slots (-renderers × -capacity) and L the render
+// latency: two teams of equal weight share C evenly. Fair dispatch meets
+// the target when beta's last document is done within 1.5 × the ideal.
+// Each run's figures are logged as it ends, and the two are printed side
+// by side with the ratio FIFO / fair of each (-json prints both as one
+// object instead). FIFO makes beta wait for alpha's whole backlog: with
+// the defaults, 20,000 documents on 16 slots of 100 ms is about two
+// minutes; -n-alpha 2000 takes seconds.
 //
 // Every child process is stopped on exit (SIGTERM, then SIGKILL after
 // -stop-grace), also on Ctrl-C, on failure and if the harness is killed
@@ -163,6 +191,10 @@ type config struct {
 	// cluster is -cluster: the phases again on a cluster of that many
 	// nodes, after the single node.
 	cluster int
+	// renderLatency is the renderers' --latency: zero but for the
+	// fairness scenario, so that every other figure is the cost of
+	// coordination.
+	renderLatency time.Duration
 }
 
 // allPhases are the phases of a run without -store, in the order they run.
@@ -214,7 +246,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each build with -compare")
 	fs.IntVar(&cfg.cluster, "cluster", 0, "after the single node, run the phases on a replicated cluster of this many nodes (3 or 5) on this machine, and compare")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./scripts/bench [flags]   (go doc ./scripts/bench explains the figures)")
+		fmt.Fprintln(fs.Output(), "usage: go run ./tools/bench [flags]   (go doc ./tools/bench explains the figures)")
+		fmt.Fprintln(fs.Output(), "       go run ./tools/bench fairness [flags]   (fair dispatch against FIFO; fairness -h for its flags)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -279,8 +312,12 @@ func (c config) validate() error {
 	return nil
 }
 
-// run parses the flags, runs the benchmark and prints the report.
+// run parses the flags, runs the benchmark (or the fairness scenario) and
+// prints the report.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "fairness" {
+		return runFairness(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err

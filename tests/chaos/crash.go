@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"bufio"
@@ -75,7 +75,9 @@ type result struct {
 	f        *findings
 }
 
-// crash runs the crash mode: see the package documentation.
+// crash runs a crash campaign (see the package documentation), writing
+// its progress to logw. The result is nil only when the run could not
+// get as far as the checks.
 func crash(ctx context.Context, cfg config, logw io.Writer) (res *result, err error) {
 	dir, err := os.MkdirTemp(cfg.tmp, "leasehold-chaos-*")
 	if err != nil {
@@ -88,11 +90,11 @@ func crash(ctx context.Context, cfg config, logw io.Writer) (res *result, err er
 		}
 		os.RemoveAll(dir)
 	}()
-	fmt.Fprintf(logw, "chaos: building the coordinator (with failpoints) and the renderer into %s\n", dir)
-	bins, err := build(ctx, filepath.Join(dir, "bin"))
+	bins, err := prepare(ctx, filepath.Join(dir, "bin"))
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(logw, "chaos: coordinator %s (with failpoints), renderer %s\n", bins.coordinator, bins.renderer)
 	addr, err := testbin.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -455,18 +457,41 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return ds[min(max(i, 0), len(ds)-1)]
 }
 
-// print writes the report.
-func (r *result) print(w io.Writer) {
-	f := r.f
-	kills, fpCrashes := 0, 0
+// figure is the report's one-line summary.
+func (r *result) figure() string {
+	f, ds := r.f, r.restartTimes()
+	if f == nil {
+		return "no findings"
+	}
+	var p50, p99 time.Duration
+	if len(ds) > 0 {
+		p50, p99 = percentile(ds, 50), percentile(ds, 99)
+	}
+	kills, fpCrashes := r.crashes()
+	return fmt.Sprintf("crash-restart: %d cycles (%d SIGKILL, %d failpoint) under load, %d jobs acknowledged: "+
+		"%d lost, %d duplicated tokens, %d double terminal transitions, %d stuck, %d violations in all; "+
+		"restart p50 %v, p99 %v (seed %d)",
+		kills+fpCrashes, kills, fpCrashes, f.AckedJobs, f.Lost, f.DuplicateTokens, f.DoubleTerminal, f.Stuck, f.violations(),
+		p50.Round(time.Millisecond), p99.Round(time.Millisecond), r.cfg.seed)
+}
+
+// crashes counts the processes a SIGKILL ended and those a failpoint did.
+func (r *result) crashes() (kills, failpoints int) {
 	for _, run := range r.runs {
 		switch {
 		case run.Fired:
-			fpCrashes++
+			failpoints++
 		case strings.HasPrefix(run.End, "SIGKILL") || strings.Contains(run.End, "; SIGKILL"):
 			kills++
 		}
 	}
+	return kills, failpoints
+}
+
+// print writes the report.
+func (r *result) print(w io.Writer) {
+	f := r.f
+	kills, fpCrashes := r.crashes()
 	fmt.Fprintf(w, "chaos crash: %d crash cycles (%d SIGKILL, %d failpoint), seed %d\n", kills+fpCrashes, kills, fpCrashes, r.cfg.seed)
 	var fps []string
 	for _, fp := range failpoints {

@@ -1,37 +1,49 @@
-// Command chaos puts the coordinator's guarantees under faults, with real
+// Package chaos puts the coordinator's guarantees under faults, with real
 // processes, real bbolt files and real fsync, and checks them afterwards
-// from what every client was told and from the store.
+// from what every client was told and from the store. Its test is the
+// crash campaign; the rest of the package is the campaign's harness, load
+// and invariant checker.
 //
 // Usage, from the repository root:
 //
-//	go run ./scripts/chaos crash                 # 20 crash cycles, as scripts/test runs it
-//	go run ./scripts/chaos crash --cycles 200    # the long run
-//	go run ./scripts/chaos crash --seed N --keep # the same schedule again, keeping data and logs
+//	go test -v ./tests/chaos                      # 20 crash cycles, as scripts/test runs it
+//	go test -v ./tests/chaos -cycles 200          # the long run
+//	go test -v ./tests/chaos -seed N -keep        # the same schedule again, keeping data and logs
 //
-// # crash
+// The flags after the package are the campaign's (go test -v ./tests/chaos
+// -args -h lists them): -cycles, -seed, -keep, -min-uptime, -max-uptime,
+// -failpoint-every, -fire-timeout, -drain-timeout, -renderers, -lease-ttl
+// and -tmp. A run of more than a few hundred cycles needs go test's
+// -timeout raised above its 10 minutes. -v shows the report of a run that
+// passes; one that fails shows it anyway. With -short the campaign is
+// skipped.
+//
+// # The crash campaign
 //
 // It builds the coordinator with the failpoints build tag (see
-// coordinator/internal/engine/failpoints.go) and the renderer into a
-// temporary directory, then starts a coordinator on a fresh data directory
-// (lease TTL 2 s, 3 attempts, backoff 20 to 200 ms), two renderers on the
+// coordinator/internal/engine/failpoints.go) into a temporary directory,
+// unless $LEASEHOLD_BIN holds one built so, and takes the renderer from
+// $LEASEHOLD_BIN or builds it there too. Then it starts a coordinator on
+// a fresh data directory (lease TTL 2 s, 3 attempts, backoff 20 to
+// 200 ms), two renderers on the
 // session path (8 slots each, 2 to 22 ms a render, 15% transient failures,
 // each appending every grant it receives to its --record file) and a load
 // generator built on the client library: three submitters keeping up to 40
 // batches of 1 to 12 documents in flight (8% of the documents fail for
 // good when rendered, 2% are refused at submission as an unsupported
-// format), each batch followed to its end with WatchBatch; a canceller
+// format), each batch followed to its end with FollowBatch; a canceller
 // cancelling a random job in flight every 25 ms; an operator replaying
 // failed jobs every 100 ms, each job at most twice. Every call is sent again
 // with the same request id until it is answered, so that a crash leaves no
 // call unanswered, and every answer is logged (journal.jsonl).
 //
-// Then, --cycles times, the coordinator is crashed; with it down, its data
+// Then, -cycles times, the coordinator is crashed; with it down, its data
 // file is checked ("coordinator check": bbolt's consistency check, then the
 // records' agreement: unfinished-job index, batches whole, counts per
 // phase, lease tokens); and a new coordinator is started on it, timed from
 // exec to the first SERVING answer of grpc.health.v1 (polled every 5 ms).
 // A crash is a SIGKILL at a random moment 50 to 500 ms after SERVING,
-// except every fourth (--failpoint-every), which arms one of the writer's
+// except every fourth (-failpoint-every), which arms one of the writer's
 // failpoints instead, in turn, to panic after a random number of passes:
 //
 //   - beforeCommit: a group's commands applied and its grants made in the
@@ -46,7 +58,7 @@
 //
 // After the last crash a coordinator is started and left running: the load
 // stops submitting, cancelling and replaying, the calls under way are
-// answered, and every batch is followed to its end (--drain-timeout). The
+// answered, and every batch is followed to its end (-drain-timeout). The
 // renderers stop, the final state is read (every job with its history, the
 // audit trail, the renderers' grants), the coordinator is stopped with
 // SIGTERM and its file checked once more. Then it checks that:
@@ -70,11 +82,12 @@
 //     the audit trail;
 //   - every check of the data file, one after each process, found nothing.
 //
-// The run fails on any violation, on a refusal the load did not expect,
-// and when an armed failpoint never fired. It prints a line per crash, then
+// The test fails on any violation, on a refusal the load did not expect,
+// and when an armed failpoint never fired. It logs a line per crash, then
 // the report: crash cycles, what was acknowledged, each count above, and
-// the restart time's p50 and p99. Its directory (data, process logs,
-// journal) is kept when it fails, or with --keep. --seed repeats the kill
+// the restart time's p50 and p99; and a FIGURE line that sums it up. Its
+// directory (data, process logs, journal) is kept when it fails, or with
+// -keep. -seed repeats the kill
 // schedule, the failpoints' counts and the documents; the timing of the
 // processes makes every run different all the same.
 //
@@ -97,4 +110,4 @@
 // tests inject those faults), renderer crashes (the end-to-end tests) and
 // frozen renderers (scripts/paused-worker); nor, anywhere yet, network
 // partitions, clock steps or more than one coordinator.
-package main
+package chaos

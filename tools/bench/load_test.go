@@ -3,54 +3,8 @@ package main
 import (
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
-
-func TestUpdatesOf(t *testing.T) {
-	t.Parallel()
-	succeeded, leased := leaseholdv1.Phase_PHASE_SUCCEEDED, leaseholdv1.Phase_PHASE_LEASED
-	tests := []struct {
-		name string
-		msg  *leaseholdv1.WatchBatchResponse
-		want []update
-	}{
-		{
-			name: "SingleEvent",
-			msg: &leaseholdv1.WatchBatchResponse{JobId: "j-1", Phase: succeeded,
-				Event: &leaseholdv1.JobEvent{Kind: leaseholdv1.EventKind_EVENT_KIND_SUCCEEDED}},
-			want: []update{{"j-1", succeeded}},
-		},
-		{
-			name: "SingleSnapshot",
-			msg:  &leaseholdv1.WatchBatchResponse{JobId: "j-2", Phase: leased},
-			want: []update{{"j-2", leased}},
-		},
-		{
-			name: "Batched",
-			msg: &leaseholdv1.WatchBatchResponse{Updates: []*leaseholdv1.JobUpdate{
-				{JobId: "j-1", Phase: succeeded, Event: &leaseholdv1.JobEvent{}},
-				{JobId: "j-2", Phase: leased},
-				{Phase: succeeded}, // no job: skipped
-			}},
-			want: []update{{"j-1", succeeded}, {"j-2", leased}},
-		},
-		{
-			name: "CountsOnly",
-			msg:  &leaseholdv1.WatchBatchResponse{Batch: &leaseholdv1.Batch{Id: "b-1"}},
-			want: nil,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if diff := cmp.Diff(tt.want, updatesOf(tt.msg), cmp.AllowUnexported(update{})); diff != "" {
-				t.Errorf("updatesOf (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
 
 func TestTerminal(t *testing.T) {
 	t.Parallel()

@@ -3,24 +3,15 @@ package main
 import (
 	"bytes"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
-
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // ev is a history event at t0 plus offset.
 func ev(kind leaseholdv1.EventKind, offset time.Duration) *leaseholdv1.JobEvent {
@@ -85,22 +76,6 @@ func TestRealisticFor(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	t.Parallel()
-	var sorted []time.Duration
-	for i := 1; i <= 20; i++ {
-		sorted = append(sorted, time.Duration(i))
-	}
-	for _, tt := range []struct {
-		p    float64
-		want time.Duration
-	}{{50, 10}, {99, 20}, {100, 20}, {1, 1}, {0, 1}} {
-		if got := percentile(sorted, tt.p); got != tt.want {
-			t.Errorf("percentile(1..20, %v) = %v, want %v", tt.p, got, tt.want)
-		}
-	}
-}
-
 func TestAnalyze(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
@@ -161,17 +136,17 @@ func TestAnalyze(t *testing.T) {
 	})
 }
 
-func TestParseFlags(t *testing.T) {
+func TestParseFairFlags(t *testing.T) {
 	t.Parallel()
 
 	t.Run("Defaults match the scenario", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := parseFlags([]string{"-capacity", "16", "-latency", "100ms"}, io.Discard)
+		cfg, err := parseFairFlags(nil, io.Discard)
 		if err != nil {
-			t.Fatalf("parseFlags: %v", err)
+			t.Fatalf("parseFairFlags: %v", err)
 		}
-		got := []any{cfg.nAlpha, cfg.alphaBatch, cfg.nBeta, cfg.alphaTeam, cfg.betaTeam, cfg.output, cfg.cancelAlpha}
-		want := []any{20000, 500, 20, "alpha", "beta", "text", true}
+		got := []any{cfg.stack.renderers, cfg.stack.capacity, cfg.slots(), cfg.stack.renderLatency, cfg.nAlpha, cfg.alphaBatch, cfg.nBeta, cfg.timeout}
+		want := []any{4, 4, 16, 100 * time.Millisecond, 20000, 500, 20, 15 * time.Minute}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("defaults mismatch (-want +got):\n%s", diff)
 		}
@@ -180,45 +155,34 @@ func TestParseFlags(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		args []string
+		want string
 	}{
-		{"Capacity is required", []string{"-latency", "100ms"}},
-		{"Latency is required", []string{"-capacity", "16"}},
-		{"The output format is text or json", []string{"-capacity", "16", "-latency", "1s", "-o", "yaml"}},
-		{"The teams differ", []string{"-capacity", "16", "-latency", "1s", "-beta-team", "alpha"}},
+		{"The latency is above zero", []string{"-latency", "0"}, "-latency"},
+		{"There is a renderer", []string{"-renderers", "0"}, "-renderers"},
+		{"Alpha has documents", []string{"-n-alpha", "0"}, "-n-alpha"},
+		{"No arguments", []string{"extra"}, "unexpected arguments"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := parseFlags(tt.args, io.Discard); err == nil {
-				t.Errorf("parseFlags(%q) succeeded, want an error", tt.args)
+			_, err := parseFairFlags(tt.args, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("parseFairFlags(%q) error = %v, want one containing %q", tt.args, err, tt.want)
 			}
 		})
 	}
 }
 
-func TestCompare(t *testing.T) {
+func TestWriteFairComparison(t *testing.T) {
 	t.Parallel()
-	fair := result{Label: "fair", Capacity: 16, LatencyMS: 100, Ratio: 1.4, Target: target, MeetsTarget: true,
+	fair := fairResult{Label: "fair", Capacity: 16, LatencyMS: 100, Ratio: 1.4, Target: fairTarget, MeetsTarget: true,
 		Beta:  betaResult{WaitP50MS: 100, CompletionMS: 420},
 		Ideal: idealFor(20, 16, 100*time.Millisecond)}
-	fifo := result{Label: "fifo", Capacity: 16, LatencyMS: 100, Ratio: 420, Target: target,
+	fifo := fairResult{Label: "fifo", Capacity: 16, LatencyMS: 100, Ratio: 420, Target: fairTarget,
 		Beta:  betaResult{WaitP50MS: 125000, CompletionMS: 126000},
 		Ideal: idealFor(20, 16, 100*time.Millisecond)}
-	dir := t.TempDir()
-	var paths []string
-	for _, r := range []result{fair, fifo} {
-		var b bytes.Buffer
-		if err := writeJSON(&b, r); err != nil {
-			t.Fatalf("writeJSON: %v", err)
-		}
-		p := filepath.Join(dir, r.Label+".json")
-		if err := os.WriteFile(p, b.Bytes(), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, p)
-	}
 	var out bytes.Buffer
-	if err := compareFiles(paths, &out); err != nil {
-		t.Fatalf("compareFiles: %v", err)
+	if err := writeFairComparison(&out, fair, fifo); err != nil {
+		t.Fatalf("writeFairComparison: %v", err)
 	}
 	if got, want := lineWith(out.String(), "beta queue wait p50"), "100.0 ms 125.00 s 1250.0"; !strings.HasSuffix(strings.Join(strings.Fields(got), " "), want) {
 		t.Errorf("queue wait p50 row = %q, want the figures %q", got, want)
@@ -244,15 +208,15 @@ func lineWith(s, substr string) string {
 	return ""
 }
 
-func TestWriteText(t *testing.T) {
+func TestWriteFairText(t *testing.T) {
 	t.Parallel()
 	id := idealFor(20, 16, 100*time.Millisecond)
-	r := result{Label: "fair", Coordinator: "127.0.0.1:7070", Capacity: 16, LatencyMS: 100,
+	r := fairResult{Label: "fair", Capacity: 16, LatencyMS: 100,
 		Beta:  betaResult{Documents: 20, BatchID: "b-41", CompletionMS: 480, LeaseP50MS: 120},
-		Ideal: id, Ratio: 1.6, Target: target, Realistic: realisticFor(id, 120*time.Millisecond), RealisticRatio: 1}
+		Ideal: id, Ratio: 1.6, Target: fairTarget, Realistic: realisticFor(id, 120*time.Millisecond), RealisticRatio: 1}
 	var out bytes.Buffer
-	if err := writeText(&out, r); err != nil {
-		t.Fatalf("writeText: %v", err)
+	if err := writeFairText(&out, r); err != nil {
+		t.Fatalf("writeFairText: %v", err)
 	}
 	// Column widths are the tab writer's business: compare words only.
 	words := strings.Join(strings.Fields(out.String()), " ")
