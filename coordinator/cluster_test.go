@@ -35,8 +35,8 @@ type clusterNode struct {
 	// another name than addr, the address it listens on, so that a test
 	// sees which of the two the leader announces.
 	peerAddr string
-	conn  *grpc.ClientConn
-	jobs  leaseholdv1.JobServiceClient
+	conn     *grpc.ClientConn
+	jobs     leaseholdv1.JobServiceClient
 }
 
 type testCluster struct {

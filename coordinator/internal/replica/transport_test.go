@@ -60,8 +60,8 @@ func TestPeerCertificateMustNameAMember(t *testing.T) {
 		t.Errorf("a member's certificate: %v, want accepted", err)
 	}
 	for name, cert := range map[string]tls.Certificate{
-		"a renderer's client certificate": ca.Client(t, "renderer-1"),
-		"a certificate for another host":  ca.IssueFor(t, both, "mallory.test"),
+		"a renderer's client certificate":  ca.Client(t, "renderer-1"),
+		"a certificate for another host":   ca.IssueFor(t, both, "mallory.test"),
 		"a future member's, not yet added": ca.IssueFor(t, both, "n4.peers.test"),
 	} {
 		if err := handshake(t, cert); !errors.Is(err, errNotAMember) {
