@@ -298,3 +298,19 @@ func checkJSONBlocks(t *testing.T, page, script string) {
 		}
 	}
 }
+
+func TestAnchors(t *testing.T) {
+	t.Parallel()
+	page := "# Leasehold\n" +
+		"## Submit, watch, download, cancel, replay: the CLI\n" +
+		"```sh\n# not a heading\n```\n" +
+		"### Retention, backup and restore\n" +
+		"## The `deploy/` [manifests](../deploy/README.md)\n" +
+		"## Errors\n## Errors\n" +
+		"#hashtag\n####### seven\n"
+	want := []string{"leasehold", "submit-watch-download-cancel-replay-the-cli", "retention-backup-and-restore",
+		"the-deploy-manifests", "errors", "errors-1"}
+	if got := anchors(page); !slices.Equal(got, want) {
+		t.Errorf("anchors:\n got %q\nwant %q", got, want)
+	}
+}
