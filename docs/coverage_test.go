@@ -2,11 +2,13 @@ package docs
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/rogpeppe/go-internal/txtar"
 )
@@ -182,9 +184,6 @@ func checkCovered(t *testing.T, page, script string) {
 	}
 	run, notRun := scriptCommands(t, script)
 	cmds := docCommands(t, page)
-	if len(cmds) == 0 {
-		t.Errorf("%s shows no commands in shell blocks", page)
-	}
 	for _, cmd := range cmds {
 		if slices.Contains(run, cmd) {
 			continue
@@ -200,6 +199,85 @@ func checkCovered(t *testing.T, page, script string) {
 	}
 }
 
+// hasBlocks reports whether page shows a shell or a JSON block, which a
+// script must then run or hold.
+func hasBlocks(t *testing.T, page string) bool {
+	t.Helper()
+	data, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(docCommands(t, page)) > 0 || jsonBlock.Match(data)
+}
+
+// jsonBlock is a fenced JSON block of a Markdown page, its content the
+// first group.
+var jsonBlock = regexp.MustCompile("(?s)```json\n(.*?)```")
+
+// anchors returns the fragments that name the headings of a Markdown
+// page, as GitHub makes them: the heading's text without its formatting,
+// in lower case, with spaces as hyphens and other punctuation dropped; a
+// repeated one gets -1, -2 and so on.
+func anchors(page string) []string {
+	var out []string
+	seen := map[string]int{}
+	fence := ""
+	sc := bufio.NewScanner(strings.NewReader(page))
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		if f := fenceOf(trimmed); f != "" {
+			switch {
+			case fence == "":
+				fence = f
+			case strings.HasPrefix(trimmed, fence) && strings.Trim(trimmed, fence[:1]) == "":
+				fence = ""
+			}
+			continue
+		}
+		if fence != "" || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		text := strings.TrimLeft(line, "#")
+		if !strings.HasPrefix(text, " ") || len(line)-len(text) > 6 {
+			continue
+		}
+		text = markdownLink.ReplaceAllString(strings.TrimSpace(text), "$1")
+		var b strings.Builder
+		for _, r := range strings.ToLower(text) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
+				b.WriteRune(r)
+			}
+		}
+		slug := b.String()
+		if n := seen[slug]; n > 0 {
+			seen[slug] = n + 1
+			slug = fmt.Sprintf("%s-%d", slug, n)
+		} else {
+			seen[slug] = 1
+		}
+		out = append(out, slug)
+	}
+	return out
+}
+
+// markdownLink is an inline link, its text the first group.
+var markdownLink = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
+
+// fenceOf returns the fence a line opens or closes (three or more
+// backticks or tildes), or "".
+func fenceOf(line string) string {
+	for _, c := range []string{"`", "~"} {
+		if n := len(line) - len(strings.TrimLeft(line, c)); n >= 3 {
+			return line[:n]
+		}
+	}
+	return ""
+}
+
 // checkJSONBlocks fails the test for every JSON block of page that is not
 // a file of script, so that examples such as a principals file are used
 // as shown.
@@ -213,10 +291,26 @@ func checkJSONBlocks(t *testing.T, page, script string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(string(data), -1)
+	blocks := jsonBlock.FindAllStringSubmatch(string(data), -1)
 	for _, b := range blocks {
 		if !slices.ContainsFunc(a.Files, func(f txtar.File) bool { return string(f.Data) == b[1] }) {
 			t.Errorf("%s shows a JSON block that is no file of %s:\n%s", page, script, b[1])
 		}
+	}
+}
+
+func TestAnchors(t *testing.T) {
+	t.Parallel()
+	page := "# Leasehold\n" +
+		"## Submit, watch, download, cancel, replay: the CLI\n" +
+		"```sh\n# not a heading\n```\n" +
+		"### Retention, backup and restore\n" +
+		"## The `deploy/` [manifests](../deploy/README.md)\n" +
+		"## Errors\n## Errors\n" +
+		"#hashtag\n####### seven\n"
+	want := []string{"leasehold", "submit-watch-download-cancel-replay-the-cli", "retention-backup-and-restore",
+		"the-deploy-manifests", "errors", "errors-1"}
+	if got := anchors(page); !slices.Equal(got, want) {
+		t.Errorf("anchors:\n got %q\nwant %q", got, want)
 	}
 }

@@ -1,7 +1,8 @@
 // Package docs holds no code: its tests run what the documentation tells
-// a reader to run. Each runbook of docs/runbooks/ has a script in
-// testdata/runbooks/ and the README's walk-through has
-// testdata/readme.txtar; they start real coordinators and renderers from
+// a reader to run. The README's walk-through has testdata/readme.txtar,
+// each page docs/NAME.md that shows shell or JSON blocks has
+// testdata/NAME.txtar, and each runbook of docs/runbooks/ has a script in
+// testdata/runbooks/; they start real coordinators and renderers from
 // the built binaries on free loopback ports, run the documented commands
 // and assert on what the pages say they print. A command shown in a page
 // (a shell block, with `bin/` dropped and 127.0.0.1:7070 written $ADDR)
@@ -75,6 +76,9 @@ func TestRunbooks(t *testing.T) {
 	for _, page := range pages {
 		name := strings.TrimSuffix(filepath.Base(page), ".md")
 		script := filepath.Join("testdata", "runbooks", name+".txtar")
+		if len(docCommands(t, page)) == 0 {
+			t.Errorf("%s shows no commands in shell blocks", page)
+		}
 		checkCovered(t, page, script)
 		checkJSONBlocks(t, page, script)
 		scripts = append(scripts, script)
@@ -88,16 +92,43 @@ func TestRunbooks(t *testing.T) {
 	testscript.Run(t, params(scripts, tlsFiles(t), nil))
 }
 
-// TestREADME replays the README's walk-through: a stack like scripts/up
-// on free ports, then the commands of the CLI and grpcurl sections. The
-// script's work directory holds copies of README.md and
-// proto/leasehold/v1/, which the walk-through submits.
-func TestREADME(t *testing.T) {
+// TestPages replays the README and the pages of docs/: the README's
+// walk-through (testdata/readme.txtar, a stack like scripts/up on free
+// ports, then the commands of the CLI and grpcurl sections) and
+// testdata/NAME.txtar for each docs/NAME.md, after checking that each
+// script runs its page's commands. A page that shows no shell or JSON
+// block needs no script. Every script's work directory holds copies of
+// README.md and proto/leasehold/v1/, which the walk-through submits.
+func TestPages(t *testing.T) {
 	readme := filepath.Join(moduleRoot, "README.md")
-	script := filepath.Join("testdata", "readme.txtar")
-	checkCovered(t, readme, script)
-	checkJSONBlocks(t, readme, script)
-	testscript.Run(t, params([]string{script}, tlsFiles(t), func(env *testscript.Env) error {
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append([]string{readme}, pages...)
+	var scripts []string
+	for _, page := range pages {
+		script := pageScript(page)
+		if _, err := os.Stat(script); err != nil {
+			if hasBlocks(t, page) {
+				t.Errorf("%s shows shell or JSON blocks but has no script: %v", page, err)
+			}
+			continue
+		}
+		checkCovered(t, page, script)
+		checkJSONBlocks(t, page, script)
+		scripts = append(scripts, script)
+	}
+	if len(docCommands(t, readme)) == 0 {
+		t.Errorf("%s shows no commands in shell blocks", readme)
+	}
+	all, _ := filepath.Glob(filepath.Join("testdata", "*.txtar"))
+	for _, s := range all {
+		if !slices.Contains(scripts, s) {
+			t.Errorf("%s has no page docs/%s.md", s, strings.TrimSuffix(filepath.Base(s), ".txtar"))
+		}
+	}
+	testscript.Run(t, params(scripts, tlsFiles(t), func(env *testscript.Env) error {
 		if err := copyFile(readme, filepath.Join(env.WorkDir, "README.md")); err != nil {
 			return err
 		}
@@ -114,13 +145,25 @@ func TestREADME(t *testing.T) {
 	}))
 }
 
-// TestLinks checks that every relative link of the README and the
-// runbooks names a file that exists.
+// pageScript names the script of a page: testdata/readme.txtar for the
+// repository's README, testdata/NAME.txtar for docs/NAME.md.
+func pageScript(page string) string {
+	if filepath.Dir(page) != "." {
+		return filepath.Join("testdata", "readme.txtar")
+	}
+	return filepath.Join("testdata", strings.TrimSuffix(page, ".md")+".txtar")
+}
+
+// TestLinks checks that every relative link of the README, of the pages
+// of docs/ and of the runbooks names a file that exists, and a link with
+// a fragment to a Markdown page a heading of that page.
 func TestLinks(t *testing.T) {
 	t.Parallel()
 	pages, _ := filepath.Glob(filepath.Join("runbooks", "*.md"))
+	docPages, _ := filepath.Glob("*.md")
+	pages = append(pages, docPages...)
 	pages = append(pages, filepath.Join(moduleRoot, "README.md"), filepath.Join(moduleRoot, "deploy", "README.md"))
-	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	link := regexp.MustCompile(`\]\(([^)#\s]*)(#[^)\s]*)?\)`)
 	for _, page := range pages {
 		data, err := os.ReadFile(page)
 		if err != nil {
@@ -128,12 +171,28 @@ func TestLinks(t *testing.T) {
 			continue
 		}
 		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+			target, fragment := m[1], strings.TrimPrefix(m[2], "#")
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || target == "" && fragment == "" {
 				continue
 			}
-			if _, err := os.Stat(filepath.Join(filepath.Dir(page), target)); err != nil {
+			file := page
+			if target != "" {
+				file = filepath.Join(filepath.Dir(page), target)
+			}
+			if _, err := os.Stat(file); err != nil {
 				t.Errorf("%s links %s: %v", page, target, err)
+				continue
+			}
+			if fragment == "" || !strings.HasSuffix(file, ".md") {
+				continue
+			}
+			headings, err := os.ReadFile(file)
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			if !slices.Contains(anchors(string(headings)), fragment) {
+				t.Errorf("%s links %s#%s, a heading %s does not have (it has %v)", page, target, fragment, file, anchors(string(headings)))
 			}
 		}
 	}

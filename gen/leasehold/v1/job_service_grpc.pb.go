@@ -63,12 +63,12 @@ type JobServiceClient interface {
 	//
 	// Who: a principal with the submitter role for the team.
 	//
-	// Limits (see the README): documents per batch, declared bytes per
-	// document and per batch, inline bytes per document and per batch. The
-	// coordinator's gRPC receive limit is set above the largest request these
-	// limits allow, so every batch within them is delivered and every batch
-	// over them is refused with a reason; the client library splits by count
-	// and by bytes.
+	// Limits (see docs/limits-and-errors.md): documents per batch, declared
+	// bytes per document and per batch, inline bytes per document and per
+	// batch. The coordinator's gRPC receive limit is set above the largest
+	// request these limits allow, so every batch within them is delivered and
+	// every batch over them is refused with a reason; the client library
+	// splits by count and by bytes.
 	//
 	// Guarantees: the batch is validated whole before anything is stored; the
 	// job records and their ready-queue entries are written in one fsynced
@@ -320,12 +320,12 @@ type JobServiceServer interface {
 	//
 	// Who: a principal with the submitter role for the team.
 	//
-	// Limits (see the README): documents per batch, declared bytes per
-	// document and per batch, inline bytes per document and per batch. The
-	// coordinator's gRPC receive limit is set above the largest request these
-	// limits allow, so every batch within them is delivered and every batch
-	// over them is refused with a reason; the client library splits by count
-	// and by bytes.
+	// Limits (see docs/limits-and-errors.md): documents per batch, declared
+	// bytes per document and per batch, inline bytes per document and per
+	// batch. The coordinator's gRPC receive limit is set above the largest
+	// request these limits allow, so every batch within them is delivered and
+	// every batch over them is refused with a reason; the client library
+	// splits by count and by bytes.
 	//
 	// Guarantees: the batch is validated whole before anything is stored; the
 	// job records and their ready-queue entries are written in one fsynced
