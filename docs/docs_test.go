@@ -12,6 +12,7 @@ package docs
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -122,6 +123,9 @@ func TestPages(t *testing.T) {
 	if len(docCommands(t, readme)) == 0 {
 		t.Errorf("%s shows no commands in shell blocks", readme)
 	}
+	if n := lineCount(t, readme); n > frontPageLines {
+		t.Errorf("%s has %d lines: the front page holds at most %d (what it is, the two commands, the walk-through, where to read next); move reference text to a page of docs/", readme, n, frontPageLines)
+	}
 	all, _ := filepath.Glob(filepath.Join("testdata", "*.txtar"))
 	for _, s := range all {
 		if !slices.Contains(scripts, s) {
@@ -143,6 +147,20 @@ func TestPages(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// frontPageLines bounds the README, so that it stays a newcomer's front
+// page and the reference grows in docs/.
+const frontPageLines = 300
+
+// lineCount is the number of lines of the file at path.
+func lineCount(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(data, []byte("\n"))
 }
 
 // pageScript names the script of a page: testdata/readme.txtar for the
