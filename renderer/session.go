@@ -16,14 +16,15 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
 // Reasons the worker acts on.
 const (
-	reasonSessionReplaced = "SESSION_REPLACED"
-	reasonHandedBack      = "HANDED_BACK"
-	reasonNotLeader       = "NOT_LEADER"
+	reasonSessionReplaced = string(reason.SessionReplaced)
+	reasonHandedBack      = string(reason.HandedBack)
+	reasonNotLeader       = string(reason.NotLeader)
 )
 
 // errNoWelcome reports a session whose first response carried no welcome.

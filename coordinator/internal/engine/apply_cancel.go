@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
@@ -132,7 +133,7 @@ func (c *cancelCmd) cancelOne(g *group, id uint64) (bool, error) {
 		c.res.CancelledRunning++
 		c.res.Running = append(c.res.Running, next)
 		e.endLease(g, j, next)
-		g.revoke(j.Lease.Renderer, LeaseStatus{Job: j.ID, Token: j.Lease.Token, Reason: "JOB_CANCELLED", CurrentToken: next.LastToken(), CurrentPhase: next.Phase})
+		g.revoke(j.Lease.Renderer, LeaseStatus{Job: j.ID, Token: j.Lease.Token, Reason: string(reason.JobCancelled), CurrentToken: next.LastToken(), CurrentPhase: next.Phase})
 	}
 	return true, g.save(j, next)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
@@ -275,7 +276,7 @@ func (e *Engine) heartbeatOne(g *group, renderer string, ref LeaseRef) (LeaseSta
 		return LeaseStatus{}, err
 	}
 	if !found {
-		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: "JOB_NOT_FOUND"}, nil
+		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: string(reason.JobNotFound)}, nil
 	}
 	next, ferr := j.Heartbeat(ref.Token, renderer, g.now, e.cfg.LeaseTTL)
 	if ferr != nil {
@@ -306,7 +307,7 @@ func (e *Engine) handBackOne(g *group, renderer string, ref LeaseRef) (LeaseStat
 		return LeaseStatus{}, err
 	}
 	if !found {
-		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: "JOB_NOT_FOUND"}, nil
+		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: string(reason.JobNotFound)}, nil
 	}
 	next, ferr := j.HandBack(ref.Token, renderer, g.now, e.jitter())
 	if ferr != nil {

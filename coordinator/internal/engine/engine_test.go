@@ -702,7 +702,7 @@ func TestSubmitLimits(t *testing.T) {
 				return
 			}
 			var ve *jobs.ValidationError
-			if !errors.As(err, &ve) || ve.Reason != tt.wantReason {
+			if !errors.As(err, &ve) || string(ve.Reason) != tt.wantReason {
 				t.Fatalf("Submit err = %v, want reason %s", err, tt.wantReason)
 			}
 			if len(after) != len(before) {

@@ -3,6 +3,8 @@ package jobs
 import (
 	"errors"
 	"unicode/utf8"
+
+	"github.com/leasehold/leasehold/client/reason"
 )
 
 // Caller text.
@@ -64,9 +66,9 @@ func ValidRequestID(id string) bool {
 }
 
 // TextError returns the refusal of field, whose value is not valid text
-// or is too long, with reason (the field's own, or INVALID_TEXT) and
+// or is too long, with r (the field's own, or INVALID_TEXT) and
 // description.
-func TextError(field, reason, description string) *ValidationError {
-	return &ValidationError{Err: ErrInvalidText, Reason: reason,
-		Violations: []Violation{{Field: field, Reason: reason, Description: description}}}
+func TextError(field string, r reason.Reason, description string) *ValidationError {
+	return &ValidationError{Err: ErrInvalidText, Reason: r,
+		Violations: []Violation{{Field: field, Reason: r, Description: description}}}
 }
