@@ -21,6 +21,7 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
@@ -55,7 +56,7 @@ const (
 	DBFile       = "leasehold.db"
 	ArtifactsDir = "artifacts"
 	// DefaultMaxBatchInlineBytes bounds the inline content of one batch.
-	DefaultMaxBatchInlineBytes = 16 << 20
+	DefaultMaxBatchInlineBytes = limits.DefaultMaxBatchInlineBytes
 )
 
 // Limits of the gRPC transport.

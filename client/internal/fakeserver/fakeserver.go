@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
@@ -121,10 +122,10 @@ type Limits struct {
 
 // DefaultLimits are the coordinator's default batch limits.
 var DefaultLimits = Limits{
-	MaxDocuments:      500,
-	MaxInlineBytes:    16 << 20,
-	MaxDocumentInline: 256 << 10,
-	MaxDeclaredBytes:  200 << 20,
+	MaxDocuments:      limits.DefaultMaxBatchDocuments,
+	MaxInlineBytes:    limits.DefaultMaxBatchInlineBytes,
+	MaxDocumentInline: limits.DefaultMaxDocumentInlineBytes,
+	MaxDeclaredBytes:  limits.DefaultMaxBatchDeclaredBytes,
 }
 
 // DefaultMaxRecvMsgSize is above the largest request DefaultLimits allow:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/client/reason"
 )
 
@@ -57,7 +58,7 @@ func isBidiControl(r rune) bool {
 }
 
 // MaxRequestIDBytes bounds a request id (idempotency key).
-const MaxRequestIDBytes = 128
+const MaxRequestIDBytes = limits.MaxRequestIDBytes
 
 // ValidRequestID reports whether id is a well-formed request id
 // (idempotency key): 1 to MaxRequestIDBytes bytes of text (ValidText).

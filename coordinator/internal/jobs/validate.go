@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/client/reason"
 )
 
@@ -36,11 +37,11 @@ type Limits struct {
 
 // Default limits.
 const (
-	DefaultMaxDocuments     = 500
+	DefaultMaxDocuments     = limits.DefaultMaxBatchDocuments
 	DefaultMaxDocumentBytes = 25 << 20
-	DefaultMaxBatchBytes    = 200 << 20
-	DefaultMaxInlineBytes   = 256 << 10
-	DefaultMaxBatchInline   = 16 << 20
+	DefaultMaxBatchBytes    = limits.DefaultMaxBatchDeclaredBytes
+	DefaultMaxInlineBytes   = limits.DefaultMaxDocumentInlineBytes
+	DefaultMaxBatchInline   = limits.DefaultMaxBatchInlineBytes
 	DefaultMaxNameBytes     = 255
 	DefaultMaxTeamQueue     = 100_000
 	DefaultMaxAttemptsBound = 20
