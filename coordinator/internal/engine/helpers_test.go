@@ -224,7 +224,7 @@ func async(fn func()) <-chan struct{} {
 // countEvents counts the events of kind in j's history.
 func countEvents(j jobs.Job, kind jobs.EventKind) int {
 	n := 0
-	for _, ev := range j.Events {
+	for _, ev := range j.History {
 		if ev.Kind == kind {
 			n++
 		}

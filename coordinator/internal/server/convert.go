@@ -193,8 +193,8 @@ func jobToProto(j jobs.Job, v view, withEvents bool) *leaseholdv1.Job {
 		}
 	}
 	if withEvents {
-		pj.Events = make([]*leaseholdv1.JobEvent, len(j.Events))
-		for i, ev := range j.Events {
+		pj.Events = make([]*leaseholdv1.JobEvent, len(j.History))
+		for i, ev := range j.History {
 			pj.Events[i] = eventToProto(ev)
 		}
 	}
