@@ -313,7 +313,7 @@ type Coordinator struct {
 	replica *replicated
 
 	// background are the maintenance services: failure watching, refusal
-	// flushing, retention.
+	// summaries, retention.
 	background []interface {
 		Start()
 		Stop()
@@ -398,7 +398,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.background = append(c.background,
 		maintenance.NewFailureWatcher(c.eng.Failed(), c.writerFailed),
-		maintenance.NewFlusher(c.refusals.Flush, refusalFlushInterval))
+		maintenance.NewSummarizer(c.refusals.Summarize, refusalSummaryInterval))
 	if c.retention().On() {
 		c.purger = maintenance.NewRetention(maintenance.RetentionConfig{Purge: c.eng.Purge, Interval: c.cfg.purgeEvery, Logger: c.log})
 		c.background = append(c.background, c.purger)
@@ -748,9 +748,9 @@ func (c *Coordinator) writerStopped() float64 {
 	return 0
 }
 
-// refusalFlushInterval is how often the summaries of suppressed refusal
+// refusalSummaryInterval is how often the summaries of suppressed refusal
 // log lines are written.
-const refusalFlushInterval = time.Second
+const refusalSummaryInterval = time.Second
 
 // retention is the engine's retention from the configuration.
 func (c *Coordinator) retention() engine.Retention {

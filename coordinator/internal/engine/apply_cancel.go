@@ -29,7 +29,7 @@ func (c *cancelCmd) text() error {
 	return checkText("principal", c.req.Principal, "reason", c.req.Reason)
 }
 
-func (c *cancelCmd) apply(g *group) error {
+func (c *cancelCmd) evaluate(g *group) error {
 	ids, team, err := c.targets(g)
 	if err != nil || c.err != nil {
 		return err

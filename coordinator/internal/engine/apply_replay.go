@@ -36,7 +36,7 @@ func (c *replayCmd) text() error {
 	return checkText("principal", c.req.Principal, "request_id", c.req.RequestID, "reason", c.req.Reason)
 }
 
-func (c *replayCmd) apply(g *group) error {
+func (c *replayCmd) evaluate(g *group) error {
 	e := g.e
 	tx, err := g.txn()
 	if err != nil {

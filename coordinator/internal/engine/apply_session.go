@@ -46,7 +46,7 @@ func (c *openCmd) text() error {
 	return checkText("instance_id", c.req.Instance)
 }
 
-func (c *openCmd) apply(g *group) error {
+func (c *openCmd) evaluate(g *group) error {
 	e := g.e
 	r := c.req.Renderer
 	conn := &Conn{renderer: r, instance: c.req.Instance, credit: min(c.req.Credits, maxCredit), budget: -1}
@@ -131,7 +131,7 @@ type closeCmd struct {
 
 func (c *closeCmd) result() []Grant { return c.left }
 
-func (c *closeCmd) apply(g *group) error {
+func (c *closeCmd) evaluate(g *group) error {
 	e := g.e
 	if _, live := e.conns.byID[c.conn.id]; live {
 		c.left = g.endConn(c.conn, ErrStopped)
@@ -196,7 +196,7 @@ func (c *receiveCmd) size() int {
 	return n
 }
 
-func (c *receiveCmd) apply(g *group) error {
+func (c *receiveCmd) evaluate(g *group) error {
 	e := g.e
 	conn, r := c.conn, c.in.Renderer
 	if conn != nil {

@@ -101,7 +101,7 @@ func (c *submitCmd) text() error {
 
 func (c *submitCmd) size() int { return c.bytes }
 
-func (c *submitCmd) apply(g *group) error {
+func (c *submitCmd) evaluate(g *group) error {
 	e := g.e
 	tx, err := g.txn()
 	if err != nil {

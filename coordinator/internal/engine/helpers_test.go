@@ -122,7 +122,7 @@ func (b *testBundle) send(t *testing.T, conn *Conn, in SessionInput) SessionResu
 	t.Helper()
 	res, err := b.e.Receive(context.Background(), conn, in)
 	if err != nil {
-		t.Fatalf("Send: %v", err)
+		t.Fatalf("Receive: %v", err)
 	}
 	return res
 }
@@ -179,7 +179,7 @@ type blockCmd struct {
 	entered, release chan struct{}
 }
 
-func (c *blockCmd) apply(*group) error {
+func (c *blockCmd) evaluate(*group) error {
 	close(c.entered)
 	<-c.release
 	return nil
@@ -192,7 +192,7 @@ type probeCmd struct {
 	g *group
 }
 
-func (c *probeCmd) apply(g *group) error {
+func (c *probeCmd) evaluate(g *group) error {
 	c.g = g
 	return nil
 }

@@ -148,7 +148,7 @@ func TestConnections(t *testing.T) {
 			t.Fatalf("grants moved to the new session (-want +got):\n%s", diff)
 		}
 		if _, err := b.e.Receive(ctx, old, SessionInput{Credits: 1}); !errors.Is(err, ErrReplaced) {
-			t.Fatalf("Send on the replaced session: err = %v, want ErrReplaced", err)
+			t.Fatalf("Receive on the replaced session: err = %v, want ErrReplaced", err)
 		}
 		// Credit is the new session's own to give.
 		b.send(t, conn, SessionInput{Received: refs(gs)})

@@ -326,7 +326,7 @@ func commandPrototypes() []command {
 
 // notCarried are the strings of a command that text need not name, and why.
 var notCarried = map[string]string{
-	// Results, filled in by apply.
+	// Results, filled in by evaluate.
 	"res": "a result", "left": "a result", "holding": "a result",
 	// newSubmitCmd copies req.Docs into docs, which is what is stored.
 	"submitCmd.req.Docs": "copied into docs",
@@ -346,7 +346,7 @@ func TestEveryCommandNamesItsText(t *testing.T) {
 	for _, c := range protos {
 		have[reflect.TypeOf(c).Elem().Name()] = true
 	}
-	for _, name := range applyReceivers(t) {
+	for _, name := range evaluateReceivers(t) {
 		if !have[name] {
 			t.Errorf("command %s has no prototype in commandPrototypes", name)
 		}
@@ -405,9 +405,9 @@ func eachString(v reflect.Value, path string, fn func(string, reflect.Value)) {
 	}
 }
 
-// applyReceivers lists the types with an apply method in the package's
-// non-test files: the commands.
-func applyReceivers(t *testing.T) []string {
+// evaluateReceivers lists the types with an evaluate(*group) method in the
+// package's non-test files: the commands.
+func evaluateReceivers(t *testing.T) []string {
 	t.Helper()
 	entries, err := os.ReadDir(".")
 	if err != nil {
@@ -428,7 +428,9 @@ func applyReceivers(t *testing.T) []string {
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Recv == nil || fd.Name.Name != "apply" {
+			// A command's evaluate takes the group alone; the Engine's
+			// evaluates a whole batch.
+			if !ok || fd.Recv == nil || fd.Name.Name != "evaluate" || fd.Type.Params.NumFields() != 1 {
 				continue
 			}
 			if star, ok := fd.Recv.List[0].Type.(*ast.StarExpr); ok {
