@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -179,7 +180,8 @@ func failoverError(err error) bool {
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
-			return info.GetReason() == reasonNotLeader || info.GetReason() == reasonOutcomeUnknown
+			r := reason.Reason(info.GetReason())
+			return r == reason.NotLeader || r == reason.OutcomeUnknown
 		}
 	}
 	return true

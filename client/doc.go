@@ -10,6 +10,11 @@
 //	job, err := c.GetJob(ctx, "j-12")
 //	if errors.Is(err, client.ErrNotFound) { ... }
 //
+// Where one sentinel covers several causes, the ErrorInfo reason tells
+// them apart: package reason lists every reason the coordinator gives, as
+// in client.Reason(err) == string(reason.InvalidName). Package limits holds
+// the API's bounds and the coordinator's default batch limits.
+//
 // SubmitDocuments and SubmitFiles split a submission into batches within
 // the coordinator's limits (500 documents, 16 MiB inline, 200 MiB declared
 // by default; see WithBatchLimits) and send batch i as "<request id>-i", so

@@ -9,10 +9,12 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/client/reason"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of the coordinator's errors.
-const ErrorDomain = "leasehold.v1"
+const ErrorDomain = reason.Domain
 
 // These sentinels classify RPC errors by status code alone. Every *Error
 // returned by this package matches the one for its code.
@@ -93,12 +95,6 @@ var (
 	ErrOutcomeUnknown = errors.New("write outcome unknown")
 )
 
-// Reasons of a replicated coordinator that the client acts on.
-const (
-	reasonNotLeader      = "NOT_LEADER"
-	reasonOutcomeUnknown = "OUTCOME_UNKNOWN"
-)
-
 // ErrDigestMismatch is returned by DownloadArtifact when the SHA-256 of the
 // received bytes differs from the artifact's digest. It is decided by the
 // client, not by a status code.
@@ -108,7 +104,7 @@ var ErrDigestMismatch = errors.New("artifact digest mismatch")
 // sentinel. An empty reason matches any reason.
 type errorClass struct {
 	code     codes.Code
-	reason   string
+	reason   reason.Reason
 	sentinel error
 }
 
@@ -116,40 +112,40 @@ type errorClass struct {
 var errorTable = []errorClass{
 	{codes.NotFound, "", ErrNotFound},
 	{codes.InvalidArgument, "", ErrInvalidArgument},
-	{codes.InvalidArgument, "BATCH_TOO_LARGE", ErrBatchTooLarge},
-	{codes.InvalidArgument, "REQUEST_ID_REUSED", ErrRequestIDReused},
-	{codes.InvalidArgument, "MALFORMED_REQUEST", ErrMalformedRequest},
-	{codes.InvalidArgument, "EMPTY_ARTIFACT", ErrEmptyArtifact},
-	{codes.InvalidArgument, "INVALID_REASON", ErrInvalidReason},
-	{codes.InvalidArgument, "TOO_MANY_JOB_IDS", ErrTooManyJobIDs},
+	{codes.InvalidArgument, reason.BatchTooLarge, ErrBatchTooLarge},
+	{codes.InvalidArgument, reason.RequestIDReused, ErrRequestIDReused},
+	{codes.InvalidArgument, reason.MalformedRequest, ErrMalformedRequest},
+	{codes.InvalidArgument, reason.EmptyArtifact, ErrEmptyArtifact},
+	{codes.InvalidArgument, reason.InvalidReason, ErrInvalidReason},
+	{codes.InvalidArgument, reason.TooManyJobIDs, ErrTooManyJobIDs},
 	{codes.PermissionDenied, "", ErrPermissionDenied},
-	{codes.PermissionDenied, "RENDERER_ID_NOT_ALLOWED", ErrRendererIDNotAllowed},
+	{codes.PermissionDenied, reason.RendererIDNotAllowed, ErrRendererIDNotAllowed},
 	{codes.AlreadyExists, "", ErrAlreadyExists},
-	{codes.AlreadyExists, "RENDERER_ID_IN_USE", ErrRendererIDInUse},
+	{codes.AlreadyExists, reason.RendererIDInUse, ErrRendererIDInUse},
 	{codes.Unauthenticated, "", ErrUnauthenticated},
 	{codes.FailedPrecondition, "", ErrFailedPrecondition},
-	{codes.FailedPrecondition, "ALREADY_TERMINAL", ErrAlreadyTerminal},
-	{codes.FailedPrecondition, "RUNNING_CANCEL_DISABLED", ErrRunningCancelDisabled},
-	{codes.FailedPrecondition, "NOT_SUCCEEDED", ErrNotSucceeded},
+	{codes.FailedPrecondition, reason.AlreadyTerminal, ErrAlreadyTerminal},
+	{codes.FailedPrecondition, reason.RunningCancelDisabled, ErrRunningCancelDisabled},
+	{codes.FailedPrecondition, reason.NotSucceeded, ErrNotSucceeded},
 	{codes.Aborted, "", ErrFenced},
-	{codes.Aborted, "STALE_LEASE", ErrStaleLease},
-	{codes.Aborted, "LEASE_EXPIRED", ErrLeaseExpired},
-	{codes.Aborted, "JOB_CANCELLED", ErrJobCancelled},
-	{codes.Aborted, "NOT_LEASE_HOLDER", ErrNotLeaseHolder},
-	{codes.Aborted, "SESSION_REPLACED", ErrSessionReplaced},
-	{codes.Aborted, "OUTCOME_MISMATCH", ErrOutcomeMismatch},
+	{codes.Aborted, reason.StaleLease, ErrStaleLease},
+	{codes.Aborted, reason.LeaseExpired, ErrLeaseExpired},
+	{codes.Aborted, reason.JobCancelled, ErrJobCancelled},
+	{codes.Aborted, reason.NotLeaseHolder, ErrNotLeaseHolder},
+	{codes.Aborted, reason.SessionReplaced, ErrSessionReplaced},
+	{codes.Aborted, reason.OutcomeMismatch, ErrOutcomeMismatch},
 	{codes.ResourceExhausted, "", ErrResourceExhausted},
-	{codes.ResourceExhausted, "TEAM_QUEUE_FULL", ErrQueueFull},
-	{codes.ResourceExhausted, "SLOW_WATCHER", ErrSlowWatcher},
-	{codes.ResourceExhausted, "TOO_MANY_STREAMS", ErrTooManyStreams},
-	{codes.Unavailable, "STORAGE_FULL", ErrStorageFull},
+	{codes.ResourceExhausted, reason.TeamQueueFull, ErrQueueFull},
+	{codes.ResourceExhausted, reason.SlowWatcher, ErrSlowWatcher},
+	{codes.ResourceExhausted, reason.TooManyStreams, ErrTooManyStreams},
+	{codes.Unavailable, reason.StorageFull, ErrStorageFull},
 	{codes.Unavailable, "", ErrUnavailable},
-	{codes.Unavailable, "STORAGE_UNAVAILABLE", ErrStorageUnavailable},
-	{codes.Unavailable, reasonNotLeader, ErrNotLeader},
-	{codes.Unavailable, reasonOutcomeUnknown, ErrOutcomeUnknown},
+	{codes.Unavailable, reason.StorageUnavailable, ErrStorageUnavailable},
+	{codes.Unavailable, reason.NotLeader, ErrNotLeader},
+	{codes.Unavailable, reason.OutcomeUnknown, ErrOutcomeUnknown},
 	{codes.Canceled, "", context.Canceled},
 	{codes.DeadlineExceeded, "", context.DeadlineExceeded},
-	{codes.DeadlineExceeded, "UPLOAD_TIMEOUT", ErrUploadTimeout},
+	{codes.DeadlineExceeded, reason.UploadTimeout, ErrUploadTimeout},
 }
 
 // FieldViolation names one offending field of a request, from
@@ -170,7 +166,8 @@ type Error struct {
 	Code codes.Code
 	// Message is the status message.
 	Message string
-	// Reason is the ErrorInfo reason, such as STALE_LEASE; empty without ErrorInfo.
+	// Reason is the ErrorInfo reason, one of package reason's (such as
+	// STALE_LEASE); empty without ErrorInfo.
 	Reason string
 	// Metadata is the ErrorInfo metadata, such as current_token and current_phase.
 	Metadata map[string]string
@@ -209,7 +206,7 @@ func (e *Error) GRPCStatus() *status.Status {
 // the error table maps e's code (and, for reason sentinels, e's reason) to it.
 func (e *Error) Is(target error) bool {
 	for _, c := range errorTable {
-		if c.sentinel == target && c.code == e.Code && (c.reason == "" || c.reason == e.Reason) {
+		if c.sentinel == target && c.code == e.Code && (c.reason == "" || string(c.reason) == e.Reason) {
 			return true
 		}
 	}
@@ -217,7 +214,8 @@ func (e *Error) Is(target error) bool {
 }
 
 // Reason returns the ErrorInfo reason of err if it is or wraps an *Error,
-// and "" otherwise.
+// and "" otherwise: one of package reason's, as in
+// client.Reason(err) == string(reason.TeamQueueFull).
 func Reason(err error) string {
 	var e *Error
 	if errors.As(err, &e) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/leasehold/leasehold/client/limits"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -14,17 +15,14 @@ import (
 // any of them is refused whole with ErrBatchTooLarge.
 const (
 	// DefaultMaxBatchDocuments is the most documents in one batch.
-	DefaultMaxBatchDocuments = 500
+	DefaultMaxBatchDocuments = limits.DefaultMaxBatchDocuments
 	// DefaultMaxBatchInlineBytes is the most inline content (the sum of
 	// Document.content) in one batch.
-	DefaultMaxBatchInlineBytes = 16 << 20
+	DefaultMaxBatchInlineBytes = limits.DefaultMaxBatchInlineBytes
 	// DefaultMaxBatchDeclaredBytes is the most declared bytes (the sum of
 	// Document.size_bytes) in one batch.
-	DefaultMaxBatchDeclaredBytes = 200 << 20
+	DefaultMaxBatchDeclaredBytes = limits.DefaultMaxBatchDeclaredBytes
 )
-
-// maxRequestIDBytes is the coordinator's limit on a request id.
-const maxRequestIDBytes = 128
 
 // ErrInvalidRequestID is returned by SubmitDocuments and SubmitFiles, before
 // anything is sent, when the request id is empty or too long to carry the
@@ -249,8 +247,8 @@ func (c *Client) submitSplit(ctx context.Context, team, requestID string, n int,
 	if requestID == "" {
 		return nil, fmt.Errorf("%w: empty", ErrInvalidRequestID)
 	}
-	if last := BatchRequestID(requestID, n-1); len(last) > maxRequestIDBytes {
-		return nil, fmt.Errorf("%w: %q is %d bytes, at most %d with the batch suffix", ErrInvalidRequestID, last, len(last), maxRequestIDBytes)
+	if last := BatchRequestID(requestID, n-1); len(last) > limits.MaxRequestIDBytes {
+		return nil, fmt.Errorf("%w: %q is %d bytes, at most %d with the batch suffix", ErrInvalidRequestID, last, len(last), limits.MaxRequestIDBytes)
 	}
 	resps := make([]*leaseholdv1.SubmitBatchResponse, 0, n)
 	for i := range n {

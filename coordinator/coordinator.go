@@ -21,6 +21,7 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
@@ -55,7 +56,7 @@ const (
 	DBFile       = "leasehold.db"
 	ArtifactsDir = "artifacts"
 	// DefaultMaxBatchInlineBytes bounds the inline content of one batch.
-	DefaultMaxBatchInlineBytes = 16 << 20
+	DefaultMaxBatchInlineBytes = limits.DefaultMaxBatchInlineBytes
 )
 
 // Limits of the gRPC transport.
@@ -312,7 +313,7 @@ type Coordinator struct {
 	replica *replicated
 
 	// background are the maintenance services: failure watching, refusal
-	// flushing, retention.
+	// summaries, retention.
 	background []interface {
 		Start()
 		Stop()
@@ -397,7 +398,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.background = append(c.background,
 		maintenance.NewFailureWatcher(c.eng.Failed(), c.writerFailed),
-		maintenance.NewFlusher(c.refusals.Flush, refusalFlushInterval))
+		maintenance.NewSummarizer(c.refusals.Summarize, refusalSummaryInterval))
 	if c.retention().On() {
 		c.purger = maintenance.NewRetention(maintenance.RetentionConfig{Purge: c.eng.Purge, Interval: c.cfg.purgeEvery, Logger: c.log})
 		c.background = append(c.background, c.purger)
@@ -747,9 +748,9 @@ func (c *Coordinator) writerStopped() float64 {
 	return 0
 }
 
-// refusalFlushInterval is how often the summaries of suppressed refusal
+// refusalSummaryInterval is how often the summaries of suppressed refusal
 // log lines are written.
-const refusalFlushInterval = time.Second
+const refusalSummaryInterval = time.Second
 
 // retention is the engine's retention from the configuration.
 func (c *Coordinator) retention() engine.Retention {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -130,7 +131,7 @@ func TestMalformedRequestIsInvalidArgument(t *testing.T) {
 		t.Fatalf("SubmitBatch with a name that is not UTF-8 = %v, want InvalidArgument", err)
 	}
 	info, bad := errorInfo(err)
-	if info.GetReason() != edge.ReasonMalformedRequest || info.GetDomain() != "leasehold.v1" {
+	if info.GetReason() != string(reason.MalformedRequest) || info.GetDomain() != "leasehold.v1" {
 		t.Errorf("ErrorInfo = %v, want MALFORMED_REQUEST in leasehold.v1", info)
 	}
 	if v := bad.GetFieldViolations(); len(v) != 1 || v[0].GetField() != "documents[0].name" {
@@ -251,8 +252,8 @@ func TestStreamCapsAreWired(t *testing.T) {
 	if got := status.Code(err); got != codes.ResourceExhausted {
 		t.Fatalf("watch %d = %v, want ResourceExhausted", edge.DefaultWatchStreams+1, err)
 	}
-	if info, _ := errorInfo(err); info.GetReason() != edge.ReasonTooManyStreams {
-		t.Errorf("reason = %q, want %s", info.GetReason(), edge.ReasonTooManyStreams)
+	if info, _ := errorInfo(err); info.GetReason() != string(reason.TooManyStreams) {
+		t.Errorf("reason = %q, want %s", info.GetReason(), reason.TooManyStreams)
 	}
 	if _, err := leaseholdv1.NewJobServiceClient(b.conn).WatchBatch(bearer(ctx, "dev-beta"), &leaseholdv1.WatchBatchRequest{BatchId: resp.GetBatch().GetId()}); err != nil {
 		t.Errorf("another principal's watch: %v", err)

@@ -141,14 +141,14 @@ func (l *loop) run(ctx context.Context) error {
 		case resp := <-l.w.welcomed:
 			l.welcome(resp)
 		case resp := <-l.w.responses:
-			l.apply(resp)
+			l.handle(resp)
 		case s := <-l.w.sent:
 			l.sentDone(s)
 		case e := <-l.w.ended:
 			l.sessionEnded(e)
 		}
 		l.progress()
-		l.flush()
+		l.sendPending()
 	}
 	return l.err
 }
@@ -253,8 +253,8 @@ func (l *loop) stop() {
 	l.cancelWork()
 }
 
-// apply applies one response of the session. It never waits for a render.
-func (l *loop) apply(resp *leaseholdv1.SessionResponse) {
+// handle takes in one response of the session. It never waits for a render.
+func (l *loop) handle(resp *leaseholdv1.SessionResponse) {
 	for _, g := range resp.GetGrants() {
 		l.grant(g)
 	}

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/leasehold/leasehold/client/limits"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/security"
@@ -48,7 +50,7 @@ const (
 	DefaultDrainTimeout = 30 * time.Second
 	// MaxCapacity is the largest capacity a session may declare
 	// (SessionHello.capacity is 1 to 4096).
-	MaxCapacity = 4096
+	MaxCapacity = limits.MaxRendererCapacity
 	// MinMessageBytes is the smallest Config.MaxReceiveBytes and
 	// Config.MaxRequestBytes accepted.
 	MinMessageBytes = 64 << 10
@@ -86,8 +88,8 @@ const (
 )
 
 var (
-	rendererIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-	instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	rendererIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,` + strconv.Itoa(limits.MaxRendererIDBytes) + `}$`)
+	instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,` + strconv.Itoa(limits.MaxInstanceIDBytes) + `}$`)
 )
 
 // Config configures a Worker. Zero values take the defaults named on each

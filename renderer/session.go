@@ -16,14 +16,15 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
 // Reasons the worker acts on.
 const (
-	reasonSessionReplaced = "SESSION_REPLACED"
-	reasonHandedBack      = "HANDED_BACK"
-	reasonNotLeader       = "NOT_LEADER"
+	reasonSessionReplaced = string(reason.SessionReplaced)
+	reasonHandedBack      = string(reason.HandedBack)
+	reasonNotLeader       = string(reason.NotLeader)
 )
 
 // errNoWelcome reports a session whose first response carried no welcome.
@@ -145,7 +146,7 @@ func (l *loop) welcome(resp *leaseholdv1.SessionResponse) {
 			l.lose(st, false)
 		}
 	}
-	l.apply(resp)
+	l.handle(resp)
 }
 
 // heartbeatC returns the channel of the session's heartbeat timer, nil
@@ -157,9 +158,10 @@ func (l *loop) heartbeatC() <-chan time.Time {
 	return timerC(l.sess.heartbeat)
 }
 
-// flush hands the sender the next request when it is idle and anything is
-// pending, and half-closes a session that is to close once nothing is.
-func (l *loop) flush() {
+// sendPending hands the sender the next request when it is idle and
+// anything is pending, and half-closes a session that is to close once
+// nothing is.
+func (l *loop) sendPending() {
 	s := l.sess
 	if s == nil || !s.welcomed || s.busy || s.broken || s.closed {
 		return

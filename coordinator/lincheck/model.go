@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 )
@@ -28,15 +29,15 @@ const (
 	reasonCancelled   = leaseholdv1.TerminalReason_TERMINAL_REASON_CANCELLED
 )
 
-// The ErrorInfo reasons the model expects.
+// The ErrorInfo reasons the model expects, by the names its histories use.
 const (
-	StaleLease      = "STALE_LEASE"
-	LeaseExpired    = "LEASE_EXPIRED"
-	JobCancelled    = "JOB_CANCELLED"
-	NotLeaseHolder  = "NOT_LEASE_HOLDER"
-	OutcomeMismatch = "OUTCOME_MISMATCH"
-	AlreadyTerminal = "ALREADY_TERMINAL"
-	JobNotFound     = "JOB_NOT_FOUND"
+	StaleLease      = string(reason.StaleLease)
+	LeaseExpired    = string(reason.LeaseExpired)
+	JobCancelled    = string(reason.JobCancelled)
+	NotLeaseHolder  = string(reason.NotLeaseHolder)
+	OutcomeMismatch = string(reason.OutcomeMismatch)
+	AlreadyTerminal = string(reason.AlreadyTerminal)
+	JobNotFound     = string(reason.JobNotFound)
 )
 
 // Spec is what the model needs to know of the coordinator's configuration.

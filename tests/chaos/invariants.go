@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -327,7 +328,7 @@ func checkHistory(j *leaseholdv1.Job, f *findings) {
 				f.DoubleTerminal++
 				f.problemf("job %s ended twice in one cycle: event %d is %s", j.GetId(), e.GetSeq(), e.GetKind())
 			}
-		case e.GetKind() == leaseholdv1.EventKind_EVENT_KIND_REQUEUED && e.GetReason() == "LEASE_NEVER_HEARD":
+		case e.GetKind() == leaseholdv1.EventKind_EVENT_KIND_REQUEUED && e.GetReason() == string(reason.LeaseNeverHeard):
 			neverHeard++
 			if neverHeard == maxAttempts+1 {
 				f.AttemptsOver++

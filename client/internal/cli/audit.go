@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/leasehold/leasehold/client/limits"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -34,7 +35,7 @@ func (o *auditOpts) Validate() error {
 func (o *auditOpts) run(ctx context.Context, a *app) error {
 	req := &leaseholdv1.GetAuditRequest{}
 	if o.Limit > 0 {
-		req.PageSize = int32(min(o.Limit, 1000))
+		req.PageSize = int32(min(o.Limit, limits.MaxPageSize))
 	}
 	return printAll(a, a.c.AllAudit(ctx, req), o.Limit, "ID\tAT\tPRINCIPAL\tACTION\tREQUEST\tBATCH\tJOBS\tSKIPPED\tOUT OF SCOPE\tREASON",
 		func(r *leaseholdv1.AuditRecord) string {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasehold/leasehold/client/limits"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -94,7 +95,7 @@ func (o *batchesOpts) run(ctx context.Context, a *app) error {
 	n := 0
 	for {
 		if o.Limit > 0 {
-			req.PageSize = int32(min(o.Limit-n, 1000))
+			req.PageSize = int32(min(o.Limit-n, limits.MaxPageSize))
 		}
 		resp, err := a.c.ListBatches(ctx, req)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"strings"
 
+	"github.com/leasehold/leasehold/client/limits"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -54,7 +55,7 @@ func (o *listOpts) run(ctx context.Context, a *app) error {
 		OmitEvents: !a.jsonOutput(), // the table shows no history
 	}
 	if o.Limit > 0 {
-		req.PageSize = int32(min(o.Limit, 1000))
+		req.PageSize = int32(min(o.Limit, limits.MaxPageSize))
 	}
 	return printAll(a, a.c.AllJobs(ctx, req), o.Limit, "ID\tBATCH\tTEAM\tPHASE\tATTEMPT\tREASON\tDOCUMENT",
 		func(job *leaseholdv1.Job) string {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasehold/leasehold/client/limits"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -55,7 +56,7 @@ func (o *rejectionsOpts) run(ctx context.Context, a *app) error {
 		req.Since = timestamppb.New(o.since)
 	}
 	if o.Limit > 0 {
-		req.PageSize = int32(min(o.Limit, 1000))
+		req.PageSize = int32(min(o.Limit, limits.MaxPageSize))
 	}
 	return printAll(a, a.c.AllRejectedCompletions(ctx, req), o.Limit, "AT\tJOB\tTEAM\tTOKEN\tCURRENT\tRENDERER\tREASON\tOUTCOME\tDIGEST",
 		func(r *leaseholdv1.RejectedCompletion) string {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/client/limits"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -49,8 +50,8 @@ func (o *submitOpts) Validate() error {
 	if o.MaxAttempts < 0 {
 		return usagef("--max-attempts must not be negative")
 	}
-	if len(o.RequestID) > 120 {
-		return usagef("--request-id must be at most 120 bytes")
+	if len(client.BatchRequestID(o.RequestID, 0)) > limits.MaxRequestIDBytes {
+		return usagef("--request-id must be at most %d bytes", limits.MaxRequestIDBytes-len(client.BatchRequestID("", 0)))
 	}
 	if o.MaxBatchDocuments <= 0 {
 		return usagef("--max-batch-documents must be positive")

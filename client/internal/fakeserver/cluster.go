@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -173,7 +174,7 @@ func (c *Cluster) notLeaderLocked() error {
 	if c.leader >= 0 {
 		md = map[string]string{"leader_id": "n" + strconv.Itoa(c.leader), "leader_addr": c.nodes[c.leader].addr}
 	}
-	return statusError(codes.Unavailable, "NOT_LEADER", "this coordinator is not the leader", md)
+	return statusError(codes.Unavailable, reason.NotLeader, "this coordinator is not the leader", md)
 }
 
 // Addrs returns the replicas' addresses, in order.

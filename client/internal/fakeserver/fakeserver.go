@@ -30,6 +30,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -120,10 +122,10 @@ type Limits struct {
 
 // DefaultLimits are the coordinator's default batch limits.
 var DefaultLimits = Limits{
-	MaxDocuments:      500,
-	MaxInlineBytes:    16 << 20,
-	MaxDocumentInline: 256 << 10,
-	MaxDeclaredBytes:  200 << 20,
+	MaxDocuments:      limits.DefaultMaxBatchDocuments,
+	MaxInlineBytes:    limits.DefaultMaxBatchInlineBytes,
+	MaxDocumentInline: limits.DefaultMaxDocumentInlineBytes,
+	MaxDeclaredBytes:  limits.DefaultMaxBatchDeclaredBytes,
 }
 
 // DefaultMaxRecvMsgSize is above the largest request DefaultLimits allow:
@@ -351,8 +353,8 @@ func (s *Server) Paused() bool {
 }
 
 // statusError builds a status error with ErrorInfo in the leasehold.v1 domain.
-func statusError(c codes.Code, reason, msg string, md map[string]string) error {
-	st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "leasehold.v1", Metadata: md})
+func statusError(c codes.Code, r reason.Reason, msg string, md map[string]string) error {
+	st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: string(r), Domain: reason.Domain, Metadata: md})
 	if err != nil {
 		return status.Error(c, msg)
 	}
@@ -389,7 +391,7 @@ func (s *Server) SubmitBatch(_ context.Context, req *leaseholdv1.SubmitBatchRequ
 	defer s.mu.Unlock()
 	s.submits = append(s.submits, req)
 	if len(req.GetDocuments()) == 0 {
-		return nil, statusError(codes.InvalidArgument, "EMPTY_BATCH", "batch has no documents", nil)
+		return nil, statusError(codes.InvalidArgument, reason.EmptyBatch, "batch has no documents", nil)
 	}
 	if err := s.Limits.check(req.GetDocuments()); err != nil {
 		return nil, err
@@ -424,18 +426,18 @@ func (l Limits) check(docs []*leaseholdv1.Document) error {
 	for i, d := range docs {
 		n := int64(len(d.GetContent()))
 		if l.MaxDocumentInline > 0 && n > l.MaxDocumentInline {
-			return statusError(codes.InvalidArgument, "CONTENT_TOO_LARGE", fmt.Sprintf("documents[%d] has %d bytes of inline content, at most %d", i, n, l.MaxDocumentInline), nil)
+			return statusError(codes.InvalidArgument, reason.ContentTooLarge, fmt.Sprintf("documents[%d] has %d bytes of inline content, at most %d", i, n, l.MaxDocumentInline), nil)
 		}
 		inline += n
 		declared += max(n, d.GetSizeBytes())
 	}
 	switch {
 	case l.MaxDocuments > 0 && len(docs) > l.MaxDocuments:
-		return statusError(codes.InvalidArgument, "BATCH_TOO_LARGE", fmt.Sprintf("batch has %d documents, at most %d", len(docs), l.MaxDocuments), nil)
+		return statusError(codes.InvalidArgument, reason.BatchTooLarge, fmt.Sprintf("batch has %d documents, at most %d", len(docs), l.MaxDocuments), nil)
 	case l.MaxInlineBytes > 0 && inline > l.MaxInlineBytes:
-		return statusError(codes.InvalidArgument, "BATCH_TOO_LARGE", fmt.Sprintf("batch has %d bytes of inline content, at most %d", inline, l.MaxInlineBytes), nil)
+		return statusError(codes.InvalidArgument, reason.BatchTooLarge, fmt.Sprintf("batch has %d bytes of inline content, at most %d", inline, l.MaxInlineBytes), nil)
 	case l.MaxDeclaredBytes > 0 && declared > l.MaxDeclaredBytes:
-		return statusError(codes.InvalidArgument, "BATCH_TOO_LARGE", fmt.Sprintf("batch declares %d bytes, at most %d", declared, l.MaxDeclaredBytes), nil)
+		return statusError(codes.InvalidArgument, reason.BatchTooLarge, fmt.Sprintf("batch declares %d bytes, at most %d", declared, l.MaxDeclaredBytes), nil)
 	}
 	return nil
 }
@@ -457,7 +459,7 @@ func (s *Server) GetJob(_ context.Context, req *leaseholdv1.GetJobRequest) (*lea
 	defer s.mu.Unlock()
 	j, ok := s.jobs[req.GetJobId()]
 	if !ok {
-		return nil, statusError(codes.NotFound, "JOB_NOT_FOUND", fmt.Sprintf("job %s not found", req.GetJobId()), nil)
+		return nil, statusError(codes.NotFound, reason.JobNotFound, fmt.Sprintf("job %s not found", req.GetJobId()), nil)
 	}
 	return &leaseholdv1.GetJobResponse{Job: proto.CloneOf(j)}, nil
 }
@@ -480,7 +482,7 @@ func (s *Server) ListJobs(_ context.Context, req *leaseholdv1.ListJobsRequest) (
 	if req.GetPageToken() != "" {
 		n, err := strconv.Atoi(req.GetPageToken())
 		if err != nil || n < 0 || n > len(ids) {
-			return nil, statusError(codes.InvalidArgument, "INVALID_PAGE_TOKEN", "bad page token", nil)
+			return nil, statusError(codes.InvalidArgument, reason.InvalidPageToken, "bad page token", nil)
 		}
 		start = n
 	}
@@ -511,7 +513,7 @@ func (s *Server) GetBatch(_ context.Context, req *leaseholdv1.GetBatchRequest) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.batches[req.GetBatchId()]; !ok {
-		return nil, statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+		return nil, statusError(codes.NotFound, reason.BatchNotFound, fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
 	}
 	b := s.batchLocked(req.GetBatchId())
 	b.JobIds = nil
@@ -562,7 +564,7 @@ func (s *Server) watchPlan(req *leaseholdv1.WatchBatchRequest) (int, []*leasehol
 	s.watches = append(s.watches, proto.CloneOf(req))
 	b, ok := s.batches[req.GetBatchId()]
 	if !ok {
-		return call, nil, statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+		return call, nil, statusError(codes.NotFound, reason.BatchNotFound, fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
 	}
 	ids := b.GetJobIds()
 	resume := map[string]uint32{}
@@ -662,13 +664,13 @@ func (s *Server) CancelJob(_ context.Context, req *leaseholdv1.CancelJobRequest)
 	defer s.mu.Unlock()
 	j, ok := s.jobs[req.GetJobId()]
 	if !ok {
-		return nil, statusError(codes.NotFound, "JOB_NOT_FOUND", fmt.Sprintf("job %s not found", req.GetJobId()), nil)
+		return nil, statusError(codes.NotFound, reason.JobNotFound, fmt.Sprintf("job %s not found", req.GetJobId()), nil)
 	}
 	switch j.GetPhase() {
 	case leaseholdv1.Phase_PHASE_CANCELLED:
 		return &leaseholdv1.CancelJobResponse{Job: proto.CloneOf(j), AlreadyCancelled: true}, nil
 	case leaseholdv1.Phase_PHASE_SUCCEEDED, leaseholdv1.Phase_PHASE_FAILED:
-		return nil, statusError(codes.FailedPrecondition, "ALREADY_TERMINAL", fmt.Sprintf("job %s already %s", j.GetId(), j.GetPhase()), map[string]string{"phase": j.GetPhase().String()})
+		return nil, statusError(codes.FailedPrecondition, reason.AlreadyTerminal, fmt.Sprintf("job %s already %s", j.GetId(), j.GetPhase()), map[string]string{"phase": j.GetPhase().String()})
 	}
 	from := j.GetPhase()
 	j.Phase = leaseholdv1.Phase_PHASE_CANCELLED
@@ -682,7 +684,7 @@ func (s *Server) CancelBatch(_ context.Context, req *leaseholdv1.CancelBatchRequ
 	defer s.mu.Unlock()
 	b, ok := s.batches[req.GetBatchId()]
 	if !ok {
-		return nil, statusError(codes.NotFound, "BATCH_NOT_FOUND", fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
+		return nil, statusError(codes.NotFound, reason.BatchNotFound, fmt.Sprintf("batch %s not found", req.GetBatchId()), nil)
 	}
 	resp := &leaseholdv1.CancelBatchResponse{}
 	for _, id := range b.GetJobIds() {
@@ -709,7 +711,7 @@ func (s *Server) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leaseho
 	a, ok := s.artifacts[req.GetJobId()]
 	s.mu.Unlock()
 	if !ok {
-		return statusError(codes.NotFound, "ARTIFACT_NOT_FOUND", fmt.Sprintf("no artifact for job %s", req.GetJobId()), nil)
+		return statusError(codes.NotFound, reason.ArtifactNotFound, fmt.Sprintf("no artifact for job %s", req.GetJobId()), nil)
 	}
 	msg := &leaseholdv1.GetArtifactResponse{Artifact: a.Meta}
 	data := a.Bytes
@@ -734,7 +736,7 @@ func (s *Server) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1.Operato
 	b := s.backup
 	s.mu.Unlock()
 	if b == nil {
-		return statusError(codes.NotFound, "NOT_FOUND", "no backup set", nil)
+		return statusError(codes.NotFound, reason.NotFound, "no backup set", nil)
 	}
 	err := stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Header{Header: &leaseholdv1.BackupHeader{
 		SizeBytes: b.SizeBytes, SchemaVersion: 2, LastToken: b.LastToken, TakenAt: timestamppb.New(b.TakenAt)}}})
@@ -770,7 +772,7 @@ func (s *Server) ReplayJobs(_ context.Context, req *leaseholdv1.ReplayJobsReques
 	defer s.mu.Unlock()
 	s.replays = append(s.replays, req)
 	if !req.GetDryRun() && req.GetRequestId() == "" {
-		return nil, statusError(codes.InvalidArgument, "MISSING_REQUEST_ID", "a real replay needs a request id", nil)
+		return nil, statusError(codes.InvalidArgument, reason.MissingRequestID, "a real replay needs a request id", nil)
 	}
 	ids := req.GetJobIds()
 	if req.GetBatchId() != "" {
@@ -780,7 +782,7 @@ func (s *Server) ReplayJobs(_ context.Context, req *leaseholdv1.ReplayJobsReques
 	for _, id := range ids {
 		j, ok := s.jobs[id]
 		if !ok {
-			resp.Items = append(resp.Items, &leaseholdv1.ReplayItem{JobId: id, Action: leaseholdv1.ReplayAction_REPLAY_ACTION_SKIP, SkipReason: "JOB_NOT_FOUND"})
+			resp.Items = append(resp.Items, &leaseholdv1.ReplayItem{JobId: id, Action: leaseholdv1.ReplayAction_REPLAY_ACTION_SKIP, SkipReason: string(reason.JobNotFound)})
 			resp.Skipped++
 			continue
 		}
@@ -797,7 +799,7 @@ func (s *Server) ReplayJobs(_ context.Context, req *leaseholdv1.ReplayJobsReques
 			}
 		} else {
 			it.Action = leaseholdv1.ReplayAction_REPLAY_ACTION_SKIP
-			it.SkipReason = "NOT_FAILED"
+			it.SkipReason = string(reason.NotFailed)
 			resp.Skipped++
 		}
 		resp.Items = append(resp.Items, it)
@@ -892,7 +894,7 @@ func (s *Server) ListBatches(ctx context.Context, req *leaseholdv1.ListBatchesRe
 	if tok := req.GetPageToken(); tok != "" {
 		n, err := strconv.Atoi(tok)
 		if err != nil {
-			return nil, statusError(codes.InvalidArgument, "INVALID_PAGE_TOKEN", "bad page token", nil)
+			return nil, statusError(codes.InvalidArgument, reason.InvalidPageToken, "bad page token", nil)
 		}
 		start = n
 	}

@@ -57,6 +57,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/internal/logformat"
@@ -238,10 +239,10 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.BoolVar(&fv.dev, "dev", false, "use the public development tokens (dev-alpha, dev-operator, ...) instead of --tokens: "+
 		"only on loopback addresses, the console's too, and only from this machine")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; further clients wait until one closes")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
-	fs.UintVar(&fv.maxAttempts, "max-attempts", 5, "attempts per job cycle, including the first (at least 1)")
-	fs.DurationVar(&cfg.BackoffBase, "backoff-base", time.Second, "retry backoff before the second attempt (doubles, with full jitter; at most --backoff-cap)")
-	fs.DurationVar(&cfg.BackoffCap, "backoff-cap", 5*time.Minute, "longest retry backoff")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
+	fs.UintVar(&fv.maxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts per job cycle, including the first (at least 1)")
+	fs.DurationVar(&cfg.BackoffBase, "backoff-base", engine.DefaultBackoffBase, "retry backoff before the second attempt (doubles, with full jitter; at most --backoff-cap)")
+	fs.DurationVar(&cfg.BackoffCap, "backoff-cap", engine.DefaultBackoffCap, "longest retry backoff")
 	fs.IntVar(&cfg.MaxDocuments, "max-documents", jobs.DefaultMaxDocuments, "most documents in one batch")
 	fs.Int64Var(&cfg.MaxDocumentBytes, "max-document-bytes", jobs.DefaultMaxDocumentBytes, "largest declared document size")
 	fs.Int64Var(&cfg.MaxBatchBytes, "max-batch-bytes", jobs.DefaultMaxBatchBytes, "largest declared size of one batch")
@@ -261,7 +262,7 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.Var((*hostList)(&cfg.ConsoleHosts), "console-host", "a `name` (host or host:port) the console answers to besides localhost and its listen address, "+
 		"as browsers reach it through DNS or a proxy; repeat it or separate names with commas (others are refused 421)")
 	fs.BoolVar(&fv.runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
-	fs.IntVar(&cfg.ReplayLimit, "replay-limit", 1000, "most jobs one operator replay may touch")
+	fs.IntVar(&cfg.ReplayLimit, "replay-limit", engine.DefaultReplayLimit, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", coordinator.DefaultShutdownTimeout, "how long a shutdown waits for calls in flight before cutting them")
 	cfg.Retention, cfg.RejectionRetention, cfg.AuditRetention = defaultRetention, defaultRejectionRetention, defaultAuditRetention

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -426,17 +427,13 @@ func FromContext(ctx context.Context) (Principal, bool) {
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of every error the
 // coordinator returns; packages server and edge refuse under it too.
-const ErrorDomain = "leasehold.v1"
-
-// ReasonUnauthenticated is the ErrorInfo reason of a call without a known
-// bearer token.
-const ReasonUnauthenticated = "UNAUTHENTICATED"
+const ErrorDomain = reason.Domain
 
 // unauthenticated returns the UNAUTHENTICATED status error with ErrorInfo
-// reason ReasonUnauthenticated.
+// reason UNAUTHENTICATED.
 func unauthenticated(msg string) error {
 	st := status.New(codes.Unauthenticated, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonUnauthenticated, Domain: ErrorDomain}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason.Unauthenticated), Domain: ErrorDomain}); err == nil {
 		st = d
 	}
 	return st.Err()

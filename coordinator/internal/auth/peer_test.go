@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/client/reason"
 )
 
 // pipeAddr is the address of a connection of no IP network, as an
@@ -100,14 +102,14 @@ func TestDevelopmentTokensFromThisMachineOnly(t *testing.T) {
 				return
 			}
 			st := status.Convert(err)
-			var reason string
+			var got string
 			for _, d := range st.Details() {
 				if info, ok := d.(*errdetails.ErrorInfo); ok {
-					reason = info.GetReason()
+					got = info.GetReason()
 				}
 			}
-			if st.Code() != codes.Unauthenticated || reason != ReasonUnauthenticated {
-				t.Errorf("call = %v (reason %q), want UNAUTHENTICATED %s", err, reason, ReasonUnauthenticated)
+			if st.Code() != codes.Unauthenticated || got != string(reason.Unauthenticated) {
+				t.Errorf("call = %v (reason %q), want UNAUTHENTICATED %s", err, got, reason.Unauthenticated)
 			}
 		})
 	}

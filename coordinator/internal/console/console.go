@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -298,10 +299,6 @@ var (
 	errNotUTF8 = status.Error(codes.InvalidArgument, "the request holds text that is not UTF-8")
 )
 
-// reasonMalformed is the reason errNotUTF8 shows, the coordinator's for an
-// undecodable request.
-const reasonMalformed = "MALFORMED_REQUEST"
-
 // errorView is what the error page shows.
 type errorView struct {
 	Title   string
@@ -347,7 +344,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, sess *session, er
 	}
 	v := errorView{Title: titleOf(st.Code()), Message: st.Message(), Code: codeName(st.Code())}
 	if errors.Is(err, errNotUTF8) {
-		v.Reason = reasonMalformed
+		v.Reason = string(reason.MalformedRequest)
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {

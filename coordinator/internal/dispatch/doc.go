@@ -6,7 +6,7 @@
 // quantum is its weight and every job costs one), and it caps the leases one
 // team may hold at a share of the live renderer capacity while another team has
 // work waiting, so a team that arrives behind a bulk import is served at once
-// rather than after it (invariant 9 of the design: dispatch never takes a job
+// rather than after it (invariant 9 of docs/invariants.md: dispatch never takes a job
 // from a team at or over its cap while another team with ready work is under
 // its own). When every team with ready work is at its cap the rotation goes on
 // regardless, so capacity is never left idle: a lone team may use every

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -54,8 +55,8 @@ func checkMalformed(t *testing.T, err error, field, desc string) {
 		t.Fatalf("code = %v (%v), want InvalidArgument", got, err)
 	}
 	info, bad, _ := details(err)
-	if info.GetReason() != ReasonMalformedRequest || info.GetDomain() != ErrorDomain {
-		t.Errorf("ErrorInfo = %v, want reason %s domain %s", info, ReasonMalformedRequest, ErrorDomain)
+	if info.GetReason() != string(reason.MalformedRequest) || info.GetDomain() != ErrorDomain {
+		t.Errorf("ErrorInfo = %v, want reason %s domain %s", info, reason.MalformedRequest, ErrorDomain)
 	}
 	if len(bad.GetFieldViolations()) != 1 {
 		t.Fatalf("BadRequest = %v, want one field violation", bad)

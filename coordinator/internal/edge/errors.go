@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -17,15 +18,6 @@ import (
 // the one every coordinator error carries.
 const ErrorDomain = auth.ErrorDomain
 
-// The ErrorInfo reasons of this package's refusals.
-const (
-	// ReasonMalformedRequest: the request could not be decoded.
-	ReasonMalformedRequest = "MALFORMED_REQUEST"
-	// ReasonTooManyStreams: the principal holds as many streams of the
-	// method's group as its cap allows.
-	ReasonTooManyStreams = "TOO_MANY_STREAMS"
-)
-
 // malformedError returns the INVALID_ARGUMENT MALFORMED_REQUEST refusal of
 // a message of type msgName whose field at path (empty when no one field
 // is to blame) failed to decode with desc.
@@ -35,7 +27,7 @@ func malformedError(msgName, path, desc string) error {
 		msg = "malformed request: field " + path + ": " + desc
 	}
 	return withDetails(status.New(codes.InvalidArgument, msg),
-		&errdetails.ErrorInfo{Reason: ReasonMalformedRequest, Domain: ErrorDomain, Metadata: map[string]string{"message": msgName}},
+		&errdetails.ErrorInfo{Reason: string(reason.MalformedRequest), Domain: ErrorDomain, Metadata: map[string]string{"message": msgName}},
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: path, Description: desc}}},
 	)
 }
@@ -45,7 +37,7 @@ func malformedError(msgName, path, desc string) error {
 func tooManyStreamsError(principal, capName string, limit int) error {
 	return withDetails(
 		status.Newf(codes.ResourceExhausted, "principal %q already holds %d %s streams, the most allowed; close one first", principal, limit, capName),
-		&errdetails.ErrorInfo{Reason: ReasonTooManyStreams, Domain: ErrorDomain, Metadata: map[string]string{
+		&errdetails.ErrorInfo{Reason: string(reason.TooManyStreams), Domain: ErrorDomain, Metadata: map[string]string{
 			"principal": principal, "stream_cap": capName, "limit": strconv.Itoa(limit),
 		}},
 		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{

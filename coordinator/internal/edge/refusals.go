@@ -165,7 +165,7 @@ func (r *Refusals) count(err error) {
 // refused calls beyond LinesPerSecond per code in a window; those are
 // counted, and summarised in one Warn line "suppressed refused calls"
 // (fields grpc.code, suppressed, since) when the window has ended: at the
-// next line of that code or at Flush, whichever comes first.
+// next line of that code or at Summarize, whichever comes first.
 func (r *Refusals) Logger() logging.Logger {
 	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		if msg == finishedCallMsg {
@@ -223,11 +223,11 @@ func (r *Refusals) allow(code codes.Code) (bool, *summary) {
 	return true, pending
 }
 
-// Flush writes the summary of every window that has ended with lines
+// Summarize writes the summary of every window that has ended with lines
 // suppressed. The coordinator calls it once per second from one goroutine,
 // so that the summary of a flood that stopped is not held back until the
 // next refusal; tests call it directly.
-func (r *Refusals) Flush() {
+func (r *Refusals) Summarize() {
 	now := r.now()
 	var pending []summary
 	r.mu.Lock()

@@ -117,13 +117,13 @@ func TestRefusalsLogger(t *testing.T) {
 	})
 	t.Run("Flush summarises only windows that ended, once", func(t *testing.T) {
 		clock.Advance(999 * time.Millisecond)
-		r.Flush()
+		r.Summarize()
 		if got := rec.take(); len(got) != 0 {
 			t.Errorf("lines before the window ended = %v, want none", got)
 		}
 		clock.Advance(time.Millisecond)
-		r.Flush()
-		r.Flush()
+		r.Summarize()
+		r.Summarize()
 		want := []line{{Level: logging.LevelWarn, Msg: "suppressed refused calls", Code: "Unauthenticated", Suppressed: 7}}
 		if diff := cmp.Diff(want, rec.take()); diff != "" {
 			t.Errorf("lines (-want +got):\n%s", diff)
@@ -140,13 +140,13 @@ func TestRefusalsLogger(t *testing.T) {
 	})
 	t.Run("A flood of refusals logs a bounded number of lines", func(t *testing.T) {
 		clock.Advance(time.Second)
-		r.Flush()
+		r.Summarize()
 		rec.take()
 		for range 20 {
 			finished(log, codes.Unauthenticated, 1000)
 			clock.Advance(time.Second)
 		}
-		r.Flush()
+		r.Summarize()
 		lines := rec.take()
 		if len(lines) != 20*3+20 {
 			t.Errorf("20 s of 1000 refusals/s logged %d lines, want %d", len(lines), 20*3+20)

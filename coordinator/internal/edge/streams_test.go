@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,7 +68,7 @@ func TestStreamCaps(t *testing.T) {
 		}
 		awaitEnd(leaseholdv1.JobService_WatchBatch_FullMethodName)
 		info, _, quota := details(err)
-		if info.GetReason() != ReasonTooManyStreams || info.GetDomain() != ErrorDomain || info.GetMetadata()["principal"] != "dev-alpha" {
+		if info.GetReason() != string(reason.TooManyStreams) || info.GetDomain() != ErrorDomain || info.GetMetadata()["principal"] != "dev-alpha" {
 			t.Errorf("ErrorInfo = %v", info)
 		}
 		if v := quota.GetViolations(); len(v) != 1 || v[0].GetSubject() != "principal:dev-alpha" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
@@ -28,7 +29,7 @@ func (c *cancelCmd) text() error {
 	return checkText("principal", c.req.Principal, "reason", c.req.Reason)
 }
 
-func (c *cancelCmd) apply(g *group) error {
+func (c *cancelCmd) evaluate(g *group) error {
 	ids, team, err := c.targets(g)
 	if err != nil || c.err != nil {
 		return err
@@ -132,7 +133,7 @@ func (c *cancelCmd) cancelOne(g *group, id uint64) (bool, error) {
 		c.res.CancelledRunning++
 		c.res.Running = append(c.res.Running, next)
 		e.endLease(g, j, next)
-		g.revoke(j.Lease.Renderer, LeaseStatus{Job: j.ID, Token: j.Lease.Token, Reason: "JOB_CANCELLED", CurrentToken: next.LastToken(), CurrentPhase: next.Phase})
+		g.revoke(j.Lease.Renderer, LeaseStatus{Job: j.ID, Token: j.Lease.Token, Reason: string(reason.JobCancelled), CurrentToken: next.LastToken(), CurrentPhase: next.Phase})
 	}
 	return true, g.save(j, next)
 }

@@ -123,7 +123,7 @@ func (c *stageCmd) text() error {
 		"metadata.content_type", c.req.Preview.ContentType)
 }
 
-func (c *stageCmd) apply(g *group) error {
+func (c *stageCmd) evaluate(g *group) error {
 	j, found, err := g.load(c.req.Job)
 	if err != nil {
 		return err

@@ -28,7 +28,7 @@ func (c *pauseCmd) text() error {
 	return checkText("principal", c.principal, "reason", c.reason)
 }
 
-func (c *pauseCmd) apply(g *group) error {
+func (c *pauseCmd) evaluate(g *group) error {
 	e := g.e
 	tx, err := g.txn()
 	if err != nil {
@@ -81,7 +81,7 @@ func (c *auditCmd) text() error {
 	return nil
 }
 
-func (c *auditCmd) apply(g *group) error {
+func (c *auditCmd) evaluate(g *group) error {
 	tx, err := g.txn()
 	if err != nil {
 		return err

@@ -72,7 +72,7 @@ type purgeCmd struct {
 
 func (c *purgeCmd) result() PurgeResult { return c.res }
 
-func (c *purgeCmd) apply(g *group) error {
+func (c *purgeCmd) evaluate(g *group) error {
 	r := g.e.cfg.Retention
 	if !r.On() {
 		return nil

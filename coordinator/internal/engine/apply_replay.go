@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
@@ -35,7 +36,7 @@ func (c *replayCmd) text() error {
 	return checkText("principal", c.req.Principal, "request_id", c.req.RequestID, "reason", c.req.Reason)
 }
 
-func (c *replayCmd) apply(g *group) error {
+func (c *replayCmd) evaluate(g *group) error {
 	e := g.e
 	tx, err := g.txn()
 	if err != nil {
@@ -72,7 +73,7 @@ func (c *replayCmd) apply(g *group) error {
 	slices.Sort(missing)
 	c.res.Selected = len(inScope) + len(missing)
 	for _, id := range missing {
-		c.res.Items = append(c.res.Items, ReplayItem{ID: id, SkipReason: "JOB_NOT_FOUND"})
+		c.res.Items = append(c.res.Items, ReplayItem{ID: id, SkipReason: string(reason.JobNotFound)})
 		c.res.Skipped++
 	}
 	// The limit bounds the jobs a call touches: skipped jobs are listed

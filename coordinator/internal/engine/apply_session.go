@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
 
@@ -45,7 +46,7 @@ func (c *openCmd) text() error {
 	return checkText("instance_id", c.req.Instance)
 }
 
-func (c *openCmd) apply(g *group) error {
+func (c *openCmd) evaluate(g *group) error {
 	e := g.e
 	r := c.req.Renderer
 	conn := &Conn{renderer: r, instance: c.req.Instance, credit: min(c.req.Credits, maxCredit), budget: -1}
@@ -130,7 +131,7 @@ type closeCmd struct {
 
 func (c *closeCmd) result() []Grant { return c.left }
 
-func (c *closeCmd) apply(g *group) error {
+func (c *closeCmd) evaluate(g *group) error {
 	e := g.e
 	if _, live := e.conns.byID[c.conn.id]; live {
 		c.left = g.endConn(c.conn, ErrStopped)
@@ -195,7 +196,7 @@ func (c *receiveCmd) size() int {
 	return n
 }
 
-func (c *receiveCmd) apply(g *group) error {
+func (c *receiveCmd) evaluate(g *group) error {
 	e := g.e
 	conn, r := c.conn, c.in.Renderer
 	if conn != nil {
@@ -275,7 +276,7 @@ func (e *Engine) heartbeatOne(g *group, renderer string, ref LeaseRef) (LeaseSta
 		return LeaseStatus{}, err
 	}
 	if !found {
-		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: "JOB_NOT_FOUND"}, nil
+		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: string(reason.JobNotFound)}, nil
 	}
 	next, ferr := j.Heartbeat(ref.Token, renderer, g.now, e.cfg.LeaseTTL)
 	if ferr != nil {
@@ -306,7 +307,7 @@ func (e *Engine) handBackOne(g *group, renderer string, ref LeaseRef) (LeaseStat
 		return LeaseStatus{}, err
 	}
 	if !found {
-		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: "JOB_NOT_FOUND"}, nil
+		return LeaseStatus{Job: ref.Job, Token: ref.Token, Reason: string(reason.JobNotFound)}, nil
 	}
 	next, ferr := j.HandBack(ref.Token, renderer, g.now, e.jitter())
 	if ferr != nil {

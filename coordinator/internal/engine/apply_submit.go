@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/reads"
 )
@@ -100,7 +101,7 @@ func (c *submitCmd) text() error {
 
 func (c *submitCmd) size() int { return c.bytes }
 
-func (c *submitCmd) apply(g *group) error {
+func (c *submitCmd) evaluate(g *group) error {
 	e := g.e
 	tx, err := g.txn()
 	if err != nil {
@@ -112,8 +113,8 @@ func (c *submitCmd) apply(g *group) error {
 	}
 	if found {
 		if !bytes.Equal(prev.RequestHash, c.hash) {
-			c.err = &jobs.ValidationError{Err: jobs.ErrRequestIDReused, Reason: "REQUEST_ID_REUSED", Violations: []jobs.Violation{{
-				Field: "request_id", Reason: "REQUEST_ID_REUSED", Description: "request id " + c.req.RequestID + " was used for a different batch",
+			c.err = &jobs.ValidationError{Err: jobs.ErrRequestIDReused, Reason: reason.RequestIDReused, Violations: []jobs.Violation{{
+				Field: "request_id", Reason: reason.RequestIDReused, Description: "request id " + c.req.RequestID + " was used for a different batch",
 			}}}
 			return nil
 		}
@@ -133,8 +134,8 @@ func (c *submitCmd) apply(g *group) error {
 		used = int(tc.Unfinished())
 	}
 	if used+len(c.docs) > limit {
-		c.err = &jobs.ValidationError{Err: jobs.ErrTeamQueueFull, Reason: "TEAM_QUEUE_FULL", Limit: limit, Used: used,
-			Violations: []jobs.Violation{{Field: "team", Reason: "TEAM_QUEUE_FULL", Description: "team " + c.req.Team + " has too many unfinished jobs"}}}
+		c.err = &jobs.ValidationError{Err: jobs.ErrTeamQueueFull, Reason: reason.TeamQueueFull, Limit: limit, Used: used,
+			Violations: []jobs.Violation{{Field: "team", Reason: reason.TeamQueueFull, Description: "team " + c.req.Team + " has too many unfinished jobs"}}}
 		return nil
 	}
 	batchID, err := tx.NextBatchID()

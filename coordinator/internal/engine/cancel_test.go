@@ -162,11 +162,11 @@ func TestCancel(t *testing.T) {
 		if !acked.Cancellation.AckedAt.Equal(ackAt) {
 			t.Errorf("AckedAt = %v, want %v", acked.Cancellation.AckedAt, ackAt)
 		}
-		if last := acked.Events[len(acked.Events)-1]; last.Kind != jobs.EventCancelAcknowledged || last.Token != tok || last.Renderer != "r-1" {
+		if last := acked.History[len(acked.History)-1]; last.Kind != jobs.EventCancelAcknowledged || last.Token != tok || last.Renderer != "r-1" {
 			t.Errorf("last event = %+v, want CANCEL_ACKNOWLEDGED for token %d by r-1", last, tok)
 		}
-		if len(acked.Events) != len(before.Events)+1 {
-			t.Errorf("ack added %d events, want 1", len(acked.Events)-len(before.Events))
+		if len(acked.History) != len(before.History)+1 {
+			t.Errorf("ack added %d events, want 1", len(acked.History)-len(before.History))
 		}
 
 		b.clock.Advance(time.Second)
@@ -200,13 +200,13 @@ func TestCancel(t *testing.T) {
 		if n := countEvents(refused, jobs.EventCancelRejected); n != 1 {
 			t.Errorf("CANCEL_REJECTED events = %d, want 1", n)
 		}
-		if len(refused.Events) != len(succeeded.Events)+1 {
-			t.Errorf("refused cancel added %d events, want 1", len(refused.Events)-len(succeeded.Events))
+		if len(refused.History) != len(succeeded.History)+1 {
+			t.Errorf("refused cancel added %d events, want 1", len(refused.History)-len(succeeded.History))
 		}
 		if !refused.CancelRejected {
 			t.Errorf("CancelRejected not set after the refused cancel")
 		}
-		historyOnly := cmpopts.IgnoreFields(jobs.Job{}, "Events", "EventSeq", "CancelRejected", "UpdatedAt")
+		historyOnly := cmpopts.IgnoreFields(jobs.Job{}, "Events", "History", "EventSeq", "CancelRejected", "UpdatedAt")
 		if diff := cmp.Diff(succeeded, refused, historyOnly); diff != "" {
 			t.Errorf("refused cancel changed the job beyond its history:\n%s", diff)
 		}

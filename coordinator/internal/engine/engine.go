@@ -99,7 +99,7 @@ type Config struct {
 	// (Engine.Overview) while commands keep coming; it is measured on the
 	// process's own clock. Zero means DefaultOverviewEvery.
 	OverviewEvery time.Duration
-	// StallAfter is how long a group (apply and commit, on Mono) may take,
+	// StallAfter is how long a group (evaluate and commit, on Mono) may take,
 	// or the writer's timer may fire late, before the writer counts a
 	// stall: a storage stall or a frozen process, during which renderers'
 	// messages reached the coordinator but could not be applied. A lease
@@ -447,7 +447,7 @@ func (h timerHeap) peek() (timerItem, bool) {
 }
 
 // call sends c to the writer and returns its result. The error is the
-// command's domain refusal, or why the writer did not apply it.
+// command's domain refusal, or why the writer did not evaluate it.
 func call[R any](ctx context.Context, e *Engine, c interface {
 	command
 	result() R

@@ -122,7 +122,7 @@ func (b *testBundle) send(t *testing.T, conn *Conn, in SessionInput) SessionResu
 	t.Helper()
 	res, err := b.e.Receive(context.Background(), conn, in)
 	if err != nil {
-		t.Fatalf("Send: %v", err)
+		t.Fatalf("Receive: %v", err)
 	}
 	return res
 }
@@ -179,7 +179,7 @@ type blockCmd struct {
 	entered, release chan struct{}
 }
 
-func (c *blockCmd) apply(*group) error {
+func (c *blockCmd) evaluate(*group) error {
 	close(c.entered)
 	<-c.release
 	return nil
@@ -192,7 +192,7 @@ type probeCmd struct {
 	g *group
 }
 
-func (c *probeCmd) apply(g *group) error {
+func (c *probeCmd) evaluate(g *group) error {
 	c.g = g
 	return nil
 }
@@ -224,7 +224,7 @@ func async(fn func()) <-chan struct{} {
 // countEvents counts the events of kind in j's history.
 func countEvents(j jobs.Job, kind jobs.EventKind) int {
 	n := 0
-	for _, ev := range j.Events {
+	for _, ev := range j.History {
 		if ev.Kind == kind {
 			n++
 		}

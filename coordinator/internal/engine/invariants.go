@@ -17,7 +17,7 @@ import (
 
 // indexProblems returns how the writer's in-memory indexes disagree with the
 // jobs in tx, judged at the writer's clock (now on the wall clock, mono on
-// the monotonic one, read together): the design's invariant 3 (every
+// the monotonic one, read together): invariant 3 of docs/invariants.md (every
 // non-terminal job is in exactly one of its team's ready queue, the lease
 // index or the retry timers; each timer is armed in its heap and not
 // overdue) and the counts that the dispatcher, the queue-depth limit and the

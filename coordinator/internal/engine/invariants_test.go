@@ -22,7 +22,7 @@ type inspectCmd struct {
 	fn func(g *group, tx *store.Tx)
 }
 
-func (c *inspectCmd) apply(g *group) error {
+func (c *inspectCmd) evaluate(g *group) error {
 	tx, err := g.txn()
 	if err != nil {
 		return err
@@ -417,7 +417,7 @@ func TestWriterInvariants(t *testing.T) {
 					rt.Fatalf("Receive: %v", err)
 				}
 				if len(res.Completions) != len(in.Completions) || len(res.Heartbeats) != len(in.Heartbeats) || len(res.HandBacks) != len(in.HandBacks) {
-					rt.Fatalf("Send answered %d/%d completions, %d/%d heartbeats, %d/%d hand-backs", len(res.Completions), len(in.Completions),
+					rt.Fatalf("Receive answered %d/%d completions, %d/%d heartbeats, %d/%d hand-backs", len(res.Completions), len(in.Completions),
 						len(res.Heartbeats), len(in.Heartbeats), len(res.HandBacks), len(in.HandBacks))
 				}
 				for i, req := range in.Completions {

@@ -294,7 +294,7 @@ type announceCmd struct {
 
 func (c *announceCmd) text() error { return checkText("node_id", c.id, "grpc_address", c.addr) }
 
-func (c *announceCmd) apply(g *group) error {
+func (c *announceCmd) evaluate(g *group) error {
 	tx, err := g.txn()
 	if err != nil {
 		return err

@@ -13,24 +13,24 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
 
-// command is one state change applied by the writer. apply runs on the
+// command is one state change made by the writer. evaluate runs on the
 // writer goroutine with the group's transaction; it records its domain
 // outcome in the command itself and returns an error only when the group
 // must not commit (a storage failure). A domain refusal never stops the
 // writer.
 //
 // What a caller sent never stops it either. bbolt has no savepoints, and a
-// command changes the writer's memory as it applies (ready queues, the
-// lease index, connections), so a command cannot be undone once begun: a
-// failure inside apply can only abandon the whole group and stop the
+// command changes the writer's memory as it is evaluated (ready queues,
+// the lease index, connections), so a command cannot be undone once begun:
+// a failure inside evaluate can only abandon the whole group and stop the
 // writer. So a command is judged before it begins. Every string it carries
 // into a record is named by its text method and checked (checkText: UTF-8
 // text without control or bidirectional formatting characters, at most
-// maxTextBytes) before apply; a command that fails is answered
+// maxTextBytes) before evaluate; a command that fails is answered
 // INVALID_ARGUMENT INVALID_TEXT without touching the transaction or
 // memory, and the rest of the group commits. A session's completions are
 // checked one by one in completeOne, before each touches anything. The
-// records apply writes hold only those strings, strings decoded from the
+// records evaluate writes hold only those strings, strings decoded from the
 // store (which protobuf has already checked) and the code's own constants,
 // so no record fails to encode and no key is too long for bbolt because of
 // a caller: what is left to fail a commit is the storage itself, or a bug,
@@ -39,11 +39,11 @@ import (
 // field's own reason; this check is what holds for any caller that reaches
 // the engine.
 type command interface {
-	apply(g *group) error
+	evaluate(g *group) error
 	// text refuses the command (badText) when a string it carries into
 	// the records it writes may not be stored; see above.
 	text() error
-	// refuse answers the command with err without applying it.
+	// refuse answers the command with err without evaluating it.
 	refuse(err error)
 	// outcome is the domain result handed back to the caller.
 	outcome() error
@@ -288,8 +288,8 @@ func (g *group) count(j jobs.Job, from, to jobs.Phase, isNew bool) {
 // uncount removes a purged job from its batch's and team's counts.
 func (g *group) uncount(j jobs.Job) { g.count(j, j.Phase, jobs.PhaseUnspecified, false) }
 
-// flushCounts adds the group's count changes to the stored counts.
-func (g *group) flushCounts() error {
+// storeCounts adds the group's count changes to the stored counts.
+func (g *group) storeCounts() error {
 	if len(g.batchDelta) == 0 && len(g.teamDelta) == 0 {
 		return nil
 	}
@@ -503,7 +503,7 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	return nil
 }
 
-// evaluate applies the group's commands in order, each at its send time
+// evaluate runs the group's commands in order, each at its send time
 // after the timers due by then, then the timers due by the group's own
 // clock reading, grants work to the connections with credit, and adds the
 // count changes, all in the group's transaction (opened on first write,
@@ -524,7 +524,7 @@ func (e *Engine) evaluate(batch []*request, wall time.Time, mono time.Duration) 
 			cmd.refuse(terr)
 			continue
 		}
-		err = cmd.apply(g)
+		err = cmd.evaluate(g)
 	}
 	if err == nil {
 		g.setClock(wall, mono)
@@ -534,7 +534,7 @@ func (e *Engine) evaluate(batch []*request, wall time.Time, mono time.Duration) 
 		err = e.dispatchWaiting(g)
 	}
 	if err == nil {
-		err = g.flushCounts()
+		err = g.storeCounts()
 	}
 	return g, err
 }
@@ -730,4 +730,4 @@ type tickCmd struct {
 	noText
 }
 
-func (c *tickCmd) apply(*group) error { return nil }
+func (c *tickCmd) evaluate(*group) error { return nil }

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -121,9 +122,9 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 		freePagesDesc: prometheus.NewDesc("leasehold_store_free_pages", "Free pages in the bbolt file, reused by later writes; compaction returns them to the disk.", nil, nil),
 		freeBytesDesc: prometheus.NewDesc("leasehold_store_free_bytes", "Bytes of the bbolt file in free pages.", nil, nil),
 	}
-	for _, r := range []string{"STALE_LEASE", "LEASE_EXPIRED", "JOB_CANCELLED", "NOT_LEASE_HOLDER", "OUTCOME_MISMATCH"} {
-		m.rejections.WithLabelValues(r)
-		m.unrecorded.WithLabelValues(r)
+	for _, r := range []reason.Reason{reason.StaleLease, reason.LeaseExpired, reason.JobCancelled, reason.NotLeaseHolder, reason.OutcomeMismatch} {
+		m.rejections.WithLabelValues(string(r))
+		m.unrecorded.WithLabelValues(string(r))
 	}
 	for _, k := range []string{purgedJobs, purgedBatches, purgedRejections, purgedAudit} {
 		m.purged.WithLabelValues(k)

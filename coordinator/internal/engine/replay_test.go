@@ -163,7 +163,7 @@ func TestReplay(t *testing.T) {
 			if j.Phase != jobs.PhaseQueued || j.Cycle != 2 || j.Attempt != 0 || j.TerminalReason != jobs.ReasonUnspecified {
 				t.Errorf("%s = %v cycle %d attempt %d reason %v; want QUEUED, cycle 2, attempt 0, no reason", name, j.Phase, j.Cycle, j.Attempt, j.TerminalReason)
 			}
-			if last := j.Events[len(j.Events)-1]; last.Kind != jobs.EventReplayed || last.Principal != "ops" {
+			if last := j.History[len(j.History)-1]; last.Kind != jobs.EventReplayed || last.Principal != "ops" {
 				t.Errorf("%s last event = %+v, want REPLAYED by ops", name, last)
 			}
 		}

@@ -148,7 +148,7 @@ func TestConnections(t *testing.T) {
 			t.Fatalf("grants moved to the new session (-want +got):\n%s", diff)
 		}
 		if _, err := b.e.Receive(ctx, old, SessionInput{Credits: 1}); !errors.Is(err, ErrReplaced) {
-			t.Fatalf("Send on the replaced session: err = %v, want ErrReplaced", err)
+			t.Fatalf("Receive on the replaced session: err = %v, want ErrReplaced", err)
 		}
 		// Credit is the new session's own to give.
 		b.send(t, conn, SessionInput{Received: refs(gs)})
@@ -214,7 +214,7 @@ func TestConnections(t *testing.T) {
 		}
 		for _, id := range []uint64{ids[0], ids[3]} {
 			j := b.job(t, id)
-			last := j.Events[len(j.Events)-1]
+			last := j.History[len(j.History)-1]
 			if j.Phase != jobs.PhaseQueued || j.Attempt != 0 || last.Kind != jobs.EventRequeued || last.Reason != jobs.ReleaseUndelivered {
 				t.Errorf("undelivered job %d: %v attempt %d, last event %v %s; want QUEUED, 0, REQUEUED LEASE_UNDELIVERED",
 					id, j.Phase, j.Attempt, last.Kind, last.Reason)

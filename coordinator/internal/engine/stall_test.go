@@ -17,7 +17,7 @@ type stallCmd struct {
 	d     time.Duration
 }
 
-func (c *stallCmd) apply(*group) error {
+func (c *stallCmd) evaluate(*group) error {
 	c.clock.Advance(c.d)
 	return nil
 }

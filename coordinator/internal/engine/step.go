@@ -18,14 +18,14 @@ var ErrEngineStarted = errors.New("engine: the writer goroutine is started; a st
 // may see from a seed. Commands are queued without blocking, each stamped
 // with Config.Now and Config.Mono when queued, as a blocking call stamps
 // it when sent. Step runs the first queued commands as one group through
-// the writer's own runGroup: the same apply functions, the same timers,
+// the writer's own runGroup: the same evaluate methods, the same timers,
 // commit and publish, and the same answers, only on the caller's goroutine
 // and with the group's end chosen by the caller instead of by what happens
 // to be queued.
 //
 // A Stepper owns its engine's writer: the engine was never started, and
 // Start does nothing once a stepper exists. The engine's blocking commands
-// (Submit, Send, ...) would wait for ever and must not be called; its reads
+// (Submit, Receive, ...) would wait for ever and must not be called; its reads
 // (Job, ListJobs, ...) work as usual. A Stepper is not safe for concurrent
 // use: between steps the caller's goroutine is the writer, and the methods
 // that inspect the writer's state rely on it.
@@ -242,7 +242,7 @@ type observeCmd struct {
 	g *group
 }
 
-func (c *observeCmd) apply(g *group) error {
+func (c *observeCmd) evaluate(g *group) error {
 	c.g = g
 	return nil
 }

@@ -3,14 +3,9 @@ package engine
 import (
 	"fmt"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
-
-// ReasonInvalidText is the reason of the writer's own refusal of a command
-// carrying a string it may not store (see checkText). A request that passed
-// its handler's checks never meets it: those refuse the same strings
-// earlier, with the field's own reason.
-const ReasonInvalidText = "INVALID_TEXT"
 
 // maxTextBytes bounds every string a command carries: above every field's
 // own bound (the longest, a failure message, is 4 KiB), and low enough that
@@ -23,9 +18,11 @@ const maxTextBytes = 8 << 10
 func storable(s string) bool { return len(s) <= maxTextBytes && jobs.ValidText(s) }
 
 // badText is the refusal of a command whose field is not storable:
-// INVALID_ARGUMENT INVALID_TEXT, naming the field.
+// INVALID_ARGUMENT INVALID_TEXT, naming the field. A request that passed
+// its handler's checks never meets it: those refuse the same strings
+// earlier, with the field's own reason.
 func badText(field string) error {
-	return jobs.TextError(field, ReasonInvalidText, fmt.Sprintf(
+	return jobs.TextError(field, reason.InvalidText, fmt.Sprintf(
 		"%s must be at most %d bytes of UTF-8 text without control or bidirectional formatting characters", field, maxTextBytes))
 }
 

@@ -30,7 +30,7 @@ var badStrings = []string{"\xff", "a\xc0\xafb", "\xed\xa0\x80", "\xf4\x90\x80\x8
 func wantTextRefusal(t *testing.T, what string, err error, field string) {
 	t.Helper()
 	var ve *jobs.ValidationError
-	if !errors.As(err, &ve) || !errors.Is(err, jobs.ErrInvalidText) || ve.Reason != ReasonInvalidText {
+	if !errors.As(err, &ve) || !errors.Is(err, jobs.ErrInvalidText) || ve.Reason != "INVALID_TEXT" {
 		t.Errorf("%s: err = %v, want the writer's INVALID_TEXT refusal", what, err)
 		return
 	}
@@ -165,100 +165,100 @@ func TestEveryCommandRefusesTextItCannotStore(t *testing.T) {
 		{"Submit name", "documents[0].name", "INVALID_NAME", submit(func(r *SubmitRequest) { r.Docs[0].Name = cur })},
 		{"Submit content type", "documents[0].content_type", "INVALID_CONTENT_TYPE", submit(func(r *SubmitRequest) { r.Docs[0].ContentType = cur })},
 		{"Submit source URI", "documents[0].source_uri", "INVALID_SOURCE_URI", submit(func(r *SubmitRequest) { r.Docs[0].SourceURI = "s3://" + cur })},
-		{"Submit trace parent", "trace_parent", ReasonInvalidText, submit(func(r *SubmitRequest) { r.TraceParent = cur })},
-		{"Cancel job reason", "reason", ReasonInvalidText, func(s string) error {
+		{"Submit trace parent", "trace_parent", "INVALID_TEXT", submit(func(r *SubmitRequest) { r.TraceParent = cur })},
+		{"Cancel job reason", "reason", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.Cancel(ctx, CancelRequest{Job: batch.FirstJob + 1, Principal: "alice", Reason: s})
 			return err
 		}},
-		{"Cancel leased job reason", "reason", ReasonInvalidText, func(s string) error {
+		{"Cancel leased job reason", "reason", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.Cancel(ctx, CancelRequest{Job: g.Job.ID, Principal: "alice", Reason: s, Operator: true})
 			return err
 		}},
-		{"Cancel batch reason", "reason", ReasonInvalidText, func(s string) error {
+		{"Cancel batch reason", "reason", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.Cancel(ctx, CancelRequest{Batch: batch.ID, Principal: "alice", Reason: s})
 			return err
 		}},
-		{"Cancel principal", "principal", ReasonInvalidText, func(s string) error {
+		{"Cancel principal", "principal", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.Cancel(ctx, CancelRequest{Job: batch.FirstJob + 1, Principal: s})
 			return err
 		}},
-		{"Replay reason", "reason", ReasonInvalidText, func(s string) error {
+		{"Replay reason", "reason", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: "rp", Reason: s, Batch: batch.ID})
 			return err
 		}},
-		{"Replay request id", "request_id", ReasonInvalidText, func(s string) error {
+		{"Replay request id", "request_id", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.Replay(ctx, ReplayRequest{Principal: "ops", RequestID: s, Reason: "rerun", Batch: batch.ID})
 			return err
 		}},
-		{"Pause reason", "reason", ReasonInvalidText, func(s string) error {
+		{"Pause reason", "reason", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.SetPaused(ctx, true, "ops", s)
 			return err
 		}},
-		{"Resume reason", "reason", ReasonInvalidText, func(s string) error {
+		{"Resume reason", "reason", "INVALID_TEXT", func(s string) error {
 			_, err := b.e.SetPaused(ctx, false, "ops", s)
 			return err
 		}},
-		{"RecordAudit reason", "reason", ReasonInvalidText, func(s string) error {
+		{"RecordAudit reason", "reason", "INVALID_TEXT", func(s string) error {
 			return b.e.RecordAudit(ctx, jobs.AuditRecord{Principal: "ops", Action: jobs.AuditDenied, Reason: s, Teams: []string{"beta"}})
 		}},
-		{"RecordAudit team", "teams[0]", ReasonInvalidText, func(s string) error {
+		{"RecordAudit team", "teams[0]", "INVALID_TEXT", func(s string) error {
 			return b.e.RecordAudit(ctx, jobs.AuditRecord{Principal: "ops", Action: jobs.AuditDenied, Reason: "r", Teams: []string{s}})
 		}},
-		{"Complete failure message", "failure.message", ReasonInvalidText, func(s string) error {
+		{"Complete failure message", "failure.message", "INVALID_TEXT", func(s string) error {
 			_, err := complete(ctx, b.e, failure(g.Job.ID, tok, "r-1", jobs.ClassTransient, s))
 			return err
 		}},
-		{"Complete stale failure message", "failure.message", ReasonInvalidText, func(s string) error {
+		{"Complete stale failure message", "failure.message", "INVALID_TEXT", func(s string) error {
 			_, err := complete(ctx, b.e, failure(g.Job.ID, tok+100, "r-1", jobs.ClassTransient, s))
 			return err
 		}},
-		{"Complete stale digest", "success.artifact_digest", ReasonInvalidText, func(s string) error {
+		{"Complete stale digest", "success.artifact_digest", "INVALID_TEXT", func(s string) error {
 			_, err := complete(ctx, b.e, stagedSuccess(g.Job.ID, tok+100, "r-1", s))
 			return err
 		}},
-		{"Complete preview media type", "preview.content_type", ReasonInvalidText, func(s string) error {
+		{"Complete preview media type", "preview.content_type", "INVALID_TEXT", func(s string) error {
 			req := success(g.Job.ID, tok, "r-1", "d")
 			req.Preview.ContentType = s
 			_, err := complete(ctx, b.e, req)
 			return err
 		}},
-		{"Complete renderer", "renderer_id", ReasonInvalidText, func(s string) error {
+		{"Complete renderer", "renderer_id", "INVALID_TEXT", func(s string) error {
 			_, err := complete(ctx, b.e, failure(g.Job.ID, tok, s, jobs.ClassTransient, "m"))
 			return err
 		}},
-		{"Stage media type", "metadata.content_type", ReasonInvalidText, func(s string) error {
+		{"Stage media type", "metadata.content_type", "INVALID_TEXT", func(s string) error {
 			p := preview("d")
 			p.ContentType = s
 			return b.e.Stage(ctx, StageRequest{Job: g.Job.ID, Token: tok, Renderer: "r-1", Preview: *p})
 		}},
-		{"Session completion message", "failure.message", ReasonInvalidText, func(s string) error {
+		{"Session completion message", "failure.message", "INVALID_TEXT", func(s string) error {
 			res, err := b.e.Receive(ctx, session, SessionInput{Completions: []CompleteRequest{failure(g.Job.ID, tok, "", jobs.ClassTransient, s)}})
 			if err != nil {
 				return fmt.Errorf("the session command failed as a whole: %w", err)
 			}
 			return res.Completions[0].Err
 		}},
-		{"OpenSession instance", "instance_id", ReasonInvalidText, func(s string) error {
+		{"OpenSession instance", "instance_id", "INVALID_TEXT", func(s string) error {
 			_, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend("r-new"), Instance: s, Capacity: 1})
 			return err
 		}},
-		{"OpenSession renderer", "renderer_id", ReasonInvalidText, func(s string) error {
+		{"OpenSession renderer", "renderer_id", "INVALID_TEXT", func(s string) error {
 			_, _, err := b.e.Open(ctx, SessionOpen{Renderer: rend(s), Instance: "i", Capacity: 1})
 			return err
 		}},
-		{"OpenStream principal", "principal", ReasonInvalidText, func(s string) error {
+		{"OpenStream principal", "principal", "INVALID_TEXT", func(s string) error {
 			_, err := openStream(ctx, b.e, Renderer{ID: "r-new", Principal: s}, 1)
 			return err
 		}},
-		{"Acquire renderer", "renderer_id", ReasonInvalidText, func(s string) error {
+		{"Acquire renderer", "renderer_id", "INVALID_TEXT", func(s string) error {
 			_, err := acquire(ctx, b.e, acquireRequest{Renderer: rend(s), Max: 1, Capacity: 1})
 			return err
 		}},
-		{"Heartbeat renderer", "renderer_id", ReasonInvalidText, func(s string) error {
+		{"Heartbeat renderer", "renderer_id", "INVALID_TEXT", func(s string) error {
 			_, err := heartbeat(ctx, b.e, heartbeatRequest{Renderer: rend(s), Leases: []LeaseRef{{Job: g.Job.ID, Token: tok}}})
 			return err
 		}},
-		{"Release renderer", "renderer_id", ReasonInvalidText, func(s string) error {
+		{"Release renderer", "renderer_id", "INVALID_TEXT", func(s string) error {
 			return release(ctx, b.e, s, []LeaseRef{{Job: g.Job.ID, Token: tok}})
 		}},
 	}
@@ -271,7 +271,7 @@ func TestEveryCommandRefusesTextItCannotStore(t *testing.T) {
 			err := en.call(s)
 			var ve *jobs.ValidationError
 			switch {
-			case !errors.As(err, &ve) || ve.Reason != en.reason:
+			case !errors.As(err, &ve) || string(ve.Reason) != en.reason:
 				t.Errorf("%s: err = %v, want a refusal with reason %s", what, err, en.reason)
 			case !slices.ContainsFunc(ve.Violations, func(v jobs.Violation) bool { return v.Field == en.field }):
 				t.Errorf("%s: violations %+v, want one naming %s", what, ve.Violations, en.field)
@@ -326,7 +326,7 @@ func commandPrototypes() []command {
 
 // notCarried are the strings of a command that text need not name, and why.
 var notCarried = map[string]string{
-	// Results, filled in by apply.
+	// Results, filled in by evaluate.
 	"res": "a result", "left": "a result", "holding": "a result",
 	// newSubmitCmd copies req.Docs into docs, which is what is stored.
 	"submitCmd.req.Docs": "copied into docs",
@@ -346,7 +346,7 @@ func TestEveryCommandNamesItsText(t *testing.T) {
 	for _, c := range protos {
 		have[reflect.TypeOf(c).Elem().Name()] = true
 	}
-	for _, name := range applyReceivers(t) {
+	for _, name := range evaluateReceivers(t) {
 		if !have[name] {
 			t.Errorf("command %s has no prototype in commandPrototypes", name)
 		}
@@ -405,9 +405,9 @@ func eachString(v reflect.Value, path string, fn func(string, reflect.Value)) {
 	}
 }
 
-// applyReceivers lists the types with an apply method in the package's
-// non-test files: the commands.
-func applyReceivers(t *testing.T) []string {
+// evaluateReceivers lists the types with an evaluate(*group) method in the
+// package's non-test files: the commands.
+func evaluateReceivers(t *testing.T) []string {
 	t.Helper()
 	entries, err := os.ReadDir(".")
 	if err != nil {
@@ -428,7 +428,9 @@ func applyReceivers(t *testing.T) []string {
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Recv == nil || fd.Name.Name != "apply" {
+			// A command's evaluate takes the group alone; the Engine's
+			// evaluates a whole batch.
+			if !ok || fd.Recv == nil || fd.Name.Name != "evaluate" || fd.Type.Params.NumFields() != 1 {
 				continue
 			}
 			if star, ok := fd.Recv.List[0].Type.(*ast.StarExpr); ok {

@@ -131,7 +131,7 @@ func TestGroupCommit(t *testing.T) {
 			Reason string
 		}
 		var history []ev
-		for _, e := range b.job(t, id).Events[1:] {
+		for _, e := range b.job(t, id).History[1:] {
 			history = append(history, ev{e.At.Sub(t0), e.Kind, e.Token, e.Reason})
 		}
 		wantHistory := []ev{
@@ -403,7 +403,7 @@ func TestRestart(t *testing.T) {
 		if silent.Phase != jobs.PhaseQueued || silent.Attempt != 0 || silent.Undelivered != 1 {
 			t.Errorf("never heard: phase %v attempt %d undelivered %d; want QUEUED, 0, 1", silent.Phase, silent.Attempt, silent.Undelivered)
 		}
-		last := silent.Events[len(silent.Events)-1]
+		last := silent.History[len(silent.History)-1]
 		if last.Kind != jobs.EventRequeued || last.Reason != jobs.ReleaseNeverHeard || last.Token != gs[0].Job.Lease.Token {
 			t.Errorf("never heard: last event %+v, want REQUEUED LEASE_NEVER_HEARD for its token", last)
 		}

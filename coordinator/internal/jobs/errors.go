@@ -3,6 +3,8 @@ package jobs
 import (
 	"errors"
 	"fmt"
+
+	"github.com/leasehold/leasehold/client/reason"
 )
 
 // Fencing failures: a completion or heartbeat whose token is not the job's
@@ -102,27 +104,27 @@ func (e *PhaseError) Unwrap() error { return e.Err }
 func ReasonCode(err error) string {
 	switch {
 	case errors.Is(err, ErrStaleLease):
-		return "STALE_LEASE"
+		return string(reason.StaleLease)
 	case errors.Is(err, ErrLeaseExpired):
-		return "LEASE_EXPIRED"
+		return string(reason.LeaseExpired)
 	case errors.Is(err, ErrJobCancelled):
-		return "JOB_CANCELLED"
+		return string(reason.JobCancelled)
 	case errors.Is(err, ErrNotHolder):
-		return "NOT_LEASE_HOLDER"
+		return string(reason.NotLeaseHolder)
 	case errors.Is(err, ErrOutcomeMismatch):
-		return "OUTCOME_MISMATCH"
+		return string(reason.OutcomeMismatch)
 	case errors.Is(err, ErrAlreadyTerminal):
-		return "ALREADY_TERMINAL"
+		return string(reason.AlreadyTerminal)
 	case errors.Is(err, ErrRunningCancelDisabled):
-		return "RUNNING_CANCEL_DISABLED"
+		return string(reason.RunningCancelDisabled)
 	case errors.Is(err, ErrNotFailed):
-		return "NOT_FAILED"
+		return string(reason.NotFailed)
 	case errors.Is(err, ErrPermanentFailure):
-		return "PERMANENT_FAILURE"
+		return string(reason.PermanentFailure)
 	case errors.Is(err, ErrArtifactMissing):
-		return "ARTIFACT_NOT_FOUND"
+		return string(reason.ArtifactNotFound)
 	case errors.Is(err, ErrIllegalTransition):
-		return "ILLEGAL_TRANSITION"
+		return string(reason.IllegalTransition)
 	}
 	return ""
 }

@@ -281,7 +281,15 @@ type Job struct {
 
 	// EventSeq is the seq of the job's last event.
 	EventSeq uint32
-	Events   []Event
+	// Events are the events the transitions applied to this value
+	// appended, oldest first: for a record loaded by the writer, the ones
+	// its command produced, which the writer stores and publishes; for a
+	// new job, all of them. The stored history is History.
+	Events []Event
+	// History is the job's stored history up to EventSeq, oldest first, as
+	// a read with history returns it (store's JobWithHistory). Transitions
+	// neither read nor change it.
+	History []Event
 	// RejectedCompletions counts every rejected completion recorded, at
 	// most MaxRejectionEvents per cycle.
 	RejectedCompletions uint32

@@ -624,7 +624,7 @@ func (m *model) replay(t *rapid.T) {
 	m.commit(t, before, next)
 }
 
-// check asserts the invariants of DESIGN.md that concern one job, and that
+// check asserts the invariants of docs/invariants.md that concern one job, and that
 // the record agrees with the model.
 func (m *model) check(t *rapid.T) {
 	j := m.j

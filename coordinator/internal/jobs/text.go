@@ -3,6 +3,9 @@ package jobs
 import (
 	"errors"
 	"unicode/utf8"
+
+	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/client/reason"
 )
 
 // Caller text.
@@ -55,7 +58,7 @@ func isBidiControl(r rune) bool {
 }
 
 // MaxRequestIDBytes bounds a request id (idempotency key).
-const MaxRequestIDBytes = 128
+const MaxRequestIDBytes = limits.MaxRequestIDBytes
 
 // ValidRequestID reports whether id is a well-formed request id
 // (idempotency key): 1 to MaxRequestIDBytes bytes of text (ValidText).
@@ -64,9 +67,9 @@ func ValidRequestID(id string) bool {
 }
 
 // TextError returns the refusal of field, whose value is not valid text
-// or is too long, with reason (the field's own, or INVALID_TEXT) and
+// or is too long, with r (the field's own, or INVALID_TEXT) and
 // description.
-func TextError(field, reason, description string) *ValidationError {
-	return &ValidationError{Err: ErrInvalidText, Reason: reason,
-		Violations: []Violation{{Field: field, Reason: reason, Description: description}}}
+func TextError(field string, r reason.Reason, description string) *ValidationError {
+	return &ValidationError{Err: ErrInvalidText, Reason: r,
+		Violations: []Violation{{Field: field, Reason: r, Description: description}}}
 }

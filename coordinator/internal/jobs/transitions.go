@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/leasehold/leasehold/client/reason"
 )
 
 // New returns a freshly accepted job: QUEUED, or FAILED (UNSUPPORTED_FORMAT)
@@ -100,12 +102,12 @@ func (j Job) Grant(token uint64, renderer string, now time.Time, ttl time.Durati
 const (
 	// ReleaseUndelivered: the grant never reached its renderer (the call or
 	// stream that was to carry it ended first).
-	ReleaseUndelivered = "LEASE_UNDELIVERED"
+	ReleaseUndelivered = string(reason.LeaseUndelivered)
 	// ReleaseNeverHeard: the lease expired without the coordinator ever
 	// hearing from its holder, so the grant was most likely never delivered.
-	ReleaseNeverHeard = "LEASE_NEVER_HEARD"
+	ReleaseNeverHeard = string(reason.LeaseNeverHeard)
 	// ReleaseHandedBack: the holder gave the lease back unfinished.
-	ReleaseHandedBack = "HANDED_BACK"
+	ReleaseHandedBack = string(reason.HandedBack)
 )
 
 // handedBackOutcome is the recorded outcome of a hand-back that counted as
@@ -313,7 +315,7 @@ func (j Job) Expire(now time.Time, jitter float64, heard bool) (Job, error) {
 	}
 	j = j.endLease(token, LeaseExpired, "")
 	j.LastCause = "lease expired on renderer " + renderer
-	j = j.withEvent(Event{Kind: EventLeaseExpired, Token: token, Renderer: renderer, Reason: "LEASE_EXPIRED"}, now)
+	j = j.withEvent(Event{Kind: EventLeaseExpired, Token: token, Renderer: renderer, Reason: string(reason.LeaseExpired)}, now)
 	return j.retryOrExhaust(token, renderer, now, jitter), nil
 }
 
@@ -373,7 +375,7 @@ func (j Job) Cancel(principal, reason string, now time.Time, allowRunning bool) 
 			return j, 0, err
 		}
 		j.CancelRejected = true
-		return j.withEvent(Event{Kind: EventCancelRejected, Principal: principal, Reason: "ALREADY_TERMINAL", Message: reason}, now), 0, err
+		return j.withEvent(Event{Kind: EventCancelRejected, Principal: principal, Reason: ReasonCode(err), Message: reason}, now), 0, err
 	default:
 		return j, 0, &PhaseError{Err: ErrIllegalTransition, Phase: j.Phase, Op: "cancel"}
 	}

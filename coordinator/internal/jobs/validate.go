@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/client/reason"
 )
 
 // Limits bound what one SubmitBatch may carry. The zero value of a field
@@ -34,11 +37,11 @@ type Limits struct {
 
 // Default limits.
 const (
-	DefaultMaxDocuments     = 500
+	DefaultMaxDocuments     = limits.DefaultMaxBatchDocuments
 	DefaultMaxDocumentBytes = 25 << 20
-	DefaultMaxBatchBytes    = 200 << 20
-	DefaultMaxInlineBytes   = 256 << 10
-	DefaultMaxBatchInline   = 16 << 20
+	DefaultMaxBatchBytes    = limits.DefaultMaxBatchDeclaredBytes
+	DefaultMaxInlineBytes   = limits.DefaultMaxDocumentInlineBytes
+	DefaultMaxBatchInline   = limits.DefaultMaxBatchInlineBytes
 	DefaultMaxNameBytes     = 255
 	DefaultMaxTeamQueue     = 100_000
 	DefaultMaxAttemptsBound = 20
@@ -94,7 +97,7 @@ type Violation struct {
 	// Field is a path such as "documents[3].size_bytes".
 	Field string
 	// Reason is the stable reason, such as DOCUMENT_TOO_LARGE.
-	Reason      string
+	Reason      reason.Reason
 	Description string
 }
 
@@ -102,7 +105,7 @@ type Violation struct {
 // reason and Violations lists all of them.
 type ValidationError struct {
 	Err        error
-	Reason     string
+	Reason     reason.Reason
 	Violations []Violation
 	// Limit and Used describe a quota failure (TEAM_QUEUE_FULL).
 	Limit, Used int
@@ -147,31 +150,31 @@ const (
 func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, l Limits) error {
 	l = l.WithDefaults()
 	var vs []Violation
-	add := func(field, reason, format string, args ...any) {
-		vs = append(vs, Violation{Field: field, Reason: reason, Description: fmt.Sprintf(format, args...)})
+	add := func(field string, r reason.Reason, format string, args ...any) {
+		vs = append(vs, Violation{Field: field, Reason: r, Description: fmt.Sprintf(format, args...)})
 	}
 	if !ValidTeam(team) {
-		add("team", "INVALID_TEAM", "team must be 1 to %d bytes of [a-z0-9_-]", maxTeamBytes)
+		add("team", reason.InvalidTeam, "team must be 1 to %d bytes of [a-z0-9_-]", maxTeamBytes)
 	}
 	if requestID == "" {
-		add("request_id", "MISSING_REQUEST_ID", "request_id is required")
+		add("request_id", reason.MissingRequestID, "request_id is required")
 	} else if !ValidRequestID(requestID) {
-		add("request_id", "INVALID_REQUEST_ID", "request_id must be 1 to %d bytes of UTF-8 text without control or bidirectional formatting characters", MaxRequestIDBytes)
+		add("request_id", reason.InvalidRequestID, "request_id must be 1 to %d bytes of UTF-8 text without control or bidirectional formatting characters", MaxRequestIDBytes)
 	}
 	switch {
 	case len(docs) == 0:
-		add("documents", "EMPTY_BATCH", "a batch needs at least one document")
+		add("documents", reason.EmptyBatch, "a batch needs at least one document")
 	case len(docs) > l.MaxDocuments:
-		add("documents", "BATCH_TOO_LARGE", "%d documents, at most %d per batch", len(docs), l.MaxDocuments)
+		add("documents", reason.BatchTooLarge, "%d documents, at most %d per batch", len(docs), l.MaxDocuments)
 	}
 	if policy.MaxAttempts > l.MaxAttempts {
-		add("retry_policy.max_attempts", "INVALID_RETRY_POLICY", "max_attempts %d is over the bound %d", policy.MaxAttempts, l.MaxAttempts)
+		add("retry_policy.max_attempts", reason.InvalidRetryPolicy, "max_attempts %d is over the bound %d", policy.MaxAttempts, l.MaxAttempts)
 	}
 	if policy.BackoffBase != 0 && (policy.BackoffBase < minBackoffBase || policy.BackoffBase > maxBackoffCap) {
-		add("retry_policy.backoff_base", "INVALID_RETRY_POLICY", "backoff_base must be within [%v, %v]", minBackoffBase, maxBackoffCap)
+		add("retry_policy.backoff_base", reason.InvalidRetryPolicy, "backoff_base must be within [%v, %v]", minBackoffBase, maxBackoffCap)
 	}
 	if policy.BackoffCap != 0 && (policy.BackoffCap < minBackoffBase || policy.BackoffCap > maxBackoffCap || (policy.BackoffBase != 0 && policy.BackoffCap < policy.BackoffBase)) {
-		add("retry_policy.backoff_cap", "INVALID_RETRY_POLICY", "backoff_cap must be within [backoff_base, %v]", maxBackoffCap)
+		add("retry_policy.backoff_cap", reason.InvalidRetryPolicy, "backoff_cap must be within [backoff_base, %v]", maxBackoffCap)
 	}
 	var total, inline int64
 	seen := make(map[string]int, len(docs))
@@ -181,10 +184,10 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 		inline += int64(len(d.Content))
 	}
 	if total > l.MaxBatchBytes {
-		add("documents", "BATCH_TOO_LARGE", "batch declares %d bytes, at most %d", total, l.MaxBatchBytes)
+		add("documents", reason.BatchTooLarge, "batch declares %d bytes, at most %d", total, l.MaxBatchBytes)
 	}
 	if inline > l.MaxBatchInlineBytes {
-		add("documents", "BATCH_TOO_LARGE", "batch carries %d bytes inline, at most %d", inline, l.MaxBatchInlineBytes)
+		add("documents", reason.BatchTooLarge, "batch carries %d bytes inline, at most %d", inline, l.MaxBatchInlineBytes)
 	}
 	if len(vs) == 0 {
 		return nil
@@ -195,44 +198,44 @@ func ValidateBatch(team, requestID string, docs []DocInput, policy PolicyInput, 
 // validateDocument appends the violations of document i to vs. seen maps
 // the names of earlier documents to their index.
 func validateDocument(vs []Violation, i int, d DocInput, seen map[string]int, l Limits) []Violation {
-	add := func(field, reason, format string, args ...any) {
-		vs = append(vs, Violation{Field: fmt.Sprintf("documents[%d].%s", i, field), Reason: reason, Description: fmt.Sprintf(format, args...)})
+	add := func(field string, r reason.Reason, format string, args ...any) {
+		vs = append(vs, Violation{Field: fmt.Sprintf("documents[%d].%s", i, field), Reason: r, Description: fmt.Sprintf(format, args...)})
 	}
 	switch {
 	case d.Name == "":
-		add("name", "INVALID_NAME", "document %d has no name", i)
+		add("name", reason.InvalidName, "document %d has no name", i)
 	case len(d.Name) > l.MaxNameBytes:
-		add("name", "INVALID_NAME", "document %d name is %d bytes, at most %d", i, len(d.Name), l.MaxNameBytes)
+		add("name", reason.InvalidName, "document %d name is %d bytes, at most %d", i, len(d.Name), l.MaxNameBytes)
 	case !ValidText(d.Name):
-		add("name", "INVALID_NAME", "document %d name must be UTF-8 text without control or bidirectional formatting characters", i)
+		add("name", reason.InvalidName, "document %d name must be UTF-8 text without control or bidirectional formatting characters", i)
 	default:
 		if prev, dup := seen[d.Name]; dup {
-			add("name", "DUPLICATE_NAME", "document %d name %q repeats document %d", i, d.Name, prev)
+			add("name", reason.DuplicateName, "document %d name %q repeats document %d", i, d.Name, prev)
 		} else {
 			seen[d.Name] = i
 		}
 	}
 	if d.SizeBytes < 0 {
-		add("size_bytes", "INVALID_SIZE", "document %q has a negative size", d.Name)
+		add("size_bytes", reason.InvalidSize, "document %q has a negative size", d.Name)
 	}
 	size := max(d.SizeBytes, int64(len(d.Content)))
 	if d.SizeBytes > 0 && d.SizeBytes < int64(len(d.Content)) {
-		add("size_bytes", "INVALID_SIZE", "document %q declares %d bytes but carries %d inline", d.Name, d.SizeBytes, len(d.Content))
+		add("size_bytes", reason.InvalidSize, "document %q declares %d bytes but carries %d inline", d.Name, d.SizeBytes, len(d.Content))
 	}
 	if size > l.MaxDocumentBytes {
-		add("size_bytes", "DOCUMENT_TOO_LARGE", "document %q is %d bytes, at most %d", d.Name, size, l.MaxDocumentBytes)
+		add("size_bytes", reason.DocumentTooLarge, "document %q is %d bytes, at most %d", d.Name, size, l.MaxDocumentBytes)
 	}
 	if len(d.Content) > l.MaxInlineBytes {
-		add("content", "CONTENT_TOO_LARGE", "document %q has %d bytes inline, at most %d", d.Name, len(d.Content), l.MaxInlineBytes)
+		add("content", reason.ContentTooLarge, "document %q has %d bytes inline, at most %d", d.Name, len(d.Content), l.MaxInlineBytes)
 	}
 	if len(d.Content) == 0 && d.SourceURI == "" {
-		add("content", "MISSING_CONTENT", "document %q has neither content nor source_uri", d.Name)
+		add("content", reason.MissingContent, "document %q has neither content nor source_uri", d.Name)
 	}
 	if len(d.SourceURI) > maxURIBytes || !ValidText(d.SourceURI) {
-		add("source_uri", "INVALID_SOURCE_URI", "document %d source_uri must be at most %d bytes of UTF-8 text without control or bidirectional formatting characters", i, maxURIBytes)
+		add("source_uri", reason.InvalidSourceURI, "document %d source_uri must be at most %d bytes of UTF-8 text without control or bidirectional formatting characters", i, maxURIBytes)
 	}
 	if len(d.ContentType) > maxContentTypeBytes || !ValidText(d.ContentType) {
-		add("content_type", "INVALID_CONTENT_TYPE", "document %d content_type must be at most %d bytes of UTF-8 text without control or bidirectional formatting characters", i, maxContentTypeBytes)
+		add("content_type", reason.InvalidContentType, "document %d content_type must be at most %d bytes of UTF-8 text without control or bidirectional formatting characters", i, maxContentTypeBytes)
 	}
 	return vs
 }

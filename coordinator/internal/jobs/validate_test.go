@@ -193,12 +193,12 @@ func TestValidateBatch(t *testing.T) {
 			if !errors.As(err, &ve) {
 				t.Fatalf("ValidateBatch error %T is not a *ValidationError", err)
 			}
-			if ve.Reason != tt.wantReason {
+			if string(ve.Reason) != tt.wantReason {
 				t.Errorf("Reason = %q, want %q", ve.Reason, tt.wantReason)
 			}
 			got := make([]violation, len(ve.Violations))
 			for i, v := range ve.Violations {
-				got[i] = violation{v.Field, v.Reason}
+				got[i] = violation{v.Field, string(v.Reason)}
 				if v.Description == "" {
 					t.Errorf("violation %s has no description", v.Field)
 				}
@@ -272,7 +272,7 @@ func TestDefaultBatchInlineLimit(t *testing.T) {
 		}
 		got := make([]string, len(ve.Violations))
 		for i, v := range ve.Violations {
-			got[i] = v.Field + " " + v.Reason
+			got[i] = v.Field + " " + string(v.Reason)
 		}
 		if diff := cmp.Diff([]string{"documents BATCH_TOO_LARGE"}, got); diff != "" {
 			t.Errorf("violations (-want +got):\n%s", diff)

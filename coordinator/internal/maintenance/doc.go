@@ -4,7 +4,7 @@
 //
 //   - Retention purges expired records through the writer, in bounded steps
 //     so that the commands queued behind a step wait only for it;
-//   - Flusher flushes the summaries of rate-limited refusal logs;
+//   - Summarizer writes the summaries of rate-limited refusal logs;
 //   - FailureWatcher tells the coordinator once the writer fail-stops.
 //
 // A service tolerates being stopped without having been started and being

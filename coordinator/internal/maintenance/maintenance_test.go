@@ -98,17 +98,17 @@ func TestRetention(t *testing.T) {
 	})
 }
 
-func TestFlusher(t *testing.T) {
+func TestSummarizer(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int32
-		f := NewFlusher(func() { n.Add(1) }, time.Second)
+		f := NewSummarizer(func() { n.Add(1) }, time.Second)
 		f.Start()
 		time.Sleep(2*time.Second + time.Millisecond)
 		synctest.Wait()
 		f.Stop()
 		if got := n.Load(); got != 3 {
-			t.Errorf("%d flushes over two seconds and a stop, want 3 (the last at the stop)", got)
+			t.Errorf("%d summaries over two seconds and a stop, want 3 (the last at the stop)", got)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/reads"
@@ -48,7 +49,7 @@ func parseBatchID(s, field string) (uint64, error) { return parseID(batchPrefix,
 // Page sizes.
 const (
 	defaultPageSize = 100
-	maxPageSize     = 1000
+	maxPageSize     = limits.MaxPageSize
 )
 
 // pageSize returns the effective page size: 0 means the default; outside
@@ -192,8 +193,8 @@ func jobToProto(j jobs.Job, v view, withEvents bool) *leaseholdv1.Job {
 		}
 	}
 	if withEvents {
-		pj.Events = make([]*leaseholdv1.JobEvent, len(j.Events))
-		for i, ev := range j.Events {
+		pj.Events = make([]*leaseholdv1.JobEvent, len(j.History))
+		for i, ev := range j.History {
 			pj.Events[i] = eventToProto(ev)
 		}
 	}

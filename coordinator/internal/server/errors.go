@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -24,69 +26,70 @@ import (
 // coordinator returns.
 const ErrorDomain = auth.ErrorDomain
 
-// The reasons handlers choose themselves; the rest come from the jobs
-// package (jobs.ReasonCode and ValidationError.Reason).
+// The reasons handlers choose themselves, by their short names in this
+// package; the rest come from the jobs package (jobs.ReasonCode and
+// ValidationError.Reason). Every one is a constant of package reason.
 const (
-	reasonInvalidID             = "INVALID_ID"
-	reasonInvalidPageToken      = "INVALID_PAGE_TOKEN"
-	reasonInvalidPageSize       = "INVALID_PAGE_SIZE"
-	reasonInvalidPhase          = "INVALID_PHASE"
-	reasonInvalidRendererID     = "INVALID_RENDERER_ID"
-	reasonInvalidCapacity       = "INVALID_CAPACITY"
-	reasonMissingOutcome        = "MISSING_OUTCOME"
-	reasonMissingMetadata       = "MISSING_METADATA"
-	reasonArtifactTooLarge      = "ARTIFACT_TOO_LARGE"
-	reasonDigestMismatch        = "DIGEST_MISMATCH"
-	reasonArtifactNotFound      = "ARTIFACT_NOT_FOUND"
-	reasonNotSucceeded          = "NOT_SUCCEEDED"
-	reasonJobNotFound           = "JOB_NOT_FOUND"
-	reasonBatchNotFound         = "BATCH_NOT_FOUND"
-	reasonPermissionDenied      = "PERMISSION_DENIED"
-	reasonUnauthenticated       = auth.ReasonUnauthenticated
-	reasonMissingReason         = "MISSING_REASON"
-	reasonMissingRequestID      = "MISSING_REQUEST_ID"
-	reasonMissingSelection      = "MISSING_SELECTION"
-	reasonConflictingSelection  = "CONFLICTING_SELECTION"
-	reasonInvalidTerminalReason = "INVALID_TERMINAL_REASON"
-	reasonInvalidContentType    = "INVALID_CONTENT_TYPE"
-	reasonSlowWatcher           = "SLOW_WATCHER"
-	reasonStorageUnavailable    = "STORAGE_UNAVAILABLE"
-	reasonShuttingDown          = "SHUTTING_DOWN"
-	reasonTeamQueueFull         = "TEAM_QUEUE_FULL"
-	reasonRequestIDReused       = "REQUEST_ID_REUSED"
-	reasonNotFound              = "NOT_FOUND"
-	reasonInternal              = "INTERNAL"
-	reasonStorageFull           = "STORAGE_FULL"
-	reasonRendererNotAllowed    = "RENDERER_ID_NOT_ALLOWED"
-	reasonRendererInUse         = "RENDERER_ID_IN_USE"
-	reasonSessionReplaced       = "SESSION_REPLACED"
-	reasonMissingHello          = "MISSING_HELLO"
-	reasonMessageLimit          = "MESSAGE_LIMIT_TOO_SMALL"
-	reasonEmptyArtifact         = "EMPTY_ARTIFACT"
-	reasonUploadTimeout         = "UPLOAD_TIMEOUT"
-	reasonUploadInProgress      = "UPLOAD_IN_PROGRESS"
-	reasonUploadBudget          = "UPLOAD_BUDGET_EXHAUSTED"
-	reasonInvalidReason         = "INVALID_REASON"
-	reasonInvalidMessage        = "INVALID_MESSAGE"
-	reasonTooManyJobIDs         = "TOO_MANY_JOB_IDS"
-	reasonInvalidInstance       = "INVALID_INSTANCE_ID"
-	reasonInvalidBatchState     = "INVALID_BATCH_STATE"
-	reasonInvalidInterval       = "INVALID_INTERVAL"
-	reasonNotReplicated         = "NOT_REPLICATED"
-	reasonInvalidMemberID       = "INVALID_MEMBER_ID"
-	reasonInvalidRaftAddress    = "INVALID_RAFT_ADDRESS"
-	reasonMemberNotFound        = "MEMBER_NOT_FOUND"
-	reasonMemberUnreachable     = "MEMBER_UNREACHABLE"
-	reasonNoTransferTarget      = "NO_TRANSFER_TARGET"
-	reasonTransferFailed        = "LEADERSHIP_TRANSFER_FAILED"
-	reasonRaftAddressInUse      = "RAFT_ADDRESS_IN_USE"
-	reasonQuorumAtRisk          = "QUORUM_AT_RISK"
-	reasonLastVoter             = "LAST_VOTER"
-	reasonBackupNoSpace         = "BACKUP_NO_SPACE"
-	reasonNotLeader             = "NOT_LEADER"
-	reasonOutcomeUnknown        = "OUTCOME_UNKNOWN"
-	reasonInvalidDigest         = "INVALID_DIGEST"
-	reasonInvalidRequestID      = "INVALID_REQUEST_ID"
+	reasonInvalidID             = string(reason.InvalidID)
+	reasonInvalidPageToken      = string(reason.InvalidPageToken)
+	reasonInvalidPageSize       = string(reason.InvalidPageSize)
+	reasonInvalidPhase          = string(reason.InvalidPhase)
+	reasonInvalidRendererID     = string(reason.InvalidRendererID)
+	reasonInvalidCapacity       = string(reason.InvalidCapacity)
+	reasonMissingOutcome        = string(reason.MissingOutcome)
+	reasonMissingMetadata       = string(reason.MissingMetadata)
+	reasonArtifactTooLarge      = string(reason.ArtifactTooLarge)
+	reasonDigestMismatch        = string(reason.DigestMismatch)
+	reasonArtifactNotFound      = string(reason.ArtifactNotFound)
+	reasonNotSucceeded          = string(reason.NotSucceeded)
+	reasonJobNotFound           = string(reason.JobNotFound)
+	reasonBatchNotFound         = string(reason.BatchNotFound)
+	reasonPermissionDenied      = string(reason.PermissionDenied)
+	reasonUnauthenticated       = string(reason.Unauthenticated)
+	reasonMissingReason         = string(reason.MissingReason)
+	reasonMissingRequestID      = string(reason.MissingRequestID)
+	reasonMissingSelection      = string(reason.MissingSelection)
+	reasonConflictingSelection  = string(reason.ConflictingSelection)
+	reasonInvalidTerminalReason = string(reason.InvalidTerminalReason)
+	reasonInvalidContentType    = string(reason.InvalidContentType)
+	reasonSlowWatcher           = string(reason.SlowWatcher)
+	reasonStorageUnavailable    = string(reason.StorageUnavailable)
+	reasonShuttingDown          = string(reason.ShuttingDown)
+	reasonTeamQueueFull         = string(reason.TeamQueueFull)
+	reasonRequestIDReused       = string(reason.RequestIDReused)
+	reasonNotFound              = string(reason.NotFound)
+	reasonInternal              = string(reason.Internal)
+	reasonStorageFull           = string(reason.StorageFull)
+	reasonRendererNotAllowed    = string(reason.RendererIDNotAllowed)
+	reasonRendererInUse         = string(reason.RendererIDInUse)
+	reasonSessionReplaced       = string(reason.SessionReplaced)
+	reasonMissingHello          = string(reason.MissingHello)
+	reasonMessageLimit          = string(reason.MessageLimitTooSmall)
+	reasonEmptyArtifact         = string(reason.EmptyArtifact)
+	reasonUploadTimeout         = string(reason.UploadTimeout)
+	reasonUploadInProgress      = string(reason.UploadInProgress)
+	reasonUploadBudget          = string(reason.UploadBudgetExhausted)
+	reasonInvalidReason         = string(reason.InvalidReason)
+	reasonInvalidMessage        = string(reason.InvalidMessage)
+	reasonTooManyJobIDs         = string(reason.TooManyJobIDs)
+	reasonInvalidInstance       = string(reason.InvalidInstanceID)
+	reasonInvalidBatchState     = string(reason.InvalidBatchState)
+	reasonInvalidInterval       = string(reason.InvalidInterval)
+	reasonNotReplicated         = string(reason.NotReplicated)
+	reasonInvalidMemberID       = string(reason.InvalidMemberID)
+	reasonInvalidRaftAddress    = string(reason.InvalidRaftAddress)
+	reasonMemberNotFound        = string(reason.MemberNotFound)
+	reasonMemberUnreachable     = string(reason.MemberUnreachable)
+	reasonNoTransferTarget      = string(reason.NoTransferTarget)
+	reasonTransferFailed        = string(reason.LeadershipTransferFailed)
+	reasonRaftAddressInUse      = string(reason.RaftAddressInUse)
+	reasonQuorumAtRisk          = string(reason.QuorumAtRisk)
+	reasonLastVoter             = string(reason.LastVoter)
+	reasonBackupNoSpace         = string(reason.BackupNoSpace)
+	reasonNotLeader             = string(reason.NotLeader)
+	reasonOutcomeUnknown        = string(reason.OutcomeUnknown)
+	reasonInvalidDigest         = string(reason.InvalidDigest)
+	reasonInvalidRequestID      = string(reason.InvalidRequestID)
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -246,9 +249,9 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.As(err, &ve):
 		br := &errdetails.BadRequest{}
 		for _, v := range ve.Violations {
-			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description, Reason: v.Reason})
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description, Reason: string(v.Reason)})
 		}
-		return newStatus(codes.InvalidArgument, ve.Reason, err.Error(), nil, br)
+		return newStatus(codes.InvalidArgument, string(ve.Reason), err.Error(), nil, br)
 	case errors.As(err, &fe):
 		var meta map[string]string
 		if !fe.NeverHeld {
@@ -259,11 +262,8 @@ func toStatus(log *slog.Logger, err error) error {
 		}
 		return newStatus(codes.Aborted, jobs.ReasonCode(err), err.Error(), meta)
 	case errors.As(err, &pe):
-		reason := jobs.ReasonCode(err)
-		if reason == "" {
-			reason = "FAILED_PRECONDITION"
-		}
-		return newStatus(codes.FailedPrecondition, reason, err.Error(), map[string]string{"phase": phaseName(pe.Phase)})
+		r := cmp.Or(jobs.ReasonCode(err), string(reason.FailedPrecondition))
+		return newStatus(codes.FailedPrecondition, r, err.Error(), map[string]string{"phase": phaseName(pe.Phase)})
 	case errors.Is(err, jobs.ErrNotFound):
 		return newStatus(codes.NotFound, reasonNotFound, err.Error(), nil)
 	case errors.Is(err, engine.ErrRendererInUse):

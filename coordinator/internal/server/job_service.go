@@ -203,7 +203,7 @@ func (s *JobServer) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobReq
 	if err != nil {
 		return nil, s.status(err)
 	}
-	res.Job.Events = slices.DeleteFunc(evs, func(ev jobs.Event) bool { return ev.Seq > res.Job.EventSeq })
+	res.Job.History = slices.DeleteFunc(evs, func(ev jobs.Event) bool { return ev.Seq > res.Job.EventSeq })
 	resp := &leaseholdv1.CancelJobResponse{
 		Job:              jobToProto(res.Job, v, true),
 		AlreadyCancelled: res.Result == jobs.AlreadyCancelled,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -29,10 +30,10 @@ var _ leaseholdv1.RendererServiceServer = (*RendererServer)(nil)
 
 // Renderer request bounds.
 const (
-	maxRendererIDBytes = 128
-	maxInstanceBytes   = 64
+	maxRendererIDBytes = limits.MaxRendererIDBytes
+	maxInstanceBytes   = limits.MaxInstanceIDBytes
 	maxLeasesPerCall   = 64
-	maxCapacity        = 4096
+	maxCapacity        = limits.MaxRendererCapacity
 	maxMessageBytes    = 4096
 	// replyOverheadBytes is what a reply costs besides its grants.
 	replyOverheadBytes = 1 << 10

@@ -119,8 +119,8 @@ type session struct {
 	halfClosed atomic.Bool
 }
 
-// applied is the answer to one merged writer command.
-type applied struct {
+// forwarded is the writer's answer to one merged command.
+type forwarded struct {
 	resp *leaseholdv1.SessionResponse
 	err  error
 }
@@ -146,10 +146,10 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 	defer cancel()
 	items := make(chan item, sessionQueue)
 	recvErr := make(chan error, 1)
-	results := make(chan applied, 1)
+	results := make(chan forwarded, 1)
 	items <- ss.convert(first)
 	go ss.receive(ctx, items, recvErr)
-	go ss.apply(ctx, items, results)
+	go ss.forward(ctx, items, results)
 	for {
 		select {
 		case <-ss.s.closing:
@@ -173,7 +173,7 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 		case <-ss.conn.Outbox.Ready():
 			grants, revoked, ended := ss.conn.Outbox.Take()
 			ss.pending = append(ss.pending, grants...)
-			if err := ss.flush(revoked); err != nil {
+			if err := ss.push(revoked); err != nil {
 				return err
 			}
 			if ended != nil {
@@ -209,10 +209,10 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 	}
 }
 
-// apply merges every received request into one writer command at a time
-// and hands the answers, in request order, to the sender. Once items is
-// closed and drained it closes results.
-func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- applied) {
+// forward merges every received request into one writer command at a
+// time and hands the answers, in request order, to the sender. Once items
+// is closed and drained it closes results.
+func (ss *session) forward(ctx context.Context, items <-chan item, results chan<- forwarded) {
 	for {
 		var batch []item
 		select {
@@ -239,7 +239,7 @@ func (ss *session) apply(ctx context.Context, items <-chan item, results chan<- 
 		}
 		in, order, invalid := merge(batch)
 		res, err := ss.s.e.Receive(ctx, ss.conn, in)
-		a := applied{err: err}
+		a := forwarded{err: err}
 		if err == nil {
 			a.resp = ss.answers(in, order, res)
 			a.resp.Leases = append(a.resp.Leases, invalid...)
@@ -387,9 +387,9 @@ func (ss *session) sendAnswers(resp *leaseholdv1.SessionResponse) error {
 	}
 }
 
-// flush sends the revocations and the pending grants, with their document
+// push sends the revocations and the pending grants, with their document
 // content, in order, in messages under the renderer's limit.
-func (ss *session) flush(revoked []engine.LeaseStatus) error {
+func (ss *session) push(revoked []engine.LeaseStatus) error {
 	// A renderer that closed its side can send no receipt or hand-back any
 	// more: its grants stay pending and are handed back when the session
 	// ends.

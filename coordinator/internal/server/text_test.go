@@ -320,7 +320,7 @@ func TestWriterRefusesTextBelowTheHandlers(t *testing.T) {
 	}
 	for _, c := range calls {
 		for _, s := range append(slices.Clone(notUTF8), notText...) {
-			b.refusedAndUnchanged(t, fmt.Sprintf("%s %q", c.name, s), c.field, engine.ReasonInvalidText, func() error {
+			b.refusedAndUnchanged(t, fmt.Sprintf("%s %q", c.name, s), c.field, "INVALID_TEXT", func() error {
 				return toStatus(b.services.Jobs.log, c.call(s))
 			})
 		}

@@ -31,13 +31,13 @@ func (t *Tx) Job(id uint64) (j jobs.Job, ok bool, err error) {
 	return j, err == nil, err
 }
 
-// JobWithHistory reads a job's record and its whole history.
+// JobWithHistory reads a job's record and its whole history (Job.History).
 func (t *Tx) JobWithHistory(id uint64) (jobs.Job, bool, error) {
 	j, ok, err := t.Job(id)
 	if !ok || err != nil {
 		return j, ok, err
 	}
-	j.Events, err = t.Events(id, 0)
+	j.History, err = t.Events(id, 0)
 	return j, true, err
 }
 

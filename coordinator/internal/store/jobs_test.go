@@ -93,7 +93,7 @@ func TestJobRoundTrip(t *testing.T) {
 		want := fullJob(3, 1, "alpha")
 		// LeaseLive is the zero kind: it is a value worth storing too.
 		want.Leases = append(want.Leases, jobs.LeaseRecord{Token: 42, Renderer: "r-2"})
-		checkAllSet(t, reflect.ValueOf(want), "Job", "Job.Events", "Job.Leases.Kind", "Job.Leases.Outcome")
+		checkAllSet(t, reflect.ValueOf(want), "Job", "Job.Events", "Job.History", "Job.Leases.Kind", "Job.Leases.Outcome")
 		b.update(t, func(tx *store.Tx) error { return tx.PutJob(want) })
 		b.view(t, func(tx *store.Tx) error {
 			got, found, err := tx.Job(want.ID)
@@ -250,7 +250,7 @@ func TestEvents(t *testing.T) {
 			if err != nil || !found {
 				t.Fatalf("JobWithHistory(1) = found %v, %v", found, err)
 			}
-			if diff := cmp.Diff(jobs.Job{ID: 1, EventSeq: 256, Events: want1}, got); diff != "" {
+			if diff := cmp.Diff(jobs.Job{ID: 1, EventSeq: 256, History: want1}, got); diff != "" {
 				t.Errorf("JobWithHistory(1) (-want +got):\n%s", diff)
 			}
 			if _, found, err := tx.JobWithHistory(2); found || err != nil {

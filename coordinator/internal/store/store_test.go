@@ -292,7 +292,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	teams := []string{"a", "ab", "b"}
 	probes := [][2]uint64{{1, 39}, {1, 40}, {2, 40}}
 	before := takeSnapshot(t, b.st, teams, probes)
-	if len(before.Jobs) != 3 || len(before.Jobs[0].Events) != 2 || len(before.Artifacts) != 1 || len(before.Documents) != 2 ||
+	if len(before.Jobs) != 3 || len(before.Jobs[0].History) != 2 || len(before.Artifacts) != 1 || len(before.Documents) != 2 ||
 		len(before.Unfinished) != 2 || len(before.Rejections) != 1 || len(before.Audit) != 2 || before.LastToken != 41 || !before.Dispatch.Paused {
 		t.Fatalf("populate wrote less than it should:\n%+v", before)
 	}

@@ -43,6 +43,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/internal/logformat"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/tracing"
@@ -350,8 +351,8 @@ func defaultID() string {
 	}
 	host = regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(host, "-")
 	id := fmt.Sprintf("%s-%d", host, os.Getpid())
-	if len(id) > 128 {
-		id = id[len(id)-128:]
+	if len(id) > limits.MaxRendererIDBytes {
+		id = id[len(id)-limits.MaxRendererIDBytes:]
 	}
 	return id
 }
