@@ -143,9 +143,13 @@ import (
 )
 
 func main() {
-	// SIGPIPE too: a reader of the output that goes away (| head) stops the
-	// run cleanly instead of killing the harness before its clean-up.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
+	// SIGPIPE is received and dropped, so that a write to a closed pipe or
+	// socket fails with EPIPE instead of killing the harness before its
+	// clean-up: a reader of the output that goes away (| head) fails the
+	// report's write, and a connection to a coordinator the failover phase
+	// killed fails as any lost connection does.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
@@ -191,6 +195,11 @@ type config struct {
 	// cluster is -cluster: the phases again on a cluster of that many
 	// nodes, after the single node.
 	cluster int
+	// failoverKills, failoverInflight and failoverGap shape the failover
+	// phase of a cluster.
+	failoverKills    int
+	failoverInflight int
+	failoverGap      time.Duration
 	// renderLatency is the renderers' --latency: zero but for the
 	// fairness scenario, so that every other figure is the cost of
 	// coordination.
@@ -201,7 +210,7 @@ type config struct {
 var allPhases = []string{"idle", "drain", "steady", "latency"}
 
 // extraPhases run only when -phases names them.
-var extraPhases = []string{"dos"}
+var extraPhases = []string{"dos", "failover"}
 
 // has reports whether the run includes phase.
 func (c config) has(phase string) bool { return slices.Contains(c.phases, phase) }
@@ -245,6 +254,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.compare, "compare", "", "directory of another build's coordinator and renderer: run both builds' phases interleaved and print ratios")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each build with -compare")
 	fs.IntVar(&cfg.cluster, "cluster", 0, "after the single node, run the phases on a replicated cluster of this many nodes (3 or 5) on this machine, and compare")
+	fs.IntVar(&cfg.failoverKills, "failover-kills", 5, "leader kills of the failover phase (-cluster)")
+	fs.IntVar(&cfg.failoverInflight, "failover-inflight", 8, "batches of -steady-batch kept in flight during the failover phase")
+	fs.DurationVar(&cfg.failoverGap, "failover-gap", 2*time.Second, "load before each leader kill of the failover phase")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./tools/bench [flags]   (go doc ./tools/bench explains the figures)")
 		fmt.Fprintln(fs.Output(), "       go run ./tools/bench fairness [flags]   (fair dispatch against FIFO; fairness -h for its flags)")
@@ -255,6 +267,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	phasesSet := false
+	fs.Visit(func(f *flag.Flag) { phasesSet = phasesSet || f.Name == "phases" })
+	if !phasesSet && cfg.cluster > 0 {
+		phases += ",failover"
 	}
 	for p := range strings.SplitSeq(phases, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -300,8 +317,12 @@ func (c config) validate() error {
 		return errors.New("-duration, -latency-duration, -latency-tick, -health-poll, -stop-grace and -timeout must be above zero")
 	case c.cluster != 0 && c.cluster != 3 && c.cluster != 5:
 		return errors.New("-cluster takes 3 or 5 nodes")
-	case c.cluster != 0 && (c.store > 0 || c.compare != "" || c.json):
-		return errors.New("-cluster takes neither -store, -compare nor -json")
+	case c.cluster != 0 && (c.store > 0 || c.compare != ""):
+		return errors.New("-cluster takes neither -store nor -compare")
+	case c.has("failover") && c.cluster == 0:
+		return errors.New("the failover phase needs -cluster")
+	case c.failoverKills < 1 || c.failoverInflight < 1 || c.failoverInflight > c.maxWatches || c.failoverGap < 0:
+		return errors.New("-failover-kills and -failover-inflight must be at least 1, -failover-inflight at most -max-watches, -failover-gap not negative")
 	case c.compare != "" && (c.store > 0 || c.rounds < 1 || c.json):
 		return errors.New("-compare needs -rounds of at least 1 and takes neither -store nor -json")
 	case c.latencyRate < 0:
