@@ -71,6 +71,28 @@
 // (the coordinator lets a caller hold 64), and reports the coordinator's log
 // growth and memory meanwhile.
 //
+// With -cluster 3 (or 5), the phases run on the single node and then on a
+// replicated cluster of that many coordinator nodes on this machine, in
+// the same run, and a table gives the cluster's figures over the single
+// node's (-json prints both reports and the table as one object). The
+// renderers and the generator dial every node and find the leader
+// themselves. The cluster's CPU lines add each node's CPU µs and bytes
+// written per document, the leader first, and a line per phase gives the
+// documents per raft entry (the leader's leasehold_raft_commit_seconds
+// count is one per writer group, which is one entry; the commit index's
+// advance, which also counts raft's own entries, beside it) and the
+// commit latency, proposal to apply on the leader, p50 and p99
+// interpolated in that histogram's buckets. Unless -phases says
+// otherwise, a failover phase runs last on the cluster: with
+// -failover-inflight batches of -steady-batch kept in flight, closed
+// loop, -failover-kills times it lets the load run -failover-gap, kills
+// the leader with SIGKILL and times the kill to the first acknowledgement
+// of a submission sent after it (a one-document probe sent at once, or a
+// batch of the load); the killed node is then restarted on its data
+// directory and timed to SERVING and to applying the leader's commit
+// index of that moment. The report gives p50 and max, every sample, and
+// the restarts.
+//
 // With -compare DIR, the phases run -rounds times (default 3) with the
 // coordinator and renderer in DIR (another build: check it out and run
 // scripts/build there, or go build -o DIR ./coordinator/cmd/coordinator
