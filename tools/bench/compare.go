@@ -155,6 +155,9 @@ func runClusterComparison(ctx context.Context, cfg config, lg *logger, stdout io
 	single.phases = slices.DeleteFunc(slices.Clone(cfg.phases), func(p string) bool { return p == "failover" })
 	var reps [2]*report
 	for i, c := range []config{single, cfg} {
+		if len(c.phases) == 0 {
+			continue // -phases failover: the single node has nothing to run
+		}
 		lg.printf("phases on %s", map[bool]string{true: fmt.Sprintf("a cluster of %d", cfg.cluster), false: "the single node"}[c.cluster > 0])
 		rep, err := runPhases(ctx, c, lg)
 		if err != nil {
@@ -171,7 +174,10 @@ func runClusterComparison(ctx context.Context, cfg config, lg *logger, stdout io
 		}
 		cfg.rebuild = false
 	}
-	ratios := clusterRatios(reps[0], reps[1])
+	var ratios []clusterRatio
+	if reps[0] != nil {
+		ratios = clusterRatios(reps[0], reps[1])
+	}
 	if cfg.json {
 		return writeJSON(stdout, clusterReport{Nodes: cfg.cluster, Single: reps[0], Cluster: reps[1], Ratios: ratios})
 	}
