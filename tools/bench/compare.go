@@ -181,6 +181,9 @@ func runClusterComparison(ctx context.Context, cfg config, lg *logger, stdout io
 	if cfg.json {
 		return writeJSON(stdout, clusterReport{Nodes: cfg.cluster, Single: reps[0], Cluster: reps[1], Ratios: ratios})
 	}
+	if reps[0] == nil {
+		return nil
+	}
 	fmt.Fprintf(stdout, "cluster of %d against the single node, same machine, same run:\n", cfg.cluster)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tsingle node\tcluster\tcluster ÷ single")
