@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -528,7 +527,7 @@ func (r *runner) latency(ctx context.Context, rateDocs float64, basis string) (*
 		if elapsed >= r.cfg.latencyDuration {
 			break
 		}
-		if due := owed(rateDocs, elapsed, submitted); due >= 1 {
+		if due := int(rateDocs*elapsed.Seconds()) - submitted; due >= 1 {
 			submitted += due
 			batches++
 			wg.Go(func() { send(due) })
@@ -565,14 +564,6 @@ func (r *runner) latency(ctx context.Context, rateDocs float64, basis string) (*
 		r.lg.printf("warning: latency: not every job succeeded: %s", t.failures())
 	}
 	return res, nil
-}
-
-// owed is how many documents the latency phase submits now, elapsed into
-// it at rateDocs documents per second with submitted sent so far: at most
-// a batch's worth, since a late tick (a loaded machine) can owe more than
-// a batch may hold; the rest is owed to the next tick.
-func owed(rateDocs float64, elapsed time.Duration, submitted int) int {
-	return min(int(rateDocs*elapsed.Seconds())-submitted, client.DefaultMaxBatchDocuments)
 }
 
 // ms converts a duration to milliseconds.
