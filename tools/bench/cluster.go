@@ -2,11 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/client"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/testbin"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -16,72 +25,166 @@ import (
 // leaderHealth is the health entry only a cluster's leader serves.
 const leaderHealth = "leasehold.v1.Leader"
 
+// The replica's metrics the cluster figures come from.
+const (
+	raftCommitMetric  = "leasehold_raft_commit_seconds"
+	raftCommitIndex   = "leasehold_raft_commit_index"
+	raftAppliedIndex  = "leasehold_raft_applied_index"
+	failoverProbeWait = 30 * time.Second
+)
+
+// clusterNode is one node of a -cluster run: its ports, data directory,
+// command line and the process running it now.
+type clusterNode struct {
+	id, addr, metrics, raft, data string
+	args                          []string
+	child                         *testbin.Child
+	// starts counts its processes, for the names of their logs.
+	starts int
+}
+
+// start execs the node on its data directory.
+func (n *clusterNode) start(s *stack) error {
+	name := "coordinator-" + n.id
+	if n.starts > 0 {
+		name = fmt.Sprintf("coordinator-%s-%d", n.id, n.starts+1)
+	}
+	c, err := testbin.StartChild(name, s.bins.coordinator, n.args, nil, filepath.Join(s.dir, name+".log"), s.fail)
+	if err != nil {
+		return err
+	}
+	n.child = c
+	n.starts++
+	return nil
+}
+
 // startCluster starts -cluster nodes of one replicated cluster on this
 // machine, each with its own data directory, gRPC, metrics and raft
 // ports, waits until every one serves and one leads, and points the stack
 // (its address, metrics, coord) at the leader. It returns the time from
 // the first exec to the leader's first SERVING.
 func (s *stack) startCluster() (time.Duration, error) {
-	type node struct{ id, addr, metrics, raft, data string }
-	nodes := make([]node, s.cfg.cluster)
+	s.nodes = make([]*clusterNode, s.cfg.cluster)
 	var peers []string
-	for i := range nodes {
-		n := node{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(s.dir, fmt.Sprintf("data-n%d", i+1))}
+	taken := make(map[string]bool)
+	for i := range s.nodes {
+		n := &clusterNode{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(s.dir, fmt.Sprintf("data-n%d", i+1))}
 		var err error
 		for _, p := range []*string{&n.addr, &n.metrics, &n.raft} {
-			if *p, err = testbin.FreeAddr(); err != nil {
+			if *p, err = fixedPortAddr(taken); err != nil {
 				return 0, err
 			}
 		}
-		nodes[i] = n
+		s.nodes[i] = n
 		peers = append(peers, n.id+"="+n.raft+"/"+n.addr)
 	}
 	started := time.Now()
-	children := make(map[string]*testbin.Child)
-	for _, n := range nodes {
-		args := append(s.bins.devArgs(), "--listen", n.addr, "--data-dir", n.data, "--metrics-listen", n.metrics,
+	for _, n := range s.nodes {
+		n.args = append(s.bins.devArgs(), "--listen", n.addr, "--data-dir", n.data, "--metrics-listen", n.metrics,
 			"--node-id", n.id, "--raft-listen", n.raft, "--peers", strings.Join(peers, ","))
 		if s.cfg.logLevel != "" {
-			args = append(args, "--log-level", s.cfg.logLevel)
+			n.args = append(n.args, "--log-level", s.cfg.logLevel)
 		}
-		args = append(args, s.extraFlags...)
-		args = append(args, s.cfg.coordinatorFlags...)
-		name := "coordinator-" + n.id
-		c, err := testbin.StartChild(name, s.bins.coordinator, args, nil, filepath.Join(s.dir, name+".log"), s.fail)
-		if err != nil {
+		n.args = append(n.args, s.extraFlags...)
+		n.args = append(n.args, s.cfg.coordinatorFlags...)
+		if err := n.start(s); err != nil {
 			return 0, err
 		}
-		children[n.id] = c
-		s.followers = append(s.followers, c)
+		s.followers = append(s.followers, n.child)
 	}
-	for _, n := range nodes {
-		if _, err := testbin.WaitServing(s.ctx, n.addr, s.cfg.healthPoll, children[n.id].Done()); err != nil {
-			return 0, fmt.Errorf("waiting for %s to serve: %w\n%s", n.id, err, children[n.id].Tail(20))
+	for _, n := range s.nodes {
+		if _, err := testbin.WaitServing(s.ctx, n.addr, s.cfg.healthPoll, n.child.Done()); err != nil {
+			return 0, fmt.Errorf("waiting for %s to serve: %w\n%s", n.id, err, n.child.Tail(20))
 		}
 	}
+	n, err := s.waitLeader(s.nodes)
+	if err != nil {
+		return 0, err
+	}
+	s.lg.printf("cluster of %d: %s leads at %s", len(s.nodes), n.id, n.addr)
+	return time.Since(started), nil
+}
+
+// fixedPortAddr returns a loopback address whose port was free a moment
+// ago, below the kernel's range of ephemeral ports and not in taken (to
+// which it adds it). A node's ports must stay free until it starts, after
+// the nodes started before it have connected to their peers: a port of
+// testbin.FreeAddr is an ephemeral one, which such a connection may take.
+func fixedPortAddr(taken map[string]bool) (string, error) {
+	low := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	const first = 10000
+	if low <= first+100 {
+		return testbin.FreeAddr()
+	}
+	for range 1000 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(low-first)))
+		if taken[addr] {
+			continue
+		}
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		lis.Close()
+		taken[addr] = true
+		return addr, nil
+	}
+	return "", fmt.Errorf("no free port found in %d..%d", first, low-1)
+}
+
+// waitLeader polls the health of candidates until one says it leads, and
+// points the stack at it.
+func (s *stack) waitLeader(candidates []*clusterNode) (*clusterNode, error) {
 	tick := time.NewTicker(s.cfg.healthPoll)
 	defer tick.Stop()
 	for {
-		for _, n := range nodes {
+		for _, n := range candidates {
 			if leads(s.ctx, n.addr) {
-				s.addr, s.metricsAddr, s.data = n.addr, n.metrics, n.data
-				s.coord = children[n.id]
-				s.followers = s.followers[:0]
-				for _, o := range nodes {
-					if o.id != n.id {
-						s.followers = append(s.followers, children[o.id])
-					}
-				}
-				s.lg.printf("cluster of %d: %s leads at %s", len(nodes), n.id, n.addr)
-				return time.Since(started), nil
+				s.lead(n)
+				return n, nil
 			}
 		}
 		select {
 		case <-s.ctx.Done():
-			return 0, context.Cause(s.ctx)
+			return nil, context.Cause(s.ctx)
 		case <-tick.C:
 		}
 	}
+}
+
+// lead points the stack (address, metrics, data, coord and followers) at
+// leader, one of its nodes.
+func (s *stack) lead(leader *clusterNode) {
+	s.leader = leader
+	s.addr, s.metricsAddr, s.data = leader.addr, leader.metrics, leader.data
+	s.coord = leader.child
+	s.followers = s.followers[:0]
+	for _, o := range s.nodes {
+		if o != leader {
+			s.followers = append(s.followers, o.child)
+		}
+	}
+}
+
+// dialAddr is the address renderers and the load generator dial: every
+// node of a cluster, comma-separated, so that they find the leader
+// themselves and follow it across a failover; else the coordinator's.
+func (s *stack) dialAddr() string {
+	if len(s.nodes) == 0 {
+		return s.addr
+	}
+	addrs := make([]string, len(s.nodes))
+	for i, n := range s.nodes {
+		addrs[i] = n.addr
+	}
+	return strings.Join(addrs, ",")
 }
 
 // leads reports whether the node at addr says it leads.
@@ -95,4 +198,311 @@ func leads(ctx context.Context, addr string) bool {
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: leaderHealth})
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
+
+// raftSample is one scrape of the leader's replication metrics.
+type raftSample struct {
+	commit histogram
+	index  float64
+}
+
+// scrapeRaft reads the leader's commit histogram and commit index, or
+// returns nil: on a single node, or (saying so) when a cluster's leader
+// does not expose them.
+func (r *runner) scrapeRaft(ctx context.Context) *raftSample {
+	if r.cfg.cluster == 0 {
+		return nil
+	}
+	h, err := scrapeHistogram(ctx, r.st.metricsURL(), raftCommitMetric)
+	if err != nil {
+		r.lg.printf("warning: %v", err)
+		return nil
+	}
+	index, err := scrapeGauge(ctx, r.st.metricsURL(), raftCommitIndex)
+	if err != nil {
+		r.lg.printf("warning: %v", err)
+		return nil
+	}
+	return &raftSample{commit: h, index: index}
+}
+
+// raftBetween summarizes the replication of docs documents between two
+// scrapes of the same leader: a writer group is one raft entry, and the
+// commit histogram times each from its proposal to its apply.
+func raftBetween(a, b *raftSample, docs int) *raftResult {
+	if a == nil || b == nil {
+		return nil
+	}
+	d := b.commit.sub(a.commit)
+	res := &raftResult{Entries: int64(d.Count), LogEntries: int64(b.index - a.index)}
+	if d.Count > 0 {
+		res.DocsPerEntry = float64(docs) / d.Count
+		res.CommitP50MS = d.quantile(0.5, 0) * 1000
+		res.CommitP99MS = d.quantile(0.99, 0) * 1000
+		res.CommitMeanMS = d.Sum / d.Count * 1000
+	}
+	return res
+}
+
+// ackLog keeps the submissions of the failover phase: when each was sent
+// and acknowledged.
+type ackLog struct {
+	mu   sync.Mutex
+	acks [][2]time.Time
+}
+
+// add records one acknowledged submission.
+func (l *ackLog) add(sent, ack time.Time) {
+	l.mu.Lock()
+	l.acks = append(l.acks, [2]time.Time{sent, ack})
+	l.mu.Unlock()
+}
+
+// firstAfter is the earliest acknowledgement of a submission sent at or
+// after t, and whether there is one.
+func (l *ackLog) firstAfter(t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for _, a := range l.acks {
+		if !a[0].Before(t) && (first.IsZero() || a[1].Before(first)) {
+			first = a[1]
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// leaderChange reports whether err is a failure a leader change explains,
+// once the client's own retrying across the failover has given up.
+func leaderChange(err error) bool {
+	return errors.Is(err, client.ErrNotLeader) || errors.Is(err, client.ErrOutcomeUnknown) || errors.Is(err, client.ErrUnavailable)
+}
+
+// failover keeps -failover-inflight batches in flight, closed loop, and
+// -failover-kills times: lets the load run -failover-gap, kills the leader
+// with SIGKILL, times the kill to the first acknowledgement of a
+// submission sent after it (a single-document probe sent at once, or a
+// batch of the load, whichever is first; the client finds the new leader
+// itself), and restarts the killed node on its data directory, timing it
+// to SERVING and to applying the leader's commit index of then. The
+// renderers and the generator dial every node.
+func (r *runner) failover(ctx context.Context) (*failoverResult, error) {
+	st := r.st
+	kills, inflight := r.cfg.failoverKills, r.cfg.failoverInflight
+	r.lg.printf("failover: %d leader kills under %d batches of %d in flight, %v of load before each", kills, inflight, r.cfg.steadyBatch, r.cfg.failoverGap)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		acks     ackLog
+		t        tally
+		wg       sync.WaitGroup
+		stopping atomic.Bool
+		refused  atomic.Int64
+		docs     atomic.Int64
+	)
+	follow := func(b *batch) error {
+		return r.gen.followToEnd(ctx, b, func(at time.Time, p leaseholdv1.Phase) {
+			docs.Add(1)
+			t.add(at, p, b.ack, false)
+		})
+	}
+	worker := func() {
+		for !stopping.Load() && ctx.Err() == nil {
+			sent := time.Now()
+			b, err := r.gen.submit(ctx, "failover", r.cfg.steadyBatch)
+			if err != nil && leaderChange(err) && ctx.Err() == nil {
+				refused.Add(1)
+				continue
+			}
+			if err == nil {
+				acks.add(sent, b.ack)
+				err = follow(b)
+			}
+			if err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}
+	for range inflight {
+		wg.Go(worker)
+	}
+	res := &failoverResult{Kills: kills, InFlightBatches: inflight, BatchSize: r.cfg.steadyBatch}
+	var samples, rejoins, catchUps []time.Duration
+	for i := range kills {
+		if err := sleep(ctx, r.cfg.failoverGap); err != nil {
+			break
+		}
+		old := st.leader
+		killed := time.Now()
+		old.child.Kill()
+		probe, err := r.probe(ctx)
+		if err != nil {
+			cancel(err)
+			break
+		}
+		acks.add(killed, probe.ack)
+		wg.Go(func() {
+			if err := follow(probe); err != nil {
+				cancel(err)
+			}
+		})
+		first, _ := acks.firstAfter(killed)
+		samples = append(samples, first.Sub(killed))
+		var survivors []*clusterNode
+		for _, n := range st.nodes {
+			if n != old {
+				survivors = append(survivors, n)
+			}
+		}
+		leader, err := st.waitLeader(survivors)
+		if err != nil {
+			cancel(err)
+			break
+		}
+		rejoin, catchUp, err := r.rejoin(ctx, old)
+		if err != nil {
+			cancel(err)
+			break
+		}
+		rejoins, catchUps = append(rejoins, rejoin), append(catchUps, catchUp)
+		st.lead(leader)
+		r.lg.printf("failover %d/%d: %s killed, %s leads; first write acknowledged after %v; %s rejoined in %v, caught up in %v",
+			i+1, kills, old.id, leader.id, first.Sub(killed).Round(time.Millisecond), old.id, rejoin.Round(time.Millisecond), catchUp.Round(time.Millisecond))
+		res.Leaders = append(res.Leaders, leader.id)
+	}
+	stopping.Store(true)
+	r.lg.printf("failover: waiting for the batches in flight")
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(2 * time.Minute):
+		cancel(errors.New("failover: the batches in flight did not finish within 2 minutes of the last kill"))
+		<-waited
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	for _, d := range samples {
+		res.SamplesMS = append(res.SamplesMS, ms(d))
+	}
+	s := summarize(samples)
+	res.P50MS, res.MaxMS = ms(s.P50), ms(s.Max)
+	rj, cu := summarize(rejoins), summarize(catchUps)
+	res.RejoinP50MS, res.RejoinMaxMS, res.CatchUpMaxMS = ms(rj.P50), ms(rj.Max), ms(cu.Max)
+	res.Documents = int(docs.Load())
+	res.RefusedSubmits = int(refused.Load())
+	if _, failed, _ := t.snapshot(); failed > 0 {
+		res.Failed = failed
+		r.lg.printf("warning: failover: not every job succeeded: %s", t.failures())
+	}
+	return res, nil
+}
+
+// probe submits one document right after a kill, again as long as the
+// client gives up with a leader-change error, for at most
+// failoverProbeWait.
+func (r *runner) probe(ctx context.Context) (*batch, error) {
+	ctx, cancel := context.WithTimeout(ctx, failoverProbeWait)
+	defer cancel()
+	for {
+		b, err := r.gen.submit(ctx, "failover-probe", 1)
+		switch {
+		case err == nil:
+			return b, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("failover: no submission acknowledged within %v of the kill: %w", failoverProbeWait, err)
+		case !leaderChange(err):
+			return nil, err
+		}
+	}
+}
+
+// rejoin restarts a killed node on its data directory and waits until it
+// serves (it is part of a cluster with a leader), then until it has
+// applied the leader's commit index of that moment. It returns both times
+// from the exec.
+func (r *runner) rejoin(ctx context.Context, n *clusterNode) (serving, caughtUp time.Duration, err error) {
+	if err := n.start(r.st); err != nil {
+		return 0, 0, err
+	}
+	at, err := testbin.WaitServing(ctx, n.addr, r.cfg.healthPoll, n.child.Done())
+	if err != nil {
+		return 0, 0, fmt.Errorf("waiting for %s to serve again: %w\n%s", n.id, err, n.child.Tail(20))
+	}
+	serving = at.Sub(n.child.Started)
+	target, err := scrapeGauge(ctx, r.st.metricsURL(), raftCommitIndex)
+	if err != nil {
+		return 0, 0, err
+	}
+	url := "http://" + n.metrics + "/metrics"
+	for {
+		applied, err := scrapeGauge(ctx, url, raftAppliedIndex)
+		if err == nil && applied >= target {
+			return serving, time.Since(n.child.Started), nil
+		}
+		if err != nil && !errors.Is(err, errNoSeries) {
+			return 0, 0, err
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// sampleNodes reads each cluster node's CPU time and bytes written, the
+// leader first; nil on a single node.
+func (r *runner) sampleNodes() ([]nodeSample, error) {
+	st := r.st
+	if st.leader == nil {
+		return nil, nil
+	}
+	out := []nodeSample{{id: st.leader.id, leader: true}}
+	for _, n := range st.nodes {
+		if n != st.leader {
+			out = append(out, nodeSample{id: n.id})
+		}
+	}
+	for i := range out {
+		pid := st.node(out[i].id).child.Pid()
+		var err error
+		if out[i].cpu, err = cpuTime(pid); err != nil {
+			return nil, fmt.Errorf("reading %s's CPU time: %w", out[i].id, err)
+		}
+		if out[i].written, err = writeBytes(pid); err != nil {
+			return nil, fmt.Errorf("reading the bytes %s wrote: %w", out[i].id, err)
+		}
+	}
+	return out, nil
+}
+
+// node is the cluster node id.
+func (s *stack) node(id string) *clusterNode {
+	for _, n := range s.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// nodesBetween is each node's CPU and bytes written per document from a to
+// b, for the nodes in both (by id; a node restarted between them would
+// count from zero, so the phases that sample them move no leadership).
+func nodesBetween(a, b []nodeSample, docs int) []nodeUsage {
+	var out []nodeUsage
+	for _, y := range b {
+		for _, x := range a {
+			if x.id == y.id {
+				out = append(out, nodeUsage{
+					Node:            y.id,
+					Leader:          y.leader,
+					CPUMicrosPerDoc: float64((y.cpu - x.cpu).Microseconds()) / float64(docs),
+					WrittenPerDoc:   float64(y.written-x.written) / float64(docs),
+				})
+			}
+		}
+	}
+	return out
 }

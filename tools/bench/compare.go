@@ -146,12 +146,18 @@ func median(vs []float64) float64 {
 
 // runClusterComparison runs the phases on the single node, then on a
 // cluster of cfg.cluster nodes, in one run on this machine, prints both
-// reports and the cluster's figures as a share of the single node's.
+// reports and the cluster's figures as a share of the single node's (with
+// -json, one object holding all three). The failover phase runs on the
+// cluster only.
 func runClusterComparison(ctx context.Context, cfg config, lg *logger, stdout io.Writer) error {
 	single := cfg
 	single.cluster = 0
+	single.phases = slices.DeleteFunc(slices.Clone(cfg.phases), func(p string) bool { return p == "failover" })
 	var reps [2]*report
 	for i, c := range []config{single, cfg} {
+		if len(c.phases) == 0 {
+			continue // -phases failover: the single node has nothing to run
+		}
 		lg.printf("phases on %s", map[bool]string{true: fmt.Sprintf("a cluster of %d", cfg.cluster), false: "the single node"}[c.cluster > 0])
 		rep, err := runPhases(ctx, c, lg)
 		if err != nil {
@@ -160,21 +166,60 @@ func runClusterComparison(ctx context.Context, cfg config, lg *logger, stdout io
 		rep.Setup.LoadAfter, _ = loadAverage()
 		rep.check()
 		reps[i] = rep
-		if err := writeText(stdout, rep); err != nil {
-			return err
+		if !cfg.json {
+			if err := writeText(stdout, rep); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout)
 		}
-		fmt.Fprintln(stdout)
 		cfg.rebuild = false
+	}
+	var ratios []clusterRatio
+	if reps[0] != nil {
+		ratios = clusterRatios(reps[0], reps[1])
+	}
+	if cfg.json {
+		return writeJSON(stdout, clusterReport{Nodes: cfg.cluster, Single: reps[0], Cluster: reps[1], Ratios: ratios})
+	}
+	if reps[0] == nil {
+		return nil
 	}
 	fmt.Fprintf(stdout, "cluster of %d against the single node, same machine, same run:\n", cfg.cluster)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tsingle node\tcluster\tcluster ÷ single")
-	a, b := figuresOf(reps[0]), figuresOf(reps[1])
-	for i := range min(len(a), len(b)) {
-		if a[i].value == 0 {
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\n", a[i].name, plain(a[i].value), plain(b[i].value), b[i].value/a[i].value)
+	for _, r := range ratios {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\n", r.Figure, plain(r.Single), plain(r.Cluster), r.Ratio)
 	}
 	return tw.Flush()
+}
+
+// clusterReport is the -json output of -cluster.
+type clusterReport struct {
+	Nodes   int            `json:"nodes"`
+	Single  *report        `json:"single_node"`
+	Cluster *report        `json:"cluster"`
+	Ratios  []clusterRatio `json:"cluster_vs_single"`
+}
+
+// clusterRatio is one figure of both runs and the cluster's over the
+// single node's.
+type clusterRatio struct {
+	Figure  string  `json:"figure"`
+	Single  float64 `json:"single_node"`
+	Cluster float64 `json:"cluster"`
+	Ratio   float64 `json:"ratio"`
+}
+
+// clusterRatios pairs the figures both reports have, by name.
+func clusterRatios(single, cluster *report) []clusterRatio {
+	var out []clusterRatio
+	b := figuresOf(cluster)
+	for _, x := range figuresOf(single) {
+		for _, y := range b {
+			if x.name == y.name && x.value != 0 {
+				out = append(out, clusterRatio{Figure: x.name, Single: x.value, Cluster: y.value, Ratio: y.value / x.value})
+			}
+		}
+	}
+	return out
 }

@@ -71,6 +71,28 @@
 // (the coordinator lets a caller hold 64), and reports the coordinator's log
 // growth and memory meanwhile.
 //
+// With -cluster 3 (or 5), the phases run on the single node and then on a
+// replicated cluster of that many coordinator nodes on this machine, in
+// the same run, and a table gives the cluster's figures over the single
+// node's (-json prints both reports and the table as one object). The
+// renderers and the generator dial every node and find the leader
+// themselves. The cluster's CPU lines add each node's CPU µs and bytes
+// written per document, the leader first, and a line per phase gives the
+// documents per raft entry (the leader's leasehold_raft_commit_seconds
+// count is one per writer group, which is one entry; the commit index's
+// advance, which also counts raft's own entries, beside it) and the
+// commit latency, proposal to apply on the leader, p50 and p99
+// interpolated in that histogram's buckets. Unless -phases says
+// otherwise, a failover phase runs last on the cluster: with
+// -failover-inflight batches of -steady-batch kept in flight, closed
+// loop, -failover-kills times it lets the load run -failover-gap, kills
+// the leader with SIGKILL and times the kill to the first acknowledgement
+// of a submission sent after it (a one-document probe sent at once, or a
+// batch of the load); the killed node is then restarted on its data
+// directory and timed to SERVING and to applying the leader's commit
+// index of that moment. The report gives p50 and max, every sample, and
+// the restarts.
+//
 // With -compare DIR, the phases run -rounds times (default 3) with the
 // coordinator and renderer in DIR (another build: check it out and run
 // scripts/build there, or go build -o DIR ./coordinator/cmd/coordinator
@@ -143,9 +165,13 @@ import (
 )
 
 func main() {
-	// SIGPIPE too: a reader of the output that goes away (| head) stops the
-	// run cleanly instead of killing the harness before its clean-up.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
+	// SIGPIPE is received and dropped, so that a write to a closed pipe or
+	// socket fails with EPIPE instead of killing the harness before its
+	// clean-up: a reader of the output that goes away (| head) fails the
+	// report's write, and a connection to a coordinator the failover phase
+	// killed fails as any lost connection does.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
@@ -191,6 +217,11 @@ type config struct {
 	// cluster is -cluster: the phases again on a cluster of that many
 	// nodes, after the single node.
 	cluster int
+	// failoverKills, failoverInflight and failoverGap shape the failover
+	// phase of a cluster.
+	failoverKills    int
+	failoverInflight int
+	failoverGap      time.Duration
 	// renderLatency is the renderers' --latency: zero but for the
 	// fairness scenario, so that every other figure is the cost of
 	// coordination.
@@ -201,7 +232,7 @@ type config struct {
 var allPhases = []string{"idle", "drain", "steady", "latency"}
 
 // extraPhases run only when -phases names them.
-var extraPhases = []string{"dos"}
+var extraPhases = []string{"dos", "failover"}
 
 // has reports whether the run includes phase.
 func (c config) has(phase string) bool { return slices.Contains(c.phases, phase) }
@@ -245,6 +276,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.compare, "compare", "", "directory of another build's coordinator and renderer: run both builds' phases interleaved and print ratios")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each build with -compare")
 	fs.IntVar(&cfg.cluster, "cluster", 0, "after the single node, run the phases on a replicated cluster of this many nodes (3 or 5) on this machine, and compare")
+	fs.IntVar(&cfg.failoverKills, "failover-kills", 5, "leader kills of the failover phase (-cluster)")
+	fs.IntVar(&cfg.failoverInflight, "failover-inflight", 8, "batches of -steady-batch kept in flight during the failover phase")
+	fs.DurationVar(&cfg.failoverGap, "failover-gap", 2*time.Second, "load before each leader kill of the failover phase")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./tools/bench [flags]   (go doc ./tools/bench explains the figures)")
 		fmt.Fprintln(fs.Output(), "       go run ./tools/bench fairness [flags]   (fair dispatch against FIFO; fairness -h for its flags)")
@@ -255,6 +289,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	phasesSet := false
+	fs.Visit(func(f *flag.Flag) { phasesSet = phasesSet || f.Name == "phases" })
+	if !phasesSet && cfg.cluster > 0 {
+		phases += ",failover"
 	}
 	for p := range strings.SplitSeq(phases, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -300,8 +339,12 @@ func (c config) validate() error {
 		return errors.New("-duration, -latency-duration, -latency-tick, -health-poll, -stop-grace and -timeout must be above zero")
 	case c.cluster != 0 && c.cluster != 3 && c.cluster != 5:
 		return errors.New("-cluster takes 3 or 5 nodes")
-	case c.cluster != 0 && (c.store > 0 || c.compare != "" || c.json):
-		return errors.New("-cluster takes neither -store, -compare nor -json")
+	case c.cluster != 0 && (c.store > 0 || c.compare != ""):
+		return errors.New("-cluster takes neither -store nor -compare")
+	case c.has("failover") && c.cluster == 0:
+		return errors.New("the failover phase needs -cluster")
+	case c.failoverKills < 1 || c.failoverInflight < 1 || c.failoverInflight > c.maxWatches || c.failoverGap < 0:
+		return errors.New("-failover-kills and -failover-inflight must be at least 1, -failover-inflight at most -max-watches, -failover-gap not negative")
 	case c.compare != "" && (c.store > 0 || c.rounds < 1 || c.json):
 		return errors.New("-compare needs -rounds of at least 1 and takes neither -store nor -json")
 	case c.latencyRate < 0:

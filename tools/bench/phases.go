@@ -41,7 +41,7 @@ func runPhases(ctx context.Context, cfg config, lg *logger) (rep *report, err er
 		return nil, err
 	}
 	lg.printf("coordinator serving on %s (metrics %s) after %v; data in %s", st.addr, st.metricsAddr, startup.Round(time.Millisecond), st.data)
-	gen, err := newGenerator(st.addr, cfg.maxWatches)
+	gen, err := newGenerator(st.dialAddr(), cfg.maxWatches)
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +89,12 @@ func runPhases(ctx context.Context, cfg config, lg *logger) (rep *report, err er
 	} else {
 		lg.printf("warning: reading the coordinator's memory: %v", err)
 	}
+	// Last, as it moves the leadership the figures above are read from.
+	if cfg.has("failover") {
+		if rep.Failover, err = r.failover(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 
@@ -120,6 +126,16 @@ type cpuSample struct {
 	// written is the bytes every process has written to storage so far
 	// (write_bytes), all of them together; coordWritten the coordinator's.
 	written, coordWritten int64
+	// nodes are a cluster's nodes one by one, the leader first.
+	nodes []nodeSample
+}
+
+// nodeSample is one cluster node's CPU time and bytes written so far.
+type nodeSample struct {
+	id      string
+	leader  bool
+	cpu     time.Duration
+	written int64
 }
 
 // sampleCPU reads every process's CPU time.
@@ -158,6 +174,9 @@ func (r *runner) sampleCPU() (cpuSample, error) {
 		}
 		s.written += n
 	}
+	if s.nodes, err = r.sampleNodes(); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
@@ -187,6 +206,7 @@ func cpuBetween(a, b cpuSample, docs int, wall time.Duration) *cpuResult {
 		res.TotalMicrosPerDoc = float64((c + rd + g + f).Microseconds()) / float64(docs)
 		res.CoordinatorWrittenPerDoc = float64(b.coordWritten-a.coordWritten) / float64(docs)
 		res.WrittenPerDoc = float64(b.written-a.written) / float64(docs)
+		res.Nodes = nodesBetween(a.nodes, b.nodes, docs)
 	}
 	return res
 }
@@ -288,7 +308,7 @@ func (r *runner) drain(ctx context.Context, label string, docs int) (*drainResul
 	if err != nil {
 		return nil, err
 	}
-	h0 := r.scrapeGroups(ctx)
+	h0, raft0 := r.scrapeGroups(ctx), r.scrapeRaft(ctx)
 	start := time.Now()
 	if _, err := r.gen.operator.PauseDispatch(ctx, "benchmark: "+label+" backlog"); err != nil {
 		return nil, fmt.Errorf("pausing dispatch: %w", err)
@@ -343,6 +363,7 @@ func (r *runner) drain(ctx context.Context, label string, docs int) (*drainResul
 		DocsPerSecond: rate(docs, elapsed),
 		CPU:           cpuBetween(cpu0, cpu1, docs, last.Sub(start)),
 		Groups:        groupsBetween(h0, r.scrapeGroups(ctx)),
+		Raft:          raftBetween(raft0, r.scrapeRaft(ctx), docs),
 	}
 	r.lg.printf("%s: %.0f docs/s (%d documents in %v after resuming)", label, res.DocsPerSecond, docs, elapsed.Round(time.Millisecond))
 	return res, nil
@@ -423,7 +444,7 @@ func (r *runner) steady(ctx context.Context) (*steadyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	h0 := r.scrapeGroups(ctx)
+	h0, raft0 := r.scrapeGroups(ctx), r.scrapeRaft(ctx)
 	start, finished0 := time.Now(), finished.Load()
 	res := &steadyResult{BatchSize: r.cfg.steadyBatch}
 	running := 0
@@ -449,7 +470,7 @@ func (r *runner) steady(ctx context.Context) (*steadyResult, error) {
 	}
 	end, finishedEnd := time.Now(), finished.Load()
 	cpu1, cpuErr := r.sampleCPU()
-	h1 := r.scrapeGroups(ctx)
+	h1, raft1 := r.scrapeGroups(ctx), r.scrapeRaft(ctx)
 	stopping.Store(true)
 	r.lg.printf("steady: waiting for the batches in flight")
 	wg.Wait()
@@ -469,6 +490,7 @@ func (r *runner) steady(ctx context.Context) (*steadyResult, error) {
 	res.Documents = int(finishedEnd - finished0)
 	res.CPU = cpuBetween(cpu0, cpu1, res.Documents, end.Sub(start))
 	res.Groups = groupsBetween(h0, h1)
+	res.Raft = raftBetween(raft0, raft1, res.Documents)
 	return res, nil
 }
 

@@ -23,6 +23,7 @@ type report struct {
 	CoordinatorMemory *memory         `json:"coordinator_memory,omitempty"`
 	Store             *storeResult    `json:"store,omitempty"`
 	DoS               *dosResult      `json:"dos,omitempty"`
+	Failover          *failoverResult `json:"failover,omitempty"`
 	Targets           []targetOutcome `json:"targets"`
 }
 
@@ -67,6 +68,7 @@ type drainResult struct {
 	// CPU covers the whole phase, submission included.
 	CPU    *cpuResult   `json:"cpu"`
 	Groups *groupResult `json:"writer_group_commands,omitempty"`
+	Raft   *raftResult  `json:"raft,omitempty"`
 }
 
 // steadyResult is the closed-loop phase.
@@ -81,6 +83,7 @@ type steadyResult struct {
 	Failed    int          `json:"failed"`
 	CPU       *cpuResult   `json:"cpu"`
 	Groups    *groupResult `json:"writer_group_commands,omitempty"`
+	Raft      *raftResult  `json:"raft,omitempty"`
 }
 
 // steadyLevel is one level of the steady phase, after its warm-up.
@@ -136,6 +139,56 @@ type cpuResult struct {
 	// coordinator and by every process.
 	CoordinatorWrittenPerDoc float64 `json:"coordinator_written_bytes_per_doc"`
 	WrittenPerDoc            float64 `json:"written_bytes_per_doc"`
+	// Nodes are a cluster's nodes one by one, the leader first.
+	Nodes []nodeUsage `json:"nodes,omitempty"`
+}
+
+// nodeUsage is one cluster node's share of a CPU window.
+type nodeUsage struct {
+	Node            string  `json:"node"`
+	Leader          bool    `json:"leader"`
+	CPUMicrosPerDoc float64 `json:"cpu_us_per_doc"`
+	WrittenPerDoc   float64 `json:"written_bytes_per_doc"`
+}
+
+// raftResult is a phase's replication, from the leader's
+// leasehold_raft_commit_seconds histogram (one observation per writer
+// group, which is one raft entry) and leasehold_raft_commit_index, scraped
+// before and after.
+type raftResult struct {
+	// Entries are the writer groups committed; LogEntries the commit
+	// index's advance, which also counts raft's own entries.
+	Entries      int64   `json:"entries"`
+	LogEntries   int64   `json:"log_entries"`
+	DocsPerEntry float64 `json:"documents_per_entry"`
+	// The commit latency, proposal to apply on the leader: p50 and p99
+	// interpolated in the histogram's buckets, and the mean.
+	CommitP50MS  float64 `json:"commit_p50_ms"`
+	CommitP99MS  float64 `json:"commit_p99_ms"`
+	CommitMeanMS float64 `json:"commit_mean_ms"`
+}
+
+// failoverResult is the failover phase: SIGKILL of the leader under load
+// to the first acknowledgement of a submission sent after the kill.
+type failoverResult struct {
+	Kills           int       `json:"kills"`
+	InFlightBatches int       `json:"in_flight_batches"`
+	BatchSize       int       `json:"batch_size"`
+	SamplesMS       []float64 `json:"samples_ms"`
+	P50MS           float64   `json:"p50_ms"`
+	MaxMS           float64   `json:"max_ms"`
+	// Leaders are the nodes that took over, kill by kill.
+	Leaders []string `json:"new_leaders"`
+	// Rejoin is a killed node's restart on its data directory, exec to
+	// SERVING; CatchUp exec to applying the leader's commit index of then.
+	RejoinP50MS  float64 `json:"rejoin_p50_ms"`
+	RejoinMaxMS  float64 `json:"rejoin_max_ms"`
+	CatchUpMaxMS float64 `json:"catch_up_max_ms"`
+	// Documents finished during the phase; RefusedSubmits are submissions
+	// the client gave up on with a leader-change error (sent again).
+	Documents      int `json:"documents"`
+	RefusedSubmits int `json:"refused_submits"`
+	Failed         int `json:"failed"`
 }
 
 // storeResult is the -store mode.
@@ -336,6 +389,15 @@ func writeText(w io.Writer, r *report) error {
 	if x := r.Steady; x != nil && x.CPU != nil {
 		cpuLine(line, "CPU steady", x.CPU, "phase start to last level end", verdict(figureSteadyCPU))
 	}
+	if x := r.Drain; x != nil && x.Raft != nil {
+		raftLine(line, "raft drain", x.Raft)
+	}
+	if x := r.Steady; x != nil && x.Raft != nil {
+		raftLine(line, "raft steady", x.Raft)
+	}
+	if x := r.Failover; x != nil {
+		failoverLine(line, x)
+	}
 	if x := r.DoS; x != nil {
 		reads := func(x readsResult) string { return fmt.Sprintf("p50 %s  p99 %s", msText(x.P50MS), msText(x.P99MS)) }
 		line("GetJob, alone", reads(x.Baseline), fmt.Sprintf("another team's reads, %d sequential calls, max %s", x.Baseline.N, msText(x.Baseline.MaxMS)), "")
@@ -390,10 +452,48 @@ func drainLine(line func(name, value, detail, target string), name string, x *dr
 func cpuLine(line func(name, value, detail, target string), name string, c *cpuResult, window, target string) {
 	line(name, fmt.Sprintf("%.0f µs/doc", c.TotalMicrosPerDoc),
 		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f%s, renderers %.3f, generator %.3f (%s docs, %s; 10 ms ticks); "+
-			"written to disk per doc: coordinator %s, all %s",
+			"written to disk per doc: coordinator %s, all %s%s",
 			c.CoordinatorPer1000, followersText(c), c.RenderersPer1000, c.GeneratorPer1000, count(c.Documents), window,
-			bytesText(c.CoordinatorWrittenPerDoc), bytesText(c.WrittenPerDoc)),
+			bytesText(c.CoordinatorWrittenPerDoc), bytesText(c.WrittenPerDoc), nodesText(c.Nodes)),
 		target)
+}
+
+// nodesText is a cluster's nodes' share of a CPU line, one by one.
+func nodesText(nodes []nodeUsage) string {
+	if len(nodes) == 0 {
+		return ""
+	}
+	parts := make([]string, len(nodes))
+	for i, n := range nodes {
+		role := ""
+		if n.Leader {
+			role = " (leader)"
+		}
+		parts[i] = fmt.Sprintf("%s%s %.0f µs, %s written", n.Node, role, n.CPUMicrosPerDoc, bytesText(n.WrittenPerDoc))
+	}
+	return "; per node per doc: " + strings.Join(parts, "; ")
+}
+
+// raftLine writes the replication line of one phase.
+func raftLine(line func(name, value, detail, target string), name string, x *raftResult) {
+	line(name, fmt.Sprintf("%.1f docs/entry", x.DocsPerEntry),
+		fmt.Sprintf("commit (proposal → applied on the leader) p50 %s  p99 %s  mean %s; %s entries (writer groups), commit index +%s",
+			msText(x.CommitP50MS), msText(x.CommitP99MS), msText(x.CommitMeanMS), count(int(x.Entries)), count(int(x.LogEntries))),
+		"")
+}
+
+// failoverLine writes the line of the failover phase.
+func failoverLine(line func(name, value, detail, target string), x *failoverResult) {
+	samples := make([]string, len(x.SamplesMS))
+	for i, v := range x.SamplesMS {
+		samples[i] = msText(v)
+	}
+	line("failover", fmt.Sprintf("p50 %s  max %s", msText(x.P50MS), msText(x.MaxMS)),
+		fmt.Sprintf("SIGKILL of the leader → first submission sent after it acknowledged, %d kills under %d batches of %d in flight (%s; new leaders %s); "+
+			"killed node restarted on its data: SERVING p50 %s max %s, caught up max %s; %s docs finished, %d submissions given up by the client and sent again%s",
+			x.Kills, x.InFlightBatches, x.BatchSize, strings.Join(samples, ", "), strings.Join(x.Leaders, ","),
+			msText(x.RejoinP50MS), msText(x.RejoinMaxMS), msText(x.CatchUpMaxMS), count(x.Documents), x.RefusedSubmits, failedText(x.Failed)),
+		"")
 }
 
 // followersText is a cluster's followers' share of a CPU line.

@@ -92,6 +92,9 @@ type stack struct {
 	restarts  int
 	// followers are the cluster's other nodes (-cluster), coord its leader.
 	followers []*testbin.Child
+	// nodes are a cluster's nodes, leader the one coord runs.
+	nodes  []*clusterNode
+	leader *clusterNode
 
 	// ctx ends when the run must stop: the caller's context, or a child
 	// exiting unexpectedly (its cause says which).
@@ -194,7 +197,7 @@ func (s *stack) recordPath(i int) string {
 func (s *stack) startRenderers(record bool) error {
 	for i := 1; i <= s.cfg.renderers; i++ {
 		args := []string{
-			"--coordinator", s.addr, "--id", fmt.Sprintf("bench-%d", i), "--token", "dev-renderer",
+			"--coordinator", s.dialAddr(), "--id", fmt.Sprintf("bench-%d", i), "--token", "dev-renderer",
 			"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", s.cfg.renderLatency.String(),
 		}
 		if record {
