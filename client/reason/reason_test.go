@@ -180,24 +180,14 @@ func TestTheListImportsNothing(t *testing.T) {
 
 // errorsPages are where the limits and errors tables may live, first
 // found first.
-var errorsPages = []string{"docs/limits-and-errors.md", "README.md"}
-
-// undocumented are the ErrorInfo reasons the errors page does not name
-// yet. The test fails when one of them becomes documented, so that the
-// set only shrinks.
-var undocumented = []string{
-	"CONFLICTING_SELECTION", "ILLEGAL_TRANSITION", "INTERNAL", "INVALID_INSTANCE_ID",
-	"INVALID_PHASE", "INVALID_SIZE", "INVALID_TEAM", "INVALID_TERMINAL_REASON",
-	"MISSING_METADATA", "MISSING_OUTCOME", "MISSING_SELECTION", "NOT_FAILED",
-	"OUTCOME_UNKNOWN", "PERMANENT_FAILURE",
-}
+var errorsPages = []string{"docs/limits-and-errors.md"}
 
 var backquoted = regexp.MustCompile("`([A-Z][A-Z0-9_]{2,})`")
 
 // TestTheErrorsPageMatchesTheList compares the list with the page that
 // documents the limits and errors: every reason the reason column of its
 // tables names is in the list, and every ErrorInfo reason of the list is
-// named on the page (but those of undocumented).
+// named on the page.
 func TestTheErrorsPageMatchesTheList(t *testing.T) {
 	t.Parallel()
 	list := readList(t)
@@ -242,17 +232,8 @@ func TestTheErrorsPageMatchesTheList(t *testing.T) {
 		named[m[1]] = true
 	}
 	for v, l := range list {
-		switch {
-		case !l.errorInfo:
-		case slices.Contains(undocumented, v) && named[v]:
-			t.Errorf("%s now names %s: take it out of undocumented", page, v)
-		case !slices.Contains(undocumented, v) && !named[v]:
+		if l.errorInfo && !named[v] {
 			t.Errorf("%s does not name reason %s (reason.%s)", page, v, l.name)
-		}
-	}
-	for _, v := range undocumented {
-		if _, ok := list[v]; !ok {
-			t.Errorf("undocumented names %s, which the list does not have", v)
 		}
 	}
 }
