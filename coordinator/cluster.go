@@ -381,16 +381,18 @@ func (o clusterOps) notLeader(err error) error {
 }
 
 // exitReplicaFailed is the exit status of a node whose store could not
-// apply a committed entry.
+// apply a committed entry, or whose raft log refused a write.
 const exitReplicaFailed = 3
 
 // replicaFailed stops the process when this node's store cannot apply a
-// committed entry (a full disk, say): it may not go on with a state the
-// log no longer describes, and the other nodes go on without it. It logs
-// why, with the fix, and exits; restarted once the fault is mended, the
-// node applies the log from where its store stopped.
+// committed entry, or its raft log cannot take an entry (a full disk,
+// say): it may not go on with a state the log no longer describes, nor
+// stay a member that cannot store what it is sent, and the other nodes go
+// on without it. It logs why, with the fix, and exits; restarted once the
+// fault is mended, the node goes on from its last stored entry and
+// applies the log from where its store stopped.
 func (c *Coordinator) replicaFailed(err error) {
-	c.log.Error("this node's store cannot apply the replicated log: stopping; the other nodes go on; "+
+	c.log.Error("this node cannot store or apply the replicated log: stopping; the other nodes go on; "+
 		"free the disk (or fix the fault) and restart it to catch up", "err", err)
 	os.Exit(exitReplicaFailed)
 }

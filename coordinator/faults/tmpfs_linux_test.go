@@ -25,3 +25,12 @@ func mountTmpfs(t *testing.T, size int) (string, error) {
 	})
 	return dir, nil
 }
+
+// growTmpfs changes the size of the tmpfs mounted at dir, as growing a
+// full volume does.
+func growTmpfs(t *testing.T, dir string, size int) {
+	t.Helper()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		t.Fatalf("growing the tmpfs on %s to %d MiB: %v", dir, size>>20, err)
+	}
+}

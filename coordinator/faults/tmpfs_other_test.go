@@ -11,3 +11,6 @@ import (
 func mountTmpfs(*testing.T, int) (string, error) {
 	return "", errors.New("tmpfs mounts are tested on Linux only")
 }
+
+// growTmpfs is only available on Linux.
+func growTmpfs(t *testing.T, _ string, _ int) { t.Fatal("tmpfs mounts are tested on Linux only") }
