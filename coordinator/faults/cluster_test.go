@@ -144,9 +144,10 @@ func clusterView(t testing.TB, n *node) *leaseholdv1.GetClusterResponse {
 }
 
 // waitApplied waits until every one of nodes has applied the same index
-// as the leader, with no member lagging, and returns that index. The
-// cluster must be quiet (no load, no renderer): each try asks again, as
-// nodes tell no event when they catch up.
+// as the leader, as raft counts it (an entry handed to the store, which
+// may still be writing it), and returns that index. The cluster must be
+// quiet (no load, no renderer): each try asks again, as nodes tell no
+// event when they catch up.
 func waitApplied(t testing.TB, leader *node, nodes []*node) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
