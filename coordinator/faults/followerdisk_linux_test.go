@@ -200,8 +200,12 @@ fill:
 	if err != nil || !strings.HasSuffix(out, "consistent\n") {
 		t.Errorf("coordinator check --data-dir %s: %v\n%s", full.dir, err, out)
 	}
-	t.Logf("FIGURE follower disk full: %s on a %d MiB tmpfs stopped with status 3 after %d batches of %d KiB; %d jobs acknowledged, all succeeded; restarted on %d MiB it caught up to index %d: %s; check: %s",
-		full.id, tmpfsSize>>20, submitted, docsPerFill*docBytes>>10, jobs, (tmpfsSize+2*walSegmentBytes)>>20, applied,
+	where := "data directory"
+	if c.logOnly {
+		where = "raft log"
+	}
+	t.Logf("FIGURE follower disk full: %s with its %s on a %d MiB tmpfs stopped with status 3 after %d batches of %d KiB; %d jobs acknowledged, all succeeded; restarted on %d MiB it caught up to index %d: %s; check: %s",
+		full.id, where, tmpfsSize>>20, submitted, docsPerFill*docBytes>>10, jobs, (tmpfsSize+2*walSegmentBytes)>>20, applied,
 		strings.Join(digests, ", "), strings.TrimSpace(out[strings.LastIndex(strings.TrimSuffix(out, "\n"), "\n")+1:]))
 }
 
