@@ -75,6 +75,9 @@ type replicated struct {
 	// live is how recently a member must have answered the leader to
 	// count towards a quorum (see clusterOps).
 	live time.Duration
+	// repromote is how long a leader whose writer is down waits before
+	// it tries again to promote it (an election timeout).
+	repromote time.Duration
 }
 
 // startReplica opens the FSM over the store and starts this node's raft,
@@ -111,6 +114,7 @@ func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) e
 		extend:    hb + 2*election,
 		advertise: cl.GRPCAdvertise,
 		live:      max(3*hb, time.Second),
+		repromote: election,
 	}
 	if c.replica.advertise == "" {
 		c.replica.advertise = c.cfg.Listen
@@ -167,7 +171,12 @@ func (c *Coordinator) Applied() uint64 { return c.replica.fsm.Applied() }
 
 // followLeadership promotes and demotes the engine as raft's leadership
 // comes and goes, and re-promotes it when the writer stepped down by
-// itself while raft still says this node leads. It runs until Close.
+// itself while raft still says this node leads. A promotion that fails
+// while raft still says this node leads (its barrier refused during a
+// leadership transfer, which may then fail and leave this node the
+// leader, with no change for raft to tell) is tried again after an
+// election timeout, until the writer runs or raft says another leads.
+// It runs until Close.
 func (c *Coordinator) followLeadership() {
 	defer c.watcher.Done()
 	r := c.replica
@@ -180,6 +189,25 @@ func (c *Coordinator) followLeadership() {
 	r.node.Raft.RegisterObserver(observer)
 	defer r.node.Raft.DeregisterObserver(observer)
 	c.setClusterHealth()
+	var retry *time.Timer
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	var retryC <-chan time.Time
+	// settle arms the retry when raft says this node leads and the
+	// writer does not run, and disarms it otherwise.
+	settle := func() {
+		if retry != nil {
+			retry.Stop()
+			retry, retryC = nil, nil
+		}
+		if r.node.IsLeader() && !c.eng.Leading() {
+			retry = time.NewTimer(r.repromote)
+			retryC = retry.C
+		}
+	}
 	for {
 		select {
 		case <-c.done:
@@ -190,11 +218,19 @@ func (c *Coordinator) followLeadership() {
 			} else {
 				c.demote()
 			}
+			settle()
 		case <-c.eng.Lost():
 			c.demote()
 			if r.node.IsLeader() {
 				c.promote()
 			}
+			settle()
+		case <-retryC:
+			retry, retryC = nil, nil
+			if r.node.IsLeader() && !c.eng.Leading() {
+				c.promote()
+			}
+			settle()
 		case <-obs:
 			c.setClusterHealth()
 		}
@@ -381,16 +417,18 @@ func (o clusterOps) notLeader(err error) error {
 }
 
 // exitReplicaFailed is the exit status of a node whose store could not
-// apply a committed entry.
+// apply a committed entry, or whose raft log refused a write.
 const exitReplicaFailed = 3
 
 // replicaFailed stops the process when this node's store cannot apply a
-// committed entry (a full disk, say): it may not go on with a state the
-// log no longer describes, and the other nodes go on without it. It logs
-// why, with the fix, and exits; restarted once the fault is mended, the
-// node applies the log from where its store stopped.
+// committed entry, or its raft log cannot take an entry (a full disk,
+// say): it may not go on with a state the log no longer describes, nor
+// stay a member that cannot store what it is sent, and the other nodes go
+// on without it. It logs why, with the fix, and exits; restarted once the
+// fault is mended, the node goes on from its last stored entry and
+// applies the log from where its store stopped.
 func (c *Coordinator) replicaFailed(err error) {
-	c.log.Error("this node's store cannot apply the replicated log: stopping; the other nodes go on; "+
+	c.log.Error("this node cannot store or apply the replicated log: stopping; the other nodes go on; "+
 		"free the disk (or fix the fault) and restart it to catch up", "err", err)
 	os.Exit(exitReplicaFailed)
 }

@@ -710,3 +710,61 @@ func TestClusterConsole(t *testing.T) {
 		t.Errorf("a single node's overview shows a cluster, or no teams:\n%s", page)
 	}
 }
+
+// TestClusterTransferFailedLeaderWritesAgain fails a leadership transfer
+// while writes arrive: the target is cut off from the leader and lags, so
+// raft's transfer waits for it until its timeout and the leader stays.
+// The writes refused during the transfer stop the writer; once the
+// transfer has failed the leader must take writes again, with no other
+// change of leadership to prompt it.
+func TestClusterTransferFailedLeaderWritesAgain(t *testing.T) {
+	t.Parallel()
+	tc := startOpsCluster(t, 3)
+	leader := waitLeader(t, tc.nodes...)
+	admin := dialNode(t, leader, adminToken)
+	sub := dialNode(t, leader, submitterToken)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eventually(t, "every follower caught up", func() bool { return allReplicated(t, admin, 3) })
+	submit := func(id string) error {
+		_, err := sub.SubmitBatch(ctx, "alpha", id, []*leaseholdv1.Document{{Name: "a.txt", Content: []byte(id)}}, nil)
+		return err
+	}
+
+	target := tc.followersOf(leader)[0]
+	leader.trans.Disconnect(target.trans.LocalAddr())
+	for i := range 3 {
+		if err := submit(fmt.Sprintf("before-%d", i)); err != nil {
+			t.Fatalf("a submit with the target cut off: %v", err)
+		}
+	}
+	transferred := make(chan error, 1)
+	go func() {
+		_, err := admin.TransferLeadership(ctx, target.id, "a target that cannot catch up")
+		transferred <- err
+	}()
+	refused := 0
+	var transferErr error
+	for i := 0; ; i++ {
+		select {
+		case transferErr = <-transferred:
+		default:
+			if err := submit(fmt.Sprintf("during-%d", i)); err != nil {
+				refused++
+			}
+			continue
+		}
+		break
+	}
+	wantCode(t, transferErr, codes.Unavailable, "LEADERSHIP_TRANSFER_FAILED")
+	if refused == 0 {
+		t.Fatal("no submit was refused during the transfer: the writer was never stopped by it")
+	}
+	leader.trans.Connect(target.trans.LocalAddr(), target.trans)
+	if got := waitLeader(t, tc.nodes...); got != leader {
+		t.Fatalf("%s leads after the failed transfer, want %s still", got.id, leader.id)
+	}
+	if err := submit("after"); err != nil {
+		t.Errorf("a submit on the leader after the failed transfer: %v", err)
+	}
+}

@@ -4,13 +4,16 @@
 // internal/tcpproxy), renderers frozen with SIGSTOP past their lease TTL
 // while others work, a coordinator whose disk fills up, and one whose
 // disk freezes (fsfreeze) for longer than the TTL while renderers hold
-// leases.
+// leases; and a cluster of three, one of whose followers fills its disk,
+// restarted one node at a time with its leadership handed on while
+// renderers hold leases.
 //
 // TestMain builds bin/coordinator and bin/renderer once into a temporary
 // directory, or uses those in $LEASEHOLD_BIN (relative to the module root,
 // or absolute). Every test starts its own processes on free ports with
 // their own data directories (on a tmpfs where the test may mount one, so
-// that only TestDiskFull and TestStorageStall test the disk); every
+// that only TestDiskFull, TestFollowerDiskFull and TestStorageStall test
+// the disk); every
 // process is killed when its test ends. Waits follow log lines, watch
 // streams and proxy counters; their timeouts are failsafe bounds only.
 //

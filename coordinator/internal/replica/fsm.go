@@ -42,12 +42,13 @@ type FSM struct {
 	applied   atomic.Uint64
 	// metrics time ApplyBatch; StartNode sets them before raft runs.
 	metrics *Metrics
-	// Fatal is called, on the FSM goroutine, with an entry that cannot be
-	// applied, and must not return: it stops the process. Nil panics.
+	// Fatal is called with an entry that cannot be applied (on the FSM
+	// goroutine) or a write the raft log refused (on raft's), and must not
+	// return: it stops the process. Nil panics.
 	Fatal func(error)
 }
 
-// fatal stops the node on an entry it cannot apply.
+// fatal stops the node on an entry it cannot apply or store.
 func (f *FSM) fatal(err error) {
 	if f.Fatal != nil {
 		f.Fatal(err)

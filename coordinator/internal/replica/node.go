@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/segment"
 )
 
 // Timing defaults of a node. Failover is about a heartbeat timeout (a
@@ -183,20 +185,24 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		stable raft.StableStore
 		snaps  raft.SnapshotStore
 		err    error
+		// explain adds the log's own reason to a write it refused.
+		explain func(error) error
 	)
 	if cfg.InmemStore {
 		s := raft.NewInmemStore()
 		logs, stable, snaps = s, s, raft.NewInmemSnapshotStore()
 	} else {
-		if err := os.MkdirAll(filepath.Join(cfg.Dir, "wal"), 0o700); err != nil {
+		walDir := filepath.Join(cfg.Dir, "wal")
+		if err := os.MkdirAll(walDir, 0o700); err != nil {
 			return nil, err
 		}
-		w, err := wal.Open(filepath.Join(cfg.Dir, "wal"), wal.WithLogger(hl.Named("wal")))
+		filer := &segmentFiler{SegmentFiler: segment.NewFiler(walDir, walfs.New())}
+		w, err := wal.Open(walDir, wal.WithLogger(hl.Named("wal")), wal.WithSegmentFiler(filer))
 		if err != nil {
 			return nil, fmt.Errorf("opening the raft log: %w", err)
 		}
 		n.closers = append(n.closers, w)
-		logs, stable = w, w
+		logs, stable, explain = w, w, filer.explain
 		if snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.Dir, snapshotsRetained, hl.Named("snapshots")); err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("opening the snapshot store: %w", err)
@@ -244,7 +250,11 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		}
 		n.log.Info("raft: bootstrapped a new cluster", "voters", len(servers))
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, n.trans)
+	// A write to the log or stable store that fails stops the node, as an
+	// entry its store cannot apply does (failStopLog).
+	guarded := stopOnWriteError(logs, stable, fsm.fatal)
+	guarded.explain = explain
+	r, err := raft.NewRaft(rc, fsm, guarded, guarded, snaps, n.trans)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("starting raft: %w", err)

@@ -1,0 +1,248 @@
+package faults
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/leasehold/leasehold/client"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testbin"
+)
+
+// requireTmpfsEnv, when set (as CI sets it, running as root), turns the
+// skip of a test that cannot mount its tmpfs into a failure.
+const requireTmpfsEnv = "LEASEHOLD_REQUIRE_NAMESPACES"
+
+// tmpfsOrSkip mounts a tmpfs of size bytes (mountTmpfs), or skips the
+// test when this process may not mount one, unless requireTmpfsEnv is set.
+func tmpfsOrSkip(t *testing.T, size int) string {
+	t.Helper()
+	dir, err := mountTmpfs(t, size)
+	if err != nil {
+		if os.Getenv(requireTmpfsEnv) != "" {
+			t.Fatalf("%v (and %s is set)", err, requireTmpfsEnv)
+		}
+		t.Skipf("%v: mounting needs root or CAP_SYS_ADMIN; run as root to test a full disk", err)
+	}
+	return dir
+}
+
+// walSegmentBytes is the size of a raft-wal log segment, which the WAL
+// allocates whole when it opens one: a node's log needs no more room
+// until its segment is full, and then 64 MiB at once.
+const walSegmentBytes = 64 << 20
+
+// TestFollowerDiskFull fills the disk of one follower of three, with
+// renderers working. The follower must stop by itself, exit status 3 with
+// one line saying why (no panic), while the other two go on: every submit
+// is acknowledged, before and after, and every job succeeds. Once the
+// tmpfs is grown and the follower restarted on the same directory it
+// catches up: when all three are stopped they have applied the same
+// index, their stores have the same digest, and "coordinator check"
+// passes on the follower's.
+//
+// What fills first depends on the room left. On one volume for the store
+// and the raft log, as a pod has, a store that grows fills it before the
+// log's segment, which is allocated in advance, is full: the store then
+// cannot apply an entry. A store whose size holds (old jobs deleted as new
+// ones come), or a log on a volume of its own, leaves the log's next
+// segment to find the disk full: raft's append then fails. The second case
+// puts the raft log alone on the small tmpfs, so that it, not the store,
+// fills; it needs a segment's worth of documents (64 MiB), about 10 s here.
+//
+// Mounting needs CAP_SYS_ADMIN; without it the test is skipped, or fails
+// where LEASEHOLD_REQUIRE_NAMESPACES is set (CI, as root).
+func TestFollowerDiskFull(t *testing.T) {
+	t.Parallel()
+	cases := []fullFollower{
+		{"TheStoreCannotApply", walSegmentBytes + 10<<20, false, "replica: applying entries"},
+		// The log alone on a tmpfs with room for its first segment: the
+		// store, on a disk of its own, does not fill first (each document
+		// is in the store with its artifact, which takes about twice the
+		// room it takes in the log).
+		{"TheLogCannotAppend", walSegmentBytes + 4<<20, true, "to the raft log: segment is sealed: the log's next segment could not be made"},
+	}
+	runConcurrently(t, cases, func(c fullFollower) string { return c.name }, func(t *testing.T, c fullFollower) {
+		testFollowerDiskFull(t, c)
+	})
+}
+
+// fullFollower is a case of TestFollowerDiskFull.
+type fullFollower struct {
+	name string
+	// size is the tmpfs's.
+	size int
+	// logOnly puts only the raft log (raft/ of the data directory) on
+	// it, the store on a roomy one.
+	logOnly bool
+	// cause is in the error of the line the follower stops with.
+	cause string
+}
+
+func testFollowerDiskFull(t *testing.T, c fullFollower) {
+	tmpfsSize := c.size
+	// The others have room for twice the documents the follower's disk
+	// could hold, in both their log and their store, and its log's
+	// segments allocated in advance.
+	dirs := []string{tmpfsOrSkip(t, 2<<30), tmpfsOrSkip(t, 2<<30)}
+	var small string
+	if c.logOnly {
+		dir := tmpfsOrSkip(t, 2<<30)
+		small = filepath.Join(dir, "raft")
+		if err := os.Mkdir(small, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := mountTmpfsOn(t, small, tmpfsSize); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	} else {
+		small = tmpfsOrSkip(t, tmpfsSize)
+		dirs = append(dirs, small)
+	}
+	cl := newCluster(t, dirs, "--lease-ttl", "5s")
+	full := cl.nodes[2]
+	leader := waitLeader(t, cl.nodes...)
+	if leader == full {
+		op := dial(t, full.grpc, tokenOperator)
+		if _, err := op.TransferLeadership(testContext(t), "n1", "the follower's disk is under test"); err != nil {
+			t.Fatalf("moving the leadership off %s: %v", full.id, err)
+		}
+		leader = waitLeader(t, cl.nodes[0])
+	}
+	renderers := make([]*renderer, 2)
+	for i := range renderers {
+		renderers[i] = startRenderer(t, cl.addrs(), fmt.Sprintf("r%d", i), "--capacity", "4", "--latency", "200ms")
+	}
+	alpha := dial(t, cl.addrs(), tokenAlpha)
+
+	// Submit until the follower stops; each submit must be acknowledged.
+	acked := map[string][]string{}
+	submitted := 0
+	limit := 2 * tmpfsSize / (docsPerFill * docBytes)
+fill:
+	for ; ; submitted++ {
+		select {
+		case <-full.Exited():
+			break fill
+		default:
+		}
+		if submitted == limit {
+			t.Fatalf("%d batches of %d KiB acknowledged and %s still runs on a %d MiB disk", submitted, docsPerFill*docBytes>>10, full.id, tmpfsSize>>20)
+		}
+		id, jobs := submit(t, alpha, "alpha", fmt.Sprintf("fill-%d", submitted), bulkDocs(submitted))
+		acked[id] = jobs
+	}
+	if code := full.WaitExit(); code != 3 {
+		t.Errorf("%s exited with status %d, want 3", full.id, code)
+	}
+	stops := full.LinesWith("this node cannot store or apply the replicated log: stopping")
+	if len(stops) != 1 || !strings.Contains(stops[0], c.cause) || !strings.Contains(stops[0], "no space left on device") {
+		t.Errorf("%s stopped with %q, want one line whose error says %q and no space left on device", full.id, stops, c.cause)
+	}
+	if lines := full.LinesWith("panic"); len(lines) > 0 {
+		t.Errorf("%s panicked: %q", full.id, lines)
+	}
+	t.Logf("%s stopped after %d acknowledged batches: %s", full.id, submitted, stops)
+
+	// The other two go on.
+	for i := range 5 {
+		id, jobs := submit(t, alpha, "alpha", fmt.Sprintf("after-%d", i), docs(fmt.Sprintf("after-%d", i), 2))
+		acked[id] = jobs
+	}
+	jobs := 0
+	for batch, ids := range acked {
+		waitBatchDone(t, alpha, batch)
+		for _, id := range ids {
+			jobs++
+			if j := getJob(t, alpha, id); j.GetPhase() != leaseholdv1.Phase_PHASE_SUCCEEDED {
+				t.Errorf("job %s: %v, want SUCCEEDED; history:\n%s", id, j.GetPhase(), history(j))
+			}
+		}
+	}
+
+	// Room again: the follower restarted on its directory catches up.
+	growTmpfs(t, small, tmpfsSize+2*walSegmentBytes)
+	cl.start(t, full)
+	for _, r := range renderers {
+		r.Signal(syscall.SIGTERM)
+		r.WaitGone()
+	}
+	// A last batch, once in every store, has everything before it there.
+	leader = waitLeader(t, cl.nodes...)
+	marker, _ := submit(t, alpha, "alpha", "marker", docs("marker", 1))
+	for _, n := range cl.nodes {
+		waitStored(t, n, marker)
+	}
+	applied := waitApplied(t, leader, cl.nodes)
+	for _, n := range append(cl.others(leader), leader) {
+		n.Signal(syscall.SIGTERM)
+		n.WaitGone()
+	}
+	var digests []string
+	for _, n := range cl.nodes {
+		idx, d := storeState(t, n)
+		digests = append(digests, fmt.Sprintf("%s applied %d digest %x", n.id, idx, d[:8]))
+		if want, wantD := storeState(t, leader); idx != want || d != wantD {
+			t.Errorf("stopped, %s applied %d with digest %x; the leader %s applied %d with %x", n.id, idx, d[:8], leader.id, want, wantD[:8])
+		}
+	}
+	out, err := checkStore(full.dir)
+	if err != nil || !strings.HasSuffix(out, "consistent\n") {
+		t.Errorf("coordinator check --data-dir %s: %v\n%s", full.dir, err, out)
+	}
+	where := "data directory"
+	if c.logOnly {
+		where = "raft log"
+	}
+	t.Logf("FIGURE follower disk full: %s with its %s on a %d MiB tmpfs stopped with status 3 after %d batches of %d KiB; %d jobs acknowledged, all succeeded; restarted on %d MiB it caught up to index %d: %s; check: %s",
+		full.id, where, tmpfsSize>>20, submitted, docsPerFill*docBytes>>10, jobs, (tmpfsSize+2*walSegmentBytes)>>20, applied,
+		strings.Join(digests, ", "), strings.TrimSpace(out[strings.LastIndex(strings.TrimSuffix(out, "\n"), "\n")+1:]))
+}
+
+// checkStore runs "coordinator check" on a stopped node's data directory.
+func checkStore(dir string) (string, error) {
+	cmd := exec.Command(bins.coordinator, "check", "--data-dir", dir)
+	cmd.Env = testbin.Env()
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		err = fmt.Errorf("exit status %d", exit.ExitCode())
+	}
+	return string(out), err
+}
+
+// waitStored waits until n's own store holds the batch, asking it with a
+// stale read (served from its store) until it does: raft counts an entry
+// applied once it hands it to the store, and a node caught up from far
+// behind may still be writing what it was handed.
+func waitStored(t testing.TB, n *node, batchID string) {
+	t.Helper()
+	c := dial(t, n.grpc, tokenAlpha)
+	ctx := metadata.AppendToOutgoingContext(testContext(t), "leasehold-read", "stale")
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := c.GetBatch(ctx, batchID)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("a stale read of batch %s on %s: %v", batchID, n.id, err)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("%s's store does not hold batch %s within %v", n.id, batchID, waitTimeout)
+		}
+	}
+}
