@@ -3,7 +3,13 @@ package testbin
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,8 +20,57 @@ import (
 // ErrExited is WaitServing's error when the process exits before it serves.
 var ErrExited = errors.New("the process exited before it was serving")
 
-// FreeAddr returns a loopback address whose port was free a moment ago.
+// FreeAddr returns a loopback address whose port was free a moment ago,
+// below the kernel's range of ephemeral ports and never returned before
+// in this process. A port must stay free from the pick until the process
+// it is passed to listens on it, and processes started meanwhile open
+// outgoing connections (raft peers, renderers): an ephemeral port, as
+// listening on port 0 gives, may be taken by one of them in between.
+// Where the range leaves no room below it, FreeAddr falls back to port 0.
 func FreeAddr() (string, error) {
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	const first = 10000
+	low := ephemeralLow()
+	if low <= first+100 {
+		return ephemeralAddr()
+	}
+	for range 1000 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(low-first)))
+		if freeTaken[addr] {
+			continue
+		}
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		lis.Close()
+		freeTaken[addr] = true
+		return addr, nil
+	}
+	return "", fmt.Errorf("no free loopback port found in %d..%d", first, low-1)
+}
+
+var (
+	freeMu    sync.Mutex
+	freeTaken = map[string]bool{} // addresses FreeAddr has returned
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	low := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	return low
+}
+
+// ephemeralAddr is a loopback address with a port the kernel picked.
+func ephemeralAddr() (string, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

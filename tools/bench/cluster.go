@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,12 +62,11 @@ func (n *clusterNode) start(s *stack) error {
 func (s *stack) startCluster() (time.Duration, error) {
 	s.nodes = make([]*clusterNode, s.cfg.cluster)
 	var peers []string
-	taken := make(map[string]bool)
 	for i := range s.nodes {
 		n := &clusterNode{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(s.dir, fmt.Sprintf("data-n%d", i+1))}
 		var err error
 		for _, p := range []*string{&n.addr, &n.metrics, &n.raft} {
-			if *p, err = fixedPortAddr(taken); err != nil {
+			if *p, err = testbin.FreeAddr(); err != nil {
 				return 0, err
 			}
 		}
@@ -103,40 +98,6 @@ func (s *stack) startCluster() (time.Duration, error) {
 	}
 	s.lg.printf("cluster of %d: %s leads at %s", len(s.nodes), n.id, n.addr)
 	return time.Since(started), nil
-}
-
-// fixedPortAddr returns a loopback address whose port was free a moment
-// ago, below the kernel's range of ephemeral ports and not in taken (to
-// which it adds it). A node's ports must stay free until it starts, after
-// the nodes started before it have connected to their peers: a port of
-// testbin.FreeAddr is an ephemeral one, which such a connection may take.
-func fixedPortAddr(taken map[string]bool) (string, error) {
-	low := 32768
-	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(data)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				low = v
-			}
-		}
-	}
-	const first = 10000
-	if low <= first+100 {
-		return testbin.FreeAddr()
-	}
-	for range 1000 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(low-first)))
-		if taken[addr] {
-			continue
-		}
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		lis.Close()
-		taken[addr] = true
-		return addr, nil
-	}
-	return "", fmt.Errorf("no free port found in %d..%d", first, low-1)
 }
 
 // waitLeader polls the health of candidates until one says it leads, and

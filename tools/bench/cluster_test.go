@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"math"
-	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -267,27 +265,5 @@ func TestParseFlagsCluster(t *testing.T) {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
 		}
-	}
-}
-
-func TestFixedPortAddr(t *testing.T) {
-	t.Parallel()
-	low := 32768
-	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		low, _ = strconv.Atoi(strings.Fields(string(data))[0])
-	}
-	taken := make(map[string]bool)
-	for range 9 {
-		addr, err := fixedPortAddr(taken)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(addr)
-		if p, _ := strconv.Atoi(port); p >= low {
-			t.Errorf("fixedPortAddr = %s, in the ephemeral range from %d", addr, low)
-		}
-	}
-	if len(taken) != 9 {
-		t.Errorf("9 calls took %d distinct addresses", len(taken))
 	}
 }
