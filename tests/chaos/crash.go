@@ -17,6 +17,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -58,7 +59,7 @@ type harness struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	renderers []*testbin.Child
+	renderers []*proctest.Proc
 	// stopping is set once the harness stops the renderers itself.
 	stopping atomic.Bool
 	runs     []lifetime
@@ -203,7 +204,7 @@ func (h *harness) failpointFor(n int) string {
 
 // startCoordinator starts coordinator process n, with failpoint fp armed
 // if not empty, and waits until it serves.
-func (h *harness) startCoordinator(n int, fp string) (*testbin.Child, lifetime, error) {
+func (h *harness) startCoordinator(n int, fp string) (*proctest.Proc, lifetime, error) {
 	r := lifetime{N: n, Failpoint: fp}
 	args := []string{"--dev", "--listen", h.addr, "--data-dir", h.data, "--metrics-listen", "",
 		"--lease-ttl", h.cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
@@ -217,33 +218,33 @@ func (h *harness) startCoordinator(n int, fp string) (*testbin.Child, lifetime, 
 			}
 		}
 	}
-	p, err := testbin.StartChild(fmt.Sprintf("coordinator %d", n), h.bins.coordinator, args, env,
-		filepath.Join(h.dir, fmt.Sprintf("coordinator-%03d.log", n)), nil)
+	p, err := proctest.Exec(proctest.Spec{Name: fmt.Sprintf("coordinator %d", n), Path: h.bins.coordinator, Args: args, Env: env,
+		Log: filepath.Join(h.dir, fmt.Sprintf("coordinator-%03d.log", n))})
 	if err != nil {
 		return nil, r, err
 	}
-	r.Exec = p.Started
-	at, err := testbin.WaitServing(h.ctx, h.addr, healthPoll, p.Done())
+	r.Exec = p.Started()
+	at, err := testbin.WaitServing(h.ctx, h.addr, healthPoll, p.Exited())
 	if errors.Is(err, testbin.ErrExited) {
-		err = fmt.Errorf("%s: %w: %v", p.Name, err, p.Err())
+		err = fmt.Errorf("%s: %w: %v", p.Name(), err, p.Err())
 	}
-	if err != nil && p.Exited() && fired(p, fp) {
+	if err != nil && p.HasExited() && fired(p, fp) {
 		// A call waiting for the restart reached the failpoint before the
 		// health check did: no restart time, the crash is the failpoint's.
 		return p, r, nil
 	}
 	if err != nil {
 		p.Kill()
-		return nil, r, fmt.Errorf("%s: %w\n%s", p.Name, errors.Join(err, context.Cause(h.ctx)), p.Tail(20))
+		return nil, r, fmt.Errorf("%s: %w\n%s", p.Name(), errors.Join(err, context.Cause(h.ctx)), p.Tail(20))
 	}
-	r.Ready = at.Sub(p.Started)
+	r.Ready = at.Sub(p.Started())
 	return p, r, nil
 }
 
 // crashOnce ends process p as its run says: SIGKILL after a random uptime,
 // or its armed failpoint, killed if the failpoint is not reached in time.
 // A process that exits otherwise is an error.
-func (h *harness) crashOnce(p *testbin.Child, r *lifetime) error {
+func (h *harness) crashOnce(p *proctest.Proc, r *lifetime) error {
 	wait := h.cfg.fireTimeout
 	if r.Failpoint == "" {
 		span := int64(h.cfg.maxUptime - h.cfg.minUptime)
@@ -255,12 +256,12 @@ func (h *harness) crashOnce(p *testbin.Child, r *lifetime) error {
 	case <-h.ctx.Done():
 		p.Kill()
 		return context.Cause(h.ctx)
-	case <-p.Done():
+	case <-p.Exited():
 		if fired(p, r.Failpoint) {
 			r.End, r.Fired = "failpoint "+r.Failpoint, true
 			return nil
 		}
-		return fmt.Errorf("%s exited on its own: %v\n%s", p.Name, p.Err(), p.Tail(30))
+		return fmt.Errorf("%s exited on its own: %v\n%s", p.Name(), p.Err(), p.Tail(30))
 	case <-t.C:
 		p.Kill()
 		r.End = fmt.Sprintf("SIGKILL after %v", wait.Round(time.Millisecond))
@@ -280,8 +281,8 @@ func (r lifetime) serving() string {
 }
 
 // fired reports whether process p died of failpoint fp's panic.
-func fired(p *testbin.Child, fp string) bool {
-	return fp != "" && p.Exited() && strings.Contains(p.LogText(), "failpoint panic: "+fp)
+func fired(p *proctest.Proc, fp string) bool {
+	return fp != "" && p.HasExited() && strings.Contains(p.LogText(), "failpoint panic: "+fp)
 }
 
 // check runs the consistency check on the data file of the stopped
@@ -305,15 +306,15 @@ func (h *harness) startRenderers() error {
 			"--latency", "2ms", "--latency-jitter", "20ms", "--fail-rate", "0.15",
 			"--seed", strconv.FormatUint(h.cfg.seed+uint64(i), 10)}
 		name := fmt.Sprintf("renderer-%d", i)
-		p, err := testbin.StartChild(name, h.bins.renderer, args, nil, filepath.Join(h.dir, name+".log"), nil)
+		p, err := proctest.Exec(proctest.Spec{Name: name, Path: h.bins.renderer, Args: args, Log: filepath.Join(h.dir, name+".log")})
 		if err != nil {
 			return err
 		}
 		h.renderers = append(h.renderers, p)
 		go func() {
-			<-p.Done()
+			<-p.Exited()
 			if !h.stopping.Load() {
-				h.cancel(fmt.Errorf("%s exited on its own: %v\n%s", p.Name, p.Err(), p.Tail(20)))
+				h.cancel(fmt.Errorf("%s exited on its own: %v\n%s", p.Name(), p.Err(), p.Tail(20)))
 			}
 		}()
 	}
@@ -331,7 +332,7 @@ func (h *harness) stopRenderers() error {
 	for i, p := range rs {
 		wg.Go(func() {
 			if _, err := p.Stop(stopGrace); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", p.Name, err)
+				errs[i] = fmt.Errorf("%s: %w", p.Name(), err)
 			}
 		})
 	}
