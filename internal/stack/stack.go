@@ -113,6 +113,8 @@ type Node struct {
 	DataDir string
 	// Proc is its current process.
 	*proctest.Proc
+
+	args []string // the flags it starts with after the stack's own
 }
 
 // RendererProc is one renderer process.
@@ -164,6 +166,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		if opts.Metrics {
 			n.MetricsAddr = freeAddr(tb)
 		}
+		n.args = opts.Args
 		s.Coordinators = append(s.Coordinators, n)
 	}
 	for i := range s.Coordinators {
@@ -204,7 +207,7 @@ func (s *Stack) Peers() string {
 }
 
 // NodeArgs returns the flags node i starts with: the stack's own, then
-// Options.Args, then extra.
+// Options.Args (or those RestartWith gave it), then extra.
 func (s *Stack) NodeArgs(i int, extra ...string) []string {
 	n := s.Coordinators[i]
 	args := []string{"--listen", n.Addr, "--data-dir", n.DataDir, "--metrics-listen", n.MetricsAddr}
@@ -220,7 +223,7 @@ func (s *Stack) NodeArgs(i int, extra ...string) []string {
 			args = append(args, "--tls-client-ca", t.ClientCA)
 		}
 	}
-	return proctest.CoordinatorPrincipals(slices.Concat(args, s.opts.Args, extra))
+	return proctest.CoordinatorPrincipals(slices.Concat(args, n.args, extra))
 }
 
 // StartNode starts node i (again) on its addresses and data directory,
@@ -255,10 +258,28 @@ func (s *Stack) StartNodeWith(i int, args []string) *Node {
 	return n
 }
 
-// Restart kills node i with SIGKILL and starts it again with extra flags.
-func (s *Stack) Restart(i int, extra ...string) *Node {
+// Restart kills node i with SIGKILL and starts it again as it was.
+func (s *Stack) Restart(i int) *Node {
 	s.tb.Helper()
-	return s.StartNode(i, extra...)
+	return s.StartNode(i)
+}
+
+// RestartWith kills node i with SIGKILL and starts it again with args in
+// place of Options.Args, for this start and later ones.
+func (s *Stack) RestartWith(i int, args ...string) *Node {
+	s.tb.Helper()
+	s.Coordinators[i].args = args
+	return s.StartNode(i)
+}
+
+// Index returns n's index in Coordinators.
+func (s *Stack) Index(n *Node) int {
+	s.tb.Helper()
+	i := slices.Index(s.Coordinators, n)
+	if i < 0 {
+		s.tb.Fatalf("node %s is not of this stack", n.ID)
+	}
+	return i
 }
 
 // Kill kills node i with SIGKILL and waits until it is gone.
@@ -402,27 +423,35 @@ func (s *Stack) ClientOf(addr, token string) *client.Client {
 	return c
 }
 
-// StartRenderer starts a renderer and waits for its start line. It logs
-// at debug level, which names every lease and completion.
+// StartRenderer starts a renderer against the stack (every coordinator
+// unless r names one) and waits for its start line.
 func (s *Stack) StartRenderer(r Renderer) *RendererProc {
 	s.tb.Helper()
-	addr := cmpOr(r.Coordinator, s.Addrs())
-	args := []string{"--coordinator", addr, "--id", r.ID, "--token", s.opts.RendererToken}
+	r.Coordinator = cmpOr(r.Coordinator, s.Addrs())
+	rp := StartRenderer(s.tb, s.opts, r)
+	s.Renderers = append(s.Renderers, rp)
+	return rp
+}
+
+// StartRenderer starts a renderer with opts' binary, token and TLS
+// against r.Coordinator, and waits for its start line. It logs at debug
+// level, which names every lease and completion.
+func StartRenderer(tb testing.TB, opts Options, r Renderer) *RendererProc {
+	tb.Helper()
+	args := []string{"--coordinator", r.Coordinator, "--id", r.ID, "--token", cmpOr(opts.RendererToken, DevRendererToken)}
 	if r.Record != "" {
 		args = append(args, "--record", r.Record)
 	}
-	if t := s.opts.TLS; t != nil {
+	if t := opts.TLS; t != nil {
 		args = append(args, "--tls-ca", t.CA)
 		if t.ClientCert != "" {
 			args = append(args, "--tls-cert", t.ClientCert, "--tls-key", t.ClientKey)
 		}
 	}
 	args = append(append(args, "--log-level", "debug"), r.Args...)
-	p := s.opts.Procs.Start(s.tb, "renderer "+r.ID, s.opts.Renderer, args...)
+	p := opts.Procs.Start(tb, "renderer "+r.ID, opts.Renderer, args...)
 	p.WaitFor("renderer started")
-	rp := &RendererProc{Renderer: r, Proc: p}
-	s.Renderers = append(s.Renderers, rp)
-	return rp
+	return &RendererProc{Renderer: r, Proc: p}
 }
 
 // Logs returns every process's lines so far, by process name.

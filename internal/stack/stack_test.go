@@ -63,7 +63,7 @@ func TestSingleNodeServesRestartsOnItsAddressAndRenders(t *testing.T) {
 	}
 	render(t, s)
 	addr, first := n.Addr, n.Proc
-	s.Restart(0, "--lease-ttl", "20s")
+	s.RestartWith(0, "--lease-ttl", "20s")
 	if n.Addr != addr || n.Proc == first || !first.HasExited() {
 		t.Errorf("after Restart: addr %s (was %s), the old process exited %v", n.Addr, addr, first.HasExited())
 	}
@@ -87,7 +87,7 @@ func TestClusterElectsALeaderAndAnotherAfterItsKill(t *testing.T) {
 		}
 	}
 	render(t, s)
-	i := map[string]int{"n1": 0, "n2": 1, "n3": 2}[leader.ID]
+	i := s.Index(leader)
 	s.Kill(i)
 	next := s.Leader(s.Others(leader)...)
 	if next == leader {
