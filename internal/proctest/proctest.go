@@ -207,7 +207,7 @@ type Options struct {
 // format, which LogAttr reads (see Exec for its environment). Failed
 // waits fail the test. It is killed with SIGKILL when the test ends, and
 // its last lines are logged if the test failed.
-func (o Options) Start(t testing.TB, name, bin string, args ...string) *Proc {
+func (o Options) Start(t TB, name, bin string, args ...string) *Proc {
 	t.Helper()
 	return o.StartSpec(t, Spec{Name: name, Path: bin, Args: args})
 }
@@ -215,7 +215,7 @@ func (o Options) Start(t testing.TB, name, bin string, args ...string) *Proc {
 // StartSpec is Start with a whole Spec; its Timeout and Fail are the
 // Options' and the test's, and LEASEHOLD_LOG_FORMAT=text is added to its
 // environment.
-func (o Options) StartSpec(t testing.TB, s Spec) *Proc {
+func (o Options) StartSpec(t TB, s Spec) *Proc {
 	t.Helper()
 	s.Timeout = o.Timeout
 	s.Env = append([]string{"LEASEHOLD_LOG_FORMAT=text"}, s.Env...)
@@ -236,7 +236,7 @@ func (o Options) StartSpec(t testing.TB, s Spec) *Proc {
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		}
 		if err := p.waitGone(); err != nil {
-			t.Error(err)
+			t.Errorf("%v", err)
 		}
 		if t.Failed() {
 			t.Logf("last lines of %s:\n%s", s.Name, p.Tail(o.Tail))
@@ -536,7 +536,7 @@ func (l *logLines) snapshot() (lines []string, base int, eof bool, changed <-cha
 // server's status as a whole; with waitReady it first waits, up to the
 // Options' Timeout, for addr to accept connections. It fails the test when
 // the check fails.
-func (o Options) Health(t testing.TB, addr string, waitReady bool) healthpb.HealthCheckResponse_ServingStatus {
+func (o Options) Health(t TB, addr string, waitReady bool) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

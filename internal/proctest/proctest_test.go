@@ -3,6 +3,7 @@ package proctest
 import (
 	"context"
 	"errors"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -114,5 +115,44 @@ func TestOptionsStartKillsAtTheEndOfTheTest(t *testing.T) {
 	})
 	if !p.HasExited() {
 		t.Error("the process runs after its test ended")
+	}
+}
+
+func TestProgramRunsLikeATest(t *testing.T) {
+	prog := NewProgram(t.Context(), t.TempDir(), io.Discard)
+	var after, cleaned bool
+	err := prog.Run(func() {
+		prog.Cleanup(func() { cleaned = true })
+		prog.Fatalf("stopped at %d", 1)
+		after = true
+	})
+	if err == nil || err.Error() != "stopped at 1" || after || !prog.Failed() {
+		t.Errorf("Run = %v, code after Fatalf ran %v, Failed %v; want the Fatalf message and the goroutine ended", err, after, prog.Failed())
+	}
+	if err := prog.Run(func() {}); err != nil {
+		t.Errorf("a later Run = %v, want nil", err)
+	}
+	if cleaned {
+		t.Error("a cleanup ran before Close")
+	}
+	prog.Close()
+	if !cleaned {
+		t.Error("Close did not run the cleanup")
+	}
+}
+
+func TestOptionsStartReportsToAProgram(t *testing.T) {
+	prog := NewProgram(t.Context(), t.TempDir(), io.Discard)
+	var p *Proc
+	err := prog.Run(func() {
+		p = Options{Timeout: time.Minute, Tail: 5}.Start(prog, "short", "/bin/sh", "-c", "echo one")
+		p.WaitFor("two")
+	})
+	if err == nil || !strings.Contains(err.Error(), `"two"`) {
+		t.Errorf("Run = %v, want the failed wait", err)
+	}
+	prog.Close()
+	if !p.HasExited() {
+		t.Error("the process runs after Close")
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -69,6 +68,15 @@ type Options struct {
 	Renderers []Renderer
 	// RendererToken is the renderers' token (DevRendererToken if empty).
 	RendererToken string
+	// RendererLogLevel is the renderers' --log-level; the default, debug,
+	// names every lease and completion.
+	RendererLogLevel string
+	// Env is added to every coordinator's environment.
+	Env []string
+	// LogDir, if set, is where every process also appends its output, to
+	// a file named for it (see proctest.Spec.Log); a process then keeps
+	// only its last lines in memory.
+	LogDir string
 }
 
 // TLS are the files of a stack served over TLS.
@@ -131,13 +139,30 @@ type Stack struct {
 	// Renderers are the renderers started so far.
 	Renderers []*RendererProc
 
-	tb   testing.TB
+	tb   proctest.TB
 	opts Options
 }
 
 // Start starts the coordinators, waits until they serve (and, for a
 // cluster, until one leads), then starts opts.Renderers.
-func Start(tb testing.TB, opts Options) *Stack {
+func Start(tb proctest.TB, opts Options) *Stack {
+	tb.Helper()
+	s := New(tb, opts)
+	for i := range s.Coordinators {
+		s.StartNode(i)
+	}
+	if len(s.Coordinators) > 1 {
+		s.Leader()
+	}
+	for _, r := range s.opts.Renderers {
+		s.StartRenderer(r)
+	}
+	return s
+}
+
+// New lays out a stack, its nodes' addresses and data directories, and
+// starts nothing.
+func New(tb proctest.TB, opts Options) *Stack {
 	tb.Helper()
 	if opts.Nodes == 0 {
 		opts.Nodes = 1
@@ -145,9 +170,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	if opts.Nodes != 1 && opts.Nodes != 3 {
 		tb.Fatalf("stack: %d nodes, want 1 or 3", opts.Nodes)
 	}
-	if opts.RendererToken == "" {
-		opts.RendererToken = DevRendererToken
-	}
+	opts.RendererToken = cmpOr(opts.RendererToken, DevRendererToken)
 	s := &Stack{tb: tb, opts: opts}
 	for i := range opts.Nodes {
 		n := &Node{ID: "coordinator"}
@@ -169,15 +192,6 @@ func Start(tb testing.TB, opts Options) *Stack {
 		n.args = opts.Args
 		s.Coordinators = append(s.Coordinators, n)
 	}
-	for i := range s.Coordinators {
-		s.StartNode(i)
-	}
-	if opts.Nodes > 1 {
-		s.Leader()
-	}
-	for _, r := range opts.Renderers {
-		s.StartRenderer(r)
-	}
 	return s
 }
 
@@ -188,7 +202,7 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func freeAddr(tb testing.TB) string {
+func freeAddr(tb proctest.TB) string {
 	tb.Helper()
 	addr, err := testbin.FreeAddr()
 	if err != nil {
@@ -234,18 +248,11 @@ func (s *Stack) StartNode(i int, extra ...string) *Node {
 	return s.StartNodeWith(i, s.NodeArgs(i, extra...))
 }
 
-// StartNodeWith is StartNode with the whole command line args.
-func (s *Stack) StartNodeWith(i int, args []string) *Node {
+// StartNodeWith is StartNode with the whole command line args, and env
+// added to Options.Env.
+func (s *Stack) StartNodeWith(i int, args []string, env ...string) *Node {
 	s.tb.Helper()
-	n := s.Coordinators[i]
-	if n.Proc != nil {
-		n.Kill()
-	}
-	name := "coordinator"
-	if len(s.Coordinators) > 1 {
-		name += " " + n.ID
-	}
-	n.Proc = s.opts.Procs.Start(s.tb, name, s.opts.Coordinator, args...)
+	n := s.Launch(i, args, env...)
 	line := n.WaitFor("coordinator listening")
 	if len(s.Coordinators) == 1 {
 		if n.Addr = proctest.LogAttr(line, "addr"); n.Addr == "" {
@@ -256,6 +263,36 @@ func (s *Stack) StartNodeWith(i int, args []string) *Node {
 		}
 	}
 	return n
+}
+
+// Launch starts node i's process with args and env added to Options.Env,
+// killing one that runs first, and returns without waiting for it: for a
+// caller that times or watches the start itself.
+func (s *Stack) Launch(i int, args []string, env ...string) *Node {
+	s.tb.Helper()
+	n := s.Coordinators[i]
+	if n.Proc != nil {
+		n.Kill()
+	}
+	name := "coordinator"
+	if len(s.Coordinators) > 1 {
+		name += " " + n.ID
+	}
+	n.Proc = s.opts.Procs.StartSpec(s.tb, proctest.Spec{Name: name, Path: s.opts.Coordinator, Args: args,
+		Env: slices.Concat(s.opts.Env, env), Log: s.logFile(name)})
+	return n
+}
+
+// logFile is the log file of the process name, or "" without a LogDir.
+func (s *Stack) logFile(name string) string {
+	return logFile(s.opts, name)
+}
+
+func logFile(opts Options, name string) string {
+	if opts.LogDir == "" {
+		return ""
+	}
+	return filepath.Join(opts.LogDir, strings.ReplaceAll(name, " ", "-")+".log")
 }
 
 // Restart kills node i with SIGKILL and starts it again as it was.
@@ -433,10 +470,10 @@ func (s *Stack) StartRenderer(r Renderer) *RendererProc {
 	return rp
 }
 
-// StartRenderer starts a renderer with opts' binary, token and TLS
-// against r.Coordinator, and waits for its start line. It logs at debug
-// level, which names every lease and completion.
-func StartRenderer(tb testing.TB, opts Options, r Renderer) *RendererProc {
+// StartRenderer starts a renderer with opts' binary, token, TLS, log
+// level and log directory against r.Coordinator, and waits for its start
+// line.
+func StartRenderer(tb proctest.TB, opts Options, r Renderer) *RendererProc {
 	tb.Helper()
 	args := []string{"--coordinator", r.Coordinator, "--id", r.ID, "--token", cmpOr(opts.RendererToken, DevRendererToken)}
 	if r.Record != "" {
@@ -448,8 +485,9 @@ func StartRenderer(tb testing.TB, opts Options, r Renderer) *RendererProc {
 			args = append(args, "--tls-cert", t.ClientCert, "--tls-key", t.ClientKey)
 		}
 	}
-	args = append(append(args, "--log-level", "debug"), r.Args...)
-	p := opts.Procs.Start(tb, "renderer "+r.ID, opts.Renderer, args...)
+	args = append(append(args, "--log-level", cmpOr(opts.RendererLogLevel, "debug")), r.Args...)
+	name := "renderer " + r.ID
+	p := opts.Procs.StartSpec(tb, proctest.Spec{Name: name, Path: opts.Renderer, Args: args, Log: logFile(opts, name)})
 	p.WaitFor("renderer started")
 	return &RendererProc{Renderer: r, Proc: p}
 }
@@ -470,6 +508,6 @@ func (s *Stack) Logs() map[string][]string {
 
 // RecordIn returns a record file named for id in a new temporary
 // directory.
-func RecordIn(tb testing.TB, id string) string {
+func RecordIn(tb proctest.TB, id string) string {
 	return filepath.Join(tb.TempDir(), id+".record")
 }
