@@ -122,7 +122,8 @@ type Node struct {
 	// Proc is its current process.
 	*proctest.Proc
 
-	args []string // the flags it starts with after the stack's own
+	args   []string // the flags it starts with after the stack's own
+	starts int      // processes started, for the names of their log files
 }
 
 // RendererProc is one renderer process.
@@ -278,16 +279,18 @@ func (s *Stack) Launch(i int, args []string, env ...string) *Node {
 	if len(s.Coordinators) > 1 {
 		name += " " + n.ID
 	}
+	n.starts++
+	logName := name
+	if n.starts > 1 {
+		logName = fmt.Sprintf("%s %d", name, n.starts)
+	}
 	n.Proc = s.opts.Procs.StartSpec(s.tb, proctest.Spec{Name: name, Path: s.opts.Coordinator, Args: args,
-		Env: slices.Concat(s.opts.Env, env), Log: s.logFile(name)})
+		Env: slices.Concat(s.opts.Env, env), Log: logFile(s.opts, logName)})
 	return n
 }
 
-// logFile is the log file of the process name, or "" without a LogDir.
-func (s *Stack) logFile(name string) string {
-	return logFile(s.opts, name)
-}
-
+// logFile is the log file of the process name, or "" without a LogDir:
+// "coordinator n1 2" logs to coordinator-n1-2.log.
 func logFile(opts Options, name string) string {
 	if opts.LogDir == "" {
 		return ""
