@@ -7,8 +7,9 @@
 //
 // Exec starts one for a program, with errors returned and a failure
 // callback for the waits that cannot return one; Options.Start starts one
-// for a test, failing the test, killing the process when the test ends
-// and showing its last lines when the test failed.
+// for a test (or a Program, which stands in for one), failing the test,
+// killing the process when the test ends and showing its last lines when
+// the test failed.
 package proctest
 
 import (
