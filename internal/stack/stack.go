@@ -92,7 +92,7 @@ type TLS struct {
 	// for mutual TLS.
 	ClientCert, ClientKey string
 	// Config is the TLS configuration of the stack's own health checks
-	// and clients.
+	// and clients; it is required.
 	Config *tls.Config
 }
 
@@ -170,6 +170,9 @@ func New(tb proctest.TB, opts Options) *Stack {
 	}
 	if opts.Nodes != 1 && opts.Nodes != 3 {
 		tb.Fatalf("stack: %d nodes, want 1 or 3", opts.Nodes)
+	}
+	if opts.TLS != nil && opts.TLS.Config == nil {
+		tb.Fatalf("stack: TLS without the Config its health checks and clients dial with")
 	}
 	opts.RendererToken = cmpOr(opts.RendererToken, DevRendererToken)
 	s := &Stack{tb: tb, opts: opts}
@@ -416,7 +419,7 @@ func cmpOrDuration(d time.Duration) time.Duration {
 
 // dialCreds are the transport credentials of the stack's own calls.
 func (s *Stack) dialCreds() grpc.DialOption {
-	if t := s.opts.TLS; t != nil && t.Config != nil {
+	if t := s.opts.TLS; t != nil {
 		return grpc.WithTransportCredentials(credentials.NewTLS(t.Config))
 	}
 	return grpc.WithTransportCredentials(insecure.NewCredentials())
@@ -452,7 +455,7 @@ func (s *Stack) Client(token string) *client.Client {
 func (s *Stack) ClientOf(addr, token string) *client.Client {
 	s.tb.Helper()
 	opts := []client.Option{client.WithToken(token)}
-	if t := s.opts.TLS; t != nil && t.Config != nil {
+	if t := s.opts.TLS; t != nil {
 		opts = append(opts, client.WithTLS(t.Config))
 	}
 	c, err := client.Dial(addr, opts...)
