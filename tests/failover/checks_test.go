@@ -358,6 +358,18 @@ func (s *summary) print(w io.Writer) {
 		fmt.Fprintf(w, "%-8s %5d %9s %9s %9s   p50 %s, p99 %s, max %s\n", f, len(ds), ms(p50), ms(p99), ms(mx),
 			verdict(p50 <= 1200*time.Millisecond), verdict(p99 <= 2500*time.Millisecond), verdict(mx < 3*time.Second))
 	}
+	fmt.Fprintf(w, "%-8s %5s %9s %9s %9s   %s\n", "elected", "n", "p50", "p99", "max", "the fault to the new leader's \"leading\" line")
+	for _, f := range []fault{faultKill, faultIsolate, faultPause} {
+		var ds []time.Duration
+		for _, r := range s.faults[f] {
+			if r.elected > 0 {
+				ds = append(ds, r.elected)
+			}
+		}
+		if len(ds) > 0 {
+			fmt.Fprintf(w, "%-8s %5d %9s %9s %9s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(quantile(ds, 1)))
+		}
+	}
 	fmt.Fprintf(w, "\n%-8s %5s %9s %9s %9s   %s\n", "NOT_LEADER", "n", "p50", "p99", "max", "after the cut or the SIGCONT; goal within the leader lease ("+leaderLease.String()+")")
 	for _, f := range []fault{faultIsolate, faultPause} {
 		var ds []time.Duration

@@ -62,6 +62,9 @@ type faultResult struct {
 	// failover is the fault (the SIGKILL, the cut, the SIGSTOP) to the
 	// first acknowledgement of a submit sent after it.
 	failover time.Duration
+	// elected is the fault to the new leader's "leading" line: the part
+	// of the failover that raft's timeouts and the promotion take.
+	elected time.Duration
 	// held are the leases held when the fault struck, by job, with their
 	// tokens.
 	held map[string]uint64
@@ -145,8 +148,8 @@ func TestFailoverCampaign(t *testing.T) {
 	for k, f := range schedule {
 		res := runFault(t, ctx, cl, op, ld, rs, f, k)
 		results = append(results, res)
-		t.Logf("%3d/%d %-7s n%d: failover %v, %d leases held, NOT_LEADER %v %s", k+1, len(schedule), f, res.leader+1,
-			res.failover.Round(time.Millisecond), len(res.held), rounded(res.notLeader), strings.Join(res.missing, "; "))
+		t.Logf("%3d/%d %-7s n%d: failover %v (elected after %v), %d leases held, NOT_LEADER %v %s", k+1, len(schedule), f, res.leader+1,
+			res.failover.Round(time.Millisecond), res.elected.Round(time.Millisecond), len(res.held), rounded(res.notLeader), strings.Join(res.missing, "; "))
 	}
 	faultsTook := time.Since(started)
 
@@ -179,6 +182,12 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 	for i, r := range rs {
 		marks[i] = r.Mark()
 	}
+	nodeMarks := make([]int, cl.N())
+	for i := range nodeMarks {
+		if cl.Running(i) {
+			nodeMarks[i] = cl.Proc(i).Mark()
+		}
+	}
 	struck := time.Now()
 	switch f {
 	case faultKill:
@@ -188,18 +197,14 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 	case faultPause:
 		cl.Pause(leader)
 	}
-	if !ld.submit(ctx, fmt.Sprintf("probe-%d", k), 1) {
-		t.Fatalf("the probe submit after %s of n%d was not acknowledged", f, leader+1)
-	}
-	res.failover, _ = ld.firstAckSince(struck)
-
-	acted := struck
+	// The probe is a submit sent after the fault, in case the load sent
+	// none; the first acknowledgement of any such submit ends the failover.
+	probed := make(chan bool, 1)
+	go func() { probed <- ld.submit(ctx, fmt.Sprintf("probe-%d", k), 1) }()
 	switch f {
 	case faultKill:
-		cl.Restart(leader)
 	case faultIsolate:
-		res.notLeader, res.missing = sessionEnds(rs, marks, acted, 10*time.Second)
-		cl.Heal(leader)
+		res.notLeader, res.missing = sessionEnds(rs, marks, struck, 10*time.Second)
 	case faultPause:
 		// How long the process stays stopped is the fault itself, not a
 		// wait for anything to happen.
@@ -208,8 +213,18 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 		case <-time.After(*pauseFor - time.Since(struck)):
 		}
 		cl.Resume(leader)
-		acted = time.Now()
-		res.notLeader, res.missing = sessionEnds(rs, marks, acted, 10*time.Second)
+		res.notLeader, res.missing = sessionEnds(rs, marks, time.Now(), 10*time.Second)
+	}
+	if !<-probed {
+		t.Fatalf("the probe submit after %s of n%d was not acknowledged", f, leader+1)
+	}
+	res.failover, _ = ld.firstAckSince(struck)
+	res.elected = electedAfter(cl, leader, nodeMarks, struck)
+	switch f {
+	case faultKill:
+		cl.Restart(leader)
+	case faultIsolate:
+		cl.Heal(leader)
 	}
 	waitMember(t, ctx, cl, leader)
 	n, _ := ld.count()
@@ -217,6 +232,27 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 		t.Fatalf("after %s of n%d: %v", f, leader+1, err)
 	}
 	return res
+}
+
+// electedAfter returns how long after struck a node other than the old
+// leader logged that it leads, reading each node's lines after its mark;
+// 0 when none did.
+func electedAfter(cl *clustertest.Cluster, old int, marks []int, struck time.Time) time.Duration {
+	for i := range cl.N() {
+		if i == old || !cl.Running(i) {
+			continue
+		}
+		lines := cl.Proc(i).Lines()
+		for _, line := range lines[min(marks[i], len(lines)):] {
+			if !strings.Contains(line, "msg=leading ") {
+				continue
+			}
+			if at, err := time.Parse(time.RFC3339Nano, proctest.LogAttr(line, "time")); err == nil {
+				return at.Sub(struck)
+			}
+		}
+	}
+	return 0
 }
 
 // leasedJobs returns the jobs leased now, with their tokens, as the leader
