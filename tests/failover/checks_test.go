@@ -146,6 +146,7 @@ type summary struct {
 	unpublished      []string // grants a renderer received that the store does not hold
 	doubleTerminal   []string
 	heldAtKill, kept int
+	undelivered      int // leases at a kill that no renderer had received
 	lostLeases       []string
 	notLeaderMissing []string
 }
@@ -210,10 +211,22 @@ func summarize(results []faultResult, ev *evidence) *summary {
 			s.unpublished = append(s.unpublished, fmt.Sprintf("%s received job %s under token %d, which the store never leased", g.renderer, g.job, g.token))
 		}
 	}
-	// Leases held at a kill: kept when the lease ended by its holder's own
-	// completion, not by expiry or a fenced completion.
+	// Leases held at a kill: those leased when it struck that a renderer
+	// had received (a grant the dead leader committed but never sent is
+	// held by no one; it is re-queued once its lease runs out, and counted
+	// apart). Kept when the lease ended by its holder's own completion, not
+	// by expiry or a fenced completion.
+	received := map[grant]bool{}
+	for _, g := range ev.grants {
+		received[grant{job: g.job, token: g.token}] = true
+	}
+	undelivered := map[grant]bool{}
 	for _, r := range s.faults[faultKill] {
 		for id, tok := range r.held {
+			if !received[grant{job: id, token: tok}] {
+				undelivered[grant{job: id, token: tok}] = true
+				continue
+			}
 			s.heldAtKill++
 			if why := leaseEnd(ev.jobs[id], tok); why == "" {
 				s.kept++
@@ -222,6 +235,7 @@ func summarize(results []faultResult, ev *evidence) *summary {
 			}
 		}
 	}
+	s.undelivered = len(undelivered)
 	for _, f := range []fault{faultIsolate, faultPause} {
 		for _, r := range s.faults[f] {
 			for _, m := range r.missing {
@@ -338,6 +352,7 @@ func (s *summary) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%-44s %d of %d = %.2f%% (goal >= 99.9%%: %s)\n", "leases held at a kill kept", s.kept, s.heldAtKill,
 		100*frac, verdict(frac >= 0.999))
+	fmt.Fprintf(w, "%-44s %d\n", "leased at a kill, never received by a renderer", s.undelivered)
 	for i, l := range s.lostLeases {
 		if i == 5 {
 			fmt.Fprintf(w, "    ... %d more\n", len(s.lostLeases)-5)

@@ -219,6 +219,9 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 	}
 	res.failover, _ = ld.firstAckSince(struck)
 	res.elected = electedAfter(cl, leader, nodeMarks, struck)
+	if res.failover >= 3*time.Second {
+		logElection(t, cl, leader, nodeMarks)
+	}
 	switch f {
 	case faultKill:
 		cl.Restart(leader)
@@ -252,6 +255,23 @@ func electedAfter(cl *clustertest.Cluster, old int, marks []int, struck time.Tim
 		}
 	}
 	return 0
+}
+
+// logElection logs the raft lines the nodes other than the old leader
+// wrote since their marks: what a slow failover spent its time on.
+func logElection(t *testing.T, cl *clustertest.Cluster, old int, marks []int) {
+	t.Helper()
+	for i := range cl.N() {
+		if i == old || !cl.Running(i) {
+			continue
+		}
+		lines := cl.Proc(i).Lines()
+		for _, line := range lines[min(marks[i], len(lines)):] {
+			if strings.Contains(line, "raft: ") || strings.Contains(line, "msg=leading ") || strings.Contains(line, "writer promoted") {
+				t.Logf("slow failover, n%d: %s", i+1, line)
+			}
+		}
+	}
 }
 
 // leasedJobs returns the jobs leased now, with their tokens, as the leader
