@@ -345,11 +345,19 @@ func (g *group) endConn(c *Conn, why error) []Grant {
 	return left
 }
 
+// deliver adds gr to what the group publishes to c. A connection's first
+// grant of the group makes room for as many more as it can still take
+// (its credit left, the jobs still ready), so that a busy group does not
+// copy its grants as they grow.
 func (g *group) deliver(c *Conn, gr Grant) {
 	if g.deliveries == nil {
 		g.deliveries = make(map[*Conn][]Grant)
 	}
-	g.deliveries[c] = append(g.deliveries[c], gr)
+	gs := g.deliveries[c]
+	if gs == nil {
+		gs = make([]Grant, 0, 1+max(min(c.credit, g.e.sched.Ready()), 0))
+	}
+	g.deliveries[c] = append(gs, gr)
 }
 
 // run is the writer goroutine of term t.

@@ -30,7 +30,11 @@ func (t *Tx) PutJobAsRead(j jobs.Job) (jobs.Job, error) {
 }
 
 func (t *Tx) putJob(j jobs.Job) (*storagev1.JobRecord, error) {
-	r := jobToRecord(j)
+	if t.jobRec == nil {
+		t.jobRec = &storagev1.JobRecord{}
+	}
+	r := t.jobRec
+	fillJobRecord(r, j)
 	b, err := t.encode(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding job %d: %w", j.ID, err)
