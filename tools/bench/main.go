@@ -227,7 +227,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.capacity, "capacity", 64, "leases each renderer holds at most (its --capacity)")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, of "+strings.Join(allPhases, ","))
 	fs.IntVar(&cfg.drainDocs, "drain-docs", 50000, "documents of a drain")
-	fs.IntVar(&cfg.batch, "batch", 500, "documents per batch when submitting a drain or filling a store")
+	fs.IntVar(&cfg.batch, "batch", 500, "documents per batch when submitting a drain or filling a store, and at most per batch of the latency phase")
 	fs.IntVar(&cfg.submitters, "submitters", 8, "concurrent SubmitBatch calls when submitting a drain or filling a store")
 	fs.IntVar(&cfg.maxWatches, "max-watches", 60, "watch streams open at once, at most (the coordinator allows 64 per caller)")
 	fs.IntVar(&cfg.idleSamples, "idle-samples", 200, "single documents submitted to idle renderers")
