@@ -37,6 +37,10 @@ const (
 	OutcomeMismatch = "OUTCOME_MISMATCH"
 	AlreadyTerminal = "ALREADY_TERMINAL"
 	JobNotFound     = "JOB_NOT_FOUND"
+	// NotLeader is a replicated coordinator's refusal of a call it did not
+	// apply and will not (UNAVAILABLE): any operation may get it, and it
+	// changes nothing.
+	NotLeader = "NOT_LEADER"
 )
 
 // Spec is what the model needs to know of the coordinator's configuration.
@@ -245,6 +249,9 @@ type model struct{ spec Spec }
 // step returns the states s may move to under in with the answer out; none
 // when the answer is not one the specification allows.
 func (m model) step(s State, in Input, out Output) []State {
+	if !out.Pending && out.Code == codes.Unavailable && out.Reason == NotLeader {
+		return []State{s}
+	}
 	switch in.Kind {
 	case Submit:
 		return m.submit(s, in, out)
