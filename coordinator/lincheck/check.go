@@ -66,7 +66,7 @@ func Operations(records []Record) []porcupine.Operation {
 				seen[g.Job] = true
 			}
 		default:
-			add(r, Input{Kind: r.Kind, Job: r.Job, Renderer: r.Renderer, Token: r.Token, Outcome: r.Outcome, Foreign: r.Foreign}, out)
+			add(r, Input{Kind: r.Kind, Job: r.Job, Renderer: r.Renderer, Token: r.Token, Outcome: r.Outcome, Foreign: r.Foreign, Node: r.Node}, out)
 			seen[r.Job] = true
 		}
 	}

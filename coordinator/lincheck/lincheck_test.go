@@ -114,9 +114,10 @@ func TestLinearizable(t *testing.T) {
 }
 
 // check checks records with porcupine, the cross-job checks and the
-// stale-read checks, logs what it found and returns the violations. With
-// explain, it also logs the first failing jobs and writes the
-// visualisation of the partitions that fail.
+// stale-read checks, logs what it found and returns the violations. When
+// porcupine finds no linearization it logs the calls of the first failing
+// job, and with explain those of the first three and the visualisation of
+// the partitions that fail.
 func check(t *testing.T, records []lincheck.Record, spec lincheck.Spec, explain bool) []string {
 	t.Helper()
 	var bad []string
@@ -143,8 +144,12 @@ func check(t *testing.T, records []lincheck.Record, spec lincheck.Spec, explain 
 		return bad
 	}
 	bad = append(bad, fmt.Sprintf("the history is not linearizable (%s)", res))
-	if res == porcupine.Illegal && explain {
+	if res == porcupine.Illegal {
 		failed := failing(model, ops)
+		if !explain {
+			logPartitions(t, model, failed, 1)
+			return bad
+		}
 		logPartitions(t, model, failed, 3)
 		if path := visualize(t, model, failed, outputDir(t)); path != "" {
 			t.Logf("visualisation of the failing jobs: %s", path)

@@ -63,6 +63,9 @@ type Input struct {
 	Unsupported bool
 	// Foreign marks a Get or Cancel by a submitter of another team.
 	Foreign bool
+	// Node is the node a Get was sent to straight (0: the leader), for the
+	// visualisation; the model does not look at it.
+	Node int
 }
 
 // Output is one operation's answer for one job.
@@ -549,6 +552,9 @@ func describeOperation(input, output any) string {
 		b.WriteString(in.Kind.String())
 		if in.Foreign {
 			b.WriteString("(foreign)")
+		}
+		if in.Node != 0 {
+			fmt.Fprintf(b, "@n%d", in.Node)
 		}
 	}
 	b.WriteString(" -> ")

@@ -31,7 +31,7 @@ func TestStaleReadMutantIsCaught(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the mutant coordinator: %v\n%s", err, out)
 	}
-	b := budget{ops: envInt(t, "LEASEHOLD_LINCHECK_OPS", 3000), isolations: 1}
+	b := budget{ops: envInt(t, "LEASEHOLD_LINCHECK_OPS", 3000), isolations: envCount(t, "LEASEHOLD_LINCHECK_ISOLATIONS", 1)}
 	r := runCluster(t, bin, b)
 	bad := check(t, r.records, lincheck.Spec{MaxAttempts: maxAttempts}, false)
 	if len(bad) == 0 {
