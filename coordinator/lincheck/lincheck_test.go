@@ -17,6 +17,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold/coordinator/lincheck"
+	"github.com/leasehold/leasehold/internal/clustertest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 )
@@ -355,8 +356,9 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	sched := schedule(b.kills, b.isolations, b.pauses)
 	t.Logf("seed %d, %d clients, %d calls, faults %v", opts.seed, opts.clients, opts.ops, sched)
 
-	tc := startCluster(t, bin)
-	opts.nodes = tc.addrs()
+	c := clustertest.Start(t, clustertest.Options{Coordinator: bin, Args: clusterArgs(), Procs: procs})
+	c.WaitLeader()
+	opts.nodes = nodeAddrs(c)
 	marks := make([]chan struct{}, len(sched))
 	for i := range marks {
 		marks[i] = make(chan struct{})
@@ -371,29 +373,30 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 			reached++
 		}
 	}
-	over := make(chan struct{})
-	opts.until = over
-	flog := &faultLog{done: map[faultKind]int{}}
-	faultErr := make(chan error, 1)
-	go func() {
-		// A harness failure (t.Fatal ends this goroutine) still ends the run.
-		var err error
-		defer func() { faultErr <- err }()
-		defer close(over)
-		for i, kind := range sched {
-			<-marks[i]
-			if err = tc.inject(kind, flog); err != nil {
-				err = fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
-				return
-			}
-		}
-	}()
+	// The clients run on their own goroutines and the faults on the
+	// test's, as clustertest wants; a fault that fails the test ends the
+	// clients before the cluster stops.
+	over, abort := make(chan struct{}), make(chan struct{})
+	opts.until, opts.abort = over, abort
+	done := make(chan *workload, 1)
 	start := time.Now()
-	w := run(t, strings.Join(opts.nodes, ","), opts)
-	elapsed := time.Since(start)
-	if err := <-faultErr; err != nil {
-		t.Error(err)
+	go func() { done <- run(t, c.Addrs(), opts) }()
+	finished := false
+	t.Cleanup(func() {
+		if !finished {
+			close(abort)
+			<-done
+		}
+	})
+	flog := &faultLog{done: map[faultKind]int{}}
+	for i, kind := range sched {
+		<-marks[i]
+		inject(t, c, kind, flog)
 	}
+	close(over)
+	w := <-done
+	finished = true
+	elapsed := time.Since(start)
 	records := w.rec.Records()
 	t.Logf("recorded %d calls in %v (%.0f calls/s)", len(records), elapsed.Round(time.Millisecond), float64(len(records))/elapsed.Seconds())
 	t.Logf("calls: %s", summarize(records))

@@ -99,6 +99,8 @@ type options struct {
 	progress func(n int)
 	// until, if set, keeps the run going past ops until it is closed.
 	until <-chan struct{}
+	// abort, if set, ends the run once closed.
+	abort <-chan struct{}
 }
 
 // coordinatorConfig is the configuration every run uses.
@@ -146,21 +148,25 @@ func startCoordinator(t testing.TB, dir string, log *slog.Logger) (string, func(
 }
 
 // run drives opts.clients concurrent clients against the coordinator at
-// addr until opts.ops calls are recorded, and returns the history.
+// addr (one address, or a cluster's, comma-separated) until opts.ops
+// calls are recorded (see workload.more), and returns the history. It may
+// run on a goroutine of its own: it fails the test with t.Error only.
 func run(t testing.TB, addr string, opts options) *workload {
 	t.Helper()
 	w := &workload{opts: opts, rec: lincheck.NewRecorder(), reg: newRegistry(), cuts: map[codes.Code]int{}, faults: map[string]int{}}
 	w.left.Store(int64(opts.ops))
 	target, err := leaderdial.Parse(addr)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return w
 	}
 	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
 	var wg sync.WaitGroup
 	for i := range opts.clients {
 		conn, err := grpc.NewClient(target.DialTarget(), append(target.DialOptions(), plain)...)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			break
 		}
 		c := &client{
 			w:    w,
@@ -175,7 +181,8 @@ func run(t testing.TB, addr string, opts options) *workload {
 			for _, node := range opts.nodes {
 				nc, err := grpc.NewClient(node, plain)
 				if err != nil {
-					t.Fatal(err)
+					t.Error(err)
+					continue
 				}
 				conns = append(conns, nc)
 				c.direct = append(c.direct, leaseholdv1.NewJobServiceClient(nc))
@@ -226,6 +233,11 @@ type workload struct {
 // more reports whether the run should go on: until opts.ops calls are
 // recorded and opts.until, if set, is closed.
 func (w *workload) more() bool {
+	select {
+	case <-w.opts.abort:
+		return false
+	default:
+	}
 	if w.left.Load() > 0 {
 		return true
 	}
