@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -356,6 +357,15 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	sched := schedule(b.kills, b.isolations, b.pauses)
 	t.Logf("seed %d, %d clients, %d calls, faults %v", opts.seed, opts.clients, opts.ops, sched)
 
+	// The coordinators' CPU time is known once they are reaped: at the
+	// cluster's cleanup, which runs before this one.
+	childrenBefore := cpuTime(syscall.RUSAGE_CHILDREN)
+	var docs int
+	t.Cleanup(func() {
+		cpu := cpuTime(syscall.RUSAGE_CHILDREN) - childrenBefore
+		t.Logf("coordinator processes: %.2f CPU-s in all, %.2f CPU-s per 1,000 documents (%d documents), %.2f per process on average",
+			cpu.Seconds(), cpu.Seconds()*1000/float64(max(docs, 1)), docs, cpu.Seconds()*1000/float64(max(docs, 1))/3)
+	})
 	c := clustertest.Start(t, clustertest.Options{Coordinator: bin, Args: clusterArgs(), Procs: procs})
 	c.WaitLeader()
 	opts.nodes = nodeAddrs(c)
@@ -379,7 +389,7 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	over, abort := make(chan struct{}), make(chan struct{})
 	opts.until, opts.abort = over, abort
 	done := make(chan *workload, 1)
-	start := time.Now()
+	start, selfBefore := time.Now(), cpuTime(syscall.RUSAGE_SELF)
 	go func() { done <- run(t, c.Addrs(), opts) }()
 	finished := false
 	t.Cleanup(func() {
@@ -396,10 +406,12 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	close(over)
 	w := <-done
 	finished = true
-	elapsed := time.Since(start)
+	elapsed, self := time.Since(start), cpuTime(syscall.RUSAGE_SELF)-selfBefore
 	records := w.rec.Records()
 	t.Logf("recorded %d calls in %v (%.0f calls/s)", len(records), elapsed.Round(time.Millisecond), float64(len(records))/elapsed.Seconds())
 	t.Logf("calls: %s", summarize(records))
+	docs = documents(records)
+	t.Logf("the test process (clients, raft proxies): %.2f CPU-s, %.2f per 1,000 documents", self.Seconds(), self.Seconds()*1000/float64(max(docs, 1)))
 	t.Logf("calls cut short on purpose: %v", w.cuts)
 	t.Logf("faults done: %d kills, %d isolations, %d pauses; a leader among the others within %v", flog.done[faultKill],
 		flog.done[faultIsolate], flog.done[faultPause], roundAll(flog.failovers))
@@ -416,4 +428,27 @@ func roundAll(ds []time.Duration) []time.Duration {
 		out[i] = d.Round(time.Millisecond)
 	}
 	return out
+}
+
+// cpuTime returns the user and system CPU time of who (RUSAGE_SELF, or
+// RUSAGE_CHILDREN: the child processes waited for).
+func cpuTime(who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// documents counts the jobs the records' submissions created.
+func documents(records []lincheck.Record) int {
+	ids := map[string]bool{}
+	for _, r := range records {
+		if r.Kind == lincheck.Submit {
+			for _, id := range r.JobIDs {
+				ids[id] = true
+			}
+		}
+	}
+	return len(ids)
 }
