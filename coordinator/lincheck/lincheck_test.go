@@ -388,9 +388,12 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	// clients before the cluster stops.
 	over, abort := make(chan struct{}), make(chan struct{})
 	opts.until, opts.abort = over, abort
-	done := make(chan *workload, 1)
+	done, ended := make(chan *workload, 1), make(chan struct{})
 	start, selfBefore := time.Now(), cpuTime(syscall.RUSAGE_SELF)
-	go func() { done <- run(t, c.Addrs(), opts) }()
+	go func() {
+		defer close(ended)
+		done <- run(t, c.Addrs(), opts)
+	}()
 	finished := false
 	t.Cleanup(func() {
 		if !finished {
@@ -400,7 +403,11 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	})
 	flog := &faultLog{done: map[faultKind]int{}}
 	for i, kind := range sched {
-		<-marks[i]
+		select {
+		case <-marks[i]:
+		case <-ended:
+			t.Fatalf("the clients stopped before fault %d", i+1)
+		}
 		inject(t, c, kind, flog)
 	}
 	close(over)
