@@ -2,6 +2,7 @@ package lincheck_test
 
 import (
 	"cmp"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -342,14 +343,15 @@ func (f *faultLog) total() int { return f.done[faultKill] + f.done[faultIsolate]
 func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	t.Helper()
 	opts := options{
-		ops:         b.ops,
-		clients:     envInt(t, "LEASEHOLD_LINCHECK_CLIENTS", 12),
-		cutRate:     0.02,
-		liveJobs:    64,
-		wrongHolder: os.Getenv("LEASEHOLD_LINCHECK_WRONG_HOLDER") != "0",
-		seed:        uint64(envInt(t, "LEASEHOLD_LINCHECK_SEED", int(time.Now().UnixNano()%(1<<31)))),
-		directReads: 0.3,
-		staleReads:  0.15,
+		ops:           b.ops,
+		clients:       envInt(t, "LEASEHOLD_LINCHECK_CLIENTS", 12),
+		cutRate:       0.02,
+		liveJobs:      64,
+		wrongHolder:   os.Getenv("LEASEHOLD_LINCHECK_WRONG_HOLDER") != "0",
+		seed:          uint64(envInt(t, "LEASEHOLD_LINCHECK_SEED", int(time.Now().UnixNano()%(1<<31)))),
+		directReads:   0.3,
+		staleReads:    0.15,
+		directCancels: 0.1,
 	}
 	if opts.clients < 8 || opts.clients > 16 {
 		t.Fatalf("LEASEHOLD_LINCHECK_CLIENTS=%d: want 8 to 16", opts.clients)
@@ -415,6 +417,7 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 	finished = true
 	elapsed, self := time.Since(start), cpuTime(syscall.RUSAGE_SELF)-selfBefore
 	records := w.rec.Records()
+	dump(t, records)
 	t.Logf("recorded %d calls in %v (%.0f calls/s)", len(records), elapsed.Round(time.Millisecond), float64(len(records))/elapsed.Seconds())
 	t.Logf("calls: %s", summarize(records))
 	docs = documents(records)
@@ -458,4 +461,25 @@ func documents(records []lincheck.Record) int {
 		}
 	}
 	return len(ids)
+}
+
+// dump writes records as JSON lines to $LEASEHOLD_LINCHECK_DUMP, when set,
+// for reading a failed history call by call.
+func dump(t *testing.T, records []lincheck.Record) {
+	t.Helper()
+	path := os.Getenv("LEASEHOLD_LINCHECK_DUMP")
+	if path == "" {
+		return
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	for _, r := range records {
+		if err := enc.Encode(r); err != nil {
+			t.Errorf("dumping the history: %v", err)
+			return
+		}
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Errorf("dumping the history: %v", err)
+	}
 }

@@ -63,8 +63,8 @@ type Input struct {
 	Unsupported bool
 	// Foreign marks a Get or Cancel by a submitter of another team.
 	Foreign bool
-	// Node is the node a Get was sent to straight (0: the leader), for the
-	// visualisation; the model does not look at it.
+	// Node is the node a Get or Cancel was sent to straight (0: the
+	// leader), for the visualisation; the model does not look at it.
 	Node int
 }
 

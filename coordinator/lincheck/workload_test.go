@@ -95,6 +95,10 @@ type options struct {
 	// staleReads is the share of a cluster's GetJob calls that ask a node
 	// chosen at random for a stale read.
 	staleReads float64
+	// directCancels is the share of a cluster's CancelJob calls sent
+	// straight to a node chosen at random: a follower must refuse them
+	// NOT_LEADER.
+	directCancels float64
 	// progress, if set, is told the number of calls recorded after each.
 	progress func(n int)
 	// until, if set, keeps the run going past ops until it is closed.
@@ -635,12 +639,18 @@ func (c *client) probe(job string) {
 	}
 }
 
-// cancel cancels job with bearer's credentials.
+// cancel cancels job with bearer's credentials; on a cluster, now and
+// then straight on a node.
 func (c *client) cancel(job, bearer string, foreign bool) {
 	r := c.begin(lincheck.Cancel)
 	r.Job, r.Foreign = job, foreign
+	jobs, opts := c.jobs, c.callOpts
+	if c.clustered() && c.chance(c.w.opts.directCancels) {
+		r.Node = 1 + c.rng.IntN(len(c.direct))
+		jobs, opts = c.direct[r.Node-1], nil
+	}
 	ctx, cancel, cut := c.callCtx(bearer, true)
-	resp, err := c.jobs.CancelJob(ctx, &leaseholdv1.CancelJobRequest{JobId: job, Reason: "lincheck"}, c.callOpts...)
+	resp, err := jobs.CancelJob(ctx, &leaseholdv1.CancelJobRequest{JobId: job, Reason: "lincheck"}, opts...)
 	cancel()
 	c.finish(&r, err, cut)
 	switch {
