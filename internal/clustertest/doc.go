@@ -19,6 +19,7 @@
 // applied, so that a test can compare the nodes' stores once the cluster
 // is quiet.
 //
-// It is imported by tests only; methods that take no testing.TB fail the
-// test they were started with, and must be called from its goroutine.
+// It is imported by tests only. Methods that fail the test they were
+// started with must be called from its goroutine; Isolate, Heal, Check,
+// Leader, AwaitLeader and AwaitServing may be called from any.
 package clustertest

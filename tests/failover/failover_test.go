@@ -197,10 +197,9 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 	case faultPause:
 		cl.Pause(leader)
 	}
-	// The probe is a submit sent after the fault, in case the load sent
-	// none; the first acknowledgement of any such submit ends the failover.
-	probed := make(chan bool, 1)
-	go func() { probed <- ld.submit(ctx, fmt.Sprintf("probe-%d", k), 1) }()
+	// Probes are submits sent after the fault besides the load's; the
+	// first acknowledgement of any such submit ends the failover.
+	probed := ld.probe(ctx, fmt.Sprintf("probe-%d", k), struck, 50*time.Millisecond)
 	switch f {
 	case faultKill:
 	case faultIsolate:
@@ -216,7 +215,7 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 		res.notLeader, res.missing = sessionEnds(rs, marks, time.Now(), 10*time.Second)
 	}
 	if !<-probed {
-		t.Fatalf("the probe submit after %s of n%d was not acknowledged", f, leader+1)
+		t.Fatalf("no submit sent after the %s of n%d was acknowledged", f, leader+1)
 	}
 	res.failover, _ = ld.firstAckSince(struck)
 	res.elected = electedAfter(cl, leader, nodeMarks, struck)

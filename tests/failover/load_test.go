@@ -166,3 +166,42 @@ func (l *load) snapshot() ([]ack, map[string]int) {
 	}
 	return append([]ack(nil), l.acks...), errs
 }
+
+// probe sends a one-document submit every poll, each under a request id
+// of its own, from struck until one sent at or after struck is
+// acknowledged (by anyone: the load too). A client's call that went to a
+// leader the kernel no longer schedules waits until it runs again; the
+// next ones go to the new leader as soon as it reports itself, so the
+// first acknowledgement says when the cluster took writes again. The
+// channel delivers, once every probe was answered or ctx ended, whether
+// one was acknowledged.
+func (l *load) probe(ctx context.Context, name string, struck time.Time, poll time.Duration) <-chan bool {
+	done := make(chan bool, 1)
+	go func() {
+		var wg sync.WaitGroup
+		tick := time.NewTicker(poll)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			wg.Go(func() { l.submit(ctx, fmt.Sprintf("%s-%d", name, i), 1) })
+			_, changed := l.count()
+			if _, ok := l.firstAckSince(struck); ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			case <-tick.C:
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if _, ok := l.firstAckSince(struck); ok {
+				break
+			}
+		}
+		wg.Wait()
+		_, ok := l.firstAckSince(struck)
+		done <- ok
+	}()
+	return done
+}
