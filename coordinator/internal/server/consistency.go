@@ -100,6 +100,9 @@ func Consistency(l Leadership, log *slog.Logger) (grpc.UnaryServerInterceptor, g
 		if staleRead(ctx, method) {
 			return metadata.Pairs(AppliedIndexKey, strconv.FormatUint(l.Applied(), 10)), nil
 		}
+		if staleReadMutant {
+			return nil, nil
+		}
 		return nil, l.VerifyLeader(ctx)
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
