@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -23,6 +24,13 @@ type CheckReport struct {
 	// LastToken is the largest fencing token ever granted; the next lease
 	// gets a larger one.
 	LastToken uint64 `json:"last_token"`
+	// Digest is a SHA-256 over every record of the schema, in hex: two
+	// nodes of a cluster that applied the same entries have the same
+	// digest, whatever their page layout.
+	Digest string `json:"digest"`
+	// AppliedIndex is the index of the last raft entry the store applied,
+	// 0 for a single node's store.
+	AppliedIndex uint64 `json:"applied_index"`
 	// Problems lists the inconsistencies found (at most 100; Omitted counts
 	// the rest). None means the file is consistent.
 	Problems []string `json:"problems"`
@@ -37,7 +45,8 @@ func (r CheckReport) OK() bool { return len(r.Problems) == 0 && r.Omitted == 0 }
 // on a file of the current schema that its records agree with one another
 // (the index of unfinished jobs with the jobs' phases, batches whole, counts
 // per phase with the jobs, lease tokens unique and at most the token
-// counter). It opens the file read-only and changes nothing. Its cost
+// counter). The report also carries the store's digest and, for a
+// cluster's node, the raft index it applied. It opens the file read-only and changes nothing. Its cost
 // follows the whole store: it reads every job record.
 //
 // What it finds wrong is listed in the report; the error is for a check
@@ -59,6 +68,15 @@ func Check(dataDir string) (CheckReport, error) {
 		return rep, fmt.Errorf("checking %s: %w", path, err)
 	}
 	rep.Schema, rep.Jobs, rep.Unfinished, rep.Batches, rep.LastToken = sum.Schema, sum.Jobs, sum.Unfinished, sum.Batches, sum.LastToken
+	digest, err := st.Digest()
+	if err != nil {
+		return rep, fmt.Errorf("digest of %s: %w", path, err)
+	}
+	rs, err := st.ReplicaState()
+	if err != nil {
+		return rep, fmt.Errorf("replica state of %s: %w", path, err)
+	}
+	rep.Digest, rep.AppliedIndex = hex.EncodeToString(digest[:]), rs.Applied
 	rep.Problems = append(rep.Problems, sum.Problems...)
 	rep.Omitted = sum.Omitted
 	return rep, nil

@@ -53,6 +53,12 @@ func TestCheck(t *testing.T) {
 		got.Batches != want.Batches || got.LastToken != want.LastToken || !got.OK() {
 		t.Errorf("Check() = %+v, want %+v", got, want)
 	}
+	if len(got.Digest) != 64 || got.AppliedIndex != 0 {
+		t.Errorf("Check() digest %q, applied index %d; want 64 hex digits and 0 on a single node", got.Digest, got.AppliedIndex)
+	}
+	if again, err := Check(dir); err != nil || again.Digest != got.Digest {
+		t.Errorf("a second Check() has digest %q (%v), want %q", again.Digest, err, got.Digest)
+	}
 
 	if _, err := Check(filepath.Join(t.TempDir(), "none")); err == nil {
 		t.Errorf("Check of a directory without a database = nil error, want one")

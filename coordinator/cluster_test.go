@@ -226,6 +226,16 @@ func TestCluster(t *testing.T) {
 		Documents: []*leaseholdv1.Document{{Name: "x.txt", ContentType: "text/plain", Content: []byte("x")}}}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a write on the deposed leader: %v, want UNAVAILABLE", err)
 	}
+	// A cancel reads the job or batch before the writer sees it: the
+	// deposed leader, whose store lacks what the new leader took, refuses
+	// it NOT_LEADER instead of answering NOT_FOUND from its own store.
+	taken := acked[len(acked)-1]
+	if _, err := l1.jobs.CancelBatch(tc.alphaCtx(), &leaseholdv1.CancelBatchRequest{BatchId: taken}); status.Code(err) != codes.Unavailable || reasonOf(err) != "NOT_LEADER" {
+		t.Errorf("a cancel of batch %s on the deposed leader: %v, want UNAVAILABLE NOT_LEADER", taken, err)
+	}
+	if _, err := l1.jobs.CancelJob(tc.alphaCtx(), &leaseholdv1.CancelJobRequest{JobId: "j-999999"}); status.Code(err) != codes.Unavailable || reasonOf(err) != "NOT_LEADER" {
+		t.Errorf("a cancel of a job on the deposed leader: %v, want UNAVAILABLE NOT_LEADER", err)
+	}
 
 	// Heal, hand leadership on, and write on whoever leads.
 	tc.connect()

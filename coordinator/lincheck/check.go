@@ -44,6 +44,9 @@ func Operations(records []Record) []porcupine.Operation {
 	}
 	seen := map[string]bool{}
 	for _, r := range records {
+		if r.Stale {
+			continue
+		}
 		out := Output{Pending: r.Pending, Code: r.Code, Reason: r.Reason, Err: r.Err, Replayed: r.Replayed,
 			AlreadyCancelled: r.AlreadyCancelled, RunningRenderer: r.RunningRenderer, View: r.View}
 		switch r.Kind {
@@ -63,7 +66,7 @@ func Operations(records []Record) []porcupine.Operation {
 				seen[g.Job] = true
 			}
 		default:
-			add(r, Input{Kind: r.Kind, Job: r.Job, Renderer: r.Renderer, Token: r.Token, Outcome: r.Outcome, Foreign: r.Foreign}, out)
+			add(r, Input{Kind: r.Kind, Job: r.Job, Renderer: r.Renderer, Token: r.Token, Outcome: r.Outcome, Foreign: r.Foreign, Node: r.Node}, out)
 			seen[r.Job] = true
 		}
 	}
@@ -115,6 +118,9 @@ func lostAcquires(records []Record) []porcupine.Operation {
 		latest[k] = max(latest[k], at)
 	}
 	for _, r := range records {
+		if r.Stale {
+			continue
+		}
 		if v := r.View; v != nil {
 			note(r.Job, v.LeaseRenderer, v.LeaseToken, r.Return)
 			note(r.Job, v.CancelRenderer, v.RevokedToken, r.Return)
@@ -139,7 +145,8 @@ func lostAcquires(records []Record) []porcupine.Operation {
 
 // CheckHistory checks what porcupine's per-job partitions cannot see:
 // fencing tokens are never granted twice, a grant answered before another
-// grant was asked for has the smaller token, and no Acquire was refused.
+// grant was asked for has the smaller token, and no Acquire was refused
+// (but for NOT_LEADER, which grants nothing).
 func CheckHistory(records []Record) error {
 	type grant struct {
 		Grant
@@ -148,7 +155,7 @@ func CheckHistory(records []Record) error {
 	var grants []grant
 	var errs []string
 	for _, r := range records {
-		if r.Kind != Acquire || r.Pending {
+		if r.Kind != Acquire || r.Pending || r.Refused() {
 			continue
 		}
 		if r.Code != codes.OK {
@@ -181,6 +188,89 @@ func CheckHistory(records []Record) error {
 		if top.Token != 0 && g.Token <= top.Token {
 			errs = append(errs, fmt.Sprintf("token %d (job %s, asked at %d ns) is not larger than token %d (job %s, answered at %d ns)",
 				g.Token, g.Job, g.call, top.Token, top.Job, top.ret))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	if len(errs) > 10 {
+		errs = append(errs[:10], fmt.Sprintf("... and %d more", len(errs)-10))
+	}
+	return errors.New(strings.Join(errs, "\n"))
+}
+
+// CheckStaleReads checks the stale reads of records, which the model
+// leaves out: a stale read may show any earlier state of a job, so it is
+// checked only for showing nothing from the future. Everything it shows
+// must have been asked for by a call sent before the read returned: the
+// job by its Submit, a lease by the Acquire that was answered with its
+// token, a success by a Complete with that token and digest, a
+// cancellation by a Cancel. A lease under a token no answered Acquire
+// granted (its answer was lost) is not checked.
+func CheckStaleReads(records []Record) error {
+	type key struct {
+		job   string
+		token uint64
+	}
+	submitted := map[string]int64{} // job: the earliest call of a Submit that names it
+	granted := map[key]int64{}      // job and token: the call of the Acquire that granted it
+	successes := map[key][]Record{} // job and token: the successful completions sent
+	cancels := map[string]int64{}   // job: the earliest call of a Cancel of its team
+	earliest := func(m map[string]int64, job string, at int64) {
+		if prev, ok := m[job]; !ok || at < prev {
+			m[job] = at
+		}
+	}
+	for _, r := range records {
+		switch r.Kind {
+		case Submit:
+			for _, id := range r.JobIDs {
+				earliest(submitted, id, r.Call)
+			}
+		case Acquire:
+			for _, g := range r.Grants {
+				granted[key{g.Job, g.Token}] = r.Call
+			}
+		case Complete:
+			if r.Outcome.Success {
+				k := key{r.Job, r.Token}
+				successes[k] = append(successes[k], r)
+			}
+		case Cancel:
+			if !r.Foreign {
+				earliest(cancels, r.Job, r.Call)
+			}
+		}
+	}
+	var errs []string
+	for _, r := range records {
+		v := r.View
+		if !r.Stale || r.Pending || v == nil {
+			continue
+		}
+		at := fmt.Sprintf("stale read of job %s from node %d (applied index %d, answered at %d ns) shows %s", r.Job, r.Node, r.AppliedIndex, r.Return, v)
+		if call, ok := submitted[r.Job]; !ok || call > r.Return {
+			errs = append(errs, at+": no Submit naming the job was sent before")
+			continue
+		}
+		if v.LeaseToken != 0 {
+			if call, ok := granted[key{r.Job, v.LeaseToken}]; ok && call > r.Return {
+				errs = append(errs, at+fmt.Sprintf(": the Acquire that granted token %d was sent after it", v.LeaseToken))
+			}
+		}
+		if v.Phase == succeeded {
+			ok := false
+			for _, c := range successes[key{r.Job, v.ArtifactToken}] {
+				ok = ok || c.Outcome.Digest == v.ArtifactDigest && c.Call < r.Return
+			}
+			if !ok {
+				errs = append(errs, at+": no Complete with that artifact was sent before")
+			}
+		}
+		if v.Phase == cancelled {
+			if call, ok := cancels[r.Job]; !ok || call > r.Return {
+				errs = append(errs, at+": no Cancel of the job was sent before")
+			}
 		}
 	}
 	if len(errs) == 0 {

@@ -90,6 +90,19 @@
 //	go test ./coordinator/lincheck -run Linearizable -long  # 50,000 calls
 //	LEASEHOLD_LINCHECK_OPS=200000 go test ./coordinator/lincheck -run Linearizable -timeout 1h
 //
+// TestLinearizableCluster (with -cluster) runs the same workload against
+// three coordinator processes while their leader is killed, cut off from
+// its peers and paused; clients find the leader as the client library
+// does and also read every node directly, linearizable and stale. A call
+// refused UNAVAILABLE NOT_LEADER was not applied, and the model lets it
+// change nothing; an OUTCOME_UNKNOWN or a cut connection is Pending.
+// Stale reads are left out of the model: CheckStaleReads checks that they
+// show nothing from the future. docs/linearizability.md describes it.
+//
+//	go test ./coordinator/lincheck -run Cluster -cluster        # 3,000 calls, 1 kill
+//	go test ./coordinator/lincheck -run Cluster -cluster -long  # 50,000 calls, 10 kills, 2 isolations, 2 pauses
+//	go test ./coordinator/lincheck -tags lincheckmutation -run StaleReadMutant
+//
 // The workload also completes current leases under another renderer's id
 // now and then (LEASEHOLD_LINCHECK_WRONG_HOLDER=0 turns that off). When a check fails, the failing jobs are
 // logged and porcupine's visualisation is written (with go test -artifacts

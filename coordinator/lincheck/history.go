@@ -181,7 +181,23 @@ type Record struct {
 	RunningRenderer  string
 	// View is the job a Get, or an applied Complete or Cancel, returned.
 	View *View
+
+	// Node is the node a call was sent to, counted from 1, on a cluster
+	// whose clients also call nodes directly; 0 is the channel that follows
+	// the leader.
+	Node int
+	// Stale marks a Get that asked for a stale read: any node serves it
+	// from its store as it is. Such reads are not operations of the model;
+	// CheckStaleReads checks them.
+	Stale bool
+	// AppliedIndex is the applied index a stale read's answer carried.
+	AppliedIndex uint64
 }
+
+// Refused reports whether the call was refused UNAVAILABLE NOT_LEADER: a
+// replicated coordinator's answer for a call that was not applied and
+// will not be, sent to a follower or to a leader that stepped down.
+func (r Record) Refused() bool { return r.Code == codes.Unavailable && r.Reason == NotLeader }
 
 // Recorder collects Records from concurrent clients, timed on one
 // monotonic clock. Its methods are safe for concurrent use.

@@ -38,6 +38,10 @@ const (
 	OutcomeMismatch = string(reason.OutcomeMismatch)
 	AlreadyTerminal = string(reason.AlreadyTerminal)
 	JobNotFound     = string(reason.JobNotFound)
+	// NotLeader is a replicated coordinator's refusal of a call it did not
+	// apply and will not (UNAVAILABLE): any operation may get it, and it
+	// changes nothing.
+	NotLeader = string(reason.NotLeader)
 )
 
 // Spec is what the model needs to know of the coordinator's configuration.
@@ -60,6 +64,9 @@ type Input struct {
 	Unsupported bool
 	// Foreign marks a Get or Cancel by a submitter of another team.
 	Foreign bool
+	// Node is the node a Get or Cancel was sent to straight (0: the
+	// leader), for the visualisation; the model does not look at it.
+	Node int
 }
 
 // Output is one operation's answer for one job.
@@ -246,6 +253,9 @@ type model struct{ spec Spec }
 // step returns the states s may move to under in with the answer out; none
 // when the answer is not one the specification allows.
 func (m model) step(s State, in Input, out Output) []State {
+	if !out.Pending && out.Code == codes.Unavailable && out.Reason == NotLeader {
+		return []State{s}
+	}
 	switch in.Kind {
 	case Submit:
 		return m.submit(s, in, out)
@@ -543,6 +553,9 @@ func describeOperation(input, output any) string {
 		b.WriteString(in.Kind.String())
 		if in.Foreign {
 			b.WriteString("(foreign)")
+		}
+		if in.Node != 0 {
+			fmt.Fprintf(b, "@n%d", in.Node)
 		}
 	}
 	b.WriteString(" -> ")

@@ -1,6 +1,7 @@
 package lincheck_test
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"slices"
@@ -118,11 +119,24 @@ func replayed(r lincheck.Record) lincheck.Record {
 	return r
 }
 
-// verdict checks records with the model and the cross-job checks.
+// verdict checks records with the model, the cross-job checks and the
+// stale-read checks.
 func verdict(t *testing.T, spec lincheck.Spec, records []lincheck.Record) (porcupine.CheckResult, error) {
 	t.Helper()
 	res := porcupine.CheckOperationsTimeout(lincheck.Model(spec), lincheck.Operations(records), time.Minute)
-	return res, lincheck.CheckHistory(records)
+	return res, errors.Join(lincheck.CheckHistory(records), lincheck.CheckStaleReads(records))
+}
+
+// notLeader returns r refused UNAVAILABLE NOT_LEADER.
+func notLeader(r lincheck.Record) lincheck.Record {
+	r.Code, r.Reason, r.View, r.Grants = codes.Unavailable, lincheck.NotLeader, nil, nil
+	return r
+}
+
+// stale returns r as a stale read from node 2.
+func stale(r lincheck.Record) lincheck.Record {
+	r.Stale, r.Node, r.AppliedIndex = true, 2, 7
+	return r
 }
 
 // TestModelAcceptsLegalHistories keeps the model honest the other way: the
@@ -171,6 +185,24 @@ func TestModelAcceptsLegalHistories(t *testing.T) {
 			lostAfter(240, 250, lostComplete),
 			at(260, 270, got("j-4", j4Leased)),
 			at(300, 310, got("j-4", *j4Done)),
+		)},
+		{"A completion refused NOT_LEADER changed nothing, and its repeat is applied", j4(
+			at(240, 250, notLeader(completed("j-4", 20, "r4", success("d20"), ok, "", nil))),
+			at(255, 258, got("j-4", j4Leased)),
+			at(260, 270, completed("j-4", 20, "r4", success("d20"), ok, "", j4Done)),
+		)},
+		{"An Acquire and a read refused NOT_LEADER are no violation", j4(
+			at(240, 250, notLeader(granted("r5"))),
+			at(240, 250, notLeader(got("j-4", j4Leased))),
+		)},
+		{"A stale read shows a job as it was before an answered write", j4(
+			at(240, 250, completed("j-4", 20, "r4", success("d20"), ok, "", j4Done)),
+			at(260, 270, stale(got("j-4", j4Leased))),
+			at(261, 262, stale(lincheck.Record{Kind: lincheck.Get, Job: "j-4", Code: codes.NotFound, Reason: lincheck.JobNotFound})),
+		)},
+		{"A stale read shows a write sent before it returned", j4(
+			at(240, 0, lostComplete),
+			at(235, 245, stale(got("j-4", *j4Done))),
 		)},
 		{"A lease granted by an Acquire whose answer was lost shows, then is handed back", []lincheck.Record{
 			at(200, 210, submitted("j-4")),
@@ -248,6 +280,24 @@ func TestModelRejectsInjectedViolations(t *testing.T) {
 		{"A job no submission created is granted", func(h []lincheck.Record) []lincheck.Record {
 			return append(h, at(220, 230, granted("r4", lincheck.Grant{Job: "j-99", Token: 40, Attempt: 1})))
 		}, false},
+		{"A completion refused NOT_LEADER was applied", func(h []lincheck.Record) []lincheck.Record {
+			h[5] = notLeader(h[5])
+			return h
+		}, false},
+		{"A linearizable read from a follower shows the job before an answered completion", func(h []lincheck.Record) []lincheck.Record {
+			r := got("j-1", lincheck.View{Phase: leased, Attempt: 1, LeaseToken: 5, LeaseRenderer: "r1"})
+			r.Node = 2
+			return append(h, at(61, 65, r))
+		}, false},
+		{"A stale read shows a success before its completion was sent", func(h []lincheck.Record) []lincheck.Record {
+			return append(h, at(46, 48, stale(got("j-1", j1Done))))
+		}, true},
+		{"A stale read shows a lease before its Acquire was sent", func(h []lincheck.Record) []lincheck.Record {
+			return append(h, at(10, 15, stale(got("j-1", lincheck.View{Phase: leased, Attempt: 1, LeaseToken: 5, LeaseRenderer: "r1"}))))
+		}, true},
+		{"A stale read shows a cancellation before the Cancel was sent", func(h []lincheck.Record) []lincheck.Record {
+			return append(h, at(32, 35, stale(got("j-2", lincheck.View{Phase: cancelled, Attempt: 1, Reason: leaseholdv1.TerminalReason_TERMINAL_REASON_CANCELLED, CancelFrom: leased, CancelRenderer: "r2", RevokedToken: 6}))))
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/lincheck"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,6 +53,15 @@ const (
 // that reaches it is recorded as Pending like any other lost answer.
 const callTimeout = 30 * time.Second
 
+// On a cluster, a call through the channel that follows the leader waits
+// for a leader (gRPC's wait for ready) for up to clusterCallTimeout, which
+// outlasts a failover; a call refused NOT_LEADER, or whose answer was lost,
+// is sent again up to clusterTries times in all.
+const (
+	clusterCallTimeout = 10 * time.Second
+	clusterTries       = 10
+)
+
 // options shape a run.
 type options struct {
 	// ops is how many RPCs to record (a client finishes the lease it is
@@ -70,6 +81,30 @@ type options struct {
 	// leases under their own id (NOT_LEASE_HOLDER by the contract).
 	wrongHolder bool
 	seed        uint64
+
+	// nodes are the gRPC addresses of a cluster's nodes, nil for one
+	// coordinator. Clients then call through one channel that follows the
+	// leader (leaderdial, as the client library does) and also straight to
+	// each node.
+	nodes []string
+	// directReads is the share of a cluster's GetJob calls sent straight
+	// to a node chosen at random, linearizable as by default: a follower
+	// must refuse them NOT_LEADER. A renderer also reads its job so, now
+	// and then, right after its completion was answered.
+	directReads float64
+	// staleReads is the share of a cluster's GetJob calls that ask a node
+	// chosen at random for a stale read.
+	staleReads float64
+	// directCancels is the share of a cluster's CancelJob calls sent
+	// straight to a node chosen at random: a follower must refuse them
+	// NOT_LEADER.
+	directCancels float64
+	// progress, if set, is told the number of calls recorded after each.
+	progress func(n int)
+	// until, if set, keeps the run going past ops until it is closed.
+	until <-chan struct{}
+	// abort, if set, ends the run once closed.
+	abort <-chan struct{}
 }
 
 // coordinatorConfig is the configuration every run uses.
@@ -117,16 +152,25 @@ func startCoordinator(t testing.TB, dir string, log *slog.Logger) (string, func(
 }
 
 // run drives opts.clients concurrent clients against the coordinator at
-// addr until opts.ops calls are recorded, and returns the history.
+// addr (one address, or a cluster's, comma-separated) until opts.ops
+// calls are recorded (see workload.more), and returns the history. It may
+// run on a goroutine of its own: it fails the test with t.Error only.
 func run(t testing.TB, addr string, opts options) *workload {
 	t.Helper()
 	w := &workload{opts: opts, rec: lincheck.NewRecorder(), reg: newRegistry(), cuts: map[codes.Code]int{}, faults: map[string]int{}}
 	w.left.Store(int64(opts.ops))
+	target, err := leaderdial.Parse(addr)
+	if err != nil {
+		t.Error(err)
+		return w
+	}
+	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
 	var wg sync.WaitGroup
 	for i := range opts.clients {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(target.DialTarget(), append(target.DialOptions(), plain)...)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			break
 		}
 		c := &client{
 			w:    w,
@@ -135,8 +179,25 @@ func run(t testing.TB, addr string, opts options) *workload {
 			jobs: leaseholdv1.NewJobServiceClient(conn),
 			rend: leaseholdv1.NewRendererServiceClient(conn),
 		}
+		conns := []*grpc.ClientConn{conn}
+		if len(opts.nodes) > 0 {
+			c.callOpts = []grpc.CallOption{grpc.WaitForReady(true)}
+			for _, node := range opts.nodes {
+				nc, err := grpc.NewClient(node, plain)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				conns = append(conns, nc)
+				c.direct = append(c.direct, leaseholdv1.NewJobServiceClient(nc))
+			}
+		}
 		wg.Go(func() {
-			defer conn.Close()
+			defer func() {
+				for _, cc := range conns {
+					cc.Close()
+				}
+			}()
 			switch {
 			case i < 3:
 				c.team, c.bearer, c.other = "alpha", tokenAlpha, tokenBeta
@@ -173,13 +234,35 @@ type workload struct {
 	faults map[string]int
 }
 
-// more reports whether the run should go on.
-func (w *workload) more() bool { return w.left.Load() > 0 }
+// more reports whether the run should go on: until opts.ops calls are
+// recorded and opts.until, if set, is closed.
+func (w *workload) more() bool {
+	select {
+	case <-w.opts.abort:
+		return false
+	default:
+	}
+	if w.left.Load() > 0 {
+		return true
+	}
+	if w.opts.until == nil {
+		return false
+	}
+	select {
+	case <-w.opts.until:
+		return false
+	default:
+		return true
+	}
+}
 
 // add records r.
 func (w *workload) add(r lincheck.Record) {
 	w.left.Add(-1)
 	w.rec.Add(r)
+	if w.opts.progress != nil {
+		w.opts.progress(int(int64(w.opts.ops) - w.left.Load()))
+	}
 }
 
 // registry is what clients know of the jobs, to choose what to work on.
@@ -315,6 +398,22 @@ type client struct {
 	other    string // a submitter's token for the other team
 	renderer string
 	batches  int
+	// callOpts are the options of every call through jobs and rend; direct
+	// reaches each node of a cluster by itself (nil for one coordinator).
+	callOpts []grpc.CallOption
+	direct   []leaseholdv1.JobServiceClient
+}
+
+// clustered reports whether the client calls a cluster.
+func (c *client) clustered() bool { return len(c.direct) > 0 }
+
+// tries is how many times in all a call whose answer was lost (or, on a
+// cluster, that was refused NOT_LEADER) is sent.
+func (c *client) tries(single int) int {
+	if c.clustered() {
+		return clusterTries
+	}
+	return single
 }
 
 func (c *client) chance(p float64) bool { return c.rng.Float64() < p }
@@ -324,6 +423,9 @@ func (c *client) chance(p float64) bool { return c.rng.Float64() < p }
 // the answer may be lost while the call takes effect.
 func (c *client) callCtx(bearer string, mayCut bool) (ctx context.Context, cancel context.CancelFunc, cut bool) {
 	timeout := callTimeout
+	if c.clustered() {
+		timeout = clusterCallTimeout
+	}
 	if mayCut && c.chance(c.w.opts.cutRate) {
 		cut = true
 		timeout = 200*time.Microsecond + time.Duration(c.rng.Int64N(int64(3*time.Millisecond)))
@@ -355,6 +457,9 @@ func (c *client) finish(r *lincheck.Record, err error, cut bool) {
 	switch r.Code {
 	case codes.Aborted, codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument,
 		codes.PermissionDenied, codes.ResourceExhausted, codes.AlreadyExists, codes.Unauthenticated:
+		return
+	}
+	if r.Refused() {
 		return
 	}
 	r.Pending = true
@@ -450,7 +555,7 @@ func (c *client) submit() {
 		r := c.begin(lincheck.Submit)
 		r.Unsupported = unsupported
 		ctx, cancel, cut := c.callCtx(c.bearer, try == 0)
-		resp, err := c.jobs.SubmitBatch(ctx, req)
+		resp, err := c.jobs.SubmitBatch(ctx, req, c.callOpts...)
 		cancel()
 		c.finish(&r, err, cut)
 		if err == nil {
@@ -463,7 +568,11 @@ func (c *client) submit() {
 				}
 			}
 		}
-		if !r.Pending || try == 5 {
+		if r.Refused() && try < c.tries(6)-1 {
+			c.w.add(r)
+			continue
+		}
+		if !r.Pending || try == c.tries(6)-1 {
 			for _, l := range lost {
 				l.JobIDs = r.JobIDs
 				c.w.add(l)
@@ -475,27 +584,73 @@ func (c *client) submit() {
 	}
 }
 
-// get reads job with bearer's credentials.
+// get reads job with bearer's credentials; on a cluster, now and then
+// straight from a node, linearizable or stale.
 func (c *client) get(job, bearer string, foreign bool) {
+	node, stale := 0, false
+	if c.clustered() {
+		switch x := c.rng.Float64(); {
+		case x < c.w.opts.directReads:
+			node = 1 + c.rng.IntN(len(c.direct))
+		case x < c.w.opts.directReads+c.w.opts.staleReads:
+			node, stale = 1+c.rng.IntN(len(c.direct)), true
+		}
+	}
+	c.read(job, bearer, foreign, node, stale)
+}
+
+// read reads job with bearer's credentials from node (0: the leader) as a
+// stale read or a linearizable one.
+func (c *client) read(job, bearer string, foreign bool, node int, stale bool) {
 	r := c.begin(lincheck.Get)
-	r.Job, r.Foreign = job, foreign
+	r.Job, r.Foreign, r.Node, r.Stale = job, foreign, node, stale
 	ctx, cancel, cut := c.callCtx(bearer, true)
-	resp, err := c.jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: job})
+	jobs, opts := c.jobs, c.callOpts
+	var header metadata.MD
+	if node > 0 {
+		jobs, opts = c.direct[node-1], []grpc.CallOption{grpc.Header(&header)}
+	}
+	if stale {
+		ctx = metadata.AppendToOutgoingContext(ctx, "leasehold-read", "stale")
+	}
+	resp, err := jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: job}, opts...)
 	cancel()
 	c.finish(&r, err, cut)
 	if err == nil {
 		r.View = lincheck.ViewOf(resp.GetJob())
-		c.noteView(job, r.View)
+		if stale {
+			if v := header.Get("leasehold-applied-index"); len(v) > 0 {
+				r.AppliedIndex, _ = strconv.ParseUint(v[0], 10, 64)
+			}
+		} else {
+			c.noteView(job, r.View)
+		}
 	}
 	c.w.add(r)
 }
 
-// cancel cancels job with bearer's credentials.
+// probe reads job, now and then on a cluster, straight from a node chosen
+// at random right after a write to it was answered: a node that served a
+// linearizable read from a store behind the leader's would show the job
+// as it was before that write.
+func (c *client) probe(job string) {
+	if c.clustered() && c.chance(0.3) {
+		c.read(job, tokenOperator, false, 1+c.rng.IntN(len(c.direct)), false)
+	}
+}
+
+// cancel cancels job with bearer's credentials; on a cluster, now and
+// then straight on a node.
 func (c *client) cancel(job, bearer string, foreign bool) {
 	r := c.begin(lincheck.Cancel)
 	r.Job, r.Foreign = job, foreign
+	jobs, opts := c.jobs, c.callOpts
+	if c.clustered() && c.chance(c.w.opts.directCancels) {
+		r.Node = 1 + c.rng.IntN(len(c.direct))
+		jobs, opts = c.direct[r.Node-1], nil
+	}
 	ctx, cancel, cut := c.callCtx(bearer, true)
-	resp, err := c.jobs.CancelJob(ctx, &leaseholdv1.CancelJobRequest{JobId: job, Reason: "lincheck"})
+	resp, err := jobs.CancelJob(ctx, &leaseholdv1.CancelJobRequest{JobId: job, Reason: "lincheck"}, opts...)
 	cancel()
 	c.finish(&r, err, cut)
 	switch {
@@ -507,6 +662,9 @@ func (c *client) cancel(job, bearer string, foreign bool) {
 		c.w.reg.ended(job)
 	}
 	c.w.add(r)
+	if err == nil && !foreign {
+		c.probe(job)
+	}
 }
 
 // render acquires leases and completes them, with stale, wrong and
@@ -541,7 +699,7 @@ func (c *client) acquire() []lincheck.Grant {
 	r := c.begin(lincheck.Acquire)
 	r.Renderer = c.renderer
 	ctx, cancel, cut := c.callCtx(c.bearer, true)
-	resp, err := c.rend.Acquire(ctx, req)
+	resp, err := c.rend.Acquire(ctx, req, c.callOpts...)
 	cancel()
 	c.finish(&r, err, cut)
 	for _, g := range resp.GetLeases() {
@@ -594,8 +752,11 @@ func (c *client) work(g lincheck.Grant) {
 	}
 	c.w.reg.sentOn(g.Job, sentCompletion{token: g.Token, renderer: c.renderer, outcome: outcome})
 	// A lost answer is followed by the same completion: a replay.
-	for try := 0; try < 4; try++ {
-		if r := c.complete(g.Job, g.Token, c.renderer, outcome, try == 0); !r.Pending {
+	for try := 0; try < c.tries(4); try++ {
+		if r := c.complete(g.Job, g.Token, c.renderer, outcome, try == 0); !r.Pending && !r.Refused() {
+			if r.Code == codes.OK {
+				c.probe(g.Job)
+			}
 			break
 		}
 	}
@@ -647,7 +808,7 @@ func (c *client) upload(g lincheck.Grant) lincheck.Outcome {
 	ctx, cancel, cut := c.callCtx(c.bearer, true)
 	defer cancel()
 	err := func() error {
-		stream, err := c.rend.UploadArtifact(ctx)
+		stream, err := c.rend.UploadArtifact(ctx, c.callOpts...)
 		if err != nil {
 			return err
 		}
@@ -666,7 +827,7 @@ func (c *client) upload(g lincheck.Grant) lincheck.Outcome {
 	}()
 	c.finish(&r, err, cut)
 	c.w.add(r)
-	if r.Pending {
+	if r.Pending || r.Refused() {
 		return lincheck.Outcome{Class: leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT}
 	}
 	return success
@@ -683,7 +844,7 @@ func (c *client) complete(job string, token uint64, renderer string, o lincheck.
 	r := c.begin(lincheck.Complete)
 	r.Job, r.Token, r.Renderer, r.Outcome = job, token, renderer, o
 	ctx, cancel, cut := c.callCtx(c.bearer, mayCut)
-	resp, err := c.rend.Complete(ctx, req)
+	resp, err := c.rend.Complete(ctx, req, c.callOpts...)
 	cancel()
 	c.finish(&r, err, cut)
 	if err == nil {

@@ -157,6 +157,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -211,6 +212,9 @@ type config struct {
 	stopGrace        time.Duration
 	timeout          time.Duration
 	json             bool
+	// cpuProfile is -cpuprofile: where the load generator's CPU profile
+	// of the whole run is written.
+	cpuProfile string
 	// compare and rounds: -compare.
 	compare string
 	rounds  int
@@ -254,7 +258,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.capacity, "capacity", 64, "leases each renderer holds at most (its --capacity)")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, of "+strings.Join(allPhases, ","))
 	fs.IntVar(&cfg.drainDocs, "drain-docs", 50000, "documents of a drain")
-	fs.IntVar(&cfg.batch, "batch", 500, "documents per batch when submitting a drain or filling a store")
+	fs.IntVar(&cfg.batch, "batch", 500, "documents per batch when submitting a drain or filling a store, and at most per batch of the latency phase")
 	fs.IntVar(&cfg.submitters, "submitters", 8, "concurrent SubmitBatch calls when submitting a drain or filling a store")
 	fs.IntVar(&cfg.maxWatches, "max-watches", 60, "watch streams open at once, at most (the coordinator allows 64 per caller)")
 	fs.IntVar(&cfg.idleSamples, "idle-samples", 200, "single documents submitted to idle renderers")
@@ -273,6 +277,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.stopGrace, "stop-grace", 30*time.Second, "time a child has to exit after SIGTERM before SIGKILL")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Hour, "longest the whole run may take")
 	fs.BoolVar(&cfg.json, "json", false, "print the report as one JSON object")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile of the whole run to this file (the coordinator's: -coordinator-flags --pprof and its /debug/pprof/profile)")
 	fs.StringVar(&cfg.compare, "compare", "", "directory of another build's coordinator and renderer: run both builds' phases interleaved and print ratios")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each build with -compare")
 	fs.IntVar(&cfg.cluster, "cluster", 0, "after the single node, run the phases on a replicated cluster of this many nodes (3 or 5) on this machine, and compare")
@@ -368,6 +373,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	lg := newLogger(stderr)
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if load, err := loadAverage(); err == nil && load > float64(numCPU)/2 {
 		lg.printf("warning: the load average is %.1f on %d CPUs: other work will skew the figures", load, numCPU)
 	}

@@ -527,10 +527,15 @@ func (r *runner) latency(ctx context.Context, rateDocs float64, basis string) (*
 		if elapsed >= r.cfg.latencyDuration {
 			break
 		}
-		if due := int(rateDocs*elapsed.Seconds()) - submitted; due >= 1 {
-			submitted += due
+		// A tick the harness took late (a loaded machine) makes more
+		// documents due than one batch may carry: they go in batches of
+		// at most -batch, the coordinator's limit by default.
+		for due := int(rateDocs*elapsed.Seconds()) - submitted; due >= 1; {
+			n := min(due, r.cfg.batch)
+			due -= n
+			submitted += n
 			batches++
-			wg.Go(func() { send(due) })
+			wg.Go(func() { send(n) })
 		}
 		select {
 		case <-tick.C:

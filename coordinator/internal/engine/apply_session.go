@@ -222,6 +222,9 @@ func (c *receiveCmd) evaluate(g *group) error {
 		}
 		c.res.Heartbeats = append(c.res.Heartbeats, st)
 	}
+	if len(c.in.Completions) > 0 {
+		c.res.Completions = make([]CompleteResult, 0, len(c.in.Completions))
+	}
 	for _, req := range c.in.Completions {
 		req.Renderer = renderer
 		res, err := e.completeOne(g, req)

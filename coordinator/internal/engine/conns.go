@@ -80,7 +80,12 @@ func (o *Outbox) pushGrants(gs []Grant) {
 	if o.closed {
 		return
 	}
-	o.grants = append(o.grants, gs...)
+	if len(o.grants) == 0 {
+		// The writer hands over a group's grants and keeps no reference.
+		o.grants = gs
+	} else {
+		o.grants = append(o.grants, gs...)
+	}
 	o.signal()
 }
 

@@ -186,8 +186,17 @@ type Engine struct {
 	lifecycle sync.Mutex
 
 	// Owned by the writer goroutine (and by New before Start).
-	sched      *dispatch.Scheduler
-	leases     map[uint64]*leaseEntry
+	sched  *dispatch.Scheduler
+	leases map[uint64]*leaseEntry
+	// held are the records of the LEASED jobs as the writer last wrote
+	// them (group.save), in the form a read of the store gives: a
+	// completion, heartbeat or expiry loads them from here instead of
+	// decoding them. A job leaves it with the write that moves it out of
+	// LEASED; a lease recovered at start-up is held from its first write.
+	// A group that does not commit either stops the writer or ends its
+	// term, and the map goes with the rest of the writer's memory
+	// (resetSoft).
+	held       map[uint64]jobs.Job
 	leaseQ     timerHeap
 	retryAt    map[uint64]time.Duration
 	retryQ     timerHeap
@@ -262,6 +271,7 @@ func New(cfg Config) (*Engine, error) {
 		failedC:    make(chan struct{}),
 		sched:      dispatch.New(cfg.Dispatch),
 		leases:     make(map[uint64]*leaseEntry),
+		held:       make(map[uint64]jobs.Job),
 		retryAt:    make(map[uint64]time.Duration),
 		teamCounts: make(map[string]*jobs.Counts),
 		renderers:  make(map[string]*rendererState),

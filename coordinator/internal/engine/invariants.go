@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 
@@ -96,6 +97,14 @@ func (e *Engine) indexProblems(tx *store.Tx, now time.Time, mono time.Duration, 
 		}
 		if j.Phase != jobs.PhaseRetryWait && inRetry {
 			fail("job %d is %v but in the retry index", j.ID, j.Phase)
+		}
+		// reflect, not cmp: a held time must carry the read's location
+		// and no monotonic reading, or a later judgement could differ.
+		switch h, isHeld := e.held[j.ID]; {
+		case isHeld && j.Phase != jobs.PhaseLeased:
+			fail("job %d is %v but held by the writer", j.ID, j.Phase)
+		case isHeld && !reflect.DeepEqual(h, j):
+			fail("job %d is held as %+v, stored as %+v", j.ID, h, j)
 		}
 		if j.Attempt > j.Policy.MaxAttempts {
 			fail("job %d attempt %d over the maximum %d", j.ID, j.Attempt, j.Policy.MaxAttempts)

@@ -269,6 +269,7 @@ func (e *Engine) dropSoft(why error) {
 func (e *Engine) resetSoft() {
 	e.sched = dispatch.New(e.cfg.Dispatch)
 	e.leases = make(map[uint64]*leaseEntry)
+	e.held = make(map[uint64]jobs.Job)
 	e.leaseQ = nil
 	e.retryAt = make(map[uint64]time.Duration)
 	e.retryQ = nil

@@ -137,11 +137,14 @@ func (g *group) load(id uint64) (jobs.Job, bool, error) {
 	if err != nil {
 		return jobs.Job{}, false, err
 	}
-	j, found, err := tx.Job(id)
-	if err != nil || !found {
-		return j, found, err
-	}
 	e := g.e
+	j, found := e.held[id]
+	if !found {
+		j, found, err = tx.Job(id)
+		if err != nil || !found {
+			return j, found, err
+		}
+	}
 	switch j.Phase {
 	case jobs.PhaseLeased:
 		if le := e.leases[id]; le != nil && le.token == j.Lease.Token {
@@ -189,8 +192,17 @@ func (g *group) save(before, after jobs.Job) error {
 		return err
 	}
 	after = g.withShownDeadline(before, after)
-	if err := tx.PutJob(after); err != nil {
-		return err
+	if after.Phase == jobs.PhaseLeased {
+		stored, err := tx.PutJobAsRead(after)
+		if err != nil {
+			return err
+		}
+		g.e.held[after.ID] = stored
+	} else {
+		if err := tx.PutJob(after); err != nil {
+			return err
+		}
+		delete(g.e.held, after.ID)
 	}
 	fresh := after.Events[min(len(before.Events), len(after.Events)):]
 	if err := tx.PutEvents(after.ID, fresh); err != nil {
@@ -333,11 +345,19 @@ func (g *group) endConn(c *Conn, why error) []Grant {
 	return left
 }
 
+// deliver adds gr to what the group publishes to c. A connection's first
+// grant of the group makes room for as many more as it can still take
+// (its credit left, the jobs still ready), so that a busy group does not
+// copy its grants as they grow.
 func (g *group) deliver(c *Conn, gr Grant) {
 	if g.deliveries == nil {
 		g.deliveries = make(map[*Conn][]Grant)
 	}
-	g.deliveries[c] = append(g.deliveries[c], gr)
+	gs := g.deliveries[c]
+	if gs == nil {
+		gs = make([]Grant, 0, 1+max(min(c.credit, g.e.sched.Ready()), 0))
+	}
+	g.deliveries[c] = append(gs, gr)
 }
 
 // run is the writer goroutine of term t.

@@ -60,6 +60,17 @@ var readMethods = map[string]bool{
 	"/leasehold.v1.OverviewService/ListRenderers":           true,
 }
 
+// readFirstWrites are the writes whose handlers read the store before the
+// writer sees them: the job or batch, for the caller's view of it and the
+// audit record of a refusal. Off the leader that read comes from a store a
+// little behind, or from a deposed leader's that misses what the new one
+// took, and would answer NOT_FOUND for what exists; so these verify
+// leadership first, whatever the read mode, as a linearizable read does.
+var readFirstWrites = map[string]bool{
+	"/leasehold.v1.JobService/CancelJob":   true,
+	"/leasehold.v1.JobService/CancelBatch": true,
+}
+
 // leaderOnly are the reads fed by the writer itself (watch events, the
 // overview it publishes): a follower has nothing to serve them from, so
 // they are never stale reads.
@@ -73,16 +84,24 @@ var leaderOnly = map[string]bool{
 // Consistency returns the interceptors that apply the read mode on a
 // replicated coordinator: before a read runs, a linearizable one has this
 // node verify its leadership (NOT_LEADER otherwise) and a stale one gets
-// the applied index in its header. Other methods pass through.
+// the applied index in its header; a write that reads first (see
+// readFirstWrites) is verified as a linearizable read. Other methods pass
+// through.
 func Consistency(l Leadership, log *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	// check returns the header of a stale read, or why the read may not
 	// run here.
 	check := func(ctx context.Context, method string) (metadata.MD, error) {
+		if readFirstWrites[method] {
+			return nil, l.VerifyLeader(ctx)
+		}
 		if !readMethods[method] {
 			return nil, nil
 		}
 		if staleRead(ctx, method) {
 			return metadata.Pairs(AppliedIndexKey, strconv.FormatUint(l.Applied(), 10)), nil
+		}
+		if staleReadMutant {
+			return nil, nil
 		}
 		return nil, l.VerifyLeader(ctx)
 	}

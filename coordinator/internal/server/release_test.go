@@ -59,3 +59,41 @@ func TestAcquireHandsBackUndeliveredLeases(t *testing.T) {
 		t.Fatalf("grant after the hand-back = %v, want %s attempt 1 with a token above %d", g, jobID, last.GetToken())
 	}
 }
+
+// demotedEngine ends the writer's term just after the session's grants
+// were published: its Close answers NOT_LEADER, as a leader that lost its
+// leadership during a long poll does.
+type demotedEngine struct {
+	Engine
+}
+
+func (e demotedEngine) Close(ctx context.Context, c *engine.Conn, undelivered []engine.LeaseRef) ([]engine.Grant, error) {
+	if _, err := e.Engine.Close(ctx, c, undelivered); err != nil {
+		return nil, err
+	}
+	return nil, engine.ErrNotLeader
+}
+
+func TestAcquireDeliversGrantsCommittedBeforeLeadershipEnded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *options) {
+		o.wrap = func(e Engine) Engine { return demotedEngine{e} }
+	})
+	jobID := b.submit(t, alpha, "alpha", "req", doc("a.pdf")).GetJobIds()[0]
+
+	resp, err := b.rend.Acquire(as(t, renderer), &leaseholdv1.AcquireRequest{RendererId: "r-1", MaxLeases: 1, Capacity: 1})
+	if err != nil {
+		t.Fatalf("Acquire whose grant was committed before the term ended: %v; want the grant (NOT_LEADER says nothing was applied)", err)
+	}
+	if len(resp.GetLeases()) != 1 || resp.GetLeases()[0].GetJobId() != jobID {
+		t.Fatalf("Acquire leases = %v, want one of %s", resp.GetLeases(), jobID)
+	}
+	job, err := b.jobs.GetJob(as(t, alpha), &leaseholdv1.GetJobRequest{JobId: jobID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := job.GetJob().GetLease(), resp.GetLeases()[0].GetLease()
+	if job.GetJob().GetPhase() != leaseholdv1.Phase_PHASE_LEASED || got.GetToken() != want.GetToken() || got.GetRendererId() != "r-1" {
+		t.Fatalf("job after the delivered grant = %v lease %v, want LEASED under token %d to r-1", job.GetJob().GetPhase(), got, want.GetToken())
+	}
+}

@@ -161,9 +161,17 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 	}
 	left, err := s.e.Close(wctx, conn, nil)
 	grants = append(grants, left...)
-	if err != nil {
+	if err != nil && (len(grants) == 0 || ctx.Err() != nil) {
 		s.release(r, grants)
 		return nil, s.status(err)
+	}
+	if err != nil {
+		// The grants were committed and applied before they were
+		// published: they are the renderer's leases, which the next
+		// leader keeps, whatever became of this session. Refusing the
+		// call (NOT_LEADER when the term ended meanwhile) would tell the
+		// renderer that nothing was applied while its leases stand.
+		s.log.Info("acquire: session close failed after its grants; delivering them", "leases", len(grants), "err", err)
 	}
 	if ctx.Err() != nil {
 		s.release(r, grants)

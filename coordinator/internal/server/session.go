@@ -165,7 +165,7 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 				return nil
 			}
 			if a.err != nil {
-				return ss.s.streamEnd(a.err)
+				return ss.s.streamEnd(leadershipEnd(a.err))
 			}
 			if err := ss.sendAnswers(a.resp); err != nil {
 				return err
@@ -181,6 +181,27 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 			}
 		}
 	}
+}
+
+// leadershipEnd is the error a session ends with when one of its commands
+// failed: NOT_LEADER when this node lost its leadership with the command
+// proposed, as when it lost it between commands, although the command's
+// outcome is unknown. A session is a stream, not a write: the renderer
+// sends what went unanswered again on its next session, where every
+// command is idempotent (completions by job and token, receipts and
+// hand-backs by lease), and on NOT_LEADER it opens that session on the new
+// leader at once, where OUTCOME_UNKNOWN would cost it a backoff. Any other
+// error is returned as it is.
+func leadershipEnd(err error) error {
+	if !errors.Is(err, engine.ErrOutcomeUnknown) {
+		return err
+	}
+	nl := &engine.NotLeaderError{Err: engine.ErrNotLeader}
+	var known *engine.NotLeaderError
+	if errors.As(err, &known) {
+		nl.LeaderID, nl.LeaderAddr = known.LeaderID, known.LeaderAddr
+	}
+	return nl
 }
 
 // receive reads requests until the stream ends, converting each. When the

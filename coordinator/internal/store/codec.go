@@ -24,7 +24,15 @@ func tm(n int64) time.Time {
 }
 
 func jobToRecord(j jobs.Job) *storagev1.JobRecord {
-	r := &storagev1.JobRecord{
+	r := &storagev1.JobRecord{}
+	fillJobRecord(r, j)
+	return r
+}
+
+// fillJobRecord overwrites r with the record of j, so that one record can
+// serve every job a transaction writes.
+func fillJobRecord(r *storagev1.JobRecord, j jobs.Job) {
+	*r = storagev1.JobRecord{
 		Id:                  j.ID,
 		BatchId:             j.BatchID,
 		Team:                j.Team,
@@ -83,7 +91,6 @@ func jobToRecord(j jobs.Job) *storagev1.JobRecord {
 			r.Rejected[i] = &storagev1.RejectionKey{Token: k.Token, Reason: k.Reason, Renderer: k.Renderer}
 		}
 	}
-	return r
 }
 
 func eventToRecord(e jobs.Event) *storagev1.Event {

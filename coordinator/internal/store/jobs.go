@@ -13,11 +13,33 @@ import (
 // PutJob writes a job's record. The record never carries the history: the
 // caller appends new events with PutEvents.
 func (t *Tx) PutJob(j jobs.Job) error {
-	b, err := t.encode(jobToRecord(j))
+	_, err := t.putJob(j)
+	return err
+}
+
+// PutJobAsRead writes a job's record as PutJob does and returns the job as
+// Job reads the record back (no history, times in UTC without a monotonic
+// reading), built from the record without decoding it: a writer that keeps
+// what it wrote can later judge exactly what a read would have given it.
+func (t *Tx) PutJobAsRead(j jobs.Job) (jobs.Job, error) {
+	r, err := t.putJob(j)
 	if err != nil {
-		return fmt.Errorf("encoding job %d: %w", j.ID, err)
+		return jobs.Job{}, err
 	}
-	return t.put(bucketJobs, itob(j.ID), b)
+	return jobFromRecord(r), nil
+}
+
+func (t *Tx) putJob(j jobs.Job) (*storagev1.JobRecord, error) {
+	if t.jobRec == nil {
+		t.jobRec = &storagev1.JobRecord{}
+	}
+	r := t.jobRec
+	fillJobRecord(r, j)
+	b, err := t.encode(r)
+	if err != nil {
+		return nil, fmt.Errorf("encoding job %d: %w", j.ID, err)
+	}
+	return r, t.put(bucketJobs, itob(j.ID), b)
 }
 
 // Job reads a job's record without its history (Events is nil); ok is

@@ -110,6 +110,35 @@ func TestJobRoundTrip(t *testing.T) {
 		})
 	})
 
+	t.Run("What PutJobAsRead returns is what Job reads back", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		j := fullJob(3, 1, "alpha")
+		j.Events = fullEvents()
+		// A clock reading carries a monotonic reading and a location, which
+		// the record keeps neither of.
+		now := time.Now().In(time.FixedZone("east", 3600))
+		j.CreatedAt, j.Lease.GrantedAt, j.Lease.Deadline = now, now, now.Add(15*time.Second)
+		var put jobs.Job
+		b.update(t, func(tx *store.Tx) error {
+			var err error
+			put, err = tx.PutJobAsRead(j)
+			return err
+		})
+		b.view(t, func(tx *store.Tx) error {
+			got, _, err := tx.Job(j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// reflect, not cmp: cmp compares times with Equal, which
+			// ignores the monotonic reading and the location.
+			if !reflect.DeepEqual(put, got) {
+				t.Errorf("PutJobAsRead returned %+v\nJob reads %+v", put, got)
+			}
+			return nil
+		})
+	})
+
 	t.Run("The record never carries the history", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
 	"go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/protobuf/proto"
@@ -336,6 +337,9 @@ type Tx struct {
 	// keeps a reference to every value until commit, so they cannot share
 	// a reused buffer, but they can share one allocation.
 	arena []byte
+	// jobRec is the record PutJob fills and encodes, one for every job
+	// the transaction writes.
+	jobRec *storagev1.JobRecord
 }
 
 // arenaChunk is the size of one arena allocation.

@@ -125,7 +125,11 @@ type GetClusterResponse struct {
 	// The answering node's current raft term.
 	Term uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	// The answering node's last log index, the index it knows to be
-	// committed, and the index its state machine (the store) has applied.
+	// committed, and the last index raft has handed to its state machine.
+	// The applied index counts configuration and no-op entries, which never
+	// reach the store, and moves as raft dispatches an entry, a moment
+	// before the store has written it: to know that a store holds a write,
+	// read that write from the node (a stale read names the store's index).
 	LastLogIndex uint64 `protobuf:"varint,6,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
 	CommitIndex  uint64 `protobuf:"varint,7,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	AppliedIndex uint64 `protobuf:"varint,8,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`

@@ -1,0 +1,410 @@
+package failover
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/client"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/clustertest"
+	"github.com/leasehold/leasehold/internal/proctest"
+)
+
+// grant is one lease a renderer recorded receiving.
+type grant struct {
+	renderer, job string
+	token         uint64
+}
+
+// evidence is what the campaign read once the load stopped.
+type evidence struct {
+	acks     []ack
+	errs     map[string]int
+	jobs     map[string]*leaseholdv1.Job
+	grants   []grant
+	stuck    []string // jobs not ended within the drain timeout
+	drained  time.Duration
+	reports  []clustertest.Report
+	storeErr error
+}
+
+// gather lets every acknowledged job end (within -drain-timeout), stops
+// the renderers, reads every job with its history and the grants the
+// renderers recorded, and compares the three stores.
+func gather(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *client.Client, ld *load,
+	rs []*proctest.Proc, dir string) (*evidence, error) {
+	t.Helper()
+	ev := &evidence{}
+	ev.acks, ev.errs = ld.snapshot()
+	start := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(*drainWait)
+	for {
+		open, err := unfinished(ctx, op)
+		if err == nil && len(open) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			ev.stuck = open
+			break
+		}
+		<-tick.C
+	}
+	ev.drained = time.Since(start)
+	for _, r := range rs {
+		r.Signal(syscall.SIGTERM)
+	}
+	for _, r := range rs {
+		if code := r.WaitExit(); code != 0 {
+			t.Errorf("a renderer exited %d after SIGTERM", code)
+		}
+	}
+	ev.jobs = map[string]*leaseholdv1.Job{}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for j, err := range op.AllJobs(cctx, &leaseholdv1.ListJobsRequest{Team: team, PageSize: 1000}) {
+		if err != nil {
+			return nil, fmt.Errorf("listing the jobs: %w", err)
+		}
+		ev.jobs[j.GetId()] = j
+	}
+	for i := range rs {
+		gs, err := readRecord(filepath.Join(dir, fmt.Sprintf("fo-%d.record", i+1)), fmt.Sprintf("fo-%d", i+1))
+		if err != nil {
+			return nil, err
+		}
+		ev.grants = append(ev.grants, gs...)
+	}
+	ev.reports, ev.storeErr = cl.Digests(ctx)
+	return ev, nil
+}
+
+// unfinished returns the jobs not yet in a terminal phase.
+func unfinished(ctx context.Context, op *client.Client) ([]string, error) {
+	var open []string
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, ph := range []leaseholdv1.Phase{leaseholdv1.Phase_PHASE_QUEUED, leaseholdv1.Phase_PHASE_LEASED, leaseholdv1.Phase_PHASE_RETRY_WAIT} {
+		for j, err := range op.AllJobs(cctx, &leaseholdv1.ListJobsRequest{Team: team, Phase: ph, OmitEvents: true, PageSize: 1000}) {
+			if err != nil {
+				return open, err
+			}
+			open = append(open, j.GetId())
+		}
+	}
+	return open, nil
+}
+
+// readRecord reads a renderer's --record file of "job_id token" lines.
+func readRecord(path, renderer string) ([]grant, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []grant
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		job, tok, ok := strings.Cut(sc.Text(), " ")
+		n, err := strconv.ParseUint(tok, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%s: malformed line %q", path, sc.Text())
+		}
+		out = append(out, grant{renderer: renderer, job: job, token: n})
+	}
+	return out, sc.Err()
+}
+
+func terminal(k leaseholdv1.EventKind) bool {
+	return k == leaseholdv1.EventKind_EVENT_KIND_SUCCEEDED || k == leaseholdv1.EventKind_EVENT_KIND_FAILED ||
+		k == leaseholdv1.EventKind_EVENT_KIND_CANCELLED
+}
+
+// summary is the campaign's verdict and figures.
+type summary struct {
+	faults     map[fault][]faultResult
+	faultsTook time.Duration
+	ev         *evidence
+
+	acked, ackedJobs int
+	lost             []string // acknowledged jobs missing or not terminal
+	tokensReused     []string
+	unpublished      []string // grants a renderer received that the store does not hold
+	doubleTerminal   []string
+	heldAtKill, kept int
+	undelivered      int // leases at a kill that no renderer had received
+	lostLeases       []string
+	notLeaderMissing []string
+}
+
+// summarize checks the evidence against the guarantees.
+func summarize(results []faultResult, ev *evidence) *summary {
+	s := &summary{faults: map[fault][]faultResult{}, ev: ev}
+	for _, r := range results {
+		s.faults[r.kind] = append(s.faults[r.kind], r)
+	}
+	// No acknowledged job lost: present, and ended.
+	for _, a := range ev.acks {
+		s.acked++
+		for _, id := range a.jobs {
+			s.ackedJobs++
+			j := ev.jobs[id]
+			switch {
+			case j == nil:
+				s.lost = append(s.lost, id+" (batch "+a.batch+") is not in the store")
+			case !terminal(lastKind(j)):
+				s.lost = append(s.lost, fmt.Sprintf("%s ended in phase %s", id, j.GetPhase()))
+			}
+		}
+	}
+	// Tokens: unique in the histories, growing within a job, and every
+	// grant a renderer received is one the store holds.
+	owner := map[uint64]string{}
+	stored := map[grant]bool{}
+	for id, j := range ev.jobs {
+		var last uint64
+		terminals := 0
+		for _, e := range j.GetEvents() {
+			switch {
+			case e.GetKind() == leaseholdv1.EventKind_EVENT_KIND_LEASED:
+				tok := e.GetToken()
+				if o, ok := owner[tok]; ok {
+					s.tokensReused = append(s.tokensReused, fmt.Sprintf("token %d leased %s and %s", tok, o, id))
+				}
+				owner[tok] = id
+				if tok <= last {
+					s.tokensReused = append(s.tokensReused, fmt.Sprintf("job %s leased under token %d after %d", id, tok, last))
+				}
+				last = tok
+				stored[grant{job: id, token: tok}] = true
+			case e.GetKind() == leaseholdv1.EventKind_EVENT_KIND_REPLAYED:
+				terminals = 0
+			case terminal(e.GetKind()):
+				terminals++
+				if terminals == 2 {
+					s.doubleTerminal = append(s.doubleTerminal, fmt.Sprintf("job %s: event %d is a second %s", id, e.GetSeq(), e.GetKind()))
+				}
+			}
+		}
+	}
+	seen := map[uint64]string{}
+	for _, g := range ev.grants {
+		if o, ok := seen[g.token]; ok && o != g.job {
+			s.tokensReused = append(s.tokensReused, fmt.Sprintf("token %d granted to renderers for %s and %s", g.token, o, g.job))
+		}
+		seen[g.token] = g.job
+		if !stored[grant{job: g.job, token: g.token}] {
+			s.unpublished = append(s.unpublished, fmt.Sprintf("%s received job %s under token %d, which the store never leased", g.renderer, g.job, g.token))
+		}
+	}
+	// Leases held at a kill: those leased when it struck that a renderer
+	// had received (a grant the dead leader committed but never sent is
+	// held by no one; it is re-queued once its lease runs out, and counted
+	// apart). Kept when the lease ended by its holder's own completion, not
+	// by expiry or a fenced completion.
+	received := map[grant]bool{}
+	for _, g := range ev.grants {
+		received[grant{job: g.job, token: g.token}] = true
+	}
+	undelivered := map[grant]bool{}
+	for _, r := range s.faults[faultKill] {
+		for id, tok := range r.held {
+			if !received[grant{job: id, token: tok}] {
+				undelivered[grant{job: id, token: tok}] = true
+				continue
+			}
+			s.heldAtKill++
+			if why := leaseEnd(ev.jobs[id], tok); why == "" {
+				s.kept++
+			} else {
+				s.lostLeases = append(s.lostLeases, fmt.Sprintf("job %s token %d (kill of n%d): %s", id, tok, r.leader+1, why))
+			}
+		}
+	}
+	s.undelivered = len(undelivered)
+	for _, f := range []fault{faultIsolate, faultPause} {
+		for _, r := range s.faults[f] {
+			for _, m := range r.missing {
+				s.notLeaderMissing = append(s.notLeaderMissing, fmt.Sprintf("%s of n%d: %s", f, r.leader+1, m))
+			}
+		}
+	}
+	return s
+}
+
+// lastKind is the kind of a job's last terminal event, or of its last
+// event when none is terminal.
+func lastKind(j *leaseholdv1.Job) leaseholdv1.EventKind {
+	evs := j.GetEvents()
+	for i := len(evs) - 1; i >= 0; i-- {
+		if terminal(evs[i].GetKind()) {
+			return evs[i].GetKind()
+		}
+	}
+	if len(evs) == 0 {
+		return leaseholdv1.EventKind_EVENT_KIND_UNSPECIFIED
+	}
+	return evs[len(evs)-1].GetKind()
+}
+
+// leaseEnd says how the lease of tok on j ended when not by its holder:
+// empty when the holder completed it (success, failure, a retryable
+// failure or a hand-back).
+func leaseEnd(j *leaseholdv1.Job, tok uint64) string {
+	if j == nil {
+		return "job not in the store"
+	}
+	evs := j.GetEvents()
+	i := slices.IndexFunc(evs, func(e *leaseholdv1.JobEvent) bool {
+		return e.GetKind() == leaseholdv1.EventKind_EVENT_KIND_LEASED && e.GetToken() == tok
+	})
+	if i < 0 {
+		return "no LEASED event of the token"
+	}
+	for _, e := range evs[i+1:] {
+		switch e.GetKind() {
+		case leaseholdv1.EventKind_EVENT_KIND_SUCCEEDED, leaseholdv1.EventKind_EVENT_KIND_FAILED,
+			leaseholdv1.EventKind_EVENT_KIND_ATTEMPT_FAILED:
+			return ""
+		case leaseholdv1.EventKind_EVENT_KIND_LEASE_EXPIRED, leaseholdv1.EventKind_EVENT_KIND_REQUEUED,
+			leaseholdv1.EventKind_EVENT_KIND_CANCELLED, leaseholdv1.EventKind_EVENT_KIND_LEASED:
+			return fmt.Sprintf("%s %s", e.GetKind(), e.GetReason())
+		}
+	}
+	return "still open"
+}
+
+// passed reports whether every guarantee held. Timings are goals, printed
+// and compared, not part of the verdict.
+func (s *summary) passed() bool {
+	return len(s.lost) == 0 && len(s.tokensReused) == 0 && len(s.unpublished) == 0 && len(s.doubleTerminal) == 0 &&
+		len(s.ev.stuck) == 0 && s.ev.storeErr == nil && len(s.notLeaderMissing) == 0
+}
+
+// quantile returns the q-quantile of ds (nearest rank).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+// print writes the summary table.
+func (s *summary) print(w io.Writer) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+	fmt.Fprintf(w, "faults: %d kills, %d isolations, %d pauses in %v\n", len(s.faults[faultKill]), len(s.faults[faultIsolate]),
+		len(s.faults[faultPause]), s.faultsTook.Round(time.Second))
+	fmt.Fprintf(w, "load: %d submits acknowledged (%d jobs), retried refusals %v; drained in %v\n", s.acked, s.ackedJobs,
+		s.ev.errs, s.ev.drained.Round(time.Millisecond))
+	fmt.Fprintf(w, "%-44s %s\n", "check", "result")
+	row := func(name string, bad []string) {
+		fmt.Fprintf(w, "%-44s %d", name, len(bad))
+		for i, b := range bad {
+			if i == 5 {
+				fmt.Fprintf(w, "\n    ... %d more", len(bad)-5)
+				break
+			}
+			fmt.Fprintf(w, "\n    %s", b)
+		}
+		fmt.Fprintln(w)
+	}
+	row("acknowledged jobs lost", s.lost)
+	row("tokens reused", s.tokensReused)
+	row("grants received but never stored", s.unpublished)
+	row("double terminal", s.doubleTerminal)
+	row("stuck after quiesce", s.ev.stuck)
+	row("deposed leader's sessions without NOT_LEADER", s.notLeaderMissing)
+	storeNote := "equal digests, coordinator check passes on each"
+	if s.ev.storeErr != nil {
+		storeNote = s.ev.storeErr.Error()
+	}
+	fmt.Fprintf(w, "%-44s %s\n", "stores", storeNote)
+	for i, r := range s.ev.reports {
+		fmt.Fprintf(w, "    n%d: %d jobs, last token %d, applied index %d, digest %.16s\n", i+1, r.Jobs, r.LastToken, r.AppliedIndex, r.Digest)
+	}
+	frac := 1.0
+	if s.heldAtKill > 0 {
+		frac = float64(s.kept) / float64(s.heldAtKill)
+	}
+	fmt.Fprintf(w, "%-44s %d of %d = %.2f%% (goal >= 99.9%%: %s)\n", "leases held at a kill kept", s.kept, s.heldAtKill,
+		100*frac, verdict(frac >= 0.999))
+	fmt.Fprintf(w, "%-44s %d\n", "leased at a kill, never received by a renderer", s.undelivered)
+	for i, l := range s.lostLeases {
+		if i == 5 {
+			fmt.Fprintf(w, "    ... %d more\n", len(s.lostLeases)-5)
+			break
+		}
+		fmt.Fprintf(w, "    %s\n", l)
+	}
+	fmt.Fprintf(w, "\n%-8s %5s %9s %9s %9s   %s\n", "failover", "n", "p50", "p99", "max", "goals p50 <= 1.2 s, p99 <= 2.5 s, max < 3 s")
+	for _, f := range []fault{faultKill, faultIsolate, faultPause} {
+		var ds []time.Duration
+		for _, r := range s.faults[f] {
+			ds = append(ds, r.failover)
+		}
+		if len(ds) == 0 {
+			continue
+		}
+		p50, p99, mx := quantile(ds, 0.5), quantile(ds, 0.99), quantile(ds, 1)
+		fmt.Fprintf(w, "%-8s %5d %9s %9s %9s   p50 %s, p99 %s, max %s\n", f, len(ds), ms(p50), ms(p99), ms(mx),
+			verdict(p50 <= 1200*time.Millisecond), verdict(p99 <= 2500*time.Millisecond), verdict(mx < 3*time.Second))
+	}
+	fmt.Fprintf(w, "%-8s %5s %9s %9s %9s   %s\n", "elected", "n", "p50", "p99", "max", "the fault to the new leader's \"leading\" line")
+	for _, f := range []fault{faultKill, faultIsolate, faultPause} {
+		var ds []time.Duration
+		for _, r := range s.faults[f] {
+			if r.elected > 0 {
+				ds = append(ds, r.elected)
+			}
+		}
+		if len(ds) > 0 {
+			fmt.Fprintf(w, "%-8s %5d %9s %9s %9s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(quantile(ds, 1)))
+		}
+	}
+	fmt.Fprintf(w, "\n%-8s %5s %9s %9s %9s   %s\n", "NOT_LEADER", "n", "p50", "p99", "max", "after the cut or the SIGCONT; goal within the leader lease ("+leaderLease.String()+")")
+	for _, f := range []fault{faultIsolate, faultPause} {
+		var ds []time.Duration
+		for _, r := range s.faults[f] {
+			ds = append(ds, r.notLeader...)
+		}
+		if len(ds) == 0 {
+			continue
+		}
+		mx := quantile(ds, 1)
+		fmt.Fprintf(w, "%-10s %3d %9s %9s %9s   %s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(mx), verdict(mx <= leaderLease))
+	}
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	cpu := func(r syscall.Rusage) float64 {
+		return float64(r.Utime.Sec+r.Stime.Sec) + float64(r.Utime.Usec+r.Stime.Usec)/1e6
+	}
+	if n := len(s.ev.jobs); n > 0 {
+		fmt.Fprintf(w, "\ncpu: %d documents; %.2f CPU-s per 1,000 documents in the processes (coordinators, renderers, checks), %.2f in the test's load\n",
+			n, 1000*cpu(children)/float64(n), 1000*cpu(self)/float64(n))
+	}
+}

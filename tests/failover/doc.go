@@ -1,0 +1,17 @@
+// Package failover is the failover campaign of a replicated coordinator:
+// three coordinator processes on loopback (internal/clustertest), real
+// renderer processes given every node's address, a submitter on the
+// client library, fsync on everywhere, and the leader struck again and
+// again: SIGKILLed and restarted on its data directory, isolated from its
+// peers and healed, or SIGSTOPped for -pause-for and resumed. Its test,
+// TestFailoverCampaign, checks the guarantees of a failover afterwards
+// and prints its figures against their goals; docs/failover.md describes
+// it and its last large run.
+//
+// Usage, from the repository root:
+//
+//	go test -v ./tests/failover                                    # 3 kills, 1 isolation, 1 pause
+//	go test -v -timeout 60m ./tests/failover -kills 100 -isolations 20 -pauses 20
+//
+// With -short the campaign is skipped.
+package failover

@@ -1,0 +1,334 @@
+package failover
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/client"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/clustertest"
+	"github.com/leasehold/leasehold/internal/proctest"
+)
+
+// The campaign's flags: go test ./tests/failover -kills 100 -isolations 20
+// -pauses 20 (or after -args).
+var (
+	kills       = flag.Int("kills", 3, "leader SIGKILLs, each followed by a restart of the killed node on its data directory")
+	isolations  = flag.Int("isolations", 1, "leader isolations: its raft traffic cut both ways, then healed")
+	pauses      = flag.Int("pauses", 1, "leader SIGSTOPs of -pause-for, then SIGCONT")
+	pauseFor    = flag.Duration("pause-for", 2*time.Second, "how long a paused leader stays stopped")
+	renderers   = flag.Int("renderers", 2, "renderer processes")
+	leaseTTL    = flag.Duration("lease-ttl", 4*time.Second, "the coordinators' lease TTL")
+	submitEvery = flag.Duration("submit-every", 25*time.Millisecond, "pace of the submitter: a batch of 1 to 3 documents each tick")
+	settleAcks  = flag.Int("settle-acks", 20, "submits acknowledged after a fault is undone before the next fault")
+	drainWait   = flag.Duration("drain-timeout", 90*time.Second, "how long every acknowledged job may take to end after the load stops")
+	seed        = flag.Uint64("seed", 0, "seed of the fault order and the load (0: from the clock)")
+)
+
+var bins struct{ coordinator, renderer string }
+
+func TestMain(m *testing.M) {
+	proctest.Main(m, "failover", []string{"coordinator", "renderer"}, func(dir string) {
+		bins.coordinator = filepath.Join(dir, "coordinator")
+		bins.renderer = filepath.Join(dir, "renderer")
+	})
+}
+
+// Leader lease timeout of the nodes (raft's default in the coordinator):
+// the bound within which a deposed leader's renderer sessions must end.
+const leaderLease = 250 * time.Millisecond
+
+// fault is one step of the schedule.
+type fault string
+
+const (
+	faultKill    fault = "kill"
+	faultIsolate fault = "isolate"
+	faultPause   fault = "pause"
+)
+
+// faultResult is what one fault measured.
+type faultResult struct {
+	kind   fault
+	leader int
+	// failover is the fault (the SIGKILL, the cut, the SIGSTOP) to the
+	// first acknowledgement of a submit sent after it.
+	failover time.Duration
+	// elected is the fault to the new leader's "leading" line: the part
+	// of the failover that raft's timeouts and the promotion take.
+	elected time.Duration
+	// held are the leases held when the fault struck, by job, with their
+	// tokens.
+	held map[string]uint64
+	// notLeader is, for each renderer, how long after the deposed leader
+	// could act again (the cut, or the SIGCONT) its session ended with
+	// NOT_LEADER; missing says why it did not.
+	notLeader []time.Duration
+	missing   []string
+}
+
+// TestFailoverCampaign puts a three-node cluster of coordinator processes
+// under steady load with real renderers and faults its leader -kills,
+// -isolations and -pauses times, in an order the seed shuffles; then it
+// quiesces and checks (see the package documentation). Timings are
+// printed against their goals, not asserted.
+func TestFailoverCampaign(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the failover campaign runs real processes for tens of seconds; not with -short")
+	}
+	s := *seed
+	if s == 0 {
+		s = uint64(time.Now().UnixNano())
+	}
+	rng := rand.New(rand.NewPCG(s, 2))
+	var schedule []fault
+	for range *kills {
+		schedule = append(schedule, faultKill)
+	}
+	for range *isolations {
+		schedule = append(schedule, faultIsolate)
+	}
+	for range *pauses {
+		schedule = append(schedule, faultPause)
+	}
+	rng.Shuffle(len(schedule), func(i, j int) { schedule[i], schedule[j] = schedule[j], schedule[i] })
+	t.Logf("seed %d: %d kills, %d isolations, %d pauses of %v", s, *kills, *isolations, *pauses, *pauseFor)
+
+	procs := proctest.Options{Timeout: time.Minute, Tail: 30}
+	cl := clustertest.Start(t, clustertest.Options{Coordinator: bins.coordinator, Procs: procs,
+		Args: []string{"--lease-ttl", leaseTTL.String(), "--backoff-base", "20ms", "--backoff-cap", "200ms"}})
+	cl.WaitLeader()
+
+	dir := t.TempDir()
+	var rs []*proctest.Proc
+	for i := range *renderers {
+		rs = append(rs, cl.StartRenderer(t, bins.renderer, fmt.Sprintf("fo-%d", i+1), "--token", "dev-renderer",
+			"--capacity", "8", "--record", filepath.Join(dir, fmt.Sprintf("fo-%d.record", i+1)),
+			"--latency", "10ms", "--latency-jitter", "40ms", "--fail-rate", "0.05",
+			"--seed", strconv.FormatUint(s+uint64(i), 10), "--log-level", "info"))
+	}
+	for _, r := range rs {
+		r.WaitFor("session started")
+	}
+
+	c, err := client.Dial(cl.Addrs(), client.WithToken("dev-alpha"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	op, err := client.Dial(cl.Addrs(), client.WithToken("dev-operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+
+	ld := newLoad(c, *submitEvery, s)
+	loadCtx, stopLoad := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { ld.run(loadCtx) })
+	defer func() {
+		stopLoad()
+		wg.Wait()
+	}()
+	ctx := t.Context()
+	if err := ld.waitAcks(ctx, 0, *settleAcks); err != nil {
+		t.Fatal(err)
+	}
+
+	started := time.Now()
+	var results []faultResult
+	for k, f := range schedule {
+		res := runFault(t, ctx, cl, op, ld, rs, f, k)
+		results = append(results, res)
+		t.Logf("%3d/%d %-7s n%d: failover %v (elected after %v), %d leases held, NOT_LEADER %v %s", k+1, len(schedule), f, res.leader+1,
+			res.failover.Round(time.Millisecond), res.elected.Round(time.Millisecond), len(res.held), rounded(res.notLeader), strings.Join(res.missing, "; "))
+	}
+	faultsTook := time.Since(started)
+
+	stopLoad()
+	wg.Wait()
+	ev, err := gather(t, ctx, cl, op, ld, rs, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := summarize(results, ev)
+	sum.faultsTook = faultsTook
+	var out strings.Builder
+	sum.print(&out)
+	t.Log("summary (seed " + strconv.FormatUint(s, 10) + "):\n" + out.String())
+	if !sum.passed() {
+		t.Fatalf("the campaign failed (seed %d): see the summary above", s)
+	}
+}
+
+// runFault strikes the leader with f, measures the failover, undoes the
+// fault (restart, heal, SIGCONT) and waits until the node is back in the
+// cluster and the load has made progress.
+func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *client.Client, ld *load,
+	rs []*proctest.Proc, f fault, k int) faultResult {
+	t.Helper()
+	leader := cl.WaitLeader()
+	res := faultResult{kind: f, leader: leader}
+	res.held = leasedJobs(t, ctx, op)
+	marks := make([]int, len(rs))
+	for i, r := range rs {
+		marks[i] = r.Mark()
+	}
+	nodeMarks := make([]int, cl.N())
+	for i := range nodeMarks {
+		if cl.Running(i) {
+			nodeMarks[i] = cl.Proc(i).Mark()
+		}
+	}
+	struck := time.Now()
+	switch f {
+	case faultKill:
+		cl.Kill(leader)
+	case faultIsolate:
+		cl.Isolate(leader)
+	case faultPause:
+		cl.Pause(leader)
+	}
+	// Probes are submits sent after the fault besides the load's; the
+	// first acknowledgement of any such submit ends the failover.
+	probed := ld.probe(ctx, fmt.Sprintf("probe-%d", k), struck, 50*time.Millisecond)
+	switch f {
+	case faultKill:
+	case faultIsolate:
+		res.notLeader, res.missing = sessionEnds(rs, marks, struck, 10*time.Second)
+	case faultPause:
+		// How long the process stays stopped is the fault itself, not a
+		// wait for anything to happen.
+		select {
+		case <-ctx.Done():
+		case <-time.After(*pauseFor - time.Since(struck)):
+		}
+		cl.Resume(leader)
+		res.notLeader, res.missing = sessionEnds(rs, marks, time.Now(), 10*time.Second)
+	}
+	if !<-probed {
+		t.Fatalf("no submit sent after the %s of n%d was acknowledged", f, leader+1)
+	}
+	res.failover, _ = ld.firstAckSince(struck)
+	res.elected = electedAfter(cl, leader, nodeMarks, struck)
+	if res.failover >= 3*time.Second {
+		logElection(t, cl, leader, nodeMarks)
+	}
+	switch f {
+	case faultKill:
+		cl.Restart(leader)
+	case faultIsolate:
+		cl.Heal(leader)
+	}
+	waitMember(t, ctx, cl, leader)
+	n, _ := ld.count()
+	if err := ld.waitAcks(ctx, n, *settleAcks); err != nil {
+		t.Fatalf("after %s of n%d: %v", f, leader+1, err)
+	}
+	return res
+}
+
+// electedAfter returns how long after struck a node other than the old
+// leader logged that it leads, reading each node's lines after its mark;
+// 0 when none did.
+func electedAfter(cl *clustertest.Cluster, old int, marks []int, struck time.Time) time.Duration {
+	for i := range cl.N() {
+		if i == old || !cl.Running(i) {
+			continue
+		}
+		lines := cl.Proc(i).Lines()
+		for _, line := range lines[min(marks[i], len(lines)):] {
+			if !strings.Contains(line, "msg=leading ") {
+				continue
+			}
+			if at, err := time.Parse(time.RFC3339Nano, proctest.LogAttr(line, "time")); err == nil {
+				return at.Sub(struck)
+			}
+		}
+	}
+	return 0
+}
+
+// logElection logs the raft lines the nodes other than the old leader
+// wrote since their marks: what a slow failover spent its time on.
+func logElection(t *testing.T, cl *clustertest.Cluster, old int, marks []int) {
+	t.Helper()
+	for i := range cl.N() {
+		if i == old || !cl.Running(i) {
+			continue
+		}
+		lines := cl.Proc(i).Lines()
+		for _, line := range lines[min(marks[i], len(lines)):] {
+			if strings.Contains(line, "raft: ") || strings.Contains(line, "msg=leading ") || strings.Contains(line, "writer promoted") {
+				t.Logf("slow failover, n%d: %s", i+1, line)
+			}
+		}
+	}
+}
+
+// leasedJobs returns the jobs leased now, with their tokens, as the leader
+// answers.
+func leasedJobs(t *testing.T, ctx context.Context, op *client.Client) map[string]uint64 {
+	t.Helper()
+	held := map[string]uint64{}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for j, err := range op.AllJobs(cctx, &leaseholdv1.ListJobsRequest{Team: team, Phase: leaseholdv1.Phase_PHASE_LEASED, OmitEvents: true, PageSize: 1000}) {
+		if err != nil {
+			t.Fatalf("listing the leased jobs: %v", err)
+		}
+		held[j.GetId()] = j.GetLease().GetToken()
+	}
+	return held
+}
+
+// sessionEnds waits, up to limit, for each renderer's first line after its
+// mark that says its session ended, and returns how long after from each
+// ended with NOT_LEADER, and for the others why not.
+func sessionEnds(rs []*proctest.Proc, marks []int, from time.Time, limit time.Duration) ([]time.Duration, []string) {
+	var got []time.Duration
+	var missing []string
+	deadline := time.Now().Add(limit)
+	for i, r := range rs {
+		line, ok := r.Await(marks[i], deadline, []string{"coordinator not the leader"}, []string{"session ended"})
+		switch {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("fo-%d: no session end within %v", i+1, limit))
+		case !strings.Contains(line, "coordinator not the leader"):
+			missing = append(missing, fmt.Sprintf("fo-%d: %s", i+1, proctest.LogAttr(line, "err")))
+		default:
+			at, err := time.Parse(time.RFC3339Nano, proctest.LogAttr(line, "time"))
+			if err != nil {
+				missing = append(missing, fmt.Sprintf("fo-%d: no time in %q", i+1, line))
+				continue
+			}
+			got = append(got, max(0, at.Sub(from)))
+		}
+	}
+	return got, missing
+}
+
+// waitMember waits until node i says it is up and part of a cluster that
+// has a leader (the overall health status SERVING).
+func waitMember(t *testing.T, ctx context.Context, cl *clustertest.Cluster, i int) {
+	t.Helper()
+	if err := cl.AwaitServing(ctx, i); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rounded(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}
