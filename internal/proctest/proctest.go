@@ -464,26 +464,10 @@ func (p *Proc) WaitLine(ctx context.Context, from int, alternatives ...[]string)
 // alternatives, and reports false if none came by then or the output
 // ended. It may be called from any goroutine.
 func (p *Proc) Await(from int, deadline time.Time, alternatives ...[]string) (string, bool) {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for {
-		lines, eof, changed := p.logs.snapshot()
-		for _, line := range lines[min(from, len(lines)):] {
-			for _, parts := range alternatives {
-				if containsAll(line, parts) {
-					return line, true
-				}
-			}
-		}
-		if eof {
-			return "", false
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return "", false
-		}
-	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	line, err := p.WaitLine(ctx, from, alternatives...)
+	return line, err == nil
 }
 
 // LinesWith returns every line so far that contains every one of parts.
