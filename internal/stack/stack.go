@@ -1,5 +1,5 @@
 // Package stack starts a whole Leasehold deployment as real processes for
-// a test: one coordinator or a cluster of three, renderers against it,
+// a test: one coordinator or a cluster (of three, or five), renderers against it,
 // and clients of it. It is built on package proctest: every process is a
 // proctest.Proc, killed when the test ends, its last lines logged when
 // the test failed.
@@ -45,7 +45,7 @@ type Options struct {
 	// Procs are the settings of every process (failsafe timeout, tail).
 	Procs proctest.Options
 	// Nodes is how many coordinators: 1 (the default, a single node) or
-	// 3 (a cluster).
+	// an odd number from 3 (a cluster).
 	Nodes int
 	// Args are flags every coordinator gets, after the stack's own.
 	Args []string
@@ -117,6 +117,9 @@ type Node struct {
 	// Addr is its gRPC address, Raft its raft address (a cluster's), and
 	// MetricsAddr its metrics address (with Options.Metrics).
 	Addr, Raft, MetricsAddr string
+	// RaftPeer, if set, is the address the peers list names for it in
+	// place of Raft: a proxy in front of its raft listener.
+	RaftPeer string
 	// DataDir is its data directory.
 	DataDir string
 	// Proc is its current process.
@@ -168,8 +171,8 @@ func New(tb proctest.TB, opts Options) *Stack {
 	if opts.Nodes == 0 {
 		opts.Nodes = 1
 	}
-	if opts.Nodes != 1 && opts.Nodes != 3 {
-		tb.Fatalf("stack: %d nodes, want 1 or 3", opts.Nodes)
+	if opts.Nodes < 1 || (opts.Nodes > 1 && opts.Nodes%2 == 0) {
+		tb.Fatalf("stack: %d nodes, want 1 or an odd number from 3", opts.Nodes)
 	}
 	if opts.TLS != nil && opts.TLS.Config == nil {
 		tb.Fatalf("stack: TLS without the Config its health checks and clients dial with")
@@ -219,7 +222,7 @@ func freeAddr(tb proctest.TB) string {
 func (s *Stack) Peers() string {
 	var items []string
 	for _, n := range s.Coordinators {
-		items = append(items, n.ID+"="+n.Raft+"/"+n.Addr)
+		items = append(items, n.ID+"="+cmpOr(n.RaftPeer, n.Raft)+"/"+n.Addr)
 	}
 	return strings.Join(items, ",")
 }
