@@ -29,10 +29,10 @@ func TestCancelQueuedWorkNeverReachesARenderer(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "10s")
 	renderers := []*renderer{
-		startRenderer(t, coord.addr, "r1", "--capacity", "2", "--latency", "150ms"),
-		startRenderer(t, coord.addr, "r2", "--capacity", "2", "--latency", "150ms"),
+		startRenderer(t, coord.Addr, "r1", "--capacity", "2", "--latency", "150ms"),
+		startRenderer(t, coord.Addr, "r2", "--capacity", "2", "--latency", "150ms"),
 	}
-	alpha := dial(t, coord.addr, tokenAlpha)
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 
 	const n = 80
@@ -107,8 +107,8 @@ func TestCancelQueuedWorkNeverReachesARenderer(t *testing.T) {
 func TestCancelIsPushedToTheRunningRenderer(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "60s")
-	r := startRenderer(t, coord.addr, "r1", "--capacity", "1", "--latency", "60s", "--heartbeat-interval", "1h")
-	alpha := dial(t, coord.addr, tokenAlpha)
+	r := startRenderer(t, coord.Addr, "r1", "--capacity", "1", "--latency", "60s", "--heartbeat-interval", "1h")
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 
 	sub, err := alpha.SubmitBatch(ctx, "alpha", "long", []*leaseholdv1.Document{doc("long.txt", "takes a minute")}, nil)
@@ -178,9 +178,9 @@ func TestCancelIsPushedToTheRunningRenderer(t *testing.T) {
 func TestCancelRacesCompletion(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "30s")
-	alpha := dial(t, coord.addr, tokenAlpha)
-	operator := dial(t, coord.addr, tokenOperator)
-	rs := dialRenderer(t, coord.addr)
+	alpha := dial(t, coord.Addr, tokenAlpha)
+	operator := dial(t, coord.Addr, tokenOperator)
+	rs := dialRenderer(t, coord.Addr)
 	ctx := testContext(t)
 	png := []byte("\x89PNG\r\n\x1a\n race preview")
 

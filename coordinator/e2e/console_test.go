@@ -254,9 +254,9 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("starting chromium: %v", err)
 	}
 
-	alpha := dial(t, coord.addr, tokenAlpha)
-	beta := dial(t, coord.addr, tokenBeta)
-	operator := dial(t, coord.addr, tokenOperator)
+	alpha := dial(t, coord.Addr, tokenAlpha)
+	beta := dial(t, coord.Addr, tokenBeta)
+	operator := dial(t, coord.Addr, tokenOperator)
 	ctx := testContext(t)
 
 	t.Run("an operator signs in and sees the overview", func(t *testing.T) {
@@ -290,7 +290,7 @@ func TestConsole(t *testing.T) {
 		heldJob = sub.GetBatch().GetJobIds()[0]
 		// A renderer that takes the job and keeps it: no renderer process
 		// runs yet.
-		acq, err := dialRenderer(t, coord.addr).Acquire(ctx, &leaseholdv1.AcquireRequest{RendererId: "holder", MaxLeases: 1, Capacity: 1})
+		acq, err := dialRenderer(t, coord.Addr).Acquire(ctx, &leaseholdv1.AcquireRequest{RendererId: "holder", MaxLeases: 1, Capacity: 1})
 		if err != nil || len(acq.GetLeases()) != 1 {
 			t.Fatalf("Acquire = %v, %v; want the held job", acq, err)
 		}
@@ -310,14 +310,14 @@ func TestConsole(t *testing.T) {
 		}
 		// The holder finishes anyway: its completion is fenced off.
 		lease := acq.GetLeases()[0].GetLease()
-		_, err = dialRenderer(t, coord.addr).Complete(ctx, &leaseholdv1.CompleteRequest{JobId: heldJob, Token: lease.GetToken(), RendererId: "holder",
+		_, err = dialRenderer(t, coord.Addr).Complete(ctx, &leaseholdv1.CompleteRequest{JobId: heldJob, Token: lease.GetToken(), RendererId: "holder",
 			Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: []byte("late png"), ContentType: "image/png"}}})
 		if status.Code(err) != codes.Aborted {
 			t.Fatalf("late completion: %v, want ABORTED", err)
 		}
 	})
 
-	startRenderer(t, coord.addr, "r1", "--capacity", "2", "--latency", "100ms")
+	startRenderer(t, coord.Addr, "r1", "--capacity", "2", "--latency", "100ms")
 
 	t.Run("a batch progresses to done", func(t *testing.T) {
 		b.t = t

@@ -19,11 +19,11 @@ import (
 func TestRendererDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "60s")
-	alpha := dial(t, coord.addr, tokenAlpha)
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 
 	t.Run("renders that finish within the drain timeout complete", func(t *testing.T) {
-		r := startRenderer(t, coord.addr, "quick", "--capacity", "1", "--latency", "300ms", "--drain-timeout", "30s")
+		r := startRenderer(t, coord.Addr, "quick", "--capacity", "1", "--latency", "300ms", "--drain-timeout", "30s")
 		res, err := alpha.SubmitBatch(ctx, "alpha", "drain-quick", []*leaseholdv1.Document{doc("q.txt", "q")}, nil)
 		if err != nil {
 			t.Fatalf("SubmitBatch: %v", err)
@@ -44,7 +44,7 @@ func TestRendererDrainsOnSIGTERM(t *testing.T) {
 	})
 
 	t.Run("renders that would outlast the drain timeout are handed back uncounted", func(t *testing.T) {
-		slow := startRenderer(t, coord.addr, "slow", "--capacity", "2", "--latency", "1h", "--drain-timeout", "200ms")
+		slow := startRenderer(t, coord.Addr, "slow", "--capacity", "2", "--latency", "1h", "--drain-timeout", "200ms")
 		res, err := alpha.SubmitBatch(ctx, "alpha", "drain-slow", []*leaseholdv1.Document{doc("s1.txt", "1"), doc("s2.txt", "2")}, nil)
 		if err != nil {
 			t.Fatalf("SubmitBatch: %v", err)
@@ -72,7 +72,7 @@ func TestRendererDrainsOnSIGTERM(t *testing.T) {
 				t.Errorf("%s history lacks REQUEUED HANDED_BACK: %v", id, j.GetEvents())
 			}
 		}
-		startRenderer(t, coord.addr, "next", "--capacity", "2")
+		startRenderer(t, coord.Addr, "next", "--capacity", "2")
 		waitBatchDone(t, alpha, res.GetBatch().GetId())
 		for _, id := range ids {
 			j, err := alpha.GetJob(ctx, id)
@@ -95,8 +95,8 @@ func TestRendererRidesOutACoordinatorOutage(t *testing.T) {
 	t.Parallel()
 	const outage = 6 * time.Second
 	coord := startCoordinator(t, "--lease-ttl", "30s")
-	r := startRenderer(t, coord.addr, "r1", "--capacity", "1", "--latency", "4s")
-	alpha := dial(t, coord.addr, tokenAlpha)
+	r := startRenderer(t, coord.Addr, "r1", "--capacity", "1", "--latency", "4s")
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 	res, err := alpha.SubmitBatch(ctx, "alpha", "outage", []*leaseholdv1.Document{doc("o.txt", "o")}, nil)
 	if err != nil {
@@ -113,12 +113,12 @@ func TestRendererRidesOutACoordinatorOutage(t *testing.T) {
 	// for something to happen.
 	time.Sleep(outage)
 	back := r.Mark()
-	coord = startCoordinatorAt(t, coord.addr, coord.dataDir, "--lease-ttl", "30s")
+	coord = startCoordinatorAt(t, coord.Addr, coord.DataDir, "--lease-ttl", "30s")
 	up := time.Now()
 	r.WaitFrom(back, "session started")
 	t.Logf("after a %v outage the renderer's session was back %v after the coordinator served again", outage, time.Since(up))
 
-	alpha = dial(t, coord.addr, tokenAlpha)
+	alpha = dial(t, coord.Addr, tokenAlpha)
 	waitBatchDone(t, alpha, res.GetBatch().GetId())
 	j, err := alpha.GetJob(testContext(t), id)
 	if err != nil {
@@ -137,8 +137,8 @@ func TestRendererRidesOutACoordinatorOutage(t *testing.T) {
 func TestWatchResumesAcrossARestart(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t)
-	r := startRenderer(t, coord.addr, "r1", "--capacity", "1", "--latency", "700ms")
-	alpha := dial(t, coord.addr, tokenAlpha)
+	r := startRenderer(t, coord.Addr, "r1", "--capacity", "1", "--latency", "700ms")
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 	res, err := alpha.SubmitBatch(ctx, "alpha", "watched", []*leaseholdv1.Document{doc("w1.txt", "1"), doc("w2.txt", "2"), doc("w3.txt", "3")}, nil)
 	if err != nil {
@@ -146,7 +146,7 @@ func TestWatchResumesAcrossARestart(t *testing.T) {
 	}
 	batchID := res.GetBatch().GetId()
 	ids := res.GetBatch().GetJobIds()
-	watch := procs.Start(t, "watch", bins.cli, "--addr", coord.addr, "--token", tokenAlpha, "watch", batchID)
+	watch := procs.Start(t, "watch", bins.cli, "--addr", coord.Addr, "--token", tokenAlpha, "watch", batchID)
 	watch.WaitFor("job " + ids[0] + " SUCCEEDED")
 
 	back := r.Mark()

@@ -14,8 +14,8 @@ import (
 func TestRestartKeepsLeasesAndTokens(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "20s")
-	r := startRenderer(t, coord.addr, "r1", "--capacity", "2", "--latency", "2s")
-	alpha := dial(t, coord.addr, tokenAlpha)
+	r := startRenderer(t, coord.Addr, "r1", "--capacity", "2", "--latency", "2s")
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 
 	// A first batch that completes before the crash, so tokens exist that
@@ -53,7 +53,7 @@ func TestRestartKeepsLeasesAndTokens(t *testing.T) {
 	}
 
 	coord = coord.restart(t, "--lease-ttl", "20s")
-	alpha = dial(t, coord.addr, tokenAlpha)
+	alpha = dial(t, coord.Addr, tokenAlpha)
 	ctx = testContext(t)
 
 	t.Run("leases granted before the crash complete under their original tokens", func(t *testing.T) {

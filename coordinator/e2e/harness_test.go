@@ -21,11 +21,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -63,49 +63,46 @@ func setBins(dir string) {
 // procs starts the processes under test.
 var procs = proctest.Options{Timeout: waitTimeout, Tail: 60}
 
-// coordinator is a coordinator process.
+// coordinator is a single coordinator process of its own stack.
 type coordinator struct {
-	*proctest.Proc
-	addr    string
-	dataDir string
+	*stack.Node
+	stack *stack.Stack
+}
+
+// options are the stack options of these tests.
+func options() stack.Options {
+	return stack.Options{Coordinator: bins.coordinator, Renderer: bins.renderer, Procs: procs, RendererToken: tokenRenderer}
 }
 
 // startCoordinator starts a coordinator on a free loopback port with a new
 // data directory, and waits until it serves.
 func startCoordinator(t testing.TB, args ...string) *coordinator {
 	t.Helper()
-	return startCoordinatorAt(t, "127.0.0.1:0", t.TempDir(), args...)
+	return startCoordinatorAt(t, "", "", args...)
 }
 
-// startCoordinatorAt starts a coordinator on listen with dataDir, waits for
-// its "coordinator listening" line and for its health check to answer
-// SERVING.
+// startCoordinatorAt starts a coordinator on listen with dataDir (a free
+// port and a new directory where empty), waits for its "coordinator
+// listening" line and for its health check to answer SERVING.
 func startCoordinatorAt(t testing.TB, listen, dataDir string, args ...string) *coordinator {
 	t.Helper()
-	all := proctest.CoordinatorPrincipals(append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...))
-	p := procs.Start(t, "coordinator", bins.coordinator, all...)
-	line := p.WaitFor("coordinator listening")
-	c := &coordinator{Proc: p, addr: proctest.LogAttr(line, "addr"), dataDir: dataDir}
-	if c.addr == "" {
-		t.Fatalf("no addr in %q", line)
-	}
-	if got := procs.Health(t, c.addr, true); got != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health of %s = %v, want SERVING", c.addr, got)
-	}
-	return c
+	opts := options()
+	opts.Listen, opts.DataDirs, opts.Args = listen, []string{dataDir}, args
+	s := stack.Start(t, opts)
+	return &coordinator{Node: s.Coordinators[0], stack: s}
 }
 
 // restart kills the coordinator with SIGKILL and starts a new one on the
-// same address and data directory.
+// same address and data directory, with args.
 func (c *coordinator) restart(t testing.TB, args ...string) *coordinator {
 	t.Helper()
-	c.Kill()
-	return startCoordinatorAt(t, c.addr, c.dataDir, args...)
+	c.stack.RestartWith(0, args...)
+	return c
 }
 
 // renderer is a renderer process.
 type renderer struct {
-	*proctest.Proc
+	*stack.RendererProc
 	id     string
 	record string
 }
@@ -114,20 +111,15 @@ type renderer struct {
 // in a temporary directory, and waits for its start line.
 func startRenderer(t testing.TB, addr, id string, args ...string) *renderer {
 	t.Helper()
-	record := filepath.Join(t.TempDir(), id+".record")
-	return startRendererRecording(t, addr, id, record, args...)
+	return startRendererRecording(t, addr, id, stack.RecordIn(t, id), args...)
 }
 
 // startRendererRecording is startRenderer with a given record file, so a
 // restarted renderer appends to the same one.
 func startRendererRecording(t testing.TB, addr, id, record string, args ...string) *renderer {
 	t.Helper()
-	// Debug logs name every lease and completion, which the tests follow.
-	all := append([]string{"--coordinator", addr, "--id", id, "--token", tokenRenderer, "--record", record,
-		"--log-level", "debug"}, args...)
-	p := procs.Start(t, "renderer "+id, bins.renderer, all...)
-	p.WaitFor("renderer started")
-	return &renderer{Proc: p, id: id, record: record}
+	p := stack.StartRenderer(t, options(), stack.Renderer{ID: id, Coordinator: addr, Record: record, Args: args})
+	return &renderer{RendererProc: p, id: id, record: record}
 }
 
 // recordedJobs returns the set of job ids in the renderer's record file.

@@ -24,8 +24,8 @@ import (
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "5s")
-	startRenderer(t, coord.addr, "r1", "--capacity", "8")
-	startRenderer(t, coord.addr, "r2", "--capacity", "8")
+	startRenderer(t, coord.Addr, "r1", "--capacity", "8")
+	startRenderer(t, coord.Addr, "r2", "--capacity", "8")
 
 	type submission struct {
 		team, token string
@@ -45,7 +45,7 @@ func TestLifecycle(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, s := range subs {
 			wg.Go(func() {
-				results[i], errs[i] = execTool(bins.cli, []string{"LEASEHOLD_ADDR=" + coord.addr, "LEASEHOLD_TOKEN=" + s.token},
+				results[i], errs[i] = execTool(bins.cli, []string{"LEASEHOLD_ADDR=" + coord.Addr, "LEASEHOLD_TOKEN=" + s.token},
 					"submit", "--team", s.team, "--wait", s.dir+string(filepath.Separator))
 			})
 		}
@@ -60,7 +60,7 @@ func TestLifecycle(t *testing.T) {
 		}
 
 		for team, want := range map[string]int{"alpha": 120, "beta": 80} {
-			c := dial(t, coord.addr, "dev-"+team)
+			c := dial(t, coord.Addr, "dev-"+team)
 			got := map[leaseholdv1.Phase]int{}
 			for j, err := range c.AllJobs(testContext(t), &leaseholdv1.ListJobsRequest{Team: team, OmitEvents: true}) {
 				if err != nil {
@@ -75,7 +75,7 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("downloaded previews hash to their digests", func(t *testing.T) {
-		c := dial(t, coord.addr, tokenAlpha)
+		c := dial(t, coord.Addr, tokenAlpha)
 		resp, err := c.ListJobs(testContext(t), &leaseholdv1.ListJobsRequest{Team: "alpha", PageSize: 5})
 		if err != nil {
 			t.Fatalf("ListJobs: %v", err)
@@ -86,7 +86,7 @@ func TestLifecycle(t *testing.T) {
 		dir := t.TempDir()
 		for _, j := range resp.GetJobs() {
 			file := filepath.Join(dir, j.GetId()+".png")
-			if r := runCLI(t, coord.addr, tokenAlpha, "artifact", j.GetId(), "-f", file); r.code != 0 {
+			if r := runCLI(t, coord.Addr, tokenAlpha, "artifact", j.GetId(), "-f", file); r.code != 0 {
 				t.Fatalf("artifact %s: exit %d\n%s%s", j.GetId(), r.code, r.stdout, r.stderr)
 			}
 			b, err := os.ReadFile(file)
@@ -101,7 +101,7 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("grpcurl lists the services", func(t *testing.T) {
-		r := runTool(t, bins.grpcurl, nil, "-plaintext", coord.addr, "list")
+		r := runTool(t, bins.grpcurl, nil, "-plaintext", coord.Addr, "list")
 		if r.code != 0 {
 			t.Fatalf("grpcurl list: exit %d\n%s", r.code, r.stderr)
 		}
@@ -120,7 +120,7 @@ func TestLifecycle(t *testing.T) {
 		auth := "authorization: Bearer " + tokenAlpha
 		r := runTool(t, bins.grpcurl, nil, "-plaintext", "-H", auth,
 			"-d", `{"team": "alpha", "request_id": "grpcurl-1", "documents": [{"name": "hello.txt", "content_type": "text/plain", "content": "aGVsbG8K"}]}`,
-			coord.addr, "leasehold.v1.JobService/SubmitBatch")
+			coord.Addr, "leasehold.v1.JobService/SubmitBatch")
 		if r.code != 0 {
 			t.Fatalf("grpcurl SubmitBatch: exit %d\n%s", r.code, r.stderr)
 		}
@@ -131,11 +131,11 @@ func TestLifecycle(t *testing.T) {
 		if got := len(submitted.GetBatch().GetJobIds()); got != 1 {
 			t.Fatalf("SubmitBatch returned %d job ids, want 1", got)
 		}
-		waitBatchDone(t, dial(t, coord.addr, tokenAlpha), submitted.GetBatch().GetId())
+		waitBatchDone(t, dial(t, coord.Addr, tokenAlpha), submitted.GetBatch().GetId())
 
 		jobID := submitted.GetBatch().GetJobIds()[0]
 		r = runTool(t, bins.grpcurl, nil, "-plaintext", "-H", auth,
-			"-d", fmt.Sprintf(`{"job_id": %q}`, jobID), coord.addr, "leasehold.v1.JobService/GetJob")
+			"-d", fmt.Sprintf(`{"job_id": %q}`, jobID), coord.Addr, "leasehold.v1.JobService/GetJob")
 		if r.code != 0 {
 			t.Fatalf("grpcurl GetJob: exit %d\n%s", r.code, r.stderr)
 		}

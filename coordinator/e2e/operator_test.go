@@ -17,12 +17,12 @@ import (
 func TestPauseAndResumeDispatch(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "5s")
-	r := startRenderer(t, coord.addr, "r1")
-	alpha := dial(t, coord.addr, tokenAlpha)
-	rs := dialRenderer(t, coord.addr)
+	r := startRenderer(t, coord.Addr, "r1")
+	alpha := dial(t, coord.Addr, tokenAlpha)
+	rs := dialRenderer(t, coord.Addr)
 	ctx := testContext(t)
 
-	if res := runCLI(t, coord.addr, tokenOperator, "pause", "--reason", "rolling out r2"); res.code != 0 {
+	if res := runCLI(t, coord.Addr, tokenOperator, "pause", "--reason", "rolling out r2"); res.code != 0 {
 		t.Fatalf("pause: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 	sub, err := alpha.SubmitBatch(ctx, "alpha", "paused", []*leaseholdv1.Document{doc("p1.txt", "1"), doc("p2.txt", "2"), doc("p3.txt", "3")}, nil)
@@ -55,7 +55,7 @@ func TestPauseAndResumeDispatch(t *testing.T) {
 	})
 
 	t.Run("resumed dispatch completes the jobs", func(t *testing.T) {
-		if res := runCLI(t, coord.addr, tokenOperator, "resume", "--reason", "r2 is fine"); res.code != 0 {
+		if res := runCLI(t, coord.Addr, tokenOperator, "resume", "--reason", "r2 is fine"); res.code != 0 {
 			t.Fatalf("resume: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 		}
 		b := waitBatchDone(t, alpha, batchID)
@@ -65,7 +65,7 @@ func TestPauseAndResumeDispatch(t *testing.T) {
 	})
 
 	t.Run("the audit trail shows the pause and the resume", func(t *testing.T) {
-		res := runCLI(t, coord.addr, tokenOperator, "audit", "-o", "json")
+		res := runCLI(t, coord.Addr, tokenOperator, "audit", "-o", "json")
 		if res.code != 0 {
 			t.Fatalf("audit: exit %d\n%s", res.code, res.stderr)
 		}
@@ -85,10 +85,10 @@ func TestPauseAndResumeDispatch(t *testing.T) {
 func TestReplayFailedJobs(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "5s", "--max-attempts", "1")
-	bad := startRenderer(t, coord.addr, "bad", "--fail-rate", "1")
-	alpha := dial(t, coord.addr, tokenAlpha)
-	beta := dial(t, coord.addr, tokenBeta)
-	operatorAlpha := dial(t, coord.addr, tokenOperatorAlpha)
+	bad := startRenderer(t, coord.Addr, "bad", "--fail-rate", "1")
+	alpha := dial(t, coord.Addr, tokenAlpha)
+	beta := dial(t, coord.Addr, tokenBeta)
+	operatorAlpha := dial(t, coord.Addr, tokenOperatorAlpha)
 	ctx := testContext(t)
 
 	alphaBatch, err := alpha.SubmitBatch(ctx, "alpha", "to-replay", []*leaseholdv1.Document{doc("a1.pdf", "1"), doc("a2.pdf", "2"), doc("a3.pdf", "3")}, nil)
@@ -106,10 +106,10 @@ func TestReplayFailedJobs(t *testing.T) {
 		}
 	}
 	bad.Kill()
-	startRenderer(t, coord.addr, "good")
+	startRenderer(t, coord.Addr, "good")
 
 	t.Run("a dry run changes nothing", func(t *testing.T) {
-		res := runCLI(t, coord.addr, tokenOperator, "replay", "--batch", alphaID, "--reason", "fixed", "-o", "json")
+		res := runCLI(t, coord.Addr, tokenOperator, "replay", "--batch", alphaID, "--reason", "fixed", "-o", "json")
 		if res.code != 0 {
 			t.Fatalf("replay dry run: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 		}
@@ -121,13 +121,13 @@ func TestReplayFailedJobs(t *testing.T) {
 				t.Errorf("after the dry run job %s = %v in cycle %d, want PHASE_FAILED in cycle 1", j.GetId(), j.GetPhase(), j.GetCycle())
 			}
 		}
-		if res := runCLI(t, coord.addr, tokenOperator, "audit", "-o", "json"); strings.TrimSpace(res.stdout) != "" {
+		if res := runCLI(t, coord.Addr, tokenOperator, "audit", "-o", "json"); strings.TrimSpace(res.stdout) != "" {
 			t.Errorf("audit after a dry run = %q, want no records", res.stdout)
 		}
 	})
 
 	t.Run("an operator scoped to another team touches nothing", func(t *testing.T) {
-		res := runCLI(t, coord.addr, tokenOperatorAlpha, "replay", "--batch", betaID, "--reason", "not mine", "--yes", "-o", "json")
+		res := runCLI(t, coord.Addr, tokenOperatorAlpha, "replay", "--batch", betaID, "--reason", "not mine", "--yes", "-o", "json")
 		if res.code != 1 || !strings.Contains(res.stderr, "NOT_FOUND BATCH_NOT_FOUND") || strings.Contains(res.stderr, "beta") {
 			t.Errorf("replay of another team's batch: exit %d\n%s%s\nwant exit 1, NOT_FOUND BATCH_NOT_FOUND and no team named", res.code, res.stdout, res.stderr)
 		}
@@ -155,7 +155,7 @@ func TestReplayFailedJobs(t *testing.T) {
 	})
 
 	t.Run("replay with --yes re-queues the jobs and they succeed", func(t *testing.T) {
-		res := runCLI(t, coord.addr, tokenOperator, "replay", "--batch", alphaID, "--reason", "fixed", "--request-id", "replay-1", "--yes")
+		res := runCLI(t, coord.Addr, tokenOperator, "replay", "--batch", alphaID, "--reason", "fixed", "--request-id", "replay-1", "--yes")
 		if res.code != 0 {
 			t.Fatalf("replay --yes: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 		}
@@ -171,7 +171,7 @@ func TestReplayFailedJobs(t *testing.T) {
 	})
 
 	t.Run("the audit trail records the replay", func(t *testing.T) {
-		res := runCLI(t, coord.addr, tokenOperator, "audit", "-o", "json")
+		res := runCLI(t, coord.Addr, tokenOperator, "audit", "-o", "json")
 		if res.code != 0 {
 			t.Fatalf("audit: exit %d\n%s", res.code, res.stderr)
 		}

@@ -14,9 +14,9 @@ import (
 func TestOverviewCommands(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t)
-	startRenderer(t, coord.addr, "r1")
-	alpha := dial(t, coord.addr, tokenAlpha)
-	beta := dial(t, coord.addr, tokenBeta)
+	startRenderer(t, coord.Addr, "r1")
+	alpha := dial(t, coord.Addr, tokenAlpha)
+	beta := dial(t, coord.Addr, tokenBeta)
 	ctx := testContext(t)
 	a, err := alpha.SubmitBatch(ctx, "alpha", "a", []*leaseholdv1.Document{doc("a1.txt", "1"), doc("a2.txt", "2")}, nil)
 	if err != nil {
@@ -30,7 +30,7 @@ func TestOverviewCommands(t *testing.T) {
 	waitBatchDone(t, beta, b.GetBatch().GetId())
 	// The overview trails commits by up to its publication interval; wait
 	// on its stream for the one that shows all three jobs finished.
-	waitOverview(t, dial(t, coord.addr, tokenOperator), func(o *leaseholdv1.Overview) bool {
+	waitOverview(t, dial(t, coord.Addr, tokenOperator), func(o *leaseholdv1.Overview) bool {
 		done := uint32(0)
 		for _, team := range o.GetTeams() {
 			for _, pc := range team.GetCounts() {
@@ -42,19 +42,19 @@ func TestOverviewCommands(t *testing.T) {
 		return done == 3
 	})
 
-	res := runCLI(t, coord.addr, tokenOperator, "batches", "--state", "done", "-o", "json")
+	res := runCLI(t, coord.Addr, tokenOperator, "batches", "--state", "done", "-o", "json")
 	if res.code != 0 || strings.Count(res.stdout, "\n") != 2 {
 		t.Errorf("batches as the operator: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
-	res = runCLI(t, coord.addr, tokenOperatorAlpha, "batches")
+	res = runCLI(t, coord.Addr, tokenOperatorAlpha, "batches")
 	if res.code != 0 || !strings.Contains(res.stdout, a.GetBatch().GetId()) || strings.Contains(res.stdout, "beta") {
 		t.Errorf("batches as dev-operator-alpha: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
-	res = runCLI(t, coord.addr, tokenOperator, "renderers")
+	res = runCLI(t, coord.Addr, tokenOperator, "renderers")
 	if res.code != 0 || !strings.Contains(res.stdout, "r1") || !strings.Contains(res.stdout, "connected") {
 		t.Errorf("renderers: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
-	res = runCLI(t, coord.addr, tokenBeta, "top", "--count", "1", "-o", "json")
+	res = runCLI(t, coord.Addr, tokenBeta, "top", "--count", "1", "-o", "json")
 	var msg struct {
 		Overview struct {
 			Teams []struct {
@@ -65,7 +65,7 @@ func TestOverviewCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stdout), &msg); err != nil || len(msg.Overview.Teams) != 1 || msg.Overview.Teams[0].Team != "beta" {
 		t.Errorf("top as dev-beta = %s (%v), want beta's figures only; stderr %s", res.stdout, err, res.stderr)
 	}
-	res = runCLI(t, coord.addr, tokenOperator, "top", "--count", "2")
+	res = runCLI(t, coord.Addr, tokenOperator, "top", "--count", "2")
 	if res.code != 0 || strings.Count(res.stdout, "leasehold top") != 2 || !strings.Contains(res.stdout, "alpha") {
 		t.Errorf("top: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}

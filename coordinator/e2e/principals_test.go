@@ -52,13 +52,13 @@ func TestPrincipalsFile(t *testing.T) {
 
 	t.Run("A backup takes the backup role, which an operator of every team lacks", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "leasehold.backup")
-		if res := runCLI(t, c.addr, fileOperatorToken, "backup", "-f", path); res.code != 1 || !strings.Contains(res.stderr, "does not have the backup role (PERMISSION_DENIED PERMISSION_DENIED)") {
+		if res := runCLI(t, c.Addr, fileOperatorToken, "backup", "-f", path); res.code != 1 || !strings.Contains(res.stderr, "does not have the backup role (PERMISSION_DENIED PERMISSION_DENIED)") {
 			t.Errorf("backup as an operator of every team: exit %d, stderr %q; want 1 and PERMISSION_DENIED", res.code, res.stderr)
 		}
 		if _, err := os.Stat(path); err == nil {
 			t.Errorf("a refused backup left %s", path)
 		}
-		if res := runCLI(t, c.addr, fileBackupToken, "backup", "-f", path); res.code != 0 {
+		if res := runCLI(t, c.Addr, fileBackupToken, "backup", "-f", path); res.code != 0 {
 			t.Fatalf("backup with the backup role: exit %d, stderr %q", res.code, res.stderr)
 		}
 		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
@@ -67,17 +67,17 @@ func TestPrincipalsFile(t *testing.T) {
 	})
 
 	t.Run("SIGHUP revokes a removed token without a restart", func(t *testing.T) {
-		if res := runCLI(t, c.addr, filePortalToken, "list", "--team", "portal"); res.code != 0 {
+		if res := runCLI(t, c.Addr, filePortalToken, "list", "--team", "portal"); res.code != 0 {
 			t.Fatalf("list before the reload: exit %d, stderr %q", res.code, res.stderr)
 		}
 		write(principalsFile(false), 0o600)
 		mark := c.Mark()
 		c.Signal(syscall.SIGHUP)
 		c.WaitFrom(mark, "principals file reloaded")
-		if res := runCLI(t, c.addr, filePortalToken, "list", "--team", "portal"); res.code != 1 || !strings.Contains(res.stderr, "UNAUTHENTICATED") {
+		if res := runCLI(t, c.Addr, filePortalToken, "list", "--team", "portal"); res.code != 1 || !strings.Contains(res.stderr, "UNAUTHENTICATED") {
 			t.Errorf("list with the removed token: exit %d, stderr %q; want 1 and UNAUTHENTICATED", res.code, res.stderr)
 		}
-		if res := runCLI(t, c.addr, fileOperatorToken, "audit"); res.code != 0 {
+		if res := runCLI(t, c.Addr, fileOperatorToken, "audit"); res.code != 0 {
 			t.Errorf("audit with a token kept: exit %d, stderr %q", res.code, res.stderr)
 		}
 	})
@@ -87,7 +87,7 @@ func TestPrincipalsFile(t *testing.T) {
 		mark := c.Mark()
 		c.Signal(syscall.SIGHUP)
 		c.WaitFrom(mark, "reloading the principals file failed", `principal 0 (\"oncall\")`, "at least 16 bytes")
-		if res := runCLI(t, c.addr, fileOperatorToken, "audit"); res.code != 0 {
+		if res := runCLI(t, c.Addr, fileOperatorToken, "audit"); res.code != 0 {
 			t.Errorf("audit after a failed reload: exit %d, stderr %q", res.code, res.stderr)
 		}
 		select {

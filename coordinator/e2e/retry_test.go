@@ -16,7 +16,7 @@ import (
 func TestPoisonDocumentExhaustsItsAttempts(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "1s", "--max-attempts", "3", "--backoff-base", "10ms", "--backoff-cap", "50ms")
-	alpha := dial(t, coord.addr, tokenAlpha)
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 
 	// capacity 1: a crash takes down only the poison lease.
@@ -32,7 +32,7 @@ func TestPoisonDocumentExhaustsItsAttempts(t *testing.T) {
 		}()
 	}
 	for i, id := range ids {
-		renderers[i] = startRenderer(t, coord.addr, id, args...)
+		renderers[i] = startRenderer(t, coord.Addr, id, args...)
 		watchExit(i)
 	}
 
@@ -65,7 +65,7 @@ supervise:
 			if crashes > maxRestarts {
 				t.Fatalf("renderers crashed %d times; the batch never finished", crashes)
 			}
-			renderers[i] = startRendererRecording(t, coord.addr, ids[i], renderers[i].record, args...)
+			renderers[i] = startRendererRecording(t, coord.Addr, ids[i], renderers[i].record, args...)
 			watchExit(i)
 		}
 	}
@@ -110,8 +110,8 @@ supervise:
 func TestUnsupportedFormatFailsAtSubmission(t *testing.T) {
 	t.Parallel()
 	coord := startCoordinator(t, "--lease-ttl", "5s")
-	renderers := []*renderer{startRenderer(t, coord.addr, "r1"), startRenderer(t, coord.addr, "r2")}
-	alpha := dial(t, coord.addr, tokenAlpha)
+	renderers := []*renderer{startRenderer(t, coord.Addr, "r1"), startRenderer(t, coord.Addr, "r2")}
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	ctx := testContext(t)
 
 	sub, err := alpha.SubmitBatch(ctx, "alpha", "macros", []*leaseholdv1.Document{doc("x.docm", "macro"), doc("fine.pdf", "fine")}, nil)

@@ -1,19 +1,15 @@
 package e2e
 
 import (
-	"context"
 	"crypto/tls"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/security/securitytest"
+	"github.com/leasehold/leasehold/internal/stack"
 )
 
 // TestMutualTLS runs the three binaries with mutual TLS configured from
@@ -29,15 +25,15 @@ func TestMutualTLS(t *testing.T) {
 	serverCert, serverKey := securitytest.WriteKeyPair(t, dir, "coordinator", ca.Server(t))
 	clientCert, clientKey := securitytest.WriteKeyPair(t, dir, "client", ca.Client(t, "client"))
 
-	p := procs.Start(t, "coordinator", bins.coordinator, "--dev", "--listen", "127.0.0.1:0", "--metrics-listen", "",
-		"--data-dir", t.TempDir(), "--tls-cert", serverCert, "--tls-key", serverKey, "--tls-client-ca", caFile)
-	line := p.WaitFor("coordinator listening")
-	addr := proctest.LogAttr(line, "addr")
-	if got := proctest.LogAttr(line, "tls"); got != "mtls" {
-		t.Fatalf("listening line %q: tls=%q, want mtls", line, got)
+	opts := options()
+	opts.TLS = &stack.TLS{Cert: serverCert, Key: serverKey, ClientCA: caFile, CA: caFile, ClientCert: clientCert, ClientKey: clientKey,
+		Config: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "probe")}}}
+	opts.Renderers = []stack.Renderer{{ID: "r-tls", Record: stack.RecordIn(t, "r-tls")}}
+	s := stack.Start(t, opts)
+	addr := s.Addrs()
+	if line := s.Coordinators[0].WaitFor("coordinator listening"); proctest.LogAttr(line, "tls") != "mtls" {
+		t.Fatalf("listening line %q: tls=%q, want mtls", line, proctest.LogAttr(line, "tls"))
 	}
-	waitServingTLS(t, addr, &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "probe")}})
-	startRenderer(t, addr, "r-tls", "--tls-ca", caFile, "--tls-cert", clientCert, "--tls-key", clientKey)
 
 	doc := filepath.Join(dir, "hello.txt")
 	if err := os.WriteFile(doc, []byte("hello over TLS"), 0o600); err != nil {
@@ -55,21 +51,5 @@ func TestMutualTLS(t *testing.T) {
 	if r := runTool(t, bins.renderer, nil, "--coordinator", "10.255.255.1:7070", "--id", "r-plain"); r.code != 2 ||
 		!strings.Contains(r.stderr, "--insecure-plaintext") {
 		t.Errorf("renderer with a plaintext token to another host: exit %d, stderr %q; want 2 naming --insecure-plaintext", r.code, r.stderr)
-	}
-}
-
-// waitServingTLS waits until the health service answers SERVING over TLS.
-func waitServingTLS(t *testing.T, addr string, cfg *tls.Config) {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health of %s over TLS: %v %v", addr, resp.GetStatus(), err)
 	}
 }

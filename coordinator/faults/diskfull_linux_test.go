@@ -49,9 +49,9 @@ func TestDiskFull(t *testing.T) {
 	coord := startCoordinator(t, "127.0.0.1:0", dataDir, args...)
 	renderers := make([]*renderer, 2)
 	for i := range renderers {
-		renderers[i] = startRenderer(t, coord.addr, fmt.Sprintf("r%d", i), "--capacity", "4", "--latency", "200ms")
+		renderers[i] = startRenderer(t, coord.Addr, fmt.Sprintf("r%d", i), "--capacity", "4", "--latency", "200ms")
 	}
-	alpha := dial(t, coord.addr, tokenAlpha)
+	alpha := dial(t, coord.Addr, tokenAlpha)
 
 	// Submit until the disk is full.
 	acked := map[string][]string{} // batch id -> job ids
@@ -71,7 +71,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("the submit that filled the disk failed with %v, want UNAVAILABLE STORAGE_FULL", refusal)
 	}
 	coord.WaitFor("commit failed", "no space left on device")
-	if got := procs.Health(t, coord.addr, false); got != healthpb.HealthCheckResponse_NOT_SERVING {
+	if got := procs.Health(t, coord.Addr, false); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health after the disk filled = %v, want NOT_SERVING", got)
 	}
 	if _, err := alpha.SubmitBatch(testContext(t), "alpha", "after-full", bulkDocs(-1)[:1], nil); !errors.Is(err, client.ErrStorageFull) {
@@ -99,8 +99,8 @@ func TestDiskFull(t *testing.T) {
 	}
 	coord.Signal(syscall.SIGTERM)
 	coord.WaitGone()
-	coord = startCoordinator(t, coord.addr, dataDir, args...)
-	alpha = dial(t, coord.addr, tokenAlpha)
+	coord = startCoordinator(t, coord.Addr, dataDir, args...)
+	alpha = dial(t, coord.Addr, tokenAlpha)
 	requeued := 0
 	for batch, ids := range acked {
 		waitBatchDone(t, alpha, batch)

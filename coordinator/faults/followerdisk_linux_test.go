@@ -110,20 +110,20 @@ func testFollowerDiskFull(t *testing.T, c fullFollower) {
 		dirs = append(dirs, small)
 	}
 	cl := newCluster(t, dirs, "--lease-ttl", "5s")
-	full := cl.nodes[2]
-	leader := waitLeader(t, cl.nodes...)
+	full := cl.Coordinators[2]
+	leader := cl.Leader()
 	if leader == full {
-		op := dial(t, full.grpc, tokenOperator)
+		op := dial(t, full.Addr, tokenOperator)
 		if _, err := op.TransferLeadership(testContext(t), "n1", "the follower's disk is under test"); err != nil {
-			t.Fatalf("moving the leadership off %s: %v", full.id, err)
+			t.Fatalf("moving the leadership off %s: %v", full.ID, err)
 		}
-		leader = waitLeader(t, cl.nodes[0])
+		leader = cl.Leader(cl.Coordinators[0])
 	}
 	renderers := make([]*renderer, 2)
 	for i := range renderers {
-		renderers[i] = startRenderer(t, cl.addrs(), fmt.Sprintf("r%d", i), "--capacity", "4", "--latency", "200ms")
+		renderers[i] = startRenderer(t, cl.Addrs(), fmt.Sprintf("r%d", i), "--capacity", "4", "--latency", "200ms")
 	}
-	alpha := dial(t, cl.addrs(), tokenAlpha)
+	alpha := dial(t, cl.Addrs(), tokenAlpha)
 
 	// Submit until the follower stops; each submit must be acknowledged.
 	acked := map[string][]string{}
@@ -137,22 +137,22 @@ fill:
 		default:
 		}
 		if submitted == limit {
-			t.Fatalf("%d batches of %d KiB acknowledged and %s still runs on a %d MiB disk", submitted, docsPerFill*docBytes>>10, full.id, tmpfsSize>>20)
+			t.Fatalf("%d batches of %d KiB acknowledged and %s still runs on a %d MiB disk", submitted, docsPerFill*docBytes>>10, full.ID, tmpfsSize>>20)
 		}
 		id, jobs := submit(t, alpha, "alpha", fmt.Sprintf("fill-%d", submitted), bulkDocs(submitted))
 		acked[id] = jobs
 	}
 	if code := full.WaitExit(); code != 3 {
-		t.Errorf("%s exited with status %d, want 3", full.id, code)
+		t.Errorf("%s exited with status %d, want 3", full.ID, code)
 	}
 	stops := full.LinesWith("this node cannot store or apply the replicated log: stopping")
 	if len(stops) != 1 || !strings.Contains(stops[0], c.cause) || !strings.Contains(stops[0], "no space left on device") {
-		t.Errorf("%s stopped with %q, want one line whose error says %q and no space left on device", full.id, stops, c.cause)
+		t.Errorf("%s stopped with %q, want one line whose error says %q and no space left on device", full.ID, stops, c.cause)
 	}
 	if lines := full.LinesWith("panic"); len(lines) > 0 {
-		t.Errorf("%s panicked: %q", full.id, lines)
+		t.Errorf("%s panicked: %q", full.ID, lines)
 	}
-	t.Logf("%s stopped after %d acknowledged batches: %s", full.id, submitted, stops)
+	t.Logf("%s stopped after %d acknowledged batches: %s", full.ID, submitted, stops)
 
 	// The other two go on.
 	for i := range 5 {
@@ -172,40 +172,40 @@ fill:
 
 	// Room again: the follower restarted on its directory catches up.
 	growTmpfs(t, small, tmpfsSize+2*walSegmentBytes)
-	cl.start(t, full)
+	cl.StartNode(cl.Index(full))
 	for _, r := range renderers {
 		r.Signal(syscall.SIGTERM)
 		r.WaitGone()
 	}
 	// A last batch, once in every store, has everything before it there.
-	leader = waitLeader(t, cl.nodes...)
+	leader = cl.Leader()
 	marker, _ := submit(t, alpha, "alpha", "marker", docs("marker", 1))
-	for _, n := range cl.nodes {
+	for _, n := range cl.Coordinators {
 		waitStored(t, n, marker)
 	}
-	applied := waitApplied(t, leader, cl.nodes)
-	for _, n := range append(cl.others(leader), leader) {
+	applied := waitApplied(t, leader, cl.Coordinators)
+	for _, n := range append(cl.Others(leader), leader) {
 		n.Signal(syscall.SIGTERM)
 		n.WaitGone()
 	}
 	var digests []string
-	for _, n := range cl.nodes {
+	for _, n := range cl.Coordinators {
 		idx, d := storeState(t, n)
-		digests = append(digests, fmt.Sprintf("%s applied %d digest %x", n.id, idx, d[:8]))
+		digests = append(digests, fmt.Sprintf("%s applied %d digest %x", n.ID, idx, d[:8]))
 		if want, wantD := storeState(t, leader); idx != want || d != wantD {
-			t.Errorf("stopped, %s applied %d with digest %x; the leader %s applied %d with %x", n.id, idx, d[:8], leader.id, want, wantD[:8])
+			t.Errorf("stopped, %s applied %d with digest %x; the leader %s applied %d with %x", n.ID, idx, d[:8], leader.ID, want, wantD[:8])
 		}
 	}
-	out, err := checkStore(full.dir)
+	out, err := checkStore(full.DataDir)
 	if err != nil || !strings.HasSuffix(out, "consistent\n") {
-		t.Errorf("coordinator check --data-dir %s: %v\n%s", full.dir, err, out)
+		t.Errorf("coordinator check --data-dir %s: %v\n%s", full.DataDir, err, out)
 	}
 	where := "data directory"
 	if c.logOnly {
 		where = "raft log"
 	}
 	t.Logf("FIGURE follower disk full: %s with its %s on a %d MiB tmpfs stopped with status 3 after %d batches of %d KiB; %d jobs acknowledged, all succeeded; restarted on %d MiB it caught up to index %d: %s; check: %s",
-		full.id, where, tmpfsSize>>20, submitted, docsPerFill*docBytes>>10, jobs, (tmpfsSize+2*walSegmentBytes)>>20, applied,
+		full.ID, where, tmpfsSize>>20, submitted, docsPerFill*docBytes>>10, jobs, (tmpfsSize+2*walSegmentBytes)>>20, applied,
 		strings.Join(digests, ", "), strings.TrimSpace(out[strings.LastIndex(strings.TrimSuffix(out, "\n"), "\n")+1:]))
 }
 
@@ -227,7 +227,7 @@ func checkStore(dir string) (string, error) {
 // behind may still be writing what it was handed.
 func waitStored(t testing.TB, n *node, batchID string) {
 	t.Helper()
-	c := dial(t, n.grpc, tokenAlpha)
+	c := dial(t, n.Addr, tokenAlpha)
 	ctx := metadata.AppendToOutgoingContext(testContext(t), "leasehold-read", "stale")
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -237,12 +237,12 @@ func waitStored(t testing.TB, n *node, batchID string) {
 			return
 		}
 		if !errors.Is(err, client.ErrNotFound) {
-			t.Fatalf("a stale read of batch %s on %s: %v", batchID, n.id, err)
+			t.Fatalf("a stale read of batch %s on %s: %v", batchID, n.ID, err)
 		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			t.Fatalf("%s's store does not hold batch %s within %v", n.id, batchID, waitTimeout)
+			t.Fatalf("%s's store does not hold batch %s within %v", n.ID, batchID, waitTimeout)
 		}
 	}
 }

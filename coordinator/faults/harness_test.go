@@ -35,11 +35,10 @@ import (
 	"testing"
 	"time"
 
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/stack"
 )
 
 var long = flag.Bool("long", false, "measure over hundreds of leases and pauses instead of tens")
@@ -68,27 +67,23 @@ func TestMain(m *testing.M) {
 // procs starts the processes under test.
 var procs = proctest.Options{Timeout: waitTimeout, Tail: 40}
 
-// coordinator is a coordinator process.
+// coordinator is a single coordinator process of its own stack.
 type coordinator struct {
-	*proctest.Proc
-	addr, dataDir string
+	*stack.Node
+}
+
+// options are the stack options of these tests.
+func options() stack.Options {
+	return stack.Options{Coordinator: bins.coordinator, Renderer: bins.renderer, Procs: procs, RendererToken: tokenRenderer}
 }
 
 // startCoordinator starts a coordinator on listen with dataDir and waits
 // until its health check answers SERVING.
 func startCoordinator(t testing.TB, listen, dataDir string, args ...string) *coordinator {
 	t.Helper()
-	all := proctest.CoordinatorPrincipals(append([]string{"--listen", listen, "--metrics-listen", "", "--data-dir", dataDir}, args...))
-	p := procs.Start(t, "coordinator", bins.coordinator, all...)
-	line := p.WaitFor("coordinator listening")
-	c := &coordinator{Proc: p, addr: proctest.LogAttr(line, "addr"), dataDir: dataDir}
-	if c.addr == "" {
-		t.Fatalf("no addr in %q", line)
-	}
-	if got := procs.Health(t, c.addr, true); got != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health of a new coordinator = %v, want SERVING", got)
-	}
-	return c
+	opts := options()
+	opts.Listen, opts.DataDirs, opts.Args = listen, []string{dataDir}, args
+	return &coordinator{Node: stack.Start(t, opts).Coordinators[0]}
 }
 
 // dataDir returns a data directory for a coordinator whose disk is not
@@ -107,7 +102,7 @@ func dataDir(t *testing.T) string {
 
 // renderer is a renderer process.
 type renderer struct {
-	*proctest.Proc
+	*stack.RendererProc
 	id string
 }
 
@@ -115,10 +110,7 @@ type renderer struct {
 // level (every lease and completion), and waits for its start line.
 func startRenderer(t testing.TB, addr, id string, args ...string) *renderer {
 	t.Helper()
-	all := append([]string{"--coordinator", addr, "--id", id, "--token", tokenRenderer, "--log-level", "debug"}, args...)
-	p := procs.Start(t, "renderer "+id, bins.renderer, all...)
-	p.WaitFor("renderer started")
-	return &renderer{Proc: p, id: id}
+	return &renderer{RendererProc: stack.StartRenderer(t, options(), stack.Renderer{ID: id, Coordinator: addr, Args: args}), id: id}
 }
 
 // dial returns a client for addr as token, closed when the test ends.

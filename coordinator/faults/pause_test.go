@@ -53,12 +53,12 @@ func TestPausedRenderers(t *testing.T) {
 	coord := startCoordinator(t, "127.0.0.1:0", dataDir(t), "--lease-ttl", pauseTTL.String(),
 		"--backoff-base", "50ms", "--backoff-cap", "200ms", "--max-attempts", "10")
 	for i := range 2 {
-		startRenderer(t, coord.addr, "steady-"+strconv.Itoa(i), "--capacity", "4", "--latency", "100ms")
+		startRenderer(t, coord.Addr, "steady-"+strconv.Itoa(i), "--capacity", "4", "--latency", "100ms")
 	}
-	silent := startRenderer(t, coord.addr, "frozen-silent", "--capacity", "4", "--latency", "300ms", "--heartbeat-interval", "1h")
-	beating := startRenderer(t, coord.addr, "frozen-beating", "--capacity", "4", "--latency", "300ms")
+	silent := startRenderer(t, coord.Addr, "frozen-silent", "--capacity", "4", "--latency", "300ms", "--heartbeat-interval", "1h")
+	beating := startRenderer(t, coord.Addr, "frozen-beating", "--capacity", "4", "--latency", "300ms")
 	frozen := []*renderer{silent, beating}
-	alpha, beta := dial(t, coord.addr, tokenAlpha), dial(t, coord.addr, tokenBeta)
+	alpha, beta := dial(t, coord.Addr, tokenAlpha), dial(t, coord.Addr, tokenBeta)
 	load := startLoad(t, map[string]*client.Client{"alpha": alpha, "beta": beta}, 3, 12)
 
 	start := time.Now()
@@ -75,7 +75,7 @@ func TestPausedRenderers(t *testing.T) {
 
 	jobs := append(teamJobs(t, alpha, "alpha"), teamJobs(t, beta, "beta")...)
 	expired := checkNoStaleSuccess(t, jobs, frozen)
-	recorded := checkRejectionsRecorded(t, coord.addr, jobs, frozen)
+	recorded := checkRejectionsRecorded(t, coord.Addr, jobs, frozen)
 	if rejected == 0 {
 		t.Errorf("no stale completion was refused in %d cycles; the test froze nothing that completed late", cycles)
 	}

@@ -128,13 +128,13 @@ type transfer struct {
 func TestRollingRestart(t *testing.T) {
 	t.Parallel()
 	cl := newCluster(t, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	leader := waitLeader(t, cl.nodes...)
+	leader := cl.Leader()
 	var renderers []*renderer
 	for i := range 3 {
-		renderers = append(renderers, startRenderer(t, cl.addrs(), fmt.Sprintf("r%d", i), "--capacity", "8", "--latency", "300ms"))
+		renderers = append(renderers, startRenderer(t, cl.Addrs(), fmt.Sprintf("r%d", i), "--capacity", "8", "--latency", "300ms"))
 	}
-	alpha := dial(t, cl.addrs(), tokenAlpha)
-	op := dial(t, cl.addrs(), tokenOperator)
+	alpha := dial(t, cl.Addrs(), tokenAlpha)
+	op := dial(t, cl.Addrs(), tokenOperator)
 
 	// The load: each submitter sends a batch of one document every 40 ms
 	// (50 a second in all, well within what the renderers can take).
@@ -173,30 +173,30 @@ func TestRollingRestart(t *testing.T) {
 	// Each node in turn leads, hands over to the next, and restarts.
 	var transfers []*transfer
 	order := []*node{leader}
-	for _, n := range cl.nodes {
+	for _, n := range cl.Coordinators {
 		if n != leader {
 			order = append(order, n)
 		}
 	}
 	for i, n := range order {
 		next := order[(i+1)%len(order)]
-		tr := &transfer{from: n.id, to: next.id, held: leasedJobs(t, op)}
+		tr := &transfer{from: n.ID, to: next.ID, held: leasedJobs(t, op)}
 		tr.began = time.Now()
 		for {
-			_, err := op.TransferLeadership(testContext(t), next.id, "rolling restart")
+			_, err := op.TransferLeadership(testContext(t), next.ID, "rolling restart")
 			if err == nil {
 				break
 			}
 			// A transfer the target did not take in time leaves the
 			// leader leading: the operator tries again.
 			if client.Reason(err) != "LEADERSHIP_TRANSFER_FAILED" || tr.failed == 2 {
-				t.Fatalf("transferring the leadership from %s to %s: %v", n.id, next.id, err)
+				t.Fatalf("transferring the leadership from %s to %s: %v", n.ID, next.ID, err)
 			}
 			tr.failed++
 		}
 		tr.returned = time.Now()
-		if got := waitLeader(t, next); got != next {
-			t.Fatalf("leader after the transfer: %s, want %s", got.id, next.id)
+		if got := cl.Leader(next); got != next {
+			t.Fatalf("leader after the transfer: %s, want %s", got.ID, next.ID)
 		}
 		tr.serving = time.Now()
 		transfers = append(transfers, tr)
@@ -204,9 +204,9 @@ func TestRollingRestart(t *testing.T) {
 
 		n.Signal(syscall.SIGTERM)
 		if code := n.WaitExit(); code != 0 {
-			t.Errorf("%s exited with status %d on SIGTERM, want 0", n.id, code)
+			t.Errorf("%s exited with status %d on SIGTERM, want 0", n.ID, code)
 		}
-		cl.start(t, n)
+		cl.StartNode(cl.Index(n))
 		waitCaughtUp(t, next, 3)
 		acks.waitMore(t, 20)
 	}

@@ -61,9 +61,9 @@ func TestStorageStall(t *testing.T) {
 	// jobs submitted next go to the renderers frozen later.
 	const capacity = 3
 	for i := range 2 {
-		startRenderer(t, coord.addr, fmt.Sprintf("beating-%d", i), "--capacity", fmt.Sprint(capacity), "--latency", stallRender.String())
+		startRenderer(t, coord.Addr, fmt.Sprintf("beating-%d", i), "--capacity", fmt.Sprint(capacity), "--latency", stallRender.String())
 	}
-	alpha := dial(t, coord.addr, tokenAlpha)
+	alpha := dial(t, coord.Addr, tokenAlpha)
 	batch, ids := submit(t, alpha, "alpha", "held", docs("held", 2*capacity))
 	waitPhases(t, alpha, batch, "every job leased", func(ph map[string]leaseholdv1.Phase) bool {
 		return countPhase(ph, leaseholdv1.Phase_PHASE_LEASED) == len(ids)
@@ -84,7 +84,7 @@ func TestStorageStall(t *testing.T) {
 			id = "stopped-silent"
 			args = append(args, "--heartbeat-interval", "1h")
 		}
-		r.renderer = startRenderer(t, coord.addr, id, args...)
+		r.renderer = startRenderer(t, coord.Addr, id, args...)
 		stopped[id] = r
 	}
 	stoppedBatch, stoppedIDs := submit(t, alpha, "alpha", "stopped", docs("stopped", len(stopped)))

@@ -27,8 +27,8 @@ const (
 	expirySlack = time.Second
 )
 
-// stack is a coordinator with renderers, each behind its own proxy.
-type stack struct {
+// proxiedStack is a coordinator with renderers, each behind its own proxy.
+type proxiedStack struct {
 	coord     *coordinator
 	alpha     *client.Client
 	renderers []*renderer
@@ -39,13 +39,13 @@ type stack struct {
 // startStack starts a coordinator with the stream tests' TTL and extra
 // args, and n renderers with rargs, each connected through a new proxy
 // prepared by background (if not nil) before the renderer starts.
-func startStack(t *testing.T, n int, seed uint64, background func(*tcpproxy.Proxy), cargs, rargs []string) *stack {
+func startStack(t *testing.T, n int, seed uint64, background func(*tcpproxy.Proxy), cargs, rargs []string) *proxiedStack {
 	t.Helper()
 	args := append([]string{"--lease-ttl", streamTTL.String()}, cargs...)
-	s := &stack{coord: startCoordinator(t, "127.0.0.1:0", dataDir(t), args...), byID: map[string]int{}}
-	s.alpha = dial(t, s.coord.addr, tokenAlpha)
+	s := &proxiedStack{coord: startCoordinator(t, "127.0.0.1:0", dataDir(t), args...), byID: map[string]int{}}
+	s.alpha = dial(t, s.coord.Addr, tokenAlpha)
 	for i := range n {
-		p, err := tcpproxy.Listen(s.coord.addr, seed+uint64(i))
+		p, err := tcpproxy.Listen(s.coord.Addr, seed+uint64(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func startStack(t *testing.T, n int, seed uint64, background func(*tcpproxy.Prox
 // waitHeld waits until every job of the batch is leased and its renderer
 // has logged the lease: the grant reached the renderer, so a fault that
 // starts now cannot lose it in flight.
-func (s *stack) waitHeld(t *testing.T, batch string, ids []string) {
+func (s *proxiedStack) waitHeld(t *testing.T, batch string, ids []string) {
 	t.Helper()
 	waitPhases(t, s.alpha, batch, "every job leased", func(ph map[string]leaseholdv1.Phase) bool {
 		return countPhase(ph, leaseholdv1.Phase_PHASE_LEASED) == len(ids)
@@ -194,7 +194,7 @@ func ratio(d, of time.Duration) float64 { return float64(d) / float64(of) }
 // every lease was heartbeated at least once: its last message is a
 // heartbeat), every lease expired, the faults healed. It returns each
 // lease's detection latency and how long after its deadline it expired.
-func expiryRound(t *testing.T, s *stack, f expiryFault, rng *rand.Rand, name string, n int) (latencies, overshoots []time.Duration) {
+func expiryRound(t *testing.T, s *proxiedStack, f expiryFault, rng *rand.Rand, name string, n int) (latencies, overshoots []time.Duration) {
 	t.Helper()
 	batch, ids := submit(t, s.alpha, "alpha", name, docs(name, n))
 	s.waitHeld(t, batch, ids)

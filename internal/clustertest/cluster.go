@@ -23,6 +23,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 
 	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -60,13 +61,13 @@ type Node struct {
 	// Dir is its --data-dir.
 	Dir string
 
-	proc   *proctest.Proc
 	paused bool
 }
 
 // Cluster is a running cluster of coordinator processes.
 type Cluster struct {
 	t     testing.TB
+	st    *stack.Stack // the processes
 	opts  Options
 	nodes []*Node
 	net   *partition
@@ -89,18 +90,11 @@ func Start(t testing.TB, o Options) *Cluster {
 		o.Procs.Timeout = time.Minute
 	}
 	c := &Cluster{t: t, opts: o}
+	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs})
 	var targets []string
-	for i := range o.Nodes {
-		g, err := testbin.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := testbin.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.nodes = append(c.nodes, &Node{ID: fmt.Sprintf("n%d", i+1), GRPCAddr: g, RaftListen: r, Dir: t.TempDir()})
-		targets = append(targets, r)
+	for _, n := range c.st.Coordinators {
+		c.nodes = append(c.nodes, &Node{ID: n.ID, GRPCAddr: n.Addr, RaftListen: n.Raft, Dir: n.DataDir})
+		targets = append(targets, n.Raft)
 	}
 	pn, err := newPartition(targets)
 	if err != nil {
@@ -109,6 +103,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	c.net = pn
 	for i, nd := range c.nodes {
 		nd.RaftAddr = pn.addrs[i]
+		c.st.Coordinators[i].RaftPeer = pn.addrs[i]
 		conn, err := grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			pn.close()
@@ -137,30 +132,18 @@ func (c *Cluster) N() int { return len(c.nodes) }
 func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
 
 // Proc returns node i's current process, for its log lines.
-func (c *Cluster) Proc(i int) *proctest.Proc { return c.nodes[i].proc }
+func (c *Cluster) Proc(i int) *proctest.Proc { return c.st.Coordinators[i].Proc }
 
 // Peers is the --peers value every node gets: id=raft_address/grpc_address.
-func (c *Cluster) Peers() string {
-	items := make([]string, len(c.nodes))
-	for i, nd := range c.nodes {
-		items[i] = nd.ID + "=" + nd.RaftAddr + "/" + nd.GRPCAddr
-	}
-	return strings.Join(items, ",")
-}
+func (c *Cluster) Peers() string { return c.st.Peers() }
 
 // Addrs is every node's gRPC address, comma-separated, as renderers, the
 // CLI and the client library take them.
-func (c *Cluster) Addrs() string {
-	items := make([]string, len(c.nodes))
-	for i, nd := range c.nodes {
-		items[i] = nd.GRPCAddr
-	}
-	return strings.Join(items, ",")
-}
+func (c *Cluster) Addrs() string { return c.st.Addrs() }
 
 // Running reports whether node i has a process (paused or not).
 func (c *Cluster) Running(i int) bool {
-	p := c.nodes[i].proc
+	p := c.Proc(i)
 	if p == nil {
 		return false
 	}
@@ -180,19 +163,15 @@ func (c *Cluster) Restart(i int) {
 	if c.Running(i) {
 		c.t.Fatalf("restarting %s, which is running", c.nodes[i].ID)
 	}
-	nd := c.nodes[i]
-	args := append([]string{"--node-id", nd.ID, "--listen", nd.GRPCAddr, "--raft-listen", nd.RaftListen,
-		"--peers", c.Peers(), "--data-dir", nd.Dir, "--metrics-listen", ""}, c.opts.Args...)
-	nd.proc = c.opts.Procs.Start(c.t, "coordinator "+nd.ID, c.opts.Coordinator, proctest.CoordinatorPrincipals(args)...)
-	nd.paused = false
-	nd.proc.WaitFor("coordinator listening")
+	c.st.StartNode(i)
+	c.nodes[i].paused = false
 }
 
 // Kill ends node i with SIGKILL (a paused node too) and waits until it is
 // gone.
 func (c *Cluster) Kill(i int) {
 	c.t.Helper()
-	if p := c.nodes[i].proc; p != nil {
+	if p := c.Proc(i); p != nil {
 		p.Kill()
 	}
 	c.nodes[i].paused = false
@@ -210,8 +189,8 @@ func (c *Cluster) Stop(i int) {
 	if nd.paused {
 		c.Resume(i)
 	}
-	nd.proc.Signal(syscall.SIGTERM)
-	if code := nd.proc.WaitExit(); code != 0 {
+	c.Proc(i).Signal(syscall.SIGTERM)
+	if code := c.Proc(i).WaitExit(); code != 0 {
 		c.t.Errorf("%s exited %d after SIGTERM", nd.ID, code)
 	}
 }
@@ -228,14 +207,14 @@ func (c *Cluster) StopAll() {
 // answers, as a process the kernel does not schedule.
 func (c *Cluster) Pause(i int) {
 	c.t.Helper()
-	c.nodes[i].proc.Signal(syscall.SIGSTOP)
+	c.Proc(i).Signal(syscall.SIGSTOP)
 	c.nodes[i].paused = true
 }
 
 // Resume lets a paused node i run again with SIGCONT.
 func (c *Cluster) Resume(i int) {
 	c.t.Helper()
-	c.nodes[i].proc.Signal(syscall.SIGCONT)
+	c.Proc(i).Signal(syscall.SIGCONT)
 	c.nodes[i].paused = false
 }
 

@@ -1,6 +1,7 @@
 // Package clustertest runs a replicated coordinator cluster as real
-// processes on loopback, for tests that put it under faults: it starts n
-// coordinator processes with the cluster flags (--node-id, --listen,
+// processes on loopback, for tests that put it under faults. It is a
+// layer on package stack, which lays out the nodes and starts their
+// processes; it starts n coordinator processes with the cluster flags (--node-id, --listen,
 // --raft-listen, --peers, --data-dir; bbolt and the raft log fsync as in
 // production), finds the leader from the gRPC health service
 // leasehold.v1.Leader, and kills (SIGKILL), pauses (SIGSTOP and SIGCONT),

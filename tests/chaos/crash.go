@@ -17,6 +17,8 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -39,6 +41,7 @@ const (
 	maxAttempts     = 3
 	rendererCap     = 8
 	stopGrace       = 15 * time.Second
+	processTimeout  = 30 * time.Second
 	finalReadBudget = 30 * time.Second
 )
 
@@ -58,7 +61,11 @@ type harness struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	renderers []*testbin.Child
+	// prog is what the stack's processes report to; stack runs them.
+	prog  *proctest.Program
+	stack *stack.Stack
+
+	renderers []*stack.RendererProc
 	// stopping is set once the harness stops the renderers itself.
 	stopping atomic.Bool
 	runs     []lifetime
@@ -103,6 +110,14 @@ func crash(ctx context.Context, cfg config, logw io.Writer) (res *result, err er
 		rng: rand.New(rand.NewPCG(cfg.seed, 0))}
 	h.ctx, h.cancel = context.WithCancelCause(ctx)
 	defer h.cancel(nil)
+	h.prog = proctest.NewProgram(h.ctx, dir, logw)
+	defer h.prog.Close()
+	h.stack = stack.New(h.prog, stack.Options{
+		Coordinator: bins.coordinator, Renderer: bins.renderer, Procs: proctest.Options{Timeout: processTimeout, Tail: 20},
+		Listen: addr, DataDirs: []string{h.data}, LogDir: dir, RendererLogLevel: "info",
+		Args: []string{"--lease-ttl", cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
+			"--backoff-base", "20ms", "--backoff-cap", "200ms"},
+	})
 	fmt.Fprintf(logw, "chaos: seed %d, %d cycles, coordinator on %s\n", cfg.seed, cfg.cycles, addr)
 	return h.crashRun()
 }
@@ -140,7 +155,7 @@ func (h *harness) crashRun() (*result, error) {
 		}
 		if n == 1 {
 			if err := h.startRenderers(); err != nil {
-				p.Kill()
+				h.kill(p)
 				return nil, err
 			}
 			ld.start(stopLoad, followCtx)
@@ -168,7 +183,7 @@ func (h *harness) crashRun() (*result, error) {
 	}
 	ev, err := h.drain(ld, stopLoad, endStop, endFollow)
 	if err != nil {
-		p.Kill()
+		h.kill(p)
 		return nil, err
 	}
 	r.End = "SIGTERM"
@@ -203,11 +218,8 @@ func (h *harness) failpointFor(n int) string {
 
 // startCoordinator starts coordinator process n, with failpoint fp armed
 // if not empty, and waits until it serves.
-func (h *harness) startCoordinator(n int, fp string) (*testbin.Child, lifetime, error) {
+func (h *harness) startCoordinator(n int, fp string) (*proctest.Proc, lifetime, error) {
 	r := lifetime{N: n, Failpoint: fp}
-	args := []string{"--dev", "--listen", h.addr, "--data-dir", h.data, "--metrics-listen", "",
-		"--lease-ttl", h.cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
-		"--backoff-base", "20ms", "--backoff-cap", "200ms"}
 	var env []string
 	if fp != "" {
 		for _, f := range failpoints {
@@ -217,33 +229,40 @@ func (h *harness) startCoordinator(n int, fp string) (*testbin.Child, lifetime, 
 			}
 		}
 	}
-	p, err := testbin.StartChild(fmt.Sprintf("coordinator %d", n), h.bins.coordinator, args, env,
-		filepath.Join(h.dir, fmt.Sprintf("coordinator-%03d.log", n)), nil)
-	if err != nil {
+	var p *proctest.Proc
+	if err := h.prog.Run(func() { p = h.stack.Launch(0, h.stack.NodeArgs(0), env...).Proc }); err != nil {
 		return nil, r, err
 	}
-	r.Exec = p.Started
-	at, err := testbin.WaitServing(h.ctx, h.addr, healthPoll, p.Done())
+	name := fmt.Sprintf("coordinator %d", n)
+	r.Exec = p.Started()
+	at, err := testbin.WaitServing(h.ctx, h.addr, healthPoll, p.Exited())
 	if errors.Is(err, testbin.ErrExited) {
-		err = fmt.Errorf("%s: %w: %v", p.Name, err, p.Err())
+		err = fmt.Errorf("%s: %w: %v", name, err, p.Err())
 	}
-	if err != nil && p.Exited() && fired(p, fp) {
+	if err != nil && p.HasExited() && fired(p, fp) {
 		// A call waiting for the restart reached the failpoint before the
 		// health check did: no restart time, the crash is the failpoint's.
 		return p, r, nil
 	}
 	if err != nil {
-		p.Kill()
-		return nil, r, fmt.Errorf("%s: %w\n%s", p.Name, errors.Join(err, context.Cause(h.ctx)), p.Tail(20))
+		h.kill(p)
+		return nil, r, fmt.Errorf("%s: %w\n%s", name, errors.Join(err, context.Cause(h.ctx)), p.Tail(20))
 	}
-	r.Ready = at.Sub(p.Started)
+	r.Ready = at.Sub(p.Started())
 	return p, r, nil
+}
+
+// kill kills p and waits until it is gone.
+func (h *harness) kill(p *proctest.Proc) {
+	if err := h.prog.Run(p.Kill); err != nil {
+		fmt.Fprintf(h.logw, "chaos: %v\n", err)
+	}
 }
 
 // crashOnce ends process p as its run says: SIGKILL after a random uptime,
 // or its armed failpoint, killed if the failpoint is not reached in time.
 // A process that exits otherwise is an error.
-func (h *harness) crashOnce(p *testbin.Child, r *lifetime) error {
+func (h *harness) crashOnce(p *proctest.Proc, r *lifetime) error {
 	wait := h.cfg.fireTimeout
 	if r.Failpoint == "" {
 		span := int64(h.cfg.maxUptime - h.cfg.minUptime)
@@ -253,16 +272,16 @@ func (h *harness) crashOnce(p *testbin.Child, r *lifetime) error {
 	defer t.Stop()
 	select {
 	case <-h.ctx.Done():
-		p.Kill()
+		h.kill(p)
 		return context.Cause(h.ctx)
-	case <-p.Done():
+	case <-p.Exited():
 		if fired(p, r.Failpoint) {
 			r.End, r.Fired = "failpoint "+r.Failpoint, true
 			return nil
 		}
-		return fmt.Errorf("%s exited on its own: %v\n%s", p.Name, p.Err(), p.Tail(30))
+		return fmt.Errorf("coordinator %d exited on its own: %v\n%s", r.N, p.Err(), p.Tail(30))
 	case <-t.C:
-		p.Kill()
+		h.kill(p)
 		r.End = fmt.Sprintf("SIGKILL after %v", wait.Round(time.Millisecond))
 		if r.Failpoint != "" {
 			r.End = fmt.Sprintf("failpoint %s not reached in %v; SIGKILL", r.Failpoint, wait)
@@ -280,8 +299,8 @@ func (r lifetime) serving() string {
 }
 
 // fired reports whether process p died of failpoint fp's panic.
-func fired(p *testbin.Child, fp string) bool {
-	return fp != "" && p.Exited() && strings.Contains(p.LogText(), "failpoint panic: "+fp)
+func fired(p *proctest.Proc, fp string) bool {
+	return fp != "" && p.HasExited() && strings.Contains(p.LogText(), "failpoint panic: "+fp)
 }
 
 // check runs the consistency check on the data file of the stopped
@@ -300,20 +319,19 @@ func (h *harness) check(r *lifetime) error {
 // receives. One that exits on its own ends the run.
 func (h *harness) startRenderers() error {
 	for i := 1; i <= h.cfg.renderers; i++ {
-		args := []string{"--coordinator", h.addr, "--id", fmt.Sprintf("chaos-%d", i), "--token", "dev-renderer",
-			"--capacity", strconv.Itoa(rendererCap), "--record", h.recordPath(i),
-			"--latency", "2ms", "--latency-jitter", "20ms", "--fail-rate", "0.15",
-			"--seed", strconv.FormatUint(h.cfg.seed+uint64(i), 10)}
-		name := fmt.Sprintf("renderer-%d", i)
-		p, err := testbin.StartChild(name, h.bins.renderer, args, nil, filepath.Join(h.dir, name+".log"), nil)
-		if err != nil {
+		r := stack.Renderer{ID: fmt.Sprintf("chaos-%d", i), Record: h.recordPath(i),
+			Args: []string{"--capacity", strconv.Itoa(rendererCap),
+				"--latency", "2ms", "--latency-jitter", "20ms", "--fail-rate", "0.15",
+				"--seed", strconv.FormatUint(h.cfg.seed+uint64(i), 10)}}
+		var p *stack.RendererProc
+		if err := h.prog.Run(func() { p = h.stack.StartRenderer(r) }); err != nil {
 			return err
 		}
 		h.renderers = append(h.renderers, p)
 		go func() {
-			<-p.Done()
+			<-p.Exited()
 			if !h.stopping.Load() {
-				h.cancel(fmt.Errorf("%s exited on its own: %v\n%s", p.Name, p.Err(), p.Tail(20)))
+				h.cancel(fmt.Errorf("%s exited on its own: %v\n%s", p.Name(), p.Err(), p.Tail(20)))
 			}
 		}()
 	}
@@ -331,7 +349,7 @@ func (h *harness) stopRenderers() error {
 	for i, p := range rs {
 		wg.Go(func() {
 			if _, err := p.Stop(stopGrace); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", p.Name, err)
+				errs[i] = fmt.Errorf("%s: %w", p.Name(), err)
 			}
 		})
 	}

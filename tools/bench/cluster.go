@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/testbin"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,7 +35,7 @@ const (
 type clusterNode struct {
 	id, addr, metrics, raft, data string
 	args                          []string
-	child                         *testbin.Child
+	child                         *proctest.Proc
 	// starts counts its processes, for the names of their logs.
 	starts int
 }
@@ -45,7 +46,7 @@ func (n *clusterNode) start(s *stack) error {
 	if n.starts > 0 {
 		name = fmt.Sprintf("coordinator-%s-%d", n.id, n.starts+1)
 	}
-	c, err := testbin.StartChild(name, s.bins.coordinator, n.args, nil, filepath.Join(s.dir, name+".log"), s.fail)
+	c, err := proctest.Exec(proctest.Spec{Name: name, Path: s.bins.coordinator, Args: n.args, Log: filepath.Join(s.dir, name+".log"), Unexpected: s.fail})
 	if err != nil {
 		return err
 	}
@@ -88,7 +89,7 @@ func (s *stack) startCluster() (time.Duration, error) {
 		s.followers = append(s.followers, n.child)
 	}
 	for _, n := range s.nodes {
-		if _, err := testbin.WaitServing(s.ctx, n.addr, s.cfg.healthPoll, n.child.Done()); err != nil {
+		if _, err := testbin.WaitServing(s.ctx, n.addr, s.cfg.healthPoll, n.child.Exited()); err != nil {
 			return 0, fmt.Errorf("waiting for %s to serve: %w\n%s", n.id, err, n.child.Tail(20))
 		}
 	}
@@ -388,11 +389,11 @@ func (r *runner) rejoin(ctx context.Context, n *clusterNode) (serving, caughtUp 
 	if err := n.start(r.st); err != nil {
 		return 0, 0, err
 	}
-	at, err := testbin.WaitServing(ctx, n.addr, r.cfg.healthPoll, n.child.Done())
+	at, err := testbin.WaitServing(ctx, n.addr, r.cfg.healthPoll, n.child.Exited())
 	if err != nil {
 		return 0, 0, fmt.Errorf("waiting for %s to serve again: %w\n%s", n.id, err, n.child.Tail(20))
 	}
-	serving = at.Sub(n.child.Started)
+	serving = at.Sub(n.child.Started())
 	target, err := scrapeGauge(ctx, r.st.metricsURL(), raftCommitIndex)
 	if err != nil {
 		return 0, 0, err
@@ -401,7 +402,7 @@ func (r *runner) rejoin(ctx context.Context, n *clusterNode) (serving, caughtUp 
 	for {
 		applied, err := scrapeGauge(ctx, url, raftAppliedIndex)
 		if err == nil && applied >= target {
-			return serving, time.Since(n.child.Started), nil
+			return serving, time.Since(n.child.Started()), nil
 		}
 		if err != nil && !errors.Is(err, errNoSeries) {
 			return 0, 0, err

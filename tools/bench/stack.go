@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -87,11 +88,11 @@ type stack struct {
 	metricsAddr string
 	extraFlags  []string
 
-	coord     *testbin.Child
-	renderers []*testbin.Child
+	coord     *proctest.Proc
+	renderers []*proctest.Proc
 	restarts  int
 	// followers are the cluster's other nodes (-cluster), coord its leader.
-	followers []*testbin.Child
+	followers []*proctest.Proc
 	// nodes are a cluster's nodes, leader the one coord runs.
 	nodes  []*clusterNode
 	leader *clusterNode
@@ -157,16 +158,16 @@ func (s *stack) startCoordinator() (time.Duration, error) {
 		name = fmt.Sprintf("coordinator-%d", s.restarts+1)
 	}
 	s.restarts++
-	c, err := testbin.StartChild(name, s.bins.coordinator, args, nil, filepath.Join(s.dir, name+".log"), s.fail)
+	c, err := proctest.Exec(proctest.Spec{Name: name, Path: s.bins.coordinator, Args: args, Log: filepath.Join(s.dir, name+".log"), Unexpected: s.fail})
 	if err != nil {
 		return 0, err
 	}
 	s.coord = c
-	at, err := testbin.WaitServing(s.ctx, s.addr, s.cfg.healthPoll, c.Done())
+	at, err := testbin.WaitServing(s.ctx, s.addr, s.cfg.healthPoll, c.Exited())
 	if err != nil {
 		return 0, fmt.Errorf("waiting for the coordinator to serve: %w\n%s", err, c.Tail(20))
 	}
-	return at.Sub(c.Started), nil
+	return at.Sub(c.Started()), nil
 }
 
 // stopCoordinator stops the coordinator (every node of a cluster) with
@@ -174,7 +175,7 @@ func (s *stack) startCoordinator() (time.Duration, error) {
 func (s *stack) stopCoordinator() (time.Duration, error) {
 	for _, f := range s.followers {
 		if _, err := f.Stop(s.cfg.stopGrace); err != nil {
-			return 0, fmt.Errorf("%s: %w", f.Name, err)
+			return 0, fmt.Errorf("%s: %w", f.Name(), err)
 		}
 	}
 	s.followers = nil
@@ -208,7 +209,7 @@ func (s *stack) startRenderers(record bool) error {
 		}
 		args = append(args, s.cfg.rendererFlags...)
 		name := fmt.Sprintf("renderer-%d", i)
-		c, err := testbin.StartChild(name, s.bins.renderer, args, nil, filepath.Join(s.dir, name+".log"), s.fail)
+		c, err := proctest.Exec(proctest.Spec{Name: name, Path: s.bins.renderer, Args: args, Log: filepath.Join(s.dir, name+".log"), Unexpected: s.fail})
 		if err != nil {
 			return err
 		}
@@ -251,7 +252,7 @@ func (s *stack) stopRenderers() error {
 		wg.Go(func() {
 			if _, err := r.Stop(s.cfg.stopGrace); err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("%s: %w", r.Name, err))
+				errs = append(errs, fmt.Errorf("%s: %w", r.Name(), err))
 				mu.Unlock()
 			}
 		})
@@ -271,13 +272,13 @@ func (s *stack) metricsURL() string { return "http://" + s.metricsAddr + "/metri
 // that failed, and removes the directory unless keep.
 func (s *stack) close(failed bool, w io.Writer) {
 	if cause := context.Cause(s.ctx); failed && cause != nil && !errors.Is(cause, context.Canceled) {
-		for _, c := range slices.Concat([]*testbin.Child{s.coord}, s.followers, s.renderers) {
+		for _, c := range slices.Concat([]*proctest.Proc{s.coord}, s.followers, s.renderers) {
 			if c == nil {
 				continue
 			}
 			select {
-			case <-c.Done():
-				fmt.Fprintf(w, "--- last lines of %s:\n%s\n", c.Log, c.Tail(30))
+			case <-c.Exited():
+				fmt.Fprintf(w, "--- last lines of %s:\n%s\n", c.LogPath(), c.Tail(30))
 			default:
 			}
 		}
