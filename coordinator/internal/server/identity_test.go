@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,7 +157,7 @@ func TestRendererIdentity(t *testing.T) {
 		b := setup(t, func(o *options) {
 			o.principals = auth.NewSet(map[string]auth.Principal{
 				alpha: {Name: "dev-alpha", Team: "alpha", Roles: []auth.Role{auth.RoleSubmitter}},
-				pool:  {Name: "pool-a", Roles: []auth.Role{auth.RoleRenderer}, RendererIDs: []string{"solo-1"}, RendererIDPrefix: "pool-a-"},
+				pool:  {Name: "pool-a", Roles: []auth.Role{auth.RoleRenderer}, RendererIDs: []string{"solo-acquire", "solo-heartbeat", "solo-session"}, RendererIDPrefix: "pool-a-"},
 			})
 		})
 		g := &leaseholdv1.Grant{JobId: "j-1", Lease: &leaseholdv1.Lease{Token: 1}}
@@ -199,7 +200,10 @@ func TestRendererIdentity(t *testing.T) {
 				wantError(t, call(id), codes.PermissionDenied, reasonRendererNotAllowed)
 			}
 			if name == "Acquire" || name == "Heartbeat" || name == "Session" {
-				for _, id := range []string{"solo-1", "pool-a-7"} {
+				// An id of its own per call: a call's session may still be
+				// closing when the next opens, and an id is one process's
+				// at a time.
+				for _, id := range []string{"solo-" + strings.ToLower(name), "pool-a-" + strings.ToLower(name)} {
 					if err := call(id); err != nil {
 						t.Errorf("%s as allowed id %s: %v", name, id, err)
 					}
