@@ -50,8 +50,11 @@ type Options struct {
 	// Args are flags every coordinator gets, after the stack's own.
 	Args []string
 	// Tokens is a principals file; without one the coordinators start
-	// with --dev, unless Args name --tokens.
+	// with --dev, unless Args name --tokens or NoDevFlag is set.
 	Tokens string
+	// NoDevFlag says the coordinator binary has no --dev flag (a build
+	// from before it, which uses the development tokens unasked).
+	NoDevFlag bool
 	// TLS, if not nil, serves the coordinators over TLS.
 	TLS *TLS
 	// DataDirs are the nodes' data directories, by index; a missing or
@@ -77,6 +80,9 @@ type Options struct {
 	// a file named for it (see proctest.Spec.Log); a process then keeps
 	// only its last lines in memory.
 	LogDir string
+	// Unexpected, if not nil, is every process's proctest.Spec.Unexpected:
+	// called when one exits before it is stopped or killed.
+	Unexpected func(error)
 }
 
 // TLS are the files of a stack served over TLS.
@@ -244,7 +250,11 @@ func (s *Stack) NodeArgs(i int, extra ...string) []string {
 			args = append(args, "--tls-client-ca", t.ClientCA)
 		}
 	}
-	return proctest.CoordinatorPrincipals(slices.Concat(args, n.args, extra))
+	args = slices.Concat(args, n.args, extra)
+	if s.opts.NoDevFlag {
+		return args
+	}
+	return proctest.CoordinatorPrincipals(args)
 }
 
 // StartNode starts node i (again) on its addresses and data directory,
@@ -291,7 +301,7 @@ func (s *Stack) Launch(i int, args []string, env ...string) *Node {
 		logName = fmt.Sprintf("%s %d", name, n.starts)
 	}
 	n.Proc = s.opts.Procs.StartSpec(s.tb, proctest.Spec{Name: name, Path: s.opts.Coordinator, Args: args,
-		Env: slices.Concat(s.opts.Env, env), Log: logFile(s.opts, logName)})
+		Env: slices.Concat(s.opts.Env, env), Log: logFile(s.opts, logName), Unexpected: s.opts.Unexpected})
 	return n
 }
 
@@ -496,7 +506,7 @@ func StartRenderer(tb proctest.TB, opts Options, r Renderer) *RendererProc {
 	}
 	args = append(append(args, "--log-level", cmpOr(opts.RendererLogLevel, "debug")), r.Args...)
 	name := "renderer " + r.ID
-	p := opts.Procs.StartSpec(tb, proctest.Spec{Name: name, Path: opts.Renderer, Args: args, Log: logFile(opts, name)})
+	p := opts.Procs.StartSpec(tb, proctest.Spec{Name: name, Path: opts.Renderer, Args: args, Log: logFile(opts, name), Unexpected: opts.Unexpected})
 	p.WaitFor("renderer started")
 	return &RendererProc{Renderer: r, Proc: p}
 }

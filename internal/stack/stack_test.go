@@ -2,6 +2,9 @@ package stack
 
 import (
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,4 +101,39 @@ func TestClusterElectsALeaderAndAnotherAfterItsKill(t *testing.T) {
 		t.Errorf("the restarted %s: exited %v, addr %s (was %s)", n.ID, n.HasExited(), n.Addr, leader.Addr)
 	}
 	render(t, s)
+}
+
+func TestUnexpectedHearsAnExitThatNoStopOrKillAskedFor(t *testing.T) {
+	t.Parallel()
+	exits := make(chan error, 4)
+	opts := options(1)
+	opts.Unexpected = func(err error) { exits <- err }
+	opts.Renderers = []Renderer{{ID: "r1"}}
+	s := Start(t, opts)
+	s.Renderers[0].Kill()
+	n := s.Coordinators[0]
+	n.Signal(syscall.SIGTERM)
+	n.WaitGone()
+	select {
+	case err := <-exits:
+		if !strings.Contains(err.Error(), "coordinator") {
+			t.Errorf("Unexpected got %v, want the coordinator's exit", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Unexpected was not called for the coordinator's exit")
+	}
+	if len(exits) != 0 {
+		t.Errorf("Unexpected was also called for %v, which was killed", <-exits)
+	}
+}
+
+func TestNoDevFlagLeavesDevOut(t *testing.T) {
+	opts := options(1)
+	if args := New(t, opts).NodeArgs(0); !slices.Contains(args, "--dev") {
+		t.Errorf("NodeArgs %q without --dev", args)
+	}
+	opts.NoDevFlag = true
+	if args := New(t, opts).NodeArgs(0); slices.Contains(args, "--dev") {
+		t.Errorf("NodeArgs %q with NoDevFlag name --dev", args)
+	}
 }

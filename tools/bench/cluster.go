@@ -4,23 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/proctest"
+	lstack "github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
-
-// leaderHealth is the health entry only a cluster's leader serves.
-const leaderHealth = "leasehold.v1.Leader"
 
 // The replica's metrics the cluster figures come from.
 const (
@@ -30,107 +22,58 @@ const (
 	failoverProbeWait = 30 * time.Second
 )
 
-// clusterNode is one node of a -cluster run: its ports, data directory,
-// command line and the process running it now.
-type clusterNode struct {
-	id, addr, metrics, raft, data string
-	args                          []string
-	child                         *proctest.Proc
-	// starts counts its processes, for the names of their logs.
-	starts int
-}
-
-// start execs the node on its data directory.
-func (n *clusterNode) start(s *stack) error {
-	name := "coordinator-" + n.id
-	if n.starts > 0 {
-		name = fmt.Sprintf("coordinator-%s-%d", n.id, n.starts+1)
-	}
-	c, err := proctest.Exec(proctest.Spec{Name: name, Path: s.bins.coordinator, Args: n.args, Log: filepath.Join(s.dir, name+".log"), Unexpected: s.fail})
-	if err != nil {
-		return err
-	}
-	n.child = c
-	n.starts++
-	return nil
-}
-
 // startCluster starts -cluster nodes of one replicated cluster on this
 // machine, each with its own data directory, gRPC, metrics and raft
 // ports, waits until every one serves and one leads, and points the stack
 // (its address, metrics, coord) at the leader. It returns the time from
-// the first exec to the leader's first SERVING.
+// the first exec to the moment the leader is known.
 func (s *stack) startCluster() (time.Duration, error) {
-	s.nodes = make([]*clusterNode, s.cfg.cluster)
-	var peers []string
-	for i := range s.nodes {
-		n := &clusterNode{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(s.dir, fmt.Sprintf("data-n%d", i+1))}
-		var err error
-		for _, p := range []*string{&n.addr, &n.metrics, &n.raft} {
-			if *p, err = testbin.FreeAddr(); err != nil {
-				return 0, err
-			}
-		}
-		s.nodes[i] = n
-		peers = append(peers, n.id+"="+n.raft+"/"+n.addr)
-	}
+	s.nodes = s.procs.Coordinators
 	started := time.Now()
-	for _, n := range s.nodes {
-		n.args = append(s.bins.devArgs(), "--listen", n.addr, "--data-dir", n.data, "--metrics-listen", n.metrics,
-			"--node-id", n.id, "--raft-listen", n.raft, "--peers", strings.Join(peers, ","))
-		if s.cfg.logLevel != "" {
-			n.args = append(n.args, "--log-level", s.cfg.logLevel)
-		}
-		n.args = append(n.args, s.extraFlags...)
-		n.args = append(n.args, s.cfg.coordinatorFlags...)
-		if err := n.start(s); err != nil {
+	for i := range s.nodes {
+		n, err := s.launch(i)
+		if err != nil {
 			return 0, err
 		}
-		s.followers = append(s.followers, n.child)
+		s.followers = append(s.followers, n.Proc)
 	}
 	for _, n := range s.nodes {
-		if _, err := testbin.WaitServing(s.ctx, n.addr, s.cfg.healthPoll, n.child.Exited()); err != nil {
-			return 0, fmt.Errorf("waiting for %s to serve: %w\n%s", n.id, err, n.child.Tail(20))
+		if _, err := testbin.WaitServing(s.ctx, n.Addr, s.cfg.healthPoll, n.Exited()); err != nil {
+			return 0, fmt.Errorf("waiting for %s to serve: %w\n%s", n.ID, err, n.Tail(20))
 		}
 	}
 	n, err := s.waitLeader(s.nodes)
 	if err != nil {
 		return 0, err
 	}
-	s.lg.printf("cluster of %d: %s leads at %s", len(s.nodes), n.id, n.addr)
+	s.lg.printf("cluster of %d: %s leads at %s", len(s.nodes), n.ID, n.Addr)
 	return time.Since(started), nil
 }
 
-// waitLeader polls the health of candidates until one says it leads, and
-// points the stack at it.
-func (s *stack) waitLeader(candidates []*clusterNode) (*clusterNode, error) {
-	tick := time.NewTicker(s.cfg.healthPoll)
-	defer tick.Stop()
-	for {
-		for _, n := range candidates {
-			if leads(s.ctx, n.addr) {
-				s.lead(n)
-				return n, nil
-			}
+// waitLeader waits until one of candidates says it leads, and points the
+// stack at it.
+func (s *stack) waitLeader(candidates []*lstack.Node) (*lstack.Node, error) {
+	var n *lstack.Node
+	if err := s.prog.Run(func() { n = s.procs.Leader(candidates...) }); err != nil {
+		if cause := context.Cause(s.ctx); cause != nil {
+			return nil, cause
 		}
-		select {
-		case <-s.ctx.Done():
-			return nil, context.Cause(s.ctx)
-		case <-tick.C:
-		}
+		return nil, err
 	}
+	s.lead(n)
+	return n, nil
 }
 
 // lead points the stack (address, metrics, data, coord and followers) at
 // leader, one of its nodes.
-func (s *stack) lead(leader *clusterNode) {
+func (s *stack) lead(leader *lstack.Node) {
 	s.leader = leader
-	s.addr, s.metricsAddr, s.data = leader.addr, leader.metrics, leader.data
-	s.coord = leader.child
+	s.addr, s.metricsAddr, s.data = leader.Addr, leader.MetricsAddr, leader.DataDir
+	s.coord = leader.Proc
 	s.followers = s.followers[:0]
 	for _, o := range s.nodes {
 		if o != leader {
-			s.followers = append(s.followers, o.child)
+			s.followers = append(s.followers, o.Proc)
 		}
 	}
 }
@@ -138,29 +81,7 @@ func (s *stack) lead(leader *clusterNode) {
 // dialAddr is the address renderers and the load generator dial: every
 // node of a cluster, comma-separated, so that they find the leader
 // themselves and follow it across a failover; else the coordinator's.
-func (s *stack) dialAddr() string {
-	if len(s.nodes) == 0 {
-		return s.addr
-	}
-	addrs := make([]string, len(s.nodes))
-	for i, n := range s.nodes {
-		addrs[i] = n.addr
-	}
-	return strings.Join(addrs, ",")
-}
-
-// leads reports whether the node at addr says it leads.
-func leads(ctx context.Context, addr string) bool {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: leaderHealth})
-	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
-}
+func (s *stack) dialAddr() string { return s.procs.Addrs() }
 
 // raftSample is one scrape of the leader's replication metrics.
 type raftSample struct {
@@ -297,7 +218,7 @@ func (r *runner) failover(ctx context.Context) (*failoverResult, error) {
 		}
 		old := st.leader
 		killed := time.Now()
-		old.child.Kill()
+		old.Kill()
 		probe, err := r.probe(ctx)
 		if err != nil {
 			cancel(err)
@@ -311,13 +232,7 @@ func (r *runner) failover(ctx context.Context) (*failoverResult, error) {
 		})
 		first, _ := acks.firstAfter(killed)
 		samples = append(samples, first.Sub(killed))
-		var survivors []*clusterNode
-		for _, n := range st.nodes {
-			if n != old {
-				survivors = append(survivors, n)
-			}
-		}
-		leader, err := st.waitLeader(survivors)
+		leader, err := st.waitLeader(st.procs.Others(old))
 		if err != nil {
 			cancel(err)
 			break
@@ -330,8 +245,8 @@ func (r *runner) failover(ctx context.Context) (*failoverResult, error) {
 		rejoins, catchUps = append(rejoins, rejoin), append(catchUps, catchUp)
 		st.lead(leader)
 		r.lg.printf("failover %d/%d: %s killed, %s leads; first write acknowledged after %v; %s rejoined in %v, caught up in %v",
-			i+1, kills, old.id, leader.id, first.Sub(killed).Round(time.Millisecond), old.id, rejoin.Round(time.Millisecond), catchUp.Round(time.Millisecond))
-		res.Leaders = append(res.Leaders, leader.id)
+			i+1, kills, old.ID, leader.ID, first.Sub(killed).Round(time.Millisecond), old.ID, rejoin.Round(time.Millisecond), catchUp.Round(time.Millisecond))
+		res.Leaders = append(res.Leaders, leader.ID)
 	}
 	stopping.Store(true)
 	r.lg.printf("failover: waiting for the batches in flight")
@@ -385,24 +300,24 @@ func (r *runner) probe(ctx context.Context) (*batch, error) {
 // serves (it is part of a cluster with a leader), then until it has
 // applied the leader's commit index of that moment. It returns both times
 // from the exec.
-func (r *runner) rejoin(ctx context.Context, n *clusterNode) (serving, caughtUp time.Duration, err error) {
-	if err := n.start(r.st); err != nil {
+func (r *runner) rejoin(ctx context.Context, n *lstack.Node) (serving, caughtUp time.Duration, err error) {
+	if _, err := r.st.launch(r.st.procs.Index(n)); err != nil {
 		return 0, 0, err
 	}
-	at, err := testbin.WaitServing(ctx, n.addr, r.cfg.healthPoll, n.child.Exited())
+	at, err := testbin.WaitServing(ctx, n.Addr, r.cfg.healthPoll, n.Exited())
 	if err != nil {
-		return 0, 0, fmt.Errorf("waiting for %s to serve again: %w\n%s", n.id, err, n.child.Tail(20))
+		return 0, 0, fmt.Errorf("waiting for %s to serve again: %w\n%s", n.ID, err, n.Tail(20))
 	}
-	serving = at.Sub(n.child.Started())
+	serving = at.Sub(n.Started())
 	target, err := scrapeGauge(ctx, r.st.metricsURL(), raftCommitIndex)
 	if err != nil {
 		return 0, 0, err
 	}
-	url := "http://" + n.metrics + "/metrics"
+	url := "http://" + n.MetricsAddr + "/metrics"
 	for {
 		applied, err := scrapeGauge(ctx, url, raftAppliedIndex)
 		if err == nil && applied >= target {
-			return serving, time.Since(n.child.Started()), nil
+			return serving, time.Since(n.Started()), nil
 		}
 		if err != nil && !errors.Is(err, errNoSeries) {
 			return 0, 0, err
@@ -420,14 +335,12 @@ func (r *runner) sampleNodes() ([]nodeSample, error) {
 	if st.leader == nil {
 		return nil, nil
 	}
-	out := []nodeSample{{id: st.leader.id, leader: true}}
-	for _, n := range st.nodes {
-		if n != st.leader {
-			out = append(out, nodeSample{id: n.id})
-		}
+	out := []nodeSample{{id: st.leader.ID, leader: true}}
+	for _, n := range st.procs.Others(st.leader) {
+		out = append(out, nodeSample{id: n.ID})
 	}
 	for i := range out {
-		pid := st.node(out[i].id).child.Pid()
+		pid := st.procs.Node(out[i].id).Pid()
 		var err error
 		if out[i].cpu, err = cpuTime(pid); err != nil {
 			return nil, fmt.Errorf("reading %s's CPU time: %w", out[i].id, err)
@@ -437,16 +350,6 @@ func (r *runner) sampleNodes() ([]nodeSample, error) {
 		}
 	}
 	return out, nil
-}
-
-// node is the cluster node id.
-func (s *stack) node(id string) *clusterNode {
-	for _, n := range s.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	return nil
 }
 
 // nodesBetween is each node's CPU and bytes written per document from a to

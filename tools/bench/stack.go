@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/proctest"
+	lstack "github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -27,14 +29,6 @@ type binaries struct {
 	// (a build from before it used them without being asked, which -compare
 	// may run).
 	devFlag bool
-}
-
-// devArgs are the coordinator flags that give it the development tokens.
-func (b binaries) devArgs() []string {
-	if b.devFlag {
-		return []string{"--dev"}
-	}
-	return nil
 }
 
 // prepareBinaries returns the binaries in dir, building them there with go
@@ -76,7 +70,8 @@ func prepareBinaries(ctx context.Context, dir string, rebuild bool, lg *logger) 
 	return b, nil
 }
 
-// stack is a coordinator and its renderers, in one temporary directory.
+// stack is a coordinator (or a cluster) and its renderers, in one
+// temporary directory, started through internal/stack.
 type stack struct {
 	cfg  config
 	bins binaries
@@ -84,18 +79,21 @@ type stack struct {
 	dir  string
 	data string
 
+	// prog is the TB procs reports to; procs lays out and starts the
+	// processes.
+	prog  *proctest.Program
+	procs *lstack.Stack
+
 	addr        string
 	metricsAddr string
-	extraFlags  []string
 
 	coord     *proctest.Proc
 	renderers []*proctest.Proc
-	restarts  int
 	// followers are the cluster's other nodes (-cluster), coord its leader.
 	followers []*proctest.Proc
 	// nodes are a cluster's nodes, leader the one coord runs.
-	nodes  []*clusterNode
-	leader *clusterNode
+	nodes  []*lstack.Node
+	leader *lstack.Node
 
 	// ctx ends when the run must stop: the caller's context, or a child
 	// exiting unexpectedly (its cause says which).
@@ -103,25 +101,55 @@ type stack struct {
 	cancel context.CancelCauseFunc
 }
 
-// newStack creates the temporary directory and picks the ports; it starts
-// nothing. extraFlags are coordinator flags the mode needs.
+// newStack creates the temporary directory and lays out the nodes (their
+// ports and data directories); it starts nothing. extraFlags are
+// coordinator flags the mode needs.
 func newStack(ctx context.Context, cfg config, bins binaries, lg *logger, extraFlags []string) (*stack, error) {
 	dir, err := os.MkdirTemp(cfg.tmp, "leasehold-bench-*")
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{cfg: cfg, bins: bins, lg: lg, dir: dir, data: filepath.Join(dir, "data"), extraFlags: extraFlags}
+	s := &stack{cfg: cfg, bins: bins, lg: lg, dir: dir}
 	s.ctx, s.cancel = context.WithCancelCause(ctx)
-	if s.addr, err = testbin.FreeAddr(); err != nil {
+	s.prog = proctest.NewProgram(s.ctx, dir, os.Stderr)
+	nodes := max(cfg.cluster, 1)
+	opts := lstack.Options{
+		Coordinator: bins.coordinator, Renderer: bins.renderer,
+		Nodes: nodes, NoDevFlag: !bins.devFlag, Metrics: true, LogDir: dir,
+		RendererLogLevel: cmp.Or(cfg.logLevel, "info"), Unexpected: s.fail,
+	}
+	if nodes == 1 {
+		opts.DataDirs = []string{filepath.Join(dir, "data")}
+		if opts.Listen, err = testbin.FreeAddr(); err != nil {
+			return nil, err
+		}
+	} else {
+		for i := range nodes {
+			opts.DataDirs = append(opts.DataDirs, filepath.Join(dir, fmt.Sprintf("data-n%d", i+1)))
+		}
+	}
+	if cfg.logLevel != "" {
+		opts.Args = append(opts.Args, "--log-level", cfg.logLevel)
+	}
+	opts.Args = slices.Concat(opts.Args, extraFlags, cfg.coordinatorFlags)
+	if err := s.prog.Run(func() { s.procs = lstack.New(s.prog, opts) }); err != nil {
 		return nil, err
 	}
-	if s.metricsAddr, err = testbin.FreeAddr(); err != nil {
-		return nil, err
+	if nodes == 1 {
+		n := s.procs.Coordinators[0]
+		s.addr, s.metricsAddr, s.data = n.Addr, n.MetricsAddr, n.DataDir
 	}
 	if fs := fsType(dir); fs == "tmpfs" || fs == "ramfs" {
 		lg.printf("warning: %s is on %s, where fsync costs nothing; use -tmp on a disk for real figures", dir, fs)
 	}
 	return s, nil
+}
+
+// launch starts node i's process again, without waiting for it.
+func (s *stack) launch(i int) (*lstack.Node, error) {
+	var n *lstack.Node
+	err := s.prog.Run(func() { n = s.procs.Launch(i, s.procs.NodeArgs(i)) })
+	return n, err
 }
 
 // fsType names the file system of path when it is one whose fsync is free.
@@ -147,27 +175,16 @@ func (s *stack) startCoordinator() (time.Duration, error) {
 	if s.cfg.cluster > 0 {
 		return s.startCluster()
 	}
-	args := append(s.bins.devArgs(), "--listen", s.addr, "--data-dir", s.data, "--metrics-listen", s.metricsAddr)
-	if s.cfg.logLevel != "" {
-		args = append(args, "--log-level", s.cfg.logLevel)
-	}
-	args = append(args, s.extraFlags...)
-	args = append(args, s.cfg.coordinatorFlags...)
-	name := "coordinator"
-	if s.restarts > 0 {
-		name = fmt.Sprintf("coordinator-%d", s.restarts+1)
-	}
-	s.restarts++
-	c, err := proctest.Exec(proctest.Spec{Name: name, Path: s.bins.coordinator, Args: args, Log: filepath.Join(s.dir, name+".log"), Unexpected: s.fail})
+	n, err := s.launch(0)
 	if err != nil {
 		return 0, err
 	}
-	s.coord = c
-	at, err := testbin.WaitServing(s.ctx, s.addr, s.cfg.healthPoll, c.Exited())
+	s.coord = n.Proc
+	at, err := testbin.WaitServing(s.ctx, s.addr, s.cfg.healthPoll, n.Exited())
 	if err != nil {
-		return 0, fmt.Errorf("waiting for the coordinator to serve: %w\n%s", err, c.Tail(20))
+		return 0, fmt.Errorf("waiting for the coordinator to serve: %w\n%s", err, n.Tail(20))
 	}
-	return at.Sub(c.Started()), nil
+	return at.Sub(n.Started()), nil
 }
 
 // stopCoordinator stops the coordinator (every node of a cluster) with
@@ -197,23 +214,16 @@ func (s *stack) recordPath(i int) string {
 // their capacity (when its metrics expose it).
 func (s *stack) startRenderers(record bool) error {
 	for i := 1; i <= s.cfg.renderers; i++ {
-		args := []string{
-			"--coordinator", s.dialAddr(), "--id", fmt.Sprintf("bench-%d", i), "--token", "dev-renderer",
-			"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", s.cfg.renderLatency.String(),
-		}
+		r := lstack.Renderer{ID: fmt.Sprintf("bench-%d", i),
+			Args: append([]string{"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", s.cfg.renderLatency.String()}, s.cfg.rendererFlags...)}
 		if record {
-			args = append(args, "--record", s.recordPath(i))
+			r.Record = s.recordPath(i)
 		}
-		if s.cfg.logLevel != "" {
-			args = append(args, "--log-level", s.cfg.logLevel)
-		}
-		args = append(args, s.cfg.rendererFlags...)
-		name := fmt.Sprintf("renderer-%d", i)
-		c, err := proctest.Exec(proctest.Spec{Name: name, Path: s.bins.renderer, Args: args, Log: filepath.Join(s.dir, name+".log"), Unexpected: s.fail})
-		if err != nil {
+		var rp *lstack.RendererProc
+		if err := s.prog.Run(func() { rp = s.procs.StartRenderer(r) }); err != nil {
 			return err
 		}
-		s.renderers = append(s.renderers, c)
+		s.renderers = append(s.renderers, rp.Proc)
 	}
 	return s.waitCapacity(s.cfg.renderers * s.cfg.capacity)
 }
@@ -289,6 +299,7 @@ func (s *stack) close(failed bool, w io.Writer) {
 	if _, err := s.stopCoordinator(); err != nil {
 		fmt.Fprintln(w, "bench: stopping the coordinator:", err)
 	}
+	s.prog.Close()
 	s.cancel(context.Canceled)
 	if s.cfg.keep {
 		fmt.Fprintf(w, "bench: kept %s (data, logs)\n", s.dir)
