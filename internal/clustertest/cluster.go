@@ -309,37 +309,19 @@ func (c *Cluster) AwaitServing(ctx context.Context, i int) error {
 func (c *Cluster) AwaitLeader(ctx context.Context, exclude ...int) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Procs.Timeout)
 	defer cancel()
-	found := make(chan int, len(c.nodes))
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
+	var clients []healthpb.HealthClient
+	var index []int
 	for i := range c.nodes {
-		if slices.Contains(exclude, i) {
-			continue
+		if !slices.Contains(exclude, i) {
+			clients = append(clients, healthpb.NewHealthClient(c.conns[i]))
+			index = append(index, i)
 		}
-		wg.Go(func() {
-			w, err := healthpb.NewHealthClient(c.conns[i]).Watch(ctx, &healthpb.HealthCheckRequest{Service: LeaderService}, grpc.WaitForReady(true))
-			if err != nil {
-				return
-			}
-			for {
-				resp, err := w.Recv()
-				if err != nil {
-					return
-				}
-				if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-					found <- i
-					return
-				}
-			}
-		})
 	}
-	select {
-	case i := <-found:
-		return i, nil
-	case <-ctx.Done():
-		return -1, fmt.Errorf("no leader among the nodes but %v within %v: %w", exclude, c.opts.Procs.Timeout, ctx.Err())
+	j, err := stack.FirstLeader(ctx, clients)
+	if err != nil {
+		return -1, fmt.Errorf("no leader among the nodes but %v within %v: %w", exclude, c.opts.Procs.Timeout, err)
 	}
+	return index[j], nil
 }
 
 // StartRenderer starts a renderer process given every node's address

@@ -13,12 +13,17 @@
 package stack
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -390,15 +395,36 @@ func (s *Stack) Leader(nodes ...*Node) *Node {
 	timeout := cmpOrDuration(s.opts.Procs.Timeout)
 	ctx, cancel := context.WithTimeout(s.tb.Context(), timeout)
 	defer cancel()
-	found := make(chan *Node, len(nodes))
-	for _, n := range nodes {
-		go func() {
-			conn, err := grpc.NewClient(n.Addr, s.dialCreds())
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: LeaderService}, grpc.WaitForReady(true))
+	clients := make([]healthpb.HealthClient, len(nodes))
+	for i, n := range nodes {
+		conn, err := grpc.NewClient(n.Addr, s.dialCreds())
+		if err != nil {
+			s.tb.Fatalf("dialing %s: %v", n.ID, err)
+		}
+		defer conn.Close()
+		clients[i] = healthpb.NewHealthClient(conn)
+	}
+	i, err := FirstLeader(ctx, clients)
+	if err != nil {
+		s.tb.Fatalf("no leader among %d nodes within %v: %v", len(nodes), timeout, err)
+	}
+	return nodes[i]
+}
+
+// FirstLeader watches the leasehold.v1.Leader health entry through each
+// of clients and returns the index of the first to say SERVING, or ctx's
+// error when none does before it ends. A watch that fails (a node down)
+// drops out; the others go on.
+func FirstLeader(ctx context.Context, clients []healthpb.HealthClient) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	found := make(chan int, len(clients))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i, hc := range clients {
+		wg.Go(func() {
+			w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: LeaderService}, grpc.WaitForReady(true))
 			if err != nil {
 				return
 			}
@@ -408,18 +434,17 @@ func (s *Stack) Leader(nodes ...*Node) *Node {
 					return
 				}
 				if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-					found <- n
+					found <- i
 					return
 				}
 			}
-		}()
+		})
 	}
 	select {
-	case n := <-found:
-		return n
+	case i := <-found:
+		return i, nil
 	case <-ctx.Done():
-		s.tb.Fatalf("no leader among %d nodes within %v", len(nodes), timeout)
-		return nil
+		return -1, ctx.Err()
 	}
 }
 
@@ -529,4 +554,34 @@ func (s *Stack) Logs() map[string][]string {
 // directory.
 func RecordIn(tb proctest.TB, id string) string {
 	return filepath.Join(tb.TempDir(), id+".record")
+}
+
+// Recorded is one grant a renderer wrote to its --record file.
+type Recorded struct {
+	Job   string
+	Token uint64
+}
+
+// ReadRecord reads a renderer's --record file of "job_id token" lines; a
+// file the renderer never created holds none.
+func ReadRecord(path string) ([]Recorded, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Recorded
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		job, tok, ok := strings.Cut(sc.Text(), " ")
+		n, err := strconv.ParseUint(tok, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%s: malformed line %q", path, sc.Text())
+		}
+		out = append(out, Recorded{Job: job, Token: n})
+	}
+	return out, sc.Err()
 }

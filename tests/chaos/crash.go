@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -415,27 +414,14 @@ func (h *harness) drain(ld *load, stopLoad context.Context, endStop, endFollow c
 	return ev, nil
 }
 
-// readRecord reads a renderer's --record file of "job_id token" lines.
+// readRecord reads a renderer's --record file as that renderer's grants.
 func readRecord(path, renderer string) ([]grant, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+	recs, err := stack.ReadRecord(path)
+	out := make([]grant, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, grant{Renderer: renderer, Job: r.Job, Token: r.Token})
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []grant
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		job, tok, ok := strings.Cut(sc.Text(), " ")
-		n, err := strconv.ParseUint(tok, 10, 64)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("%s: malformed line %q", path, sc.Text())
-		}
-		out = append(out, grant{Renderer: renderer, Job: job, Token: n})
-	}
-	return out, sc.Err()
+	return out, err
 }
 
 // passed reports whether the run found no violation, met no unexpected

@@ -1,15 +1,11 @@
 package failover
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +14,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/clustertest"
 	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/stack"
 )
 
 // grant is one lease a renderer recorded receiving.
@@ -106,27 +103,14 @@ func unfinished(ctx context.Context, op *client.Client) ([]string, error) {
 	return open, nil
 }
 
-// readRecord reads a renderer's --record file of "job_id token" lines.
+// readRecord reads a renderer's --record file as that renderer's grants.
 func readRecord(path, renderer string) ([]grant, error) {
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil, nil
+	recs, err := stack.ReadRecord(path)
+	out := make([]grant, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, grant{renderer: renderer, job: r.Job, token: r.Token})
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []grant
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		job, tok, ok := strings.Cut(sc.Text(), " ")
-		n, err := strconv.ParseUint(tok, 10, 64)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("%s: malformed line %q", path, sc.Text())
-		}
-		out = append(out, grant{renderer: renderer, job: job, token: n})
-	}
-	return out, sc.Err()
+	return out, err
 }
 
 func terminal(k leaseholdv1.EventKind) bool {
