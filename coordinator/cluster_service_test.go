@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	procstack "github.com/leasehold/leasehold/internal/stack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -142,37 +143,20 @@ func waitLeader(t *testing.T, nodes ...*opsNode) *opsNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	found := make(chan *opsNode, len(nodes))
-	for _, nd := range nodes {
-		go func() {
-			conn, err := grpc.NewClient(nd.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: LeaderHealthName})
-			if err != nil {
-				return
-			}
-			for {
-				resp, err := w.Recv()
-				if err != nil {
-					return
-				}
-				if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-					found <- nd
-					return
-				}
-			}
-		}()
+	clients := make([]healthpb.HealthClient, len(nodes))
+	for i, nd := range nodes {
+		conn, err := grpc.NewClient(nd.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		clients[i] = healthpb.NewHealthClient(conn)
 	}
-	select {
-	case nd := <-found:
-		return nd
-	case <-ctx.Done():
-		t.Fatal("no leader within 30s")
-		return nil
+	i, err := procstack.FirstLeader(ctx, clients)
+	if err != nil {
+		t.Fatalf("no leader within 30s: %v", err)
 	}
+	return nodes[i]
 }
 
 // dialNode returns a client of nd with token, closed when the test ends.
