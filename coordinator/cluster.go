@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -43,7 +43,7 @@ type Cluster struct {
 	// for followers to name in their NOT_LEADER answers (default: this
 	// node's gRPC address in Peers, or else Listen).
 	GRPCAdvertise string
-	Peers         []replica.Peer
+	Peers         []cluster.Peer
 	// Join makes a node whose data directory holds no raft state wait to
 	// be added by the cluster's leader (ClusterService.AddVoter) instead
 	// of bootstrapping a cluster of Peers: a node that joins a running
@@ -67,9 +67,9 @@ const clusterGroupBytes = 4 << 20
 
 // replicated is a replicated coordinator's raft side.
 type replicated struct {
-	node      *replica.Node
-	fsm       *replica.FSM
-	committer *replica.Committer
+	node      *cluster.Node
+	fsm       *cluster.FSM
+	committer *cluster.Committer
 	extend    time.Duration
 	advertise string
 	// live is how recently a member must have answered the leader to
@@ -84,16 +84,16 @@ type replicated struct {
 // with its metrics in reg.
 func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) error {
 	cl := c.cfg.Cluster
-	fsm, err := replica.NewFSM(c.st)
+	fsm, err := cluster.NewFSM(c.st)
 	if err != nil {
 		return err
 	}
 	fsm.Fatal = c.replicaFailed
-	node, err := replica.StartNode(replica.NodeConfig{
+	node, err := cluster.StartNode(cluster.NodeConfig{
 		ID: cl.NodeID, Listen: cl.RaftListen, Advertise: cl.RaftAdvertise, Peers: cl.Peers,
 		Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, Transport: cl.transport, Join: cl.Join,
 		HeartbeatTimeout: cl.HeartbeatTimeout, ElectionTimeout: cl.ElectionTimeout, LeaderLeaseTimeout: cl.LeaderLeaseTimeout,
-		Metrics: replica.NewMetrics(reg), Logger: c.log.With("component", "raft"),
+		Metrics: cluster.NewMetrics(reg), Logger: c.log.With("component", "raft"),
 	}, fsm)
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)
@@ -101,14 +101,14 @@ func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) e
 	undo.push(func() { _ = node.Shutdown() })
 	election := cl.ElectionTimeout
 	if election == 0 {
-		election = replica.DefaultElectionTimeout
+		election = cluster.DefaultElectionTimeout
 	}
 	hb := cl.HeartbeatTimeout
 	if hb == 0 {
-		hb = replica.DefaultHeartbeatTimeout
+		hb = cluster.DefaultHeartbeatTimeout
 	}
 	c.replica = &replicated{
-		node: node, fsm: fsm, committer: replica.NewCommitter(node.Raft, fsm, 0),
+		node: node, fsm: fsm, committer: cluster.NewCommitter(node.Raft, fsm, 0),
 		// A failover takes a heartbeat timeout to notice and an election
 		// to settle: live leases get both, on top of their TTL.
 		extend:    hb + 2*election,
@@ -284,7 +284,7 @@ func (c *Coordinator) setClusterHealth() {
 
 // DefaultBarrierTimeout bounds a new leader's wait for every earlier entry
 // to be applied.
-const DefaultBarrierTimeout = replica.DefaultBarrierTimeout
+const DefaultBarrierTimeout = cluster.DefaultBarrierTimeout
 
 // handOverTimeout bounds the leadership transfer of a leader that stops.
 const handOverTimeout = 3 * time.Second
@@ -402,9 +402,9 @@ func (o clusterOps) RemoveServer(ctx context.Context, id string) (uint64, error)
 // classify turns the replica's errors into the server's.
 func (o clusterOps) classify(err error) error {
 	switch {
-	case errors.Is(err, replica.ErrNotLeader):
+	case errors.Is(err, cluster.ErrNotLeader):
 		return o.notLeader(err)
-	case errors.Is(err, replica.ErrTransferFailed):
+	case errors.Is(err, cluster.ErrTransferFailed):
 		return fmt.Errorf("%w: %w", server.ErrTransferFailed, err)
 	}
 	return err

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -47,7 +47,7 @@ type testCluster struct {
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t}
-	var peers []replica.Peer
+	var peers []cluster.Peer
 	var liss []net.Listener
 	for i := range 3 {
 		id := fmt.Sprintf("n%d", i+1)
@@ -61,7 +61,7 @@ func newTestCluster(t *testing.T) *testCluster {
 		addr, trans := raft.NewInmemTransportWithTimeout(raft.ServerAddress(id), 300*time.Millisecond)
 		_, port, _ := net.SplitHostPort(lis.Addr().String())
 		peerAddr := net.JoinHostPort("localhost", port)
-		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: peerAddr})
+		peers = append(peers, cluster.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: peerAddr})
 		tc.nodes = append(tc.nodes, &clusterNode{id: id, trans: trans, addr: lis.Addr().String(), peerAddr: peerAddr})
 	}
 	tc.connect()

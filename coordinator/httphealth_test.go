@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 )
 
@@ -26,9 +26,9 @@ import (
 // voter it leads itself, with more it never learns of a leader.
 func startLoneNode(t *testing.T, voters int) (*Coordinator, healthpb.HealthClient) {
 	t.Helper()
-	var peers []replica.Peer
+	var peers []cluster.Peer
 	for i := range voters {
-		peers = append(peers, replica.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
+		peers = append(peers, cluster.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
 	}
 	_, trans := raft.NewInmemTransportWithTimeout("n1", 300*time.Millisecond)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
@@ -500,12 +500,12 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 		// Raft on n already knows it does not lead; its writer has not
 		// heard yet.
 		w.res.NotCommitted++
-		return replica.ErrNotLeader
+		return cluster.ErrNotLeader
 	}
 	if w.faulty(pRefused) {
 		w.res.NotCommitted++
 		n.tracef("raft refuses the entry at once")
-		return replica.ErrNotLeader
+		return cluster.ErrNotLeader
 	}
 	e := &entry{index: k.last(n) + 1, term: n.term, ws: ws, proposer: n}
 	n.log = append(n.log, e)
@@ -516,7 +516,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 		// down, which it does once it hears of the newer term or its leader
 		// lease runs out (rejoin, leaseCheck). The writer is told at once.
 		w.res.Unknown++
-		return replica.ErrOutcomeUnknown
+		return cluster.ErrOutcomeUnknown
 	}
 	if w.faulty(pInFlight) {
 		w.res.Unknown++
@@ -535,7 +535,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 		default:
 			k.depose(n, "a follower's election timer fired with an entry in flight")
 		}
-		return replica.ErrOutcomeUnknown
+		return cluster.ErrOutcomeUnknown
 	}
 	acks := 1
 	for _, f := range k.nodes {
@@ -554,7 +554,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 	}
 	k.applyOn(n)
 	if e.staleApplied {
-		return fmt.Errorf("%w: %w", replica.ErrNotLeader, store.ErrStaleBase)
+		return fmt.Errorf("%w: %w", cluster.ErrNotLeader, store.ErrStaleBase)
 	}
 	return nil
 }
