@@ -43,9 +43,9 @@ func TestClusterNodeRefusesASingleNodesDatabase(t *testing.T) {
 		return dir
 	}
 	start := func(dir string, voters int) (*Coordinator, error) {
-		var peers []cluster.Peer
+		var peers []Peer
 		for i := range voters {
-			peers = append(peers, cluster.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
+			peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
 		}
 		_, trans := raft.NewInmemTransportWithTimeout("n1", 300*time.Millisecond)
 		return New(Config{

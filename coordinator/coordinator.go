@@ -23,6 +23,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/leasehold/leasehold/client/limits"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
@@ -31,6 +32,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -308,9 +310,9 @@ type Coordinator struct {
 	// inproc is the console's connection to the gRPC server, nil without
 	// the console.
 	inproc *inProcess
-	// replica is the raft side of a replicated coordinator, nil on a
+	// replica is this node's member of a replicated cluster, nil on a
 	// single node.
-	replica *replicated
+	replica *cluster.Replica
 
 	// background are the maintenance services: failure watching, refusal
 	// summaries, retention.
@@ -321,8 +323,6 @@ type Coordinator struct {
 	// purger is the retention service, nil with retention off.
 	purger *maintenance.Retention
 
-	done      chan struct{}
-	watcher   sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -346,7 +346,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Coordinator{cfg: cfg, log: log, done: make(chan struct{})}
+	c := &Coordinator{cfg: cfg, log: log}
 	principals, err := c.principals()
 	if err != nil {
 		return nil, err
@@ -391,8 +391,7 @@ func New(cfg Config) (*Coordinator, error) {
 
 	undo = nil
 	if c.replica != nil {
-		c.watcher.Add(1)
-		go c.followLeadership()
+		c.replica.Follow(c.eng, replicaHealth{c})
 	} else {
 		c.eng.Start()
 	}
@@ -485,9 +484,9 @@ func (c *Coordinator) startEngine(reg prometheus.Registerer, undo *undoStack) er
 		OnDispatch:    func(st jobs.DispatchState) { c.setDispatchHealth(st.Paused) },
 	}
 	if c.replica != nil {
-		ecfg.Committer = c.replica.committer
-		ecfg.LeaderHint = c.leaderHint
-		ecfg.MaxGroupBytes = clusterGroupBytes
+		ecfg.Committer = c.replica.Committer()
+		ecfg.LeaderHint = c.replica.LeaderHint
+		ecfg.MaxGroupBytes = cluster.MaxGroupBytes
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
@@ -584,7 +583,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		leader = healthpb.HealthCheckResponse_NOT_SERVING
 		c.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	c.health.SetServingStatus(LeaderHealthName, leader)
+	c.health.SetServingStatus(leaderdial.HealthService, leader)
 	c.setDispatchHealth(c.eng.DispatchState().Paused)
 }
 
@@ -733,7 +732,7 @@ func localAddr(a net.Addr) bool {
 func (c *Coordinator) writerFailed() {
 	c.log.Error("storage commit failed: the writer stopped; reporting NOT_SERVING")
 	c.failed.Store(true)
-	for _, name := range append(serviceNames, DispatchHealthName, LeaderHealthName) {
+	for _, name := range append(serviceNames, DispatchHealthName, leaderdial.HealthService) {
 		c.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 }
@@ -839,9 +838,10 @@ func (c *Coordinator) ConsoleURL() string {
 // than once and returns the first call's error.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
-		c.handOver()
-		close(c.done)
-		c.watcher.Wait()
+		if c.replica != nil {
+			c.replica.HandOver()
+			c.replica.StopFollowing()
+		}
 		for _, svc := range c.background {
 			svc.Stop()
 		}
@@ -876,7 +876,7 @@ func (c *Coordinator) Close() error {
 		}
 		c.eng.Stop()
 		if c.replica != nil {
-			if err := c.replica.node.Shutdown(); err != nil {
+			if err := c.replica.Shutdown(); err != nil {
 				c.log.Warn("stopping raft", "err", err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/coordinator/internal/cluster"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -150,7 +151,7 @@ func (c *testCluster) submit(m *member, id uint64) (uint64, error) {
 		_ = tx.Rollback()
 		return 0, err
 	}
-	committer := cluster.NewCommitter(m.node.Raft, m.fsm, time.Second)
+	committer := cluster.NewCommitter(m.node, m.fsm, time.Second)
 	return token, committer.Commit(tx, t0)
 }
 
@@ -227,7 +228,7 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		l2 := c.leader(rest...)
-		if _, err := c.submit(l1, 10_000); !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		if _, err := c.submit(l1, 10_000); !errors.Is(err, engine.ErrNotLeader) && !errors.Is(err, engine.ErrOutcomeUnknown) {
 			t.Fatalf("a write on the deposed leader: %v, want NOT_LEADER or OUTCOME_UNKNOWN", err)
 		}
 		write(l2, 20)

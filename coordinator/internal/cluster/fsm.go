@@ -98,6 +98,16 @@ func (f *FSM) WallFloor() time.Time {
 	return time.Time{}
 }
 
+// AnnouncedLeader returns the leader last announced in the log applied
+// (engine.Announce): its id and gRPC address.
+func (f *FSM) AnnouncedLeader() (id, addr string) {
+	_ = f.st.View(func(tx *store.Tx) error {
+		id, addr = tx.Leader()
+		return nil
+	})
+	return id, addr
+}
+
 // Apply implements raft.FSM.
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
