@@ -32,12 +32,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
-
-// LeaderService is the health entry a cluster node serves while it leads.
-const LeaderService = "leasehold.v1.Leader"
 
 // DevRendererToken is the development renderer's token, which renderers
 // present unless Options.RendererToken names another.
@@ -424,7 +422,7 @@ func FirstLeader(ctx context.Context, clients []healthpb.HealthClient) (int, err
 	defer cancel()
 	for i, hc := range clients {
 		wg.Go(func() {
-			w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: LeaderService}, grpc.WaitForReady(true))
+			w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: leaderdial.HealthService}, grpc.WaitForReady(true))
 			if err != nil {
 				return
 			}
