@@ -8,10 +8,8 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
-	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // RaftDir is the directory under DataDir that holds a replica's raft log
@@ -95,36 +93,6 @@ func (c *Coordinator) clusterOps() server.Cluster {
 		return nil
 	}
 	return c.replica
-}
-
-// replicaHealth is where the replica reports leadership: the health
-// service's Leader and server ("") entries.
-type replicaHealth struct{ c *Coordinator }
-
-// SetLeading implements cluster.Health: a writer just promoted has
-// rebuilt the dispatch switch from the store, which its health entry
-// then reports.
-func (h replicaHealth) SetLeading(leading bool) {
-	c := h.c
-	if !leading {
-		c.health.SetServingStatus(leaderdial.HealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-		return
-	}
-	c.health.SetServingStatus(leaderdial.HealthService, healthpb.HealthCheckResponse_SERVING)
-	c.setDispatchHealth(c.eng.DispatchState().Paused)
-}
-
-// SetLeaderKnown implements cluster.Health: a replicated coordinator is
-// SERVING while it is part of a cluster that has a leader.
-func (h replicaHealth) SetLeaderKnown(known bool) {
-	if h.c.failed.Load() {
-		return
-	}
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if known {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	h.c.health.SetServingStatus("", st)
 }
 
 // exitReplicaFailed is the exit status of a node whose store could not
