@@ -27,7 +27,7 @@ const (
 	// believing it leads before it steps down.
 	leaderLease = leaseTTL / 20
 	// failoverExtend is what a promotion gives every live lease on top of
-	// its TTL, as the coordinator computes it (cluster.go): a heartbeat
+	// its TTL, as package cluster computes it (cluster.Start): a heartbeat
 	// timeout to notice the failover and two elections to settle it.
 	failoverExtend = heartbeatTimeout + 2*electionTimeout
 )
@@ -921,7 +921,8 @@ func (c *coordinator) alive(inc int, fn func()) {
 // promote is the coordinator hearing that raft on the node leads term: it
 // applies every committed entry (raft's barrier), promotes the writer with
 // the failover's extension and the store's wall floor, as the coordinator
-// does (cluster.go), says so in its health, and announces itself.
+// does (package cluster, leadership.go), says so in its health, and
+// announces itself.
 func (c *coordinator) promote(term uint64) {
 	w, k := c.w, c.w.raft
 	if !c.raftLeader || c.term != term {

@@ -83,11 +83,18 @@ type fakeEngine struct {
 	mu                sync.Mutex
 	lostC             chan struct{}
 	promoted, demoted int
-	announced         int
 	log               []string
+	// hold, when set, holds Promote until it is closed.
+	hold chan struct{}
 }
 
 func (e *fakeEngine) Promote(time.Duration, time.Time) error {
+	e.mu.Lock()
+	hold := e.hold
+	e.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.promoted++
@@ -116,17 +123,18 @@ func (e *fakeEngine) Lost() <-chan struct{} {
 	return e.lostC
 }
 
-func (e *fakeEngine) Announce(context.Context, string, string) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.announced++
-	return nil
-}
+func (e *fakeEngine) Announce(context.Context, string, string) error { return nil }
 
 func (e *fakeEngine) lose() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	close(e.lostC)
+}
+
+func (e *fakeEngine) seen() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.log)
 }
 
 func (e *fakeEngine) counts() (promoted, demoted int) {
@@ -170,6 +178,14 @@ func following(t *testing.T, r *fakeRaft) (*fakeEngine, *fakeHealth) {
 	l.follow(eng, health)
 	t.Cleanup(l.stopFollowing)
 	return eng, health
+}
+
+// leading has r tell the leadership that this node leads, and waits for
+// what follows.
+func leading(r *fakeRaft) {
+	r.setLeading(true)
+	notify(r, true)
+	synctest.Wait()
 }
 
 // notify delivers a leadership notification, and reports whether the
@@ -224,22 +240,24 @@ func TestLeadership(t *testing.T) {
 		})
 	})
 
-	t.Run("LosingLeadershipStopsTheLeadersWorkBeforeDemoting", func(t *testing.T) {
+	t.Run("LosingLeadershipWaitsForTheLeadersWorkBeforeDemoting", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			r := newFakeRaft()
 			eng, health := following(t, r)
-			r.setLeading(true)
-			notify(r, true)
-			synctest.Wait()
+			hold := make(chan struct{})
+			eng.hold = hold
+			leading(r) // the promotion is held in the engine
 			r.setLeading(false)
 			if !notify(r, false) {
 				t.Fatal("a lost leadership was not read")
 			}
 			synctest.Wait()
-			eng.mu.Lock()
-			got := eng.log
-			eng.mu.Unlock()
-			if want := []string{"demote", "promote", "demote"}; !slices.Equal(got, want) {
+			if got, want := eng.seen(), []string{"demote"}; !slices.Equal(got, want) {
+				t.Fatalf("engine saw %v while the promotion ran, want %v: demoted before the leader's work ended", got, want)
+			}
+			close(hold)
+			synctest.Wait()
+			if got, want := eng.seen(), []string{"demote", "promote", "demote"}; !slices.Equal(got, want) {
 				t.Errorf("engine saw %v, want %v", got, want)
 			}
 			if health.isLeading() {
@@ -252,9 +270,7 @@ func TestLeadership(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			r := newFakeRaft()
 			eng, health := following(t, r)
-			r.setLeading(true)
-			notify(r, true)
-			synctest.Wait()
+			leading(r)
 			eng.lose()
 			synctest.Wait()
 			if promoted, demoted := eng.counts(); promoted != 2 || demoted != 2 {
@@ -271,9 +287,7 @@ func TestLeadership(t *testing.T) {
 			r := newFakeRaft()
 			r.barrierErr = raft.ErrLeadershipTransferInProgress
 			eng, _ := following(t, r)
-			r.setLeading(true)
-			notify(r, true)
-			synctest.Wait()
+			leading(r)
 			start := time.Now()
 			r.mu.Lock()
 			r.barrierErr = nil
