@@ -26,6 +26,8 @@ type Engine interface {
 	Announce(ctx context.Context, id, addr string) error
 }
 
+var _ Engine = (*engine.Engine)(nil)
+
 // Health is where the leadership reports to the health service.
 type Health interface {
 	// SetLeading reports that this node's writer leads (the Leader entry
@@ -70,6 +72,7 @@ type leadership struct {
 	repromote time.Duration
 
 	done     chan struct{}
+	stopOnce sync.Once
 	followed sync.WaitGroup
 }
 
@@ -89,50 +92,63 @@ func (l *leadership) follow(eng Engine, health Health) {
 }
 
 // stopFollowing stops the follow goroutine and waits for it (and for
-// the leader's work, if it runs).
+// the leader's work, if it runs). It is safe to call twice.
 func (l *leadership) stopFollowing() {
 	if l.done == nil {
 		return
 	}
-	close(l.done)
+	l.stopOnce.Do(func() { close(l.done) })
 	l.followed.Wait()
 }
 
 // run reads raft's leadership notifications and the leader observations
-// until stopFollowing.
+// until stopFollowing: it starts the leader's work when this node gains
+// leadership, and when it loses it, ends that work, then demotes the
+// writer.
 func (l *leadership) run() {
 	defer l.followed.Done()
-	var stop chan struct{}
-	var led sync.WaitGroup
-	end := func() {
-		if stop != nil {
-			close(stop)
-			led.Wait()
-			stop = nil
-		}
-	}
-	defer end()
+	var work *leaderWork
+	defer func() { work.end() }()
 	for {
 		select {
 		case <-l.done:
 			return
 		case leading := <-l.raft.LeaderChanges():
 			if leading {
-				if stop == nil {
-					stop = make(chan struct{})
-					led.Add(1)
-					go func(stop <-chan struct{}) {
-						defer led.Done()
-						l.lead(stop)
-					}(stop)
+				if work == nil {
+					work = l.startLeading()
 				}
 				continue
 			}
-			end()
+			work.end()
+			work = nil
 			l.demote()
 		case <-l.raft.LeaderObserved():
 			l.setLeaderKnown()
 		}
+	}
+}
+
+// leaderWork is the leader's goroutine of one leadership (lead).
+type leaderWork struct {
+	stop, done chan struct{}
+}
+
+// startLeading starts the leader's work of a new leadership.
+func (l *leadership) startLeading() *leaderWork {
+	w := &leaderWork{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		l.lead(w.stop)
+	}()
+	return w
+}
+
+// end stops the leader's work and waits for it; w may be nil.
+func (w *leaderWork) end() {
+	if w != nil {
+		close(w.stop)
+		<-w.done
 	}
 }
 

@@ -117,8 +117,8 @@ func (t *term) lost(err error) bool {
 
 // Lost is closed when the writer's current term ended by itself because a
 // group was not committed or its outcome is unknown (a replicated commit
-// lost leadership): the coordinator then promotes the engine again if raft
-// still says this node leads. It is nil when no term runs.
+// lost leadership): the replica (package cluster) then promotes the engine
+// again if raft still says this node leads. It is nil when no term runs.
 func (e *Engine) Lost() <-chan struct{} {
 	if t := e.term.Load(); t != nil {
 		return t.lostC
@@ -248,7 +248,7 @@ func (e *Engine) stepDown(g *group, batch []*request, why error) {
 // lose ends term t on its own writer goroutine after stepDown: the queued
 // commands are answered ErrNotLeader, and the in-memory state, which the
 // lost group's evaluation changed as if it had committed, is dropped.
-// Lost tells the coordinator.
+// Lost tells the replica.
 func (e *Engine) lose(t *term) {
 	t.why.CompareAndSwap(nil, &ErrNotLeader)
 	why := e.notLeader()
@@ -291,8 +291,8 @@ func (e *Engine) resetSoft() {
 
 // Announce records, through the writer, that this node (id, reachable for
 // gRPC at addr) leads: the record replicates to every follower, which names
-// the leader from it when it refuses a write. The coordinator calls it
-// once promoted.
+// the leader from it when it refuses a write. The replica calls it once
+// promoted.
 func (e *Engine) Announce(ctx context.Context, id, addr string) error {
 	return e.do(ctx, &announceCmd{id: id, addr: addr})
 }
