@@ -340,7 +340,7 @@ func (f *faultLog) total() int { return f.done[faultKill] + f.done[faultIsolate]
 // the workload against it for b.ops calls, with b's faults spread over
 // the run: fault i of n starts once (i+1)/(n+1) of the calls are
 // recorded, and the run goes on until the last one is over.
-func runCluster(t *testing.T, bin string, b budget) clusterRun {
+func runCluster(t *testing.T, bin string, b budget, env ...string) clusterRun {
 	t.Helper()
 	opts := options{
 		ops:           b.ops,
@@ -368,7 +368,7 @@ func runCluster(t *testing.T, bin string, b budget) clusterRun {
 		t.Logf("coordinator processes: %.2f CPU-s in all, %.2f CPU-s per 1,000 documents (%d documents), %.2f per process on average",
 			cpu.Seconds(), cpu.Seconds()*1000/float64(max(docs, 1)), docs, cpu.Seconds()*1000/float64(max(docs, 1))/3)
 	})
-	c := clustertest.Start(t, clustertest.Options{Coordinator: bin, Args: clusterArgs(), Procs: procs})
+	c := clustertest.Start(t, clustertest.Options{Coordinator: bin, Args: clusterArgs(), Procs: procs, Env: env})
 	c.WaitLeader()
 	opts.nodes = nodeAddrs(c)
 	marks := make([]chan struct{}, len(sched))

@@ -7,17 +7,18 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
 	"github.com/leasehold/leasehold/coordinator/lincheck"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // TestStaleReadMutantIsCaught runs the cluster workload against
-// coordinators built with the lincheckmutation tag, which serve a
+// coordinators built with the lincheckmutation tag and run with the
+// planted bug stale-read switched on (package mutation): they serve a
 // linearizable read from the node's store without verifying that the
-// node leads (see coordinator/internal/server/mutation.go), and requires
-// the check to reject the history: the reads sent straight to followers,
-// and to a leader cut off from its peers, show jobs as they were before
-// writes that were already answered.
+// node leads. The check must reject the history: the reads sent straight
+// to followers, and to a leader cut off from its peers, show jobs as they
+// were before writes that were already answered.
 //
 //	go test -tags lincheckmutation -run StaleReadMutant ./coordinator/lincheck
 func TestStaleReadMutantIsCaught(t *testing.T) {
@@ -32,7 +33,7 @@ func TestStaleReadMutantIsCaught(t *testing.T) {
 		t.Fatalf("building the mutant coordinator: %v\n%s", err, out)
 	}
 	b := budget{ops: envInt(t, "LEASEHOLD_LINCHECK_OPS", 3000), isolations: envCount(t, "LEASEHOLD_LINCHECK_ISOLATIONS", 1)}
-	r := runCluster(t, bin, b)
+	r := runCluster(t, bin, b, mutation.Env+"="+mutation.StaleRead.String())
 	bad := check(t, r.records, lincheck.Spec{MaxAttempts: maxAttempts}, false)
 	if len(bad) == 0 {
 		t.Fatal("the check accepted the history of coordinators that serve linearizable reads without verifying leadership")

@@ -932,23 +932,21 @@ func (c *coordinator) promote(term uint64) {
 	if c.e.Leading() {
 		c.demote()
 	}
-	if !mutant(mutationSkipBarrier) {
-		// The barrier is an entry appended to the leader's log: it commits
-		// only while the node leads a quorum, and with it every entry
-		// before it, which the store then applies. Until then it waits, or
-		// fails once raft steps down.
-		if !k.leads(c) {
-			if !c.barrierWait {
-				c.barrierWait = true
-				c.tracef("the barrier waits for a quorum")
-			}
-			inc := c.incarnation
-			w.after(leaderLease/5, func() { c.alive(inc, func() { c.promote(term) }) })
-			return
+	// The barrier is an entry appended to the leader's log: it commits
+	// only while the node leads a quorum, and with it every entry before
+	// it, which the store then applies. Until then it waits, or fails once
+	// raft steps down.
+	if !k.leads(c) {
+		if !c.barrierWait {
+			c.barrierWait = true
+			c.tracef("the barrier waits for a quorum")
 		}
-		c.barrierWait = false
-		k.commitAll(c)
+		inc := c.incarnation
+		w.after(leaderLease/5, func() { c.alive(inc, func() { c.promote(term) }) })
+		return
 	}
+	c.barrierWait = false
+	k.commitAll(c)
 	rs, err := c.st.ReplicaState()
 	if err != nil {
 		w.failf("%s: reading the replica state: %v", c.name, err)
@@ -1017,12 +1015,6 @@ func (c *coordinator) lostLeadership(taken int, evs []watch.JobEvent, err error)
 func (c *coordinator) read(key [2]string) {
 	w := c.w
 	switch {
-	case mutant(mutationStaleRead):
-		// The bug: raft's own belief that it leads is taken for
-		// leadership, with no quorum asked.
-		if !c.raftLeader {
-			return
-		}
 	case !c.e.Leading():
 		return
 	case !w.raft.leads(c):

@@ -77,15 +77,15 @@
 //	go test ./coordinator/sim -seed 42 -seeds 1 -trace   replay seed 42 step by step
 //	go test ./coordinator/sim -cluster -seeds 20   the same, in cluster mode
 //	scripts/sim [-budget 10m] [-sync] [-cluster]   seeds for a wall-clock budget
-//	go test -tags simmutation -run TestMutationsAreCaught ./coordinator/sim
 //
-// The last switches on deliberate bugs and fails unless the simulator
-// catches each: on a single node, the state machine's (the fencing check
-// removed; a cancel that leaves the lease in force); in cluster mode,
-// replication's (effects published before the commit returns; the
-// writer's in-memory state kept across terms; fencing tokens from a
-// counter in memory; no lease extension on promotion; a promotion without
-// the barrier; reads served on raft's own belief that the node leads).
+// Bugs planted in the real code (package mutation's table) are switched
+// on by the tests of package mutation (build tag simmutation), which run
+// the simulator on fixed seeds and require it to fail: on a single node,
+// the state machine's (the fencing check removed; a cancel that leaves
+// the lease in force); in cluster mode, the writer's (effects published
+// before the commit returns; the writer's in-memory state kept across
+// terms; fencing tokens from a counter in memory; no lease extension on
+// promotion).
 //
 // # What it does not cover
 //

@@ -44,6 +44,8 @@ type Options struct {
 	// Procs bounds the waits on the processes and sets how many of their
 	// last lines a failed test logs.
 	Procs proctest.Options
+	// Env is added to every node's environment.
+	Env []string
 }
 
 // Node is one voter of a cluster.
@@ -87,7 +89,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		o.Procs.Timeout = time.Minute
 	}
 	c := &Cluster{t: t, opts: o}
-	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs})
+	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs, Env: o.Env})
 	var targets []string
 	for _, n := range c.st.Coordinators {
 		c.nodes = append(c.nodes, &Node{ID: n.ID, GRPCAddr: n.Addr, RaftListen: n.Raft, Dir: n.DataDir})

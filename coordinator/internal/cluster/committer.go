@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
@@ -55,7 +57,11 @@ func (c *Committer) Commit(tx *store.Tx, wall time.Time) error {
 	if err := tx.Rollback(); err != nil {
 		return fmt.Errorf("rolling back the evaluated group: %w", err)
 	}
-	if err := commitOutcome(c.raft.Apply(entry, c.timeout)); err != nil {
+	resp, err := c.raft.Apply(entry, c.timeout)
+	if mutation.On(mutation.IgnoreStaleBase) {
+		resp = nil
+	}
+	if err := commitOutcome(resp, err); err != nil {
 		return err
 	}
 	c.metrics.observeCommit(time.Since(start))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
@@ -40,7 +42,8 @@ func commitOutcome(resp any, err error) error {
 		}
 		return nil
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		errors.Is(err, raft.ErrLeadershipTransferInProgress),
+		mutation.On(mutation.LostIsNotLeader) && errors.Is(err, raft.ErrLeadershipLost):
 		return fmt.Errorf("%w: %w", engine.ErrNotLeader, err)
 	}
 	return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)

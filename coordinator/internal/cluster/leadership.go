@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 )
 
@@ -190,13 +192,17 @@ func (l *leadership) lead(stop <-chan struct{}) {
 // (the announced leader). It reports whether the writer leads.
 func (l *leadership) promote(stop <-chan struct{}) bool {
 	start := time.Now()
-	if err := until(stop, func() error { return l.raft.Barrier(DefaultBarrierTimeout) }); err != nil {
+	if err := l.barrier(stop); err != nil {
 		if !errors.Is(err, errStopped) {
 			l.log.Warn("leadership gained, but the barrier failed; waiting for the next change", "err", err)
 		}
 		return false
 	}
-	if err := l.eng.Promote(l.extend, l.state.WallFloor()); err != nil {
+	extend := l.extend
+	if mutation.On(mutation.PromoteNoExtend) {
+		extend = 0
+	}
+	if err := l.eng.Promote(extend, l.state.WallFloor()); err != nil {
 		l.log.Error("promoting the writer", "err", err)
 		return false
 	}
@@ -211,6 +217,15 @@ func (l *leadership) promote(stop <-chan struct{}) bool {
 		}
 	}
 	return true
+}
+
+// barrier waits, until stop, for every entry committed before this
+// leadership to be applied to the store.
+func (l *leadership) barrier(stop <-chan struct{}) error {
+	if mutation.On(mutation.PromoteNoBarrier) {
+		return nil
+	}
+	return until(stop, func() error { return l.raft.Barrier(DefaultBarrierTimeout) })
 }
 
 // demote stops the writer: new calls find the leader elsewhere first.
@@ -265,6 +280,9 @@ func (l *leadership) notLeader(cause error) error {
 func (l *leadership) verify(ctx context.Context) error {
 	if !l.eng.Leading() {
 		return l.notLeader(nil)
+	}
+	if mutation.On(mutation.VerifyWriterState) || (mutation.On(mutation.VerifyRaftState) && l.raft.IsLeader()) {
+		return nil
 	}
 	if err := l.raft.VerifyLeader(ctx); err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -24,6 +24,8 @@ type fakeRaft struct {
 	barrier    chan struct{}
 	barrierErr error
 	barriers   int
+	// verifyErr is what a quorum round answers (VerifyLeader).
+	verifyErr error
 
 	leaderC   chan bool
 	observedC chan struct{}
@@ -52,7 +54,11 @@ func (r *fakeRaft) Barrier(time.Duration) error {
 	return err
 }
 
-func (r *fakeRaft) VerifyLeader(context.Context) error { return nil }
+func (r *fakeRaft) VerifyLeader(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.verifyErr
+}
 
 func (r *fakeRaft) IsLeader() bool {
 	r.mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/hashicorp/raft"
 )
 
@@ -51,7 +53,13 @@ func (n *Node) Apply(entry []byte, timeout time.Duration) (any, error) {
 }
 
 // Barrier implements Raft.
-func (n *Node) Barrier(timeout time.Duration) error { return n.Raft.Barrier(timeout).Error() }
+func (n *Node) Barrier(timeout time.Duration) error {
+	f := n.Raft.Barrier(timeout)
+	if mutation.On(mutation.BarrierUnawaited) {
+		return nil
+	}
+	return f.Error()
+}
 
 // VerifyLeader implements Raft: it returns ctx's error if ctx ends first.
 func (n *Node) VerifyLeader(ctx context.Context) error { return wait(ctx, n.Raft.VerifyLeader()) }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -35,7 +36,7 @@ func (e *Engine) grantOne(g *group, c *Conn, live int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if mutant(mutationLocalToken) {
+		if mutation.On(mutation.LocalToken) {
 			e.mutTokens++
 			token = e.mutTokens
 		}

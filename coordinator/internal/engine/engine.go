@@ -33,6 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/overview"
@@ -215,7 +217,7 @@ type Engine struct {
 	// extendedTo is the latest deadline the last promotion gave the live
 	// leases (a TTL and the extension, from then), on the monotonic clock.
 	extendedTo time.Duration
-	// mutTokens is the token counter of a mutation (mutationLocalToken).
+	// mutTokens is the token counter of a mutation (mutation.LocalToken).
 	mutTokens uint64
 
 	// dispatch state is read by handlers (health, metrics) and written by
@@ -291,7 +293,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := e.rebuild(cfg.Now(), 0); err != nil {
 		return nil, err
 	}
-	if mutant(mutationLocalToken) {
+	if mutation.On(mutation.LocalToken) {
 		_ = e.st.View(func(tx *store.Tx) error {
 			e.mutTokens = tx.LastToken()
 			return nil

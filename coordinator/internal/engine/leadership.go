@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 )
@@ -103,7 +105,7 @@ func (t *term) stop(why error) {
 // earlier one is answered ErrNotLeader: its sender was already told that
 // it was not applied.
 func (t *term) admit(r *request) bool {
-	if r.term == t {
+	if r.term == t || mutation.On(mutation.AdmitEarlierTerm) {
 		return true
 	}
 	r.done <- ErrNotLeader
@@ -179,10 +181,10 @@ func (e *Engine) promote(extend time.Duration, wallFloor time.Time, begin func()
 	if !wallFloor.IsZero() {
 		e.wallFloor.Store(wallFloor.UnixNano() + int64(time.Microsecond))
 	}
-	if mutant(mutationNoExtend) {
+	if mutation.On(mutation.NoExtend) {
 		extend = 0
 	}
-	keep := mutant(mutationKeepSoft)
+	keep := mutation.On(mutation.KeepSoftState)
 	if !keep {
 		e.resetSoft()
 	}
@@ -212,7 +214,11 @@ func (e *Engine) Demote() {
 	e.lifecycle.Lock()
 	defer e.lifecycle.Unlock()
 	if e.endTerm(ErrNotLeader) {
-		e.dropSoft(e.notLeader())
+		if mutation.On(mutation.DemoteKeepsStreams) {
+			e.resetSoft()
+		} else {
+			e.dropSoft(e.notLeader())
+		}
 		e.log.Info("writer demoted")
 	}
 	e.m.idle()
@@ -261,7 +267,7 @@ func (e *Engine) lose(t *term) {
 // writer's in-memory state: nothing of it may outlive the leadership it
 // was built under. It runs on the writer goroutine, or with no writer.
 func (e *Engine) dropSoft(why error) {
-	if mutant(mutationKeepSoft) {
+	if mutation.On(mutation.KeepSoftState) {
 		return
 	}
 	for _, c := range e.conns.byID {

@@ -134,6 +134,57 @@ func TestLeadership(t *testing.T) {
 		}
 	})
 
+	// A deposed leader's streams end at once: a renderer finds the new
+	// leader, and a WatchBatch stream (submit --wait, the console) is not
+	// left waiting on a writer that will publish nothing.
+	t.Run("DemoteEndsSessionsAndWatches", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		batch := b.submit(t, "alpha", "r1", "a.pdf")
+		conn := b.openSession(t, "r-1", 0)
+		w, err := b.e.WatchBatch(batch.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		b.e.Demote()
+		if _, _, ended := take(conn); !errors.Is(ended, ErrNotLeader) {
+			t.Errorf("the session after Demote: ended %v, want ErrNotLeader", ended)
+		}
+		// A watch that ended says so at once; one still open would wait,
+		// and answer the cancelled context.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := w.Next(done); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("the watch after Demote: %v, want ErrNotLeader", err)
+		}
+	})
+
+	// A command sent to one term and read by the next, a caller's send
+	// racing the term's end (its caller is told NOT_LEADER when that term
+	// ends), is refused by the new term, never applied.
+	t.Run("ACommandSentToAnEarlierTermIsRefusedByTheNext", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		earlier := b.e.term.Load()
+		b.e.Demote()
+		if err := b.e.Promote(0, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.e.newSubmitCmd(SubmitRequest{Team: "alpha", RequestID: "late", Docs: docs("a.pdf")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &request{cmd: c, done: make(chan error, 1), wall: b.clock.Now(), mono: b.e.cfg.Mono(), term: earlier}
+		b.e.reqC <- r
+		if err := <-r.done; !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a command of the earlier term: %v, want ErrNotLeader", err)
+		}
+		if js := b.allJobs(t); len(js) != 0 {
+			t.Fatalf("the refused command's jobs are stored: %d", len(js))
+		}
+	})
+
 	t.Run("PromoteRefusesWhileATermRuns", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
@@ -500,14 +502,14 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	g, err := e.evaluate(batch, wall, mono)
 	committed := false
 	if err == nil {
-		if mutant(mutationPublishEarly) {
+		if mutation.On(mutation.PublishEarly) {
 			e.finish(g, batch, true, mono, start)
 			g.published = true
 		}
 		committed, err = e.commit(g)
 	}
 	if err != nil {
-		if mutant(mutationPublishEarly) && g.published {
+		if mutation.On(mutation.PublishEarly) && g.published {
 			batch = nil // answered already
 		}
 		if lost := leadershipLost(err); lost != nil {
@@ -517,7 +519,7 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 		e.failStop(g, batch, err)
 		return err
 	}
-	if !mutant(mutationPublishEarly) || !g.published {
+	if !mutation.On(mutation.PublishEarly) || !g.published {
 		e.finish(g, batch, committed, mono, start)
 	}
 	return nil

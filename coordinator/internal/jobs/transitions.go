@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
+
 	"github.com/leasehold/leasehold/client/reason"
 )
 
@@ -50,7 +52,7 @@ func (j Job) CheckLease(token uint64, renderer string, now time.Time) error {
 	if j.Phase == PhaseLeased && j.Lease.Token == token && j.Lease.Renderer == renderer && now.Before(j.Lease.Deadline) {
 		return nil
 	}
-	if mutant(mutationFencing) && j.Phase == PhaseLeased {
+	if mutation.On(mutation.Fencing) && j.Phase == PhaseLeased {
 		return nil
 	}
 	if !j.heldBy(renderer) {
@@ -361,7 +363,7 @@ func (j Job) Cancel(principal, reason string, now time.Time, allowRunning bool) 
 		if !allowRunning {
 			return j, 0, &PhaseError{Err: ErrRunningCancelDisabled, Phase: j.Phase, Op: "cancel"}
 		}
-		if mutant(mutationCancel) {
+		if mutation.On(mutation.CancelKeepsLease) {
 			return j.withEvent(Event{Kind: EventCancelled, Token: j.Lease.Token, Renderer: j.Lease.Renderer, Principal: principal, Reason: "FROM_LEASED", Message: reason}, now), CancelledRunning, nil
 		}
 		c.Renderer, c.Token = j.Lease.Renderer, j.Lease.Token

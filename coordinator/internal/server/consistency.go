@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -119,10 +120,17 @@ const apiPrefix = "/leasehold.v1."
 // modeOf returns the mode of method, verified for a method of the API the
 // table does not name, and write (passed through) for another service's.
 func modeOf(method string) mode {
-	if m, ok := modes[method]; ok {
+	m, ok := modes[method]
+	if mutation.On(mutation.ReadTableGap) && method == apiPrefix+"JobService/ListJobs" {
+		ok = false
+	}
+	if ok {
 		return m
 	}
 	if strings.HasPrefix(method, apiPrefix) {
+		if mutation.On(mutation.ReadTableGap) {
+			return localRead
+		}
 		return verified
 	}
 	return write
@@ -142,7 +150,7 @@ func Consistency(l Leadership, log *slog.Logger) (grpc.UnaryServerInterceptor, g
 			return nil, nil
 		case m == localRead, m == read && staleAsked(ctx):
 			return metadata.Pairs(AppliedIndexKey, strconv.FormatUint(l.Applied(), 10)), nil
-		case (m == read || m == leaderRead) && staleReadMutant:
+		case (m == read || m == leaderRead) && mutation.On(mutation.StaleRead):
 			return nil, nil
 		}
 		return nil, l.VerifyLeader(ctx)

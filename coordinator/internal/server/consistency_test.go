@@ -69,6 +69,71 @@ func TestEveryMethodHasAMode(t *testing.T) {
 	}
 }
 
+// servedWhereAsked are the reads of the API that any node serves without
+// verifying its leadership, by design: a backup is a copy of one node's
+// store at one instant, and GetCluster is the node's own view.
+var servedWhereAsked = map[string]bool{
+	"/leasehold.v1.OperatorService/Backup":    true,
+	"/leasehold.v1.ClusterService/GetCluster": true,
+}
+
+// TestEveryReadVerifiesLeadership runs the interceptors on a node that
+// does not lead, for every read of the API by its name (Get*, List*,
+// Watch*, Backup) as the service descriptors list them: each asked
+// without "leasehold-read: stale" is refused NOT_LEADER before its
+// handler runs, but for the two served where they are asked. A read the
+// table left out, or named as local by mistake, would be served stale by
+// a follower or a deposed leader.
+func TestEveryReadVerifiesLeadership(t *testing.T) {
+	t.Parallel()
+	reads := 0
+	for _, m := range apiMethods(t) {
+		name := m[strings.LastIndex(m, "/")+1:]
+		if !strings.HasPrefix(name, "Get") && !strings.HasPrefix(name, "List") &&
+			!strings.HasPrefix(name, "Watch") && name != "Backup" {
+			continue
+		}
+		reads++
+		l := &leadershipStub{}
+		unary, stream := Consistency(l, slog.New(slog.DiscardHandler))
+		ctx := grpc.NewContextWithServerTransportStream(context.Background(), &headerStream{})
+		ran := false
+		_, uerr := unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: m}, func(context.Context, any) (any, error) {
+			ran = true
+			return nil, nil
+		})
+		serr := stream(nil, &contextStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: m}, func(any, grpc.ServerStream) error {
+			ran = true
+			return nil
+		})
+		if servedWhereAsked[m] {
+			if !ran || uerr != nil || serr != nil {
+				t.Errorf("%s on a follower: ran %v, %v, %v; want it served where it is asked", m, ran, uerr, serr)
+			}
+			continue
+		}
+		_, uinfo := errorInfo(uerr)
+		_, sinfo := errorInfo(serr)
+		if ran || uinfo.GetReason() != "NOT_LEADER" || sinfo.GetReason() != "NOT_LEADER" || l.verified != 2 {
+			t.Errorf("%s on a follower: ran %v, verified %d times, %v, %v; want NOT_LEADER before the handler", m, ran, l.verified, uerr, serr)
+		}
+	}
+	if reads < 10 {
+		t.Fatalf("found %d reads of the API; the descriptors were not read", reads)
+	}
+}
+
+// contextStream is a server stream with a context, for the stream
+// interceptor.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
+
+func (s *contextStream) SetHeader(metadata.MD) error { return nil }
+
 // leadershipStub is a node that does not lead: VerifyLeader refuses and
 // counts.
 type leadershipStub struct{ verified int }

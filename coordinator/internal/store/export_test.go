@@ -2,6 +2,7 @@ package store
 
 import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -28,3 +29,13 @@ func ScanArtifact(v []byte) (digest, contentType string, size int64, err error) 
 // DeleteJobRecord deletes a job's record and nothing else, as a lost write
 // would leave the file.
 func (t *Tx) DeleteJobRecord(id uint64) error { return t.del(bucketJobs, itob(id)) }
+
+// TxID is the id of the store's last committed transaction: bbolt moves it
+// by one per commit.
+func (s *Store) TxID() (id int) {
+	_ = s.view(func(tx *bbolt.Tx) error {
+		id = tx.ID()
+		return nil
+	})
+	return id
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
 	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
 	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -259,7 +260,10 @@ type Entry struct {
 // own failure.
 func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
 	res := make([]error, len(entries))
+	apart := mutation.On(mutation.ApplyIndexApart)
+	var applied ReplicaState
 	err := s.update(func(tx *bbolt.Tx) error {
+		before := readReplicaState(tx)
 		for i, e := range entries {
 			stale, err := applyWriteSet(tx, e.Index, e.WriteSet)
 			if err != nil {
@@ -269,18 +273,38 @@ func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
 				res[i] = ErrStaleBase
 			}
 		}
+		if apart {
+			applied = readReplicaState(tx)
+			return putReplicaState(tx, before)
+		}
 		return nil
 	})
+	if err == nil && apart {
+		err = s.update(func(tx *bbolt.Tx) error { return putReplicaState(tx, applied) })
+	}
 	if err != nil {
 		return nil, err
 	}
 	return res, nil
 }
 
+// putReplicaState writes rs as the store's replica bookkeeping.
+func putReplicaState(tx *bbolt.Tx, rs ReplicaState) error {
+	rb, err := tx.CreateBucketIfNotExists(bucketReplica)
+	if err != nil {
+		return err
+	}
+	wall := rb.Delete(keyReplicaWallFloor)
+	if ns := rs.wallFloorNanos(); ns != 0 {
+		wall = rb.Put(keyReplicaWallFloor, itob(uint64(ns)))
+	}
+	return errors.Join(rb.Put(keyReplicaApplied, itob(rs.Applied)), rb.Put(keyReplicaGroup, itob(rs.Group)), wall)
+}
+
 // applyWriteSet applies ws at index in tx; it reports a stale base.
 func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error) {
 	rs := readReplicaState(tx)
-	if index <= rs.Applied {
+	if index <= rs.Applied && !mutation.On(mutation.Reapply) {
 		return false, nil
 	}
 	var m storagev1.WriteSet

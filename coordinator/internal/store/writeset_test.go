@@ -128,6 +128,28 @@ func TestWriteSet(t *testing.T) {
 		}
 	})
 
+	// An entry's writes and the index that says it is applied commit
+	// together: a node killed between two commits would apply the
+	// entries again on restart, onto state that already holds them.
+	t.Run("CommitsOnceWithTheAppliedIndex", func(t *testing.T) {
+		t.Parallel()
+		primary, replica := setup(t), setup(t)
+		ws1 := recorded(t, primary.st, 0, populateTx)
+		ws2 := recorded(t, primary.st, 1, later)
+		for _, entries := range [][]store.Entry{{{Index: 1, WriteSet: ws1}}, {{Index: 2, WriteSet: ws2}, {Index: 3, WriteSet: ws1}}} {
+			before := replica.st.TxID()
+			if _, err := replica.st.ApplyWriteSets(entries); err != nil {
+				t.Fatal(err)
+			}
+			if after := replica.st.TxID(); after != before+1 {
+				t.Fatalf("applying entries %d to %d took %d commits, want 1", entries[0].Index, entries[len(entries)-1].Index, after-before)
+			}
+		}
+		if rs, err := replica.st.ReplicaState(); err != nil || rs.Applied != 3 || rs.Group != 2 {
+			t.Fatalf("ReplicaState = %+v, %v; want applied 3, group 2", rs, err)
+		}
+	})
+
 	t.Run("RefusesAWriteSetBuiltOnAnotherBase", func(t *testing.T) {
 		t.Parallel()
 		primary, replica := setup(t), setup(t)
@@ -197,7 +219,7 @@ func TestEveryWriteIsRecorded(t *testing.T) {
 		"put": true, "del": true, "nextSequence": true, "setSequence": true, "DeleteDocument": true,
 		// Not under the writer: opening, migrating, restoring, applying.
 		"prepare": true, "migrateFrom1": true, "migrateChunkFrom1": true, "rebuildIndexes": true,
-		"skipAhead": true, "Restore": true, "Compact": true, "applyWriteSet": true,
+		"skipAhead": true, "Restore": true, "Compact": true, "applyWriteSet": true, "putReplicaState": true,
 	}
 	files, err := filepath.Glob("*.go")
 	if err != nil {

@@ -1,7 +1,0 @@
-//go:build !simmutation
-
-package jobs
-
-// mutant reports whether m is switched on: never, in a build without the
-// simmutation tag.
-func mutant(mutation) bool { return false }
