@@ -124,6 +124,11 @@ func Start(t testing.TB, o Options) *Cluster {
 	return c
 }
 
+// Conn is the test's gRPC connection to node i alone: a call on it is
+// answered by that node, whether it leads or not, as a client that does
+// not follow the leader would be.
+func (c *Cluster) Conn(i int) *grpc.ClientConn { return c.conns[i] }
+
 // N is the number of nodes.
 func (c *Cluster) N() int { return len(c.nodes) }
 

@@ -129,11 +129,24 @@ type summary struct {
 	tokensReused     []string
 	unpublished      []string // grants a renderer received that the store does not hold
 	doubleTerminal   []string
-	heldAtKill, kept int
-	undelivered      int // leases at a kill that no renderer had received
+	held, kept       map[fault]int // leases held at a fault, and those kept
+	undelivered      int           // leases at a kill that no renderer had received
 	lostLeases       []string
 	notLeaderMissing []string
+	// deposedAnswers are calls a deposed leader answered as the leader,
+	// and probes of it that were stored.
+	deposedAnswers []string
+	// slow are failovers that took failoverBound or more.
+	slow []string
 }
+
+// failoverBound is the longest failover the campaign accepts: its goal is
+// under 3 s, and a loaded machine (two cores shared with other builds) may
+// stretch it, but not past this.
+const failoverBound = 10 * time.Second
+
+// keptGoal is the share of the leases held at a fault that must be kept.
+const keptGoal = 0.999
 
 // summarize checks the evidence against the guarantees.
 func summarize(results []faultResult, ev *evidence) *summary {
@@ -195,39 +208,76 @@ func summarize(results []faultResult, ev *evidence) *summary {
 			s.unpublished = append(s.unpublished, fmt.Sprintf("%s received job %s under token %d, which the store never leased", g.renderer, g.job, g.token))
 		}
 	}
-	// Leases held at a kill: those leased when it struck that a renderer
-	// had received (a grant the dead leader committed but never sent is
-	// held by no one; it is re-queued once its lease runs out, and counted
-	// apart). Kept when the lease ended by its holder's own completion, not
-	// by expiry or a fenced completion.
-	received := map[grant]bool{}
-	for _, g := range ev.grants {
-		received[grant{job: g.job, token: g.token}] = true
-	}
-	undelivered := map[grant]bool{}
-	for _, r := range s.faults[faultKill] {
-		for id, tok := range r.held {
-			if !received[grant{job: id, token: tok}] {
-				undelivered[grant{job: id, token: tok}] = true
-				continue
-			}
-			s.heldAtKill++
-			if why := leaseEnd(ev.jobs[id], tok); why == "" {
-				s.kept++
-			} else {
-				s.lostLeases = append(s.lostLeases, fmt.Sprintf("job %s token %d (kill of n%d): %s", id, tok, r.leader+1, why))
-			}
-		}
-	}
-	s.undelivered = len(undelivered)
+	s.leasesKept(ev)
+	probes := map[string]bool{}
 	for _, f := range []fault{faultIsolate, faultPause} {
 		for _, r := range s.faults[f] {
 			for _, m := range r.missing {
 				s.notLeaderMissing = append(s.notLeaderMissing, fmt.Sprintf("%s of n%d: %s", f, r.leader+1, m))
 			}
+			for _, a := range r.answered {
+				s.deposedAnswers = append(s.deposedAnswers, fmt.Sprintf("%s of n%d, %s", f, r.leader+1, a))
+			}
+			for _, p := range r.probes {
+				probes[p+".txt"] = true
+			}
+		}
+	}
+	for id, j := range ev.jobs {
+		if name := j.GetDocument().GetName(); probes[name] {
+			s.deposedAnswers = append(s.deposedAnswers, fmt.Sprintf("job %s of the probe %s sent to a deposed leader is stored", id, name))
+		}
+	}
+	for _, r := range results {
+		if r.failover >= failoverBound {
+			s.slow = append(s.slow, fmt.Sprintf("%s of n%d: %v", r.kind, r.leader+1, r.failover.Round(time.Millisecond)))
 		}
 	}
 	return s
+}
+
+// leasesKept counts the leases held at each fault: those leased when it
+// struck that a renderer had received (a grant the dead leader committed
+// but never sent is held by no one; it is re-queued once its lease runs
+// out, and counted apart). A lease is kept when it ended by its holder's
+// own completion, not by expiry or a fenced completion.
+func (s *summary) leasesKept(ev *evidence) {
+	s.held, s.kept = map[fault]int{}, map[fault]int{}
+	received := map[grant]bool{}
+	for _, g := range ev.grants {
+		received[grant{job: g.job, token: g.token}] = true
+	}
+	undelivered := map[grant]bool{}
+	for _, f := range []fault{faultKill, faultIsolate, faultPause} {
+		for _, r := range s.faults[f] {
+			for id, tok := range r.held {
+				if !received[grant{job: id, token: tok}] {
+					undelivered[grant{job: id, token: tok}] = true
+					continue
+				}
+				s.held[f]++
+				if why := leaseEnd(ev.jobs[id], tok); why == "" {
+					s.kept[f]++
+				} else {
+					s.lostLeases = append(s.lostLeases, fmt.Sprintf("job %s token %d (%s of n%d): %s", id, tok, f, r.leader+1, why))
+				}
+			}
+		}
+	}
+	s.undelivered = len(undelivered)
+}
+
+// keptShare is the share of the leases held at any fault that were kept
+// (1 when none was held).
+func (s *summary) keptShare() float64 {
+	held, kept := 0, 0
+	for f, n := range s.held {
+		held, kept = held+n, kept+s.kept[f]
+	}
+	if held == 0 {
+		return 1
+	}
+	return float64(kept) / float64(held)
 }
 
 // lastKind is the kind of a job's last terminal event, or of its last
@@ -272,11 +322,13 @@ func leaseEnd(j *leaseholdv1.Job, tok uint64) string {
 	return "still open"
 }
 
-// passed reports whether every guarantee held. Timings are goals, printed
-// and compared, not part of the verdict.
+// passed reports whether every guarantee held, the leases held at a fault
+// were kept (keptGoal), and every failover took less than failoverBound.
+// The timing goals are printed and compared, not part of the verdict.
 func (s *summary) passed() bool {
 	return len(s.lost) == 0 && len(s.tokensReused) == 0 && len(s.unpublished) == 0 && len(s.doubleTerminal) == 0 &&
-		len(s.ev.stuck) == 0 && s.ev.storeErr == nil && len(s.notLeaderMissing) == 0
+		len(s.ev.stuck) == 0 && s.ev.storeErr == nil && len(s.notLeaderMissing) == 0 && len(s.deposedAnswers) == 0 &&
+		s.keptShare() >= keptGoal && len(s.slow) == 0
 }
 
 // quantile returns the q-quantile of ds (nearest rank).
@@ -322,6 +374,8 @@ func (s *summary) print(w io.Writer) {
 	row("double terminal", s.doubleTerminal)
 	row("stuck after quiesce", s.ev.stuck)
 	row("deposed leader's sessions without NOT_LEADER", s.notLeaderMissing)
+	row("deposed leader's answers as the leader", s.deposedAnswers)
+	row(fmt.Sprintf("failovers of %v or more", failoverBound), s.slow)
 	storeNote := "equal digests, coordinator check passes on each"
 	if s.ev.storeErr != nil {
 		storeNote = s.ev.storeErr.Error()
@@ -330,12 +384,15 @@ func (s *summary) print(w io.Writer) {
 	for i, r := range s.ev.reports {
 		fmt.Fprintf(w, "    n%d: %d jobs, last token %d, applied index %d, digest %.16s\n", i+1, r.Jobs, r.LastToken, r.AppliedIndex, r.Digest)
 	}
-	frac := 1.0
-	if s.heldAtKill > 0 {
-		frac = float64(s.kept) / float64(s.heldAtKill)
+	held, kept := 0, 0
+	for f, n := range s.held {
+		held, kept = held+n, kept+s.kept[f]
 	}
-	fmt.Fprintf(w, "%-44s %d of %d = %.2f%% (goal >= 99.9%%: %s)\n", "leases held at a kill kept", s.kept, s.heldAtKill,
-		100*frac, verdict(frac >= 0.999))
+	fmt.Fprintf(w, "%-44s %d of %d = %.2f%% (>= %.1f%%: %s)\n", "leases held at a fault kept", kept, held,
+		100*s.keptShare(), 100*keptGoal, verdict(s.keptShare() >= keptGoal))
+	for _, f := range []fault{faultKill, faultIsolate, faultPause} {
+		fmt.Fprintf(w, "    at a%s %-7s %d of %d\n", map[bool]string{true: "n", false: ""}[f == faultIsolate], f, s.kept[f], s.held[f])
+	}
 	fmt.Fprintf(w, "%-44s %d\n", "leased at a kill, never received by a renderer", s.undelivered)
 	for i, l := range s.lostLeases {
 		if i == 5 {

@@ -114,6 +114,16 @@ func (l *load) record(a ack) {
 	l.notified = make(chan struct{})
 }
 
+// lastBatch returns the batch of the last acknowledged submit.
+func (l *load) lastBatch() (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.acks) == 0 {
+		return "", false
+	}
+	return l.acks[len(l.acks)-1].batch, true
+}
+
 // count returns the number of acknowledged submits and a channel closed
 // at the next one.
 func (l *load) count() (int, <-chan struct{}) {
