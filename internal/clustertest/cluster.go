@@ -171,6 +171,18 @@ func (c *Cluster) Restart(i int) {
 	c.nodes[i].paused = false
 }
 
+// Launch starts node i on its data directory with env added to its
+// environment (a failpoint armed, say) and returns without waiting for
+// it: the process may die before it listens. The node must not be running.
+func (c *Cluster) Launch(i int, env ...string) *proctest.Proc {
+	c.t.Helper()
+	if c.Running(i) {
+		c.t.Fatalf("launching %s, which is running", c.nodes[i].ID)
+	}
+	c.nodes[i].paused = false
+	return c.st.Launch(i, c.st.NodeArgs(i), env...).Proc
+}
+
 // Kill ends node i with SIGKILL (a paused node too) and waits until it is
 // gone.
 func (c *Cluster) Kill(i int) {

@@ -24,6 +24,7 @@ var (
 	leaseTTL       = flag.Duration("lease-ttl", 2*time.Second, "the coordinator's lease TTL")
 	tmp            = flag.String("tmp", "", "parent of the run's temporary directory (default: the system's)")
 	keep           = flag.Bool("keep", false, "keep the run's directory (data, logs, journal) even when it passes")
+	onRaft         = flag.Bool("raft", false, "run the coordinator as a raft cluster of one voter, and arm the replicated apply's failpoints too")
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,7 +34,7 @@ func flagConfig() config {
 	return config{
 		cycles: *cycles, seed: *seed, minUptime: *minUptime, maxUptime: *maxUptime,
 		failpointEvery: *failpointEvery, fireTimeout: *fireTimeout, drainTimeout: *drainTimeout,
-		renderers: *renderers, leaseTTL: *leaseTTL, tmp: *tmp, keep: *keep,
+		renderers: *renderers, leaseTTL: *leaseTTL, tmp: *tmp, keep: *keep, raft: *onRaft,
 	}
 }
 

@@ -18,6 +18,8 @@ type config struct {
 	leaseTTL       time.Duration
 	tmp            string
 	keep           bool
+	// raft runs the coordinator as a cluster of one voter.
+	raft bool
 }
 
 // validate checks the values a run cannot start with.

@@ -21,18 +21,42 @@ import (
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
+// failpoint is a failpoint the campaign arms, with the most times it
+// lets pass before it panics.
+type failpoint struct {
+	name    string
+	maxSkip int
+}
+
 // failpoints are the writer's failpoints (coordinator/internal/engine,
 // failpoints.go), armed in turn, each with the most times it lets pass
 // before it fires: the count is drawn below it, so that it fires at a
 // different moment each time.
-var failpoints = []struct {
-	name    string
-	maxSkip int
-}{
+var failpoints = []failpoint{
 	{"beforeCommit", 200},
 	{"grantsUnpublished", 20},
 	{"afterCommit", 200},
 	{"replayMidway", 3},
+}
+
+// applyFailpoints are the replicated apply's (coordinator/internal/cluster
+// and store, failpoints.go), armed too when the coordinator runs on raft
+// (-raft): an entry committed in the log and not applied to the store;
+// applied in the store's open transaction and not committed; committed to
+// the store and not reported to raft.
+var applyFailpoints = []failpoint{
+	{"beforeApply", 200},
+	{"applyBeforeCommit", 200},
+	{"applyCommitted", 200},
+}
+
+// armable are the failpoints a run arms in turn: on raft the apply's
+// first, so that a short run reaches them.
+func (c config) armable() []failpoint {
+	if c.raft {
+		return append(append([]failpoint(nil), applyFailpoints...), failpoints...)
+	}
+	return failpoints
 }
 
 // Settings of the stack that the checks rely on.
@@ -111,13 +135,22 @@ func crash(ctx context.Context, cfg config, logw io.Writer) (res *result, err er
 	defer h.cancel(nil)
 	h.prog = proctest.NewProgram(h.ctx, dir, logw)
 	defer h.prog.Close()
+	args := []string{"--lease-ttl", cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
+		"--backoff-base", "20ms", "--backoff-cap", "200ms"}
+	if cfg.raft {
+		// A cluster of one voter: every group is a raft entry, applied to
+		// the store by the state machine, as on each node of a cluster.
+		raftAddr, err := testbin.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--node-id", "n1", "--raft-listen", raftAddr, "--peers", "n1="+raftAddr+"/"+addr)
+	}
 	h.stack = stack.New(h.prog, stack.Options{
 		Coordinator: bins.coordinator, Renderer: bins.renderer, Procs: proctest.Options{Timeout: processTimeout, Tail: 20},
-		Listen: addr, DataDirs: []string{h.data}, LogDir: dir, RendererLogLevel: "info",
-		Args: []string{"--lease-ttl", cfg.leaseTTL.String(), "--max-attempts", strconv.Itoa(maxAttempts),
-			"--backoff-base", "20ms", "--backoff-cap", "200ms"},
+		Listen: addr, DataDirs: []string{h.data}, LogDir: dir, RendererLogLevel: "info", Args: args,
 	})
-	fmt.Fprintf(logw, "chaos: seed %d, %d cycles, coordinator on %s\n", cfg.seed, cfg.cycles, addr)
+	fmt.Fprintf(logw, "chaos: seed %d, %d cycles, coordinator on %s (raft: %v)\n", cfg.seed, cfg.cycles, addr, cfg.raft)
 	return h.crashRun()
 }
 
@@ -197,7 +230,7 @@ func (h *harness) crashRun() (*result, error) {
 	fmt.Fprintf(h.logw, "final: %s, drained, then %s; check: %d jobs, last token %d, %d problems\n",
 		r.serving(), r.End, r.Jobs, r.Counter, len(r.Problems))
 
-	ev.runs = h.runs
+	ev.runs, ev.raft = h.runs, h.cfg.raft
 	j.mu.Lock()
 	ev.submits, ev.terminals, ev.cancels, ev.replays = j.submits, j.terminals, j.cancels, j.replays
 	j.mu.Unlock()
@@ -210,7 +243,8 @@ func (h *harness) crashRun() (*result, error) {
 // failpointFor names the failpoint crash n arms, or "" for a SIGKILL.
 func (h *harness) failpointFor(n int) string {
 	if every := h.cfg.failpointEvery; every > 0 && n%every == 0 {
-		return failpoints[(n/every-1)%len(failpoints)].name
+		fps := h.cfg.armable()
+		return fps[(n/every-1)%len(fps)].name
 	}
 	return ""
 }
@@ -221,7 +255,7 @@ func (h *harness) startCoordinator(n int, fp string) (*proctest.Proc, lifetime, 
 	r := lifetime{N: n, Failpoint: fp}
 	var env []string
 	if fp != "" {
-		for _, f := range failpoints {
+		for _, f := range h.cfg.armable() {
 			if f.name == fp {
 				// The panic names the failpoint: gofail's bare panic says "{}".
 				env = append(env, fmt.Sprintf("GOFAIL_FAILPOINTS=%s=%d*off->panic(%q)", fp, h.rng.IntN(f.maxSkip), fp))
@@ -498,7 +532,7 @@ func (r *result) print(w io.Writer) {
 	kills, fpCrashes := r.crashes()
 	fmt.Fprintf(w, "chaos crash: %d crash cycles (%d SIGKILL, %d failpoint), seed %d\n", kills+fpCrashes, kills, fpCrashes, r.cfg.seed)
 	var fps []string
-	for _, fp := range failpoints {
+	for _, fp := range r.cfg.armable() {
 		switch {
 		case r.armed[fp.name] == 0:
 			fps = append(fps, fp.name+" not armed")

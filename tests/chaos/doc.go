@@ -9,11 +9,12 @@
 //	go test -v ./tests/chaos                      # 20 crash cycles, as scripts/test runs it
 //	go test -v ./tests/chaos -cycles 200          # the long run
 //	go test -v ./tests/chaos -seed N -keep        # the same schedule again, keeping data and logs
+//	go test -v ./tests/chaos -raft -cycles 6 -failpoint-every 2   # on raft, crashing inside the apply
 //
 // The flags after the package are the campaign's (go test -v ./tests/chaos
 // -args -h lists them): -cycles, -seed, -keep, -min-uptime, -max-uptime,
-// -failpoint-every, -fire-timeout, -drain-timeout, -renderers, -lease-ttl
-// and -tmp. A run of more than a few hundred cycles needs go test's
+// -failpoint-every, -fire-timeout, -drain-timeout, -renderers, -lease-ttl,
+// -tmp and -raft. A run of more than a few hundred cycles needs go test's
 // -timeout raised above its 10 minutes. -v shows the report of a run that
 // passes; one that fails shows it anyway. With -short the campaign is
 // skipped.
@@ -56,6 +57,24 @@
 //   - replayMidway: an operator replay has re-queued a job in the open
 //     transaction, the rest of its jobs and its audit record not yet.
 //
+// With -raft the coordinator is a raft cluster of one voter: every group
+// is an entry of its raft log, which its state machine applies to the
+// store, as on every node of a cluster. The replicated apply's failpoints
+// (coordinator/internal/cluster and store, failpoints.go) are then armed
+// first, in turn:
+//
+//   - beforeApply: entries committed in the raft log, none applied to the
+//     store;
+//   - applyBeforeCommit: the entries' writes and their applied index made
+//     in the store's open transaction, nothing committed;
+//   - applyCommitted: the entries committed to the store, raft not told
+//     (raft applies them again after the restart, and the store skips
+//     them).
+//
+// A restart must apply what the crash left unapplied and skip what was
+// applied: a process that stops on its own log replay (exit 3) ends the
+// run.
+//
 // After the last crash a coordinator is started and left running: the load
 // stops submitting, cancelling and replaying, the calls under way are
 // answered, and every batch is followed to its end (-drain-timeout). The
@@ -69,7 +88,8 @@
 //     the grants the renderers received;
 //   - tokens only grow across restarts: every grant's token is above the
 //     token counter the previous process left and at most the one its own
-//     left, and the counter never goes down;
+//     left (on raft, the one the next process left: the store of a stopped
+//     process may lag its log), and the counter never goes down;
 //   - every grant a renderer received is in the store: nothing is published
 //     before it is durable;
 //   - no job cycle has two terminal events (a replay starts a new cycle);
@@ -108,6 +128,7 @@
 //
 // Not covered here either: a full or failing disk (the store and engine
 // tests inject those faults), renderer crashes (the end-to-end tests) and
-// frozen renderers (scripts/paused-worker); nor, anywhere yet, network
-// partitions, clock steps or more than one coordinator.
+// frozen renderers (scripts/paused-worker); nor more than one coordinator
+// (tests/failover crashes a cluster's followers inside the apply), network
+// partitions or clock steps.
 package chaos

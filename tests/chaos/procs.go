@@ -3,14 +3,12 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -34,33 +32,25 @@ func prepare(ctx context.Context, dir string) (binaries, error) {
 	if err != nil {
 		return binaries{}, err
 	}
-	b := binaries{coordinator: filepath.Join(dir, "coordinator"), renderer: filepath.Join(dir, "renderer")}
-	builds := map[string][]string{
-		"coordinator": {"build", "-tags", "failpoints", "-o", b.coordinator, "./coordinator/cmd/coordinator"},
-		"renderer":    {"build", "-o", b.renderer, "./renderer/cmd/renderer"},
-	}
+	b := binaries{renderer: filepath.Join(dir, "renderer")}
+	var candidate string
 	if bin := os.Getenv("LEASEHOLD_BIN"); bin != "" {
 		if !filepath.IsAbs(bin) {
 			bin = filepath.Join(root, bin)
 		}
+		candidate = filepath.Join(bin, "coordinator")
 		if p := filepath.Join(bin, "renderer"); exists(p) {
 			b.renderer = p
-			delete(builds, "renderer")
-		}
-		if p := filepath.Join(bin, "coordinator"); hasFailpoints(p) {
-			b.coordinator = p
-			delete(builds, "coordinator")
 		}
 	}
-	for _, name := range []string{"coordinator", "renderer"} {
-		args, ok := builds[name]
-		if !ok {
-			continue
-		}
-		cmd := exec.CommandContext(ctx, "go", args...)
+	if b.coordinator, err = testbin.FailpointsCoordinator(ctx, root, candidate, dir); err != nil {
+		return binaries{}, err
+	}
+	if !exists(b.renderer) {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.renderer, "./renderer/cmd/renderer")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return binaries{}, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+			return binaries{}, fmt.Errorf("building the renderer: %w\n%s", err, out)
 		}
 	}
 	return b, nil
@@ -70,21 +60,6 @@ func prepare(ctx context.Context, dir string) (binaries, error) {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// hasFailpoints reports whether the Go program at path was built with the
-// failpoints build tag, as its build information records.
-func hasFailpoints(path string) bool {
-	info, err := buildinfo.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	for _, s := range info.Settings {
-		if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "failpoints") {
-			return true
-		}
-	}
-	return false
 }
 
 // healthPoll is how often testbin.WaitServing asks; restart times are late by at

@@ -229,7 +229,7 @@ func summarize(results []faultResult, ev *evidence) *summary {
 		}
 	}
 	for _, r := range results {
-		if r.failover >= failoverBound {
+		if r.kind != faultApply && r.failover >= failoverBound {
 			s.slow = append(s.slow, fmt.Sprintf("%s of n%d: %v", r.kind, r.leader+1, r.failover.Round(time.Millisecond)))
 		}
 	}
@@ -352,8 +352,11 @@ func verdict(ok bool) string {
 // print writes the summary table.
 func (s *summary) print(w io.Writer) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(w, "faults: %d kills, %d isolations, %d pauses in %v\n", len(s.faults[faultKill]), len(s.faults[faultIsolate]),
-		len(s.faults[faultPause]), s.faultsTook.Round(time.Second))
+	fmt.Fprintf(w, "faults: %d kills, %d isolations, %d pauses, %d follower crashes inside apply in %v\n", len(s.faults[faultKill]),
+		len(s.faults[faultIsolate]), len(s.faults[faultPause]), len(s.faults[faultApply]), s.faultsTook.Round(time.Second))
+	for _, r := range s.faults[faultApply] {
+		fmt.Fprintf(w, "    n%d died at %s, and was SERVING %v after its restart\n", r.leader+1, r.failpoint, r.failover.Round(time.Millisecond))
+	}
 	fmt.Fprintf(w, "load: %d submits acknowledged (%d jobs), retried refusals %v; drained in %v\n", s.acked, s.ackedJobs,
 		s.ev.errs, s.ev.drained.Round(time.Millisecond))
 	fmt.Fprintf(w, "%-44s %s\n", "check", "result")

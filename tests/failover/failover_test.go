@@ -16,6 +16,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/clustertest"
 	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/testbin"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -26,6 +27,7 @@ var (
 	isolations  = flag.Int("isolations", 1, "leader isolations: its raft traffic cut both ways, then healed")
 	pauses      = flag.Int("pauses", 1, "leader SIGSTOPs of -pause-for, then SIGCONT")
 	pauseFor    = flag.Duration("pause-for", 2*time.Second, "how long a paused leader stays stopped")
+	applyCrash  = flag.Int("apply-crashes", 1, "follower crashes inside the replicated apply (a failpoint armed, the follower restarted on its data directory)")
 	renderers   = flag.Int("renderers", 2, "renderer processes")
 	leaseTTL    = flag.Duration("lease-ttl", 4*time.Second, "the coordinators' lease TTL")
 	submitEvery = flag.Duration("submit-every", 25*time.Millisecond, "pace of the submitter: a batch of 1 to 3 documents each tick")
@@ -54,7 +56,17 @@ const (
 	faultKill    fault = "kill"
 	faultIsolate fault = "isolate"
 	faultPause   fault = "pause"
+	// faultApply crashes a follower inside the replicated apply; the
+	// leader stays.
+	faultApply fault = "apply"
 )
+
+// applyFailpoints are the replicated apply's failpoints
+// (coordinator/internal/cluster and store, failpoints.go), armed on a
+// follower in turn: entries committed in its log and not applied to its
+// store; applied in the store's open transaction; committed to the store
+// and not reported to raft.
+var applyFailpoints = []string{"beforeApply", "applyBeforeCommit", "applyCommitted"}
 
 // faultResult is what one fault measured.
 type faultResult struct {
@@ -79,6 +91,9 @@ type faultResult struct {
 	// sent to it, none of which may be stored.
 	answered []string
 	probes   []string
+	// failpoint is the failpoint an apply fault armed; its failover is
+	// then the time from the follower's restart to its SERVING answer.
+	failpoint string
 }
 
 // TestFailoverCampaign puts a three-node cluster of coordinator processes
@@ -108,9 +123,19 @@ func TestFailoverCampaign(t *testing.T) {
 	for range *pauses {
 		schedule = append(schedule, faultPause)
 	}
+	for range *applyCrash {
+		schedule = append(schedule, faultApply)
+	}
 	rng.Shuffle(len(schedule), func(i, j int) { schedule[i], schedule[j] = schedule[j], schedule[i] })
-	t.Logf("seed %d: %d kills, %d isolations, %d pauses of %v", s, *kills, *isolations, *pauses, *pauseFor)
+	t.Logf("seed %d: %d kills, %d isolations, %d pauses of %v, %d follower crashes inside apply", s, *kills, *isolations, *pauses, *pauseFor, *applyCrash)
 
+	root, err := testbin.ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bins.coordinator, err = testbin.FailpointsCoordinator(t.Context(), root, bins.coordinator, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	procs := proctest.Options{Timeout: time.Minute, Tail: 30}
 	cl := clustertest.Start(t, clustertest.Options{Coordinator: bins.coordinator, Procs: procs,
 		Args: []string{"--lease-ttl", leaseTTL.String(), "--backoff-base", "20ms", "--backoff-cap", "200ms"}})
@@ -154,8 +179,18 @@ func TestFailoverCampaign(t *testing.T) {
 
 	started := time.Now()
 	var results []faultResult
+	applies := 0
 	for k, f := range schedule {
-		res := runFault(t, ctx, cl, op, ld, rs, f, k)
+		var res faultResult
+		if f == faultApply {
+			res = crashInApply(t, ctx, cl, ld, rng, applyFailpoints[applies%len(applyFailpoints)])
+			applies++
+			results = append(results, res)
+			t.Logf("%3d/%d %-7s n%d: died at the failpoint %s, SERVING again %v after its restart", k+1, len(schedule), f, res.leader+1,
+				res.failpoint, res.failover.Round(time.Millisecond))
+			continue
+		}
+		res = runFault(t, ctx, cl, op, ld, rs, f, k)
 		results = append(results, res)
 		t.Logf("%3d/%d %-7s n%d: failover %v (elected after %v), %d leases held, NOT_LEADER %v %s", k+1, len(schedule), f, res.leader+1,
 			res.failover.Round(time.Millisecond), res.elected.Round(time.Millisecond), len(res.held), rounded(res.notLeader), strings.Join(res.missing, "; "))
@@ -248,6 +283,82 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 		t.Fatalf("after %s of n%d: %v", f, leader+1, err)
 	}
 	return res
+}
+
+// crashInApply restarts a follower with failpoint fp armed, to panic
+// after a few passes, and waits for it to die of it under the load: a
+// crash inside the replicated apply. Then it restarts the follower on its
+// data directory without the failpoint and waits until it is SERVING
+// again (raft replays its log onto its store, which must apply what the
+// crash left unapplied and skip what it applied, never stopping on it)
+// and the load has made progress. The result's leader is the follower.
+func crashInApply(t *testing.T, ctx context.Context, cl *clustertest.Cluster, ld *load, rng *rand.Rand, fp string) faultResult {
+	t.Helper()
+	leader := cl.WaitLeader()
+	f := (leader + 1 + rng.IntN(cl.N()-1)) % cl.N()
+	res := faultResult{kind: faultApply, leader: f, failpoint: fp}
+	cl.Kill(f)
+	// The panic names the failpoint: gofail's bare panic says "{}".
+	p := cl.Launch(f, fmt.Sprintf("GOFAIL_FAILPOINTS=%s=%d*off->panic(%q)", fp, rng.IntN(20), fp))
+	failsafe := time.NewTimer(time.Minute)
+	defer failsafe.Stop()
+	select {
+	case <-p.Exited():
+	case <-failsafe.C:
+		t.Fatalf("n%d: the failpoint %s armed on a follower under load did not fire within a minute", f+1, fp)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if !strings.Contains(p.LogText(), "failpoint panic: "+fp) {
+		t.Fatalf("n%d exited, not at the failpoint %s: %v\n%s", f+1, fp, p.Err(), p.Tail(20))
+	}
+	restarted := time.Now()
+	cl.Restart(f)
+	waitMember(t, ctx, cl, f)
+	res.failover = time.Since(restarted)
+	caughtUp(t, ctx, cl, f)
+	n, _ := ld.count()
+	if err := ld.waitAcks(ctx, n, *settleAcks); err != nil {
+		t.Fatalf("after the crash of n%d at %s: %v", f+1, fp, err)
+	}
+	return res
+}
+
+// caughtUp waits until node i, restarted, has applied to its store what
+// the leader had committed when the wait began, asking both every 20 ms:
+// the replay of its log is done, and it did not stop on it. A node that
+// exits meanwhile fails the test.
+func caughtUp(t *testing.T, ctx context.Context, cl *clustertest.Cluster, i int) {
+	t.Helper()
+	cctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-operator")
+	index := func(node int) (*leaseholdv1.GetClusterResponse, error) {
+		c, cancel := context.WithTimeout(cctx, 5*time.Second)
+		defer cancel()
+		return leaseholdv1.NewClusterServiceClient(cl.Conn(node)).GetCluster(c, &leaseholdv1.GetClusterRequest{})
+	}
+	leader, err := index(cl.WaitLeader())
+	if err != nil {
+		t.Fatalf("the leader's commit index: %v", err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if !cl.Running(i) {
+			t.Fatalf("n%d stopped while it replayed its log: %v\n%s", i+1, cl.Proc(i).Err(), cl.Proc(i).Tail(10))
+		}
+		if own, err := index(i); err == nil && own.GetAppliedIndex() >= leader.GetCommitIndex() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n%d did not apply the leader's commit index %d within a minute", i+1, leader.GetCommitIndex())
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // silent sends node i, the deposed leader, a submit and a linearizable

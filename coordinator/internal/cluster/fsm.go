@@ -131,6 +131,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if len(entries) == 0 {
 		return res
 	}
+	failpointBeforeApply()
 	start := time.Now()
 	defer func() { f.metrics.observeApply(time.Since(start)) }()
 	out, err := f.st.ApplyWriteSets(entries)

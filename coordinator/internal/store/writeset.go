@@ -273,12 +273,16 @@ func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
 				res[i] = ErrStaleBase
 			}
 		}
+		failpointApplyBeforeCommit()
 		if apart {
 			applied = readReplicaState(tx)
 			return putReplicaState(tx, before)
 		}
 		return nil
 	})
+	if err == nil {
+		failpointApplyCommitted()
+	}
 	if err == nil && apart {
 		err = s.update(func(tx *bbolt.Tx) error { return putReplicaState(tx, applied) })
 	}

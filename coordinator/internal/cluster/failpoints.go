@@ -1,0 +1,22 @@
+//go:build failpoints
+
+package cluster
+
+import gofail "go.etcd.io/gofail/runtime"
+
+// The state machine's failpoint, for crash tests: built in only with the
+// failpoints build tag (failpoints_off.go has the default build's empty
+// function), armed through gofail's runtime by name in the environment
+// before the process starts, as the writer's are (see
+// coordinator/internal/engine/failpoints.go):
+//
+//	GOFAIL_FAILPOINTS='beforeApply=5*off->panic("beforeApply")' coordinator ...
+var (
+	// fpBeforeApply: raft has appended the entries to this node's log
+	// and committed them, and hands them to the state machine, which has
+	// applied none of them to the store.
+	fpBeforeApply = gofail.NewFailpoint("beforeApply")
+)
+
+// ApplyBatch calls this at the point above; it acts only when armed.
+func failpointBeforeApply() { _, _ = fpBeforeApply.Acquire() }
