@@ -1,15 +1,17 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
+	"google.golang.org/grpc"
 )
 
 // The cluster's size and raft's timing, scaled from the coordinator's
@@ -63,9 +65,14 @@ type peer struct {
 	term       uint64
 	raftLeader bool
 	// knownCommit is the commit index the node has heard of; applied is
-	// the index of the last entry applied to its store, lastGroup that of the
-	// last write set (the base of the next group its writer evaluates).
-	knownCommit, applied, lastGroup uint64
+	// the index of the last entry applied to its store.
+	knownCommit, applied uint64
+	// fsm is the process's state machine over its store, steps its
+	// leadership, and consistency the read path's interceptor: the real
+	// code of package cluster and of the gRPC server (raft.go).
+	fsm         *cluster.FSM
+	steps       *cluster.Steps
+	consistency grpc.UnaryServerInterceptor
 	// serving is the node's Leader health entry as clients last saw it:
 	// set by a promotion, cleared by a demotion or a crash.
 	serving bool
@@ -268,7 +275,7 @@ func (k *consensus) started(n *coordinator) {
 	}
 	// Entries up to base are applied on every node: those of them that
 	// are write sets are in the store.
-	n.applied, n.lastGroup = max(rs.Applied, k.base), rs.Group
+	n.applied = max(rs.Applied, k.base)
 	n.raftLeader, n.serving, n.paused, n.deferred, n.applySet, n.crashNow, n.barrierWait = false, false, false, nil, false, false, false
 	n.knownCommit = 0
 	k.rejoinSoon(n)
@@ -491,22 +498,25 @@ func (k *consensus) compact() {
 	k.checkpoints = slices.DeleteFunc(k.checkpoints, func(cp checkpoint) bool { return cp.index <= k.base })
 }
 
-// propose is raft.Apply on node n for one group's write set: it returns
-// once the entry is committed and applied to n's store, or fails with
-// engine.ErrNotLeader (not committed) or engine.ErrOutcomeUnknown, as the
-// replicated committer does (package cluster).
-func (k *consensus) propose(n *coordinator, ws []byte) error {
+// propose is raft's Apply on node n for one entry, a group's write set
+// as the real Committer proposes it: it returns once the entry is
+// committed and applied to n's store, with the state machine's response,
+// or fails as raft does, with an error the Committer classifies: never
+// appended (raft.ErrNotLeader, raft.ErrEnqueueTimeout), or in the log
+// when leadership was lost (raft.ErrLeadershipLost: its outcome is
+// unknown).
+func (k *consensus) propose(n *coordinator, ws []byte) (any, error) {
 	w := k.w
 	if !n.raftLeader {
 		// Raft on n already knows it does not lead; its writer has not
 		// heard yet.
 		w.res.NotCommitted++
-		return engine.ErrNotLeader
+		return nil, cluster.ErrRaftNotLeader
 	}
 	if w.faulty(pRefused) {
 		w.res.NotCommitted++
 		n.tracef("raft refuses the entry at once")
-		return engine.ErrNotLeader
+		return nil, cluster.ErrRaftEnqueueTimeout
 	}
 	e := &entry{index: k.last(n) + 1, term: n.term, ws: ws, proposer: n}
 	n.log = append(n.log, e)
@@ -517,7 +527,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 		// down, which it does once it hears of the newer term or its leader
 		// lease runs out (rejoin, leaseCheck). The writer is told at once.
 		w.res.Unknown++
-		return engine.ErrOutcomeUnknown
+		return nil, cluster.ErrRaftLeadershipLost
 	}
 	if w.faulty(pInFlight) {
 		w.res.Unknown++
@@ -536,7 +546,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 		default:
 			k.depose(n, "a follower's election timer fired with an entry in flight")
 		}
-		return engine.ErrOutcomeUnknown
+		return nil, cluster.ErrRaftLeadershipLost
 	}
 	acks := 1
 	for _, f := range k.nodes {
@@ -555,9 +565,9 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 	}
 	k.applyOn(n)
 	if e.staleApplied {
-		return fmt.Errorf("%w: %w", engine.ErrNotLeader, store.ErrStaleBase)
+		return store.ErrStaleBase, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // stepped hands the oracle what node n's step returned: the entry it
@@ -598,8 +608,8 @@ func (k *consensus) applySoon(n *coordinator) {
 }
 
 // applyOn applies to n's store the committed entries its log holds, up to
-// the commit index it knows, with store.ApplyWriteSets as the FSM does,
-// and compares its digest at every checkpoint it reaches. A write set
+// the commit index it knows, through n's state machine (the real
+// cluster.FSM), and compares its digest at every checkpoint it reaches. A write set
 // refused as evaluated on another base (ErrStaleBase) is legal only from
 // an injected second proposer, which the base guard must always refuse.
 func (k *consensus) applyOn(n *coordinator) {
@@ -614,7 +624,7 @@ func (k *consensus) applyOn(n *coordinator) {
 			}
 		}
 		i := n.applied
-		var batch []store.Entry
+		var batch []cluster.Command
 		var ents []*entry
 		for i < stop {
 			pos := i - k.base
@@ -622,7 +632,7 @@ func (k *consensus) applyOn(n *coordinator) {
 				break
 			}
 			if e := n.log[pos]; e.ws != nil {
-				batch = append(batch, store.Entry{Index: e.index, WriteSet: e.ws})
+				batch = append(batch, cluster.Command{Index: e.index, Data: e.ws})
 				ents = append(ents, e)
 			}
 			i++
@@ -631,22 +641,17 @@ func (k *consensus) applyOn(n *coordinator) {
 			return
 		}
 		if len(batch) > 0 {
-			res, err := n.st.ApplyWriteSets(batch)
-			if err != nil {
-				w.failf("%s: applying entries %d to %d: %v", n.name, batch[0].Index, batch[len(batch)-1].Index, err)
-			}
-			for j, r := range res {
+			for j, r := range n.fsm.ApplyCommands(batch) {
 				e := ents[j]
+				refused, _ := r.(error)
 				switch {
-				case errors.Is(r, store.ErrStaleBase) && !e.injected:
+				case errors.Is(refused, store.ErrStaleBase) && !e.injected:
 					w.failf("%s: entry %d, proposed by %s in term %d, was refused as evaluated on another base (ErrStaleBase), and no second proposer was injected",
 						n.name, e.index, e.proposer.name, e.term)
 				case r == nil && e.injected:
 					w.failf("%s: entry %d of an injected second proposer was applied: the base guard let a write set of a past base through", n.name, e.index)
 				case r != nil:
 					e.staleApplied = true
-				default:
-					n.lastGroup = e.index
 				}
 			}
 		}
@@ -918,11 +923,12 @@ func (c *coordinator) alive(inc int, fn func()) {
 	fn()
 }
 
-// promote is the coordinator hearing that raft on the node leads term: it
-// applies every committed entry (raft's barrier), promotes the writer with
-// the failover's extension and the store's wall floor, as the coordinator
-// does (package cluster, leadership.go), says so in its health, and
-// announces itself.
+// promote is the coordinator hearing that raft on the node leads term: the
+// leadership's real promotion (cluster.Steps: raft's barrier, which the
+// oracle commits and applies only while the node leads a quorum, then the
+// writer promoted with the failover's extension and the store's wall
+// floor, the Leader health entry, the announcement). A barrier that
+// fails is tried again a little later, as the leader's work tries again.
 func (c *coordinator) promote(term uint64) {
 	w, k := c.w, c.w.raft
 	if !c.raftLeader || c.term != term {
@@ -932,11 +938,7 @@ func (c *coordinator) promote(term uint64) {
 	if c.e.Leading() {
 		c.demote()
 	}
-	// The barrier is an entry appended to the leader's log: it commits
-	// only while the node leads a quorum, and with it every entry before
-	// it, which the store then applies. Until then it waits, or fails once
-	// raft steps down.
-	if !k.leads(c) {
+	if !c.steps.Promote() {
 		if !c.barrierWait {
 			c.barrierWait = true
 			c.tracef("the barrier waits for a quorum")
@@ -946,21 +948,10 @@ func (c *coordinator) promote(term uint64) {
 		return
 	}
 	c.barrierWait = false
-	k.commitAll(c)
-	rs, err := c.st.ReplicaState()
-	if err != nil {
-		w.failf("%s: reading the replica state: %v", c.name, err)
-	}
-	if err := c.s.Promote(failoverExtend, rs.WallFloor); err != nil {
-		w.failf("%s: promoting the writer: %v", c.name, err)
-	}
-	c.serving = true
 	c.timerSet = false
 	c.timerGen++
 	c.tracef("leads term %d: the writer is promoted (applied %d, commit %d)", term, c.applied, k.commit)
 	w.check.promoted(failoverExtend)
-	c.s.Announce(c.name, c.name+":7500")
-	c.queued(kindOther)
 	// The writer's first group runs at once, as its timer does: what fell
 	// due meanwhile (retries) is taken; then the whole store is checked, as
 	// after a restart.
@@ -971,14 +962,14 @@ func (c *coordinator) promote(term uint64) {
 }
 
 // demote is the coordinator hearing that raft on the node no longer leads:
-// its health says so, and the writer is demoted, answering what is queued
-// NOT_LEADER and ending every session.
+// the leadership's real demotion (its health says so, and the writer is
+// demoted, answering what is queued NOT_LEADER and ending every session).
 func (c *coordinator) demote() {
-	c.serving = false
-	if !c.e.Leading() {
+	leading := c.e.Leading()
+	c.steps.Demote()
+	if !leading {
 		return
 	}
-	c.s.Demote()
 	c.kinds = nil
 	c.tracef("the writer is demoted")
 	c.answer()
@@ -1008,41 +999,28 @@ func (c *coordinator) lostLeadership(taken int, evs []watch.JobEvent, err error)
 	}
 }
 
-// read serves a read of the batch of key, as the read handlers do: a node
-// whose writer leads verifies its leadership with a quorum (VerifyLeader),
-// refusing NOT_LEADER when it cannot, then reads its store. The checker
-// sees what the answer says as it leaves.
+// getBatch is the full name of the read the reader sends.
+const getBatch = "/leasehold.v1.JobService/GetBatch"
+
+// read serves a linearizable read of the batch of key through the gRPC
+// server's real read-consistency interceptor (server.Consistency over the
+// leadership's VerifyLeader): the node confirms with a quorum that it
+// leads, or refuses NOT_LEADER, then reads its store. The checker sees
+// what the answer says as it leaves.
 func (c *coordinator) read(key [2]string) {
 	w := c.w
-	switch {
-	case !c.e.Leading():
-		return
-	case !w.raft.leads(c):
+	served := false
+	_, refused := c.consistency(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: getBatch},
+		func(context.Context, any) (any, error) {
+			served = true
+			b, err := c.e.Batch(w.check.acked[key].id)
+			w.res.Reads++
+			w.check.read(c, key, b, err)
+			return nil, err
+		})
+	if !served && refused != nil && c.e.Leading() {
 		w.res.StaleRefused++
-		return
 	}
-	w.res.Reads++
-	b, err := c.e.Batch(w.check.acked[key].id)
-	w.check.read(c, key, b, err)
-}
-
-// simCommitter is a cluster node's Committer: it rolls the evaluated group
-// back and proposes its write set to the oracle, as the cluster's Committer
-// proposes it to raft. While raft replicates the entry the handlers run:
-// they deliver what the writer published before (nothing, unless a bug
-// published before the commit).
-type simCommitter struct{ c *coordinator }
-
-func (s simCommitter) Record() bool { return true }
-
-func (s simCommitter) Commit(tx *store.Tx, wall time.Time) error {
-	c := s.c
-	ws := tx.WriteSet(c.lastGroup, wall)
-	if err := tx.Rollback(); err != nil {
-		return fmt.Errorf("rolling back the evaluated group: %w", err)
-	}
-	c.push()
-	return c.w.raft.propose(c, ws)
 }
 
 // reader reads batches whose submission was answered, from whichever node

@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"path/filepath"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/cluster/shadow"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
@@ -145,7 +148,14 @@ func (c *coordinator) start() {
 		committer = c.shadow
 	}
 	if w.raft != nil {
-		committer = simCommitter{c}
+		fsm, err := cluster.NewFSM(st)
+		if err != nil {
+			st.Close()
+			w.failf("%s: the state machine: %v", c.name, err)
+		}
+		fsm.Fatal = func(err error) { w.failf("%s: the state machine stops the node: %v", c.name, err) }
+		c.fsm = fsm
+		committer = cluster.NewCommitter(nodeRaft{c}, fsm, 0)
 	}
 	e, err := engine.New(engine.Config{
 		Committer:     committer,
@@ -169,6 +179,8 @@ func (c *coordinator) start() {
 	c.st, c.e, c.s, c.up = st, e, s, true
 	c.timerSet, c.groupSet = false, false
 	if w.raft != nil {
+		c.steps = cluster.NewSteps(nodeRaft{c}, c.fsm, steppedEngine{c}, health{c}, c.name, c.name+":7500", failoverExtend)
+		c.consistency, _ = server.Consistency(c.steps, slog.New(slog.DiscardHandler))
 		s.Demote()
 		c.tracef("up (process %d), following", c.incarnation)
 		w.raft.started(c)
@@ -322,6 +334,9 @@ func (c *coordinator) group() {
 	}
 	pausedBefore := c.e.DispatchState().Paused
 	evs, err := c.s.Step(n)
+	if k := c.s.Admitted(); k > 0 {
+		w.failf("%s: a writer term took %d commands sent to an earlier one, whose callers were told NOT_LEADER", c.name, k)
+	}
 	taken := queued - c.s.Queued()
 	pauseIn := false
 	for _, k := range c.kinds[:taken] {

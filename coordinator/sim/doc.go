@@ -34,23 +34,42 @@
 // starts goroutines and reads real timers), so a seeded consensus oracle
 // stands in for it and produces every outcome raft allows; raft's own
 // test suites cover the algorithm, the simulator covers the coordinator's
-// half of replication. The node that leads runs the real writer through
-// a Stepper whose committer rolls the evaluated group back and proposes
-// its write set to the oracle, which commits it (applied with
-// store.ApplyWriteSets, as the FSM applies it: at once on the leader, after
-// a lag on each follower), refuses it (NOT_LEADER), or leaves its outcome
-// unknown (OUTCOME_UNKNOWN: the entry reached some followers, then the
-// leader died, was cut off, or a follower's election timer fired; it
-// commits if the next leader holds it, or is cut from every log). The
-// oracle also kills, stops (SIGSTOP) and cuts off leaders and followers,
-// delays followers, hands leadership over, and now and then has a second
-// proposer slip a write set of a past base into the log. An election
-// picks a node with the most up-to-date log among a reachable quorum
-// (raft's election restriction), truncates divergent tails and commits
-// the winner's log; the new leader's coordinator commits and applies
-// every entry before its barrier, then promotes the writer with the
-// failover's lease extension and the store's wall floor, as package
-// cluster's leadership does. Clients and renderers send to a node whose
+// half of replication, which is the real code of package cluster and of
+// the gRPC server's read path wherever it can run on one goroutine. The
+// oracle plays raft behind the narrow face package cluster uses
+// (cluster.Raft, raft.go here), answering at once with raft's own
+// errors. The node that leads runs the real writer through a Stepper,
+// committing through the real cluster.Committer, whose entry the oracle
+// commits (applied by each node's real cluster.FSM: at once on the
+// leader, after a lag on each follower), refuses (raft's ErrNotLeader or
+// ErrEnqueueTimeout, which the Committer's commitOutcome makes
+// NOT_LEADER), or leaves with its outcome unknown (raft's
+// ErrLeadershipLost, OUTCOME_UNKNOWN: the entry reached some followers,
+// then the leader died, was cut off, or a follower's election timer
+// fired; it commits if the next leader holds it, or is cut from every
+// log). The oracle also kills, stops (SIGSTOP) and cuts off leaders and
+// followers, delays followers, hands leadership over, and now and then
+// has a second proposer slip a write set of a past base into the log. An
+// election picks a node with the most up-to-date log among a reachable
+// quorum (raft's election restriction), truncates divergent tails and
+// commits the winner's log; the new leader's coordinator runs the
+// leadership's real promotion (cluster.Steps): raft's barrier, which the
+// oracle commits and applies only while the node leads a quorum (a failed
+// one is tried again a little later), then the writer promoted with the
+// failover's lease extension and the store's wall floor, the Leader
+// health entry, the announcement; a node that hears it lost leadership
+// runs the real demotion. A demotion's queued commands are answered
+// NOT_LEADER, and a quarter of them are sent on by callers racing the
+// term's end (engine.Stepper.DemoteRacing), which the next term's real
+// admission must refuse. Linearizable reads pass the gRPC server's real
+// read-consistency interceptor (server.Consistency) over the leadership's
+// VerifyLeader, which asks the oracle for a quorum round. What the
+// simulator cannot run is the leadership's following of raft's
+// notifications (its goroutines and retry timer, which need raft's own):
+// the oracle calls the steps itself, and leadership_test.go in package
+// cluster tests that loop; nor Node, raft's own face (its barrier is
+// tested over raft's in-memory transport, TestNodeBarrier). Clients and
+// renderers send to a node whose
 // Leader health entry they last saw SERVING (a stopped leader's stays
 // so); renderer sessions belong to one process of one node, end with
 // NOT_LEADER when its writer is demoted, and renderers reopen them with
@@ -62,8 +81,9 @@
 // checks, compared as each node reaches them), that no grant reaches a
 // renderer before its entry is committed, that the base guard
 // (ErrStaleBase) refuses exactly the second proposer's entries, that a
-// read served by a node that verified its leadership sees every
-// submission answered before it was sent, that no lease live at a
+// read served by any node sees every submission answered before it was
+// sent, that no writer term takes a command sent to an earlier one, that
+// no lease live at a
 // promotion expires before a TTL and the extension from it, that a
 // quiescent cluster has a leader within ten TTLs, and at the end that
 // every node, caught up, holds the leader's store record for record.
@@ -85,7 +105,14 @@
 // the lease in force); in cluster mode, the writer's (effects published
 // before the commit returns; the writer's in-memory state kept across
 // terms; fencing tokens from a counter in memory; no lease extension on
-// promotion).
+// promotion; a term admitting an earlier term's commands), the
+// leadership's (a promotion without the lease extension or without the
+// barrier) and the read path's (reads served without verifying
+// leadership). The bugs of VerifyLeader itself show here only in a rare
+// window (a paused leader that resumes and serves before it hears of the
+// new term), and those of the committer's error classification not at
+// all (clients retry what NOT_LEADER answers); their targeted tests in
+// package cluster catch them.
 //
 // # What it does not cover
 //

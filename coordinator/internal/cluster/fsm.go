@@ -115,17 +115,41 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 // store transaction. Each response is nil, or store.ErrStaleBase for a
 // write set evaluated on another base (it changed nothing).
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
-	res := make([]any, len(logs))
-	entries := make([]store.Entry, 0, len(logs))
+	cmds := make([]Command, 0, len(logs))
 	at := make([]int, 0, len(logs))
 	for i, l := range logs {
-		if l.Type != raft.LogCommand {
-			continue
+		if l.Type == raft.LogCommand {
+			cmds = append(cmds, Command{Index: l.Index, Data: l.Data})
+			at = append(at, i)
 		}
-		if len(l.Data) == 0 || l.Data[0] != entryWriteSet {
-			f.fatal(fmt.Errorf("replica: entry %d is of a kind this release does not know (%x); upgrade this node", l.Index, l.Data[:min(len(l.Data), 1)]))
+	}
+	res := make([]any, len(logs))
+	for j, r := range f.ApplyCommands(cmds) {
+		res[at[j]] = r
+	}
+	return res
+}
+
+// Command is a committed command entry of the log: its index and the
+// bytes a Committer proposed.
+type Command struct {
+	Index uint64
+	Data  []byte
+}
+
+// ApplyCommands applies committed command entries, in order, as
+// ApplyBatch does (raft calls that; a stand-in for raft, a simulator's,
+// calls this), and returns each one's response: nil, or
+// store.ErrStaleBase.
+func (f *FSM) ApplyCommands(cmds []Command) []any {
+	res := make([]any, len(cmds))
+	entries := make([]store.Entry, 0, len(cmds))
+	at := make([]int, 0, len(cmds))
+	for i, c := range cmds {
+		if len(c.Data) == 0 || c.Data[0] != entryWriteSet {
+			f.fatal(fmt.Errorf("replica: entry %d is of a kind this release does not know (%x); upgrade this node", c.Index, c.Data[:min(len(c.Data), 1)]))
 		}
-		entries = append(entries, store.Entry{Index: l.Index, WriteSet: l.Data[1:]})
+		entries = append(entries, store.Entry{Index: c.Index, WriteSet: c.Data[1:]})
 		at = append(at, i)
 	}
 	if len(entries) == 0 {

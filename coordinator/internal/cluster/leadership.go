@@ -243,8 +243,13 @@ func (l *leadership) setLeaderKnown() {
 
 // until runs f, and returns its error, or errStopped as soon as stop is
 // closed: the leader's work never waits on raft past its leadership. f
-// then finishes on its own (raft answers every wait by its shutdown).
+// then finishes on its own (raft answers every wait by its shutdown). With
+// stop nil (Steps: a stand-in for raft that answers at once) f runs on
+// the caller's goroutine.
 func until(stop <-chan struct{}, f func() error) error {
+	if stop == nil {
+		return f()
+	}
 	done := make(chan error, 1)
 	go func() { done <- f() }()
 	select {

@@ -38,6 +38,12 @@ var ErrEngineStarted = errors.New("engine: the writer goroutine is started; a st
 type Stepper struct {
 	e     *Engine
 	queue []*request
+	// raced are commands sent to a term that ended before the writer
+	// read them (DemoteRacing): their callers were told NOT_LEADER, and
+	// the next term must refuse them (term admission). admitted counts
+	// those a later term took all the same.
+	raced    []*request
+	admitted int
 	// wall and mono are the clock readings of the last group.
 	wall time.Time
 	mono time.Duration
@@ -78,10 +84,32 @@ func (s *Stepper) Promote(extend time.Duration, wallFloor time.Time) error {
 // Demote ends the writer term, as Engine.Demote does: the queued commands
 // are answered ErrNotLeader, every session ends with ErrNotLeader, and the
 // in-memory state is dropped. It is safe to call at any time.
-func (s *Stepper) Demote() {
+func (s *Stepper) Demote() { s.DemoteRacing(nil) }
+
+// DemoteRacing is Demote, where each queued command for which raced
+// reports true was also sent on by its caller as the term ended: its
+// caller is told NOT_LEADER (as Engine's callers are when the term they
+// sent to ends), and the command reaches the writer later all the same,
+// as one sent into the writer's channel after the term drained it. The
+// next term must refuse it (term admission, as the writer goroutine
+// admits what it reads); Admitted counts those it took.
+func (s *Stepper) DemoteRacing(raced func() bool) {
 	s.e.Demote()
-	s.drain(s.e.notLeader())
+	why := s.e.notLeader()
+	for _, r := range s.queue {
+		r.done <- why
+		if raced != nil && raced() {
+			late := *r
+			late.done = make(chan error, 1)
+			s.raced = append(s.raced, &late)
+		}
+	}
+	s.queue = nil
 }
+
+// Admitted returns how many commands sent to an ended term a later term
+// took (DemoteRacing): each was answered NOT_LEADER and applied.
+func (s *Stepper) Admitted() int { return s.admitted }
 
 // lose ends term t after a group whose commit lost leadership, as the
 // writer goroutine does (Engine.lose), and answers the queued commands
@@ -147,7 +175,7 @@ func answered[R any](err error) *Pending[R] {
 // pending answer.
 func enqueue[R any](s *Stepper, c command, get func() (R, error)) *Pending[R] {
 	e := s.e
-	r := &request{cmd: c, done: make(chan error, 1), wall: e.now(), mono: e.cfg.Mono()}
+	r := &request{cmd: c, done: make(chan error, 1), wall: e.now(), mono: e.cfg.Mono(), term: e.term.Load()}
 	switch {
 	case !e.serving.Load():
 		r.done <- e.stoppedErr()
@@ -198,6 +226,16 @@ func (s *Stepper) Step(n int) ([]watch.JobEvent, error) {
 		s.drain(err)
 		return nil, err
 	}
+	// Commands sent to an ended term reach the writer first, as they came
+	// first into its channel; the term admits only its own.
+	var late []*request
+	for _, r := range s.raced {
+		if t.admit(r) {
+			late = append(late, r)
+			s.admitted++
+		}
+	}
+	s.raced = nil
 	n = min(n, len(s.queue))
 	take, bytes := 0, 0
 	for take < n && take < e.cfg.MaxGroup && (take == 0 || bytes < e.cfg.MaxGroupBytes) {
@@ -210,7 +248,7 @@ func (s *Stepper) Step(n int) ([]watch.JobEvent, error) {
 	// does; it keeps the group, whose events are complete once runGroup
 	// returns.
 	obs := &observeCmd{}
-	batch := append(s.queue[:take:take], &request{cmd: obs, done: make(chan error, 1), wall: s.wall, mono: s.mono})
+	batch := append(append(late, s.queue[:take]...), &request{cmd: obs, done: make(chan error, 1), wall: s.wall, mono: s.mono})
 	s.queue = append(s.queue[:0:0], s.queue[take:]...)
 	if err := e.runGroup(batch, s.wall, s.mono); err != nil {
 		if t.lost(err) {

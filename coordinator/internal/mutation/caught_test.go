@@ -33,10 +33,15 @@ func (c catcher) String() string {
 }
 
 // The simulator's runs: seeds fixed, so that a bug caught once is caught
-// on every run, and the same seeds pass without it.
+// on every run, and the same seeds pass without it. A change that moves
+// the runs (the simulator's draws, the writer's decisions) may move where
+// a bug is caught: then pick seeds that catch it again. The long run is
+// for a bug a seed shows only in a rare window: a command whose caller
+// raced a demotion.
 var (
-	simNode    = catcher{"coordinator/sim", "^TestSimulation$", []string{"-seed", "7002", "-seeds", "2", "-steps", "10000"}}
-	simCluster = catcher{"coordinator/sim", "^TestSimulation$", []string{"-cluster", "-seed", "7002", "-seeds", "2", "-steps", "10000"}}
+	simNode        = catcher{"coordinator/sim", "^TestSimulation$", []string{"-seed", "7002", "-seeds", "2", "-steps", "10000"}}
+	simCluster     = catcher{"coordinator/sim", "^TestSimulation$", []string{"-cluster", "-seed", "7002", "-seeds", "2", "-steps", "10000"}}
+	simClusterLong = catcher{"coordinator/sim", "^TestSimulation$", []string{"-cluster", "-seed", "7006", "-seeds", "1", "-steps", "16000"}}
 )
 
 // caughtBy names, for every bug of the table, the tests that catch it.
@@ -53,17 +58,19 @@ var caughtBy = map[Bug][]catcher{
 	LocalToken:         {simCluster},
 	NoExtend:           {simCluster, {"coordinator/internal/cluster", "^TestPromotion$/^ALiveLease", nil}},
 	DemoteKeepsStreams: {{"coordinator/internal/engine", "^TestLeadership$/^DemoteEndsSessionsAndWatches$", nil}},
-	AdmitEarlierTerm:   {{"coordinator/internal/engine", "^TestLeadership$/^ACommandSentToAnEarlierTermIsRefusedByTheNext$", nil}},
+	AdmitEarlierTerm:   {{"coordinator/internal/engine", "^TestLeadership$/^ACommandSentToAnEarlierTermIsRefusedByTheNext$", nil}, simClusterLong},
 
-	PromoteNoExtend:   {{"coordinator/internal/cluster", "^TestPromotion$/^ALiveLease", nil}},
-	PromoteNoBarrier:  {{"coordinator/internal/cluster", "^TestPromotion$/^NoWriterBeforeTheBarrierApplied$", nil}},
-	BarrierUnawaited:  {{"coordinator/internal/cluster", "^TestNodeBarrier$", nil}},
-	LostIsNotLeader:   {{"coordinator/internal/cluster", "^TestCommitOutcome$", nil}},
-	IgnoreStaleBase:   {{"coordinator/internal/cluster", "^TestCommitterRefusesAStaleBase$", nil}},
-	VerifyRaftState:   {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil}, {"coordinator/internal/cluster", "^TestVerifyLeader$", nil}},
-	VerifyWriterState: {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil}, {"coordinator/internal/cluster", "^TestVerifyLeader$", nil}},
+	PromoteNoExtend:  {{"coordinator/internal/cluster", "^TestPromotion$/^ALiveLease", nil}, simCluster},
+	PromoteNoBarrier: {{"coordinator/internal/cluster", "^TestPromotion$/^NoWriterBeforeTheBarrierApplied$", nil}, simCluster},
+	BarrierUnawaited: {{"coordinator/internal/cluster", "^TestNodeBarrier$", nil}},
+	LostIsNotLeader:  {{"coordinator/internal/cluster", "^TestCommitOutcome$", nil}},
+	IgnoreStaleBase:  {{"coordinator/internal/cluster", "^TestCommitterRefusesAStaleBase$", nil}},
+	VerifyRaftState: {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil},
+		{"coordinator/internal/cluster", "^TestVerifyLeader$", nil}},
+	VerifyWriterState: {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil},
+		{"coordinator/internal/cluster", "^TestVerifyLeader$", nil}},
 
-	StaleRead:    {{"coordinator/internal/server", "^TestEveryReadVerifiesLeadership$", nil}},
+	StaleRead:    {{"coordinator/internal/server", "^TestEveryReadVerifiesLeadership$", nil}, simCluster},
 	ReadTableGap: {{"coordinator/internal/server", "^TestEveryReadVerifiesLeadership$", nil}},
 }
 
