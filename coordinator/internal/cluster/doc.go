@@ -12,5 +12,8 @@
 // through VerifyLeader, or stale on request. A node that cannot store or
 // apply the log stops (failStopLog, FSM.Fatal); Recover is the way out of
 // a lost quorum. Raft's errors become the engine's commit outcomes in
-// errors.go alone.
+// errors.go alone. Steps run the leadership's promotion, demotion and
+// VerifyLeader one at a time for a stand-in for raft behind the Raft
+// interface (the simulator's consensus), and the FSM applies commands a
+// stand-in commits (ApplyCommands).
 package cluster
