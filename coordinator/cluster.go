@@ -44,8 +44,13 @@ type Cluster struct {
 	// cluster, whose configuration is no longer the first one.
 	Join bool
 	// TLS, when set, is mutual TLS between peers (this node's certificate,
-	// the cluster CA both ways).
+	// the cluster CA both ways). Without it raft is plaintext, on loopback
+	// only unless InsecurePlaintext is set.
 	TLS *tls.Config
+	// InsecurePlaintext lets raft without TLS listen and dial off
+	// loopback, for a network that encrypts and authenticates by itself
+	// (cluster.NodeConfig.InsecurePlaintext); every start warns of it.
+	InsecurePlaintext bool
 
 	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout are raft's
 	// (defaults in package cluster: 500, 500 and 250 ms).
@@ -61,7 +66,7 @@ func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) e
 	r, err := cluster.Start(c.st, cluster.Config{
 		Node: cluster.NodeConfig{
 			ID: cl.NodeID, Listen: cl.RaftListen, Advertise: cl.RaftAdvertise, Peers: cl.Peers,
-			Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, Transport: cl.transport, Join: cl.Join,
+			Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, InsecurePlaintext: cl.InsecurePlaintext, Transport: cl.transport, Join: cl.Join,
 			HeartbeatTimeout: cl.HeartbeatTimeout, ElectionTimeout: cl.ElectionTimeout, LeaderLeaseTimeout: cl.LeaderLeaseTimeout,
 			Logger: c.log.With("component", "raft"),
 		},

@@ -13,9 +13,12 @@ import (
 // voter of a replicated cluster, and --join one that waits to be added to
 // a running cluster rather than bootstrap a new one. With TLS on, peers speak mutual TLS under
 // the node's certificate and the cluster CA; a cluster without TLS is
-// plaintext between peers too, for loopback and trusted networks only.
+// plaintext between peers too, on loopback only (its listener, its
+// advertised address and every peer), unless the loudly named opt-out
+// says the network encrypts and authenticates by itself.
 func clusterConfig(cfg coordinator.Config, fv flagValues, source map[string]string) (*coordinator.Cluster, error) {
-	if fv.nodeID == "" && fv.raftListen == "" && fv.peers == "" && fv.raftAdvertise == "" && fv.grpcAdvertise == "" && fv.tlsPeerCA == "" && !fv.join {
+	if fv.nodeID == "" && fv.raftListen == "" && fv.peers == "" && fv.raftAdvertise == "" && fv.grpcAdvertise == "" && fv.tlsPeerCA == "" &&
+		!fv.join && !fv.raftInsecurePlaintext {
 		return nil, nil
 	}
 	switch {
@@ -36,7 +39,15 @@ func clusterConfig(cfg coordinator.Config, fv flagValues, source map[string]stri
 		return nil, err
 	}
 	cl := &coordinator.Cluster{NodeID: fv.nodeID, RaftListen: fv.raftListen, RaftAdvertise: fv.raftAdvertise,
-		GRPCAdvertise: fv.grpcAdvertise, Peers: peers, Join: fv.join}
+		GRPCAdvertise: fv.grpcAdvertise, Peers: peers, Join: fv.join, InsecurePlaintext: fv.raftInsecurePlaintext}
+	switch {
+	case fv.tlsCert != "" && fv.raftInsecurePlaintext:
+		return nil, usagef("%s excludes --tls-cert: with a certificate, peers speak mutual TLS", source[cluster.InsecurePlaintextFlag])
+	case fv.tlsCert == "" && !fv.raftInsecurePlaintext:
+		if err := cluster.CheckPlaintext(fv.raftListen, fv.raftAdvertise, peers); err != nil {
+			return nil, usagef("%v", err)
+		}
+	}
 	if fv.tlsCert != "" {
 		ca := cmp.Or(fv.tlsPeerCA, fv.tlsClientCA)
 		if ca == "" {

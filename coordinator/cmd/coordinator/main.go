@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -216,7 +217,7 @@ type flagValues struct {
 	dev            bool
 	// The cluster flags (see clusterConfig).
 	nodeID, raftListen, raftAdvertise, peers, grpcAdvertise, tlsPeerCA string
-	join                                                               bool
+	join, raftInsecurePlaintext                                        bool
 }
 
 // parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
@@ -280,6 +281,8 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&fv.peers, "peers", "", "every voter, the same on every node: id=raft_address[/grpc_address],... (1, 3 or 5 of them)")
 	fs.StringVar(&fv.grpcAdvertise, "grpc-advertise", "", "gRPC address this node announces when it leads, for followers to name (default: its gRPC address in --peers, or else --listen)")
 	fs.StringVar(&fv.tlsPeerCA, "tls-peer-ca", "", "PEM CA that signs every node's certificate: with --tls-cert, peers speak mutual TLS (default: --tls-client-ca)")
+	fs.BoolVar(&fv.raftInsecurePlaintext, cluster.InsecurePlaintextFlag, false, "without TLS, let raft listen and dial off loopback: only where the network "+
+		"encrypts and authenticates every peer by itself, since whoever reaches the raft port can write into the cluster's log; every start warns of it")
 	fs.BoolVar(&fv.join, "join", false, "with an empty data directory, wait to be added to a running cluster (coordinator cluster add) instead of bootstrapping one")
 
 	source, err := parseWithEnv(fs, args, "coordinator", stderr)

@@ -45,7 +45,15 @@ type NodeConfig struct {
 	Dir string
 	// TLS, when set, is mutual TLS between peers: it must hold this node's
 	// certificate and verify peers' against the cluster CA both ways.
+	// Without it raft is plaintext, and its listener, advertised address
+	// and peers must be on loopback (CheckPlaintext) unless
+	// InsecurePlaintext is set.
 	TLS *tls.Config
+	// InsecurePlaintext lets raft without TLS listen and dial off
+	// loopback, for a network that encrypts and authenticates by itself:
+	// whoever reaches the raft port can then write into the cluster's log.
+	// Every start logs a warning.
+	InsecurePlaintext bool
 	// Transport replaces the network transport (tests: raft's in-memory
 	// transport); Listen, Advertise and TLS are then unused.
 	Transport raft.Transport
@@ -175,7 +183,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	var stream *streamLayer
 	if n.trans == nil {
 		advertise := cmp.Or(cfg.Advertise, cfg.Peers[self].RaftAddr)
-		sl, err := listen(cfg.Listen, advertise, cfg.TLS)
+		sl, err := n.listen(advertise)
 		if err != nil {
 			n.closeStores()
 			return nil, err
@@ -233,6 +241,29 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		cfg.Metrics.node.Store(n)
 	}
 	return n, nil
+}
+
+// listen opens the raft listener as cfg says, refusing plaintext off
+// loopback without the opt-out, and says on which address it listens and
+// how the traffic is protected.
+func (n *Node) listen(advertise string) (*streamLayer, error) {
+	cfg := n.cfg
+	if cfg.TLS == nil && !cfg.InsecurePlaintext {
+		if err := CheckPlaintext(cfg.Listen, cfg.Advertise, cfg.Peers); err != nil {
+			return nil, err
+		}
+	}
+	sl, err := listen(cfg.Listen, advertise, cfg.TLS, cfg.InsecurePlaintext)
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("raft listening", "addr", sl.Listener.Addr().String(), "advertise", sl.Addr().String(), "protection", sl.protection())
+	if cfg.TLS == nil && cfg.InsecurePlaintext {
+		n.log.Warn("raft runs without TLS off loopback (--"+InsecurePlaintextFlag+"): whoever reaches "+
+			"the raft port can vote, take leadership and write into the cluster's log; the network must encrypt "+
+			"and authenticate every peer by itself", "addr", sl.Listener.Addr().String())
+	}
+	return sl, nil
 }
 
 // Shutdown stops raft and closes the log, the snapshots and the

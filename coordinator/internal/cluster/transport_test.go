@@ -22,7 +22,7 @@ func TestPeerCertificateMustNameAMember(t *testing.T) {
 	node := ca.IssueFor(t, both, "n1.peers.test", "localhost")
 	cfg := &tls.Config{Certificates: []tls.Certificate{node}, RootCAs: ca.Pool(), ClientCAs: ca.Pool(),
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
-	sl, err := listen("127.0.0.1:0", "", cfg)
+	sl, err := listen("127.0.0.1:0", "", cfg, false)
 	if err != nil {
 		t.Fatal(err)
 	}
