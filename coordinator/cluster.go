@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"crypto/tls"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
@@ -111,8 +112,16 @@ const exitReplicaFailed = 3
 // on without it. It logs why, with the fix, and exits; restarted once the
 // fault is mended, the node goes on from its last stored entry and
 // applies the log from where its store stopped.
+//
+// An entry the node cannot apply (cluster.UnappliableError) is not mended
+// by a restart: the error says what is, and the node refuses to start
+// until it is done.
 func (c *Coordinator) replicaFailed(err error) {
-	c.log.Error("this node cannot store or apply the replicated log: stopping; the other nodes go on; "+
-		"free the disk (or fix the fault) and restart it to catch up", "err", err)
+	if uerr := (*cluster.UnappliableError)(nil); errors.As(err, &uerr) {
+		c.log.Error("this node cannot apply a replicated entry: stopping", "index", uerr.Index, "err", err)
+	} else {
+		c.log.Error("this node cannot store or apply the replicated log: stopping; the other nodes go on; "+
+			"free the disk (or fix the fault) and restart it to catch up", "err", err)
+	}
 	os.Exit(exitReplicaFailed)
 }

@@ -30,8 +30,10 @@ type Config struct {
 	// Registerer, when set, receives the replica's metrics.
 	Registerer prometheus.Registerer
 	// Failed is called, and must not return, when this node cannot store
-	// or apply the replicated log (a full disk, an entry of a newer
-	// release): it stops the process, and the other nodes go on.
+	// or apply the replicated log (a full disk; an entry it cannot apply,
+	// an *UnappliableError): it stops the process, and the other nodes go
+	// on. Start refuses a node that stopped at an entry it still cannot
+	// apply (FSM.CheckHalt).
 	Failed func(error)
 	// Logger receives the replica's own lines (leadership); raft's go to
 	// Node.Logger.
@@ -77,14 +79,22 @@ func Start(st *store.Store, cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := fsm.CheckHalt(); err != nil {
+		return nil, err
+	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	fsm.Fatal = cfg.Failed
+	fsm.Skipped = func(index uint64, why error) {
+		log.Warn("applied a replicated entry as nothing, as the operator allowed (coordinator cluster recover --skip-entry)",
+			"index", index, "why", why)
+	}
 	node, err := StartNode(nc, fsm)
 	if err != nil {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	r := &Replica{
 		node: node, fsm: fsm, committer: NewCommitter(node, fsm, 0),
-		log:       cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		log:       log,
 		advertise: cmp.Or(cfg.GRPCAdvertise, selfGRPC(nc), cfg.GRPCListen),
 		live:      max(3*nc.HeartbeatTimeout, time.Second),
 	}
