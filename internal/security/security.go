@@ -102,8 +102,9 @@ func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 // PeerTLS returns the mutual TLS of a replicated coordinator's raft
 // traffic: each node presents its own certificate (certFile, keyFile) when
 // it dials and when it is dialled, and verifies the other's against the
-// cluster CA in caFile, both ways. A peer's certificate must name the host
-// of its raft address, and be usable for client and server authentication.
+// peer CA in caFile, both ways. A peer's certificate must be usable for
+// client and server authentication; which member it names is the raft
+// transport's check.
 func PeerTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

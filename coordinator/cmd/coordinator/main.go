@@ -216,8 +216,9 @@ type flagValues struct {
 	tlsClientCA    string
 	dev            bool
 	// The cluster flags (see clusterConfig).
-	nodeID, raftListen, raftAdvertise, peers, grpcAdvertise, tlsPeerCA string
-	join, raftInsecurePlaintext                                        bool
+	nodeID, raftListen, raftAdvertise, peers, grpcAdvertise string
+	tlsPeerCA, tlsPeerCert, tlsPeerKey                      string
+	join, raftInsecurePlaintext                             bool
 }
 
 // parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
@@ -280,7 +281,11 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&fv.raftAdvertise, "raft-advertise", "", "raft address peers dial (default: this node's address in --peers)")
 	fs.StringVar(&fv.peers, "peers", "", "every voter, the same on every node: id=raft_address[/grpc_address],... (1, 3 or 5 of them)")
 	fs.StringVar(&fv.grpcAdvertise, "grpc-advertise", "", "gRPC address this node announces when it leads, for followers to name (default: its gRPC address in --peers, or else --listen)")
-	fs.StringVar(&fv.tlsPeerCA, "tls-peer-ca", "", "PEM CA that signs every node's certificate: with --tls-cert, peers speak mutual TLS (default: --tls-client-ca)")
+	fs.StringVar(&fv.tlsPeerCA, "tls-peer-ca", "", "PEM CA of the nodes' peer certificates, required with --tls-cert in a cluster: peers speak mutual TLS under it; "+
+		"a CA of its own that signs nothing else, never --tls-client-ca")
+	fs.StringVar(&fv.tlsPeerCert, "tls-peer-cert", "", "PEM certificate this node presents to its peers (default: --tls-cert): signed by --tls-peer-ca, "+
+		"for client and server authentication, naming the URI spiffe://leasehold/node/<node-id>")
+	fs.StringVar(&fv.tlsPeerKey, "tls-peer-key", "", "PEM private key of --tls-peer-cert")
 	fs.BoolVar(&fv.raftInsecurePlaintext, cluster.InsecurePlaintextFlag, false, "without TLS, let raft listen and dial off loopback: only where the network "+
 		"encrypts and authenticates every peer by itself, since whoever reaches the raft port can write into the cluster's log; every start warns of it")
 	fs.BoolVar(&fv.join, "join", false, "with an empty data directory, wait to be added to a running cluster (coordinator cluster add) instead of bootstrapping one")

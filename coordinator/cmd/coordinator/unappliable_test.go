@@ -18,12 +18,13 @@ import (
 // store or apply the replicated log.
 const exitReplicaFailed = 3
 
-// forgeEntry speaks raft to the node at addr as a leader of a later term
-// would, and makes it commit data as the entry after the last it holds:
-// what any process that reaches a raft port could do before the port
-// required mutual TLS off loopback, and what a process on the machine
-// still can on a loopback cluster. It returns the entry's index.
-func forgeEntry(t *testing.T, addr string, data []byte) uint64 {
+// forgeEntry speaks raft to the node at addr as member id, a leader of a
+// later term, would, and makes it commit data as the entry after the last
+// it holds: what any process that reached a raft port could do before the
+// port required mutual TLS off loopback, and what a process on the machine
+// still can on a loopback cluster, where no certificate says who a peer
+// is. It returns the entry's index.
+func forgeEntry(t *testing.T, addr, id string, data []byte) uint64 {
 	t.Helper()
 	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
 	if err != nil {
@@ -31,7 +32,7 @@ func forgeEntry(t *testing.T, addr string, data []byte) uint64 {
 	}
 	defer trans.Close()
 	const term = 1 << 20
-	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("forger"), Addr: []byte(trans.LocalAddr())}
+	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)}
 	target := raft.ServerAddress(addr)
 	var probe raft.AppendEntriesResponse
 	if err := trans.AppendEntries("n1", target, &raft.AppendEntriesRequest{RPCHeader: header, Term: term}, &probe); err != nil {
@@ -78,7 +79,7 @@ func TestUnappliableEntryStopsTheNode(t *testing.T) {
 
 	n1 := start()
 	n1.WaitFor("msg=leading")
-	index := forgeEntry(t, raftAddr, []byte{0x7f, 0x00})
+	index := forgeEntry(t, raftAddr, "n1", []byte{0x7f, 0x00})
 	if code := n1.WaitExit(); code != exitReplicaFailed {
 		t.Fatalf("exit status %d after the forged entry, want %d", code, exitReplicaFailed)
 	}

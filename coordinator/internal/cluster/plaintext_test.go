@@ -84,6 +84,12 @@ func startPlaintextNode(t *testing.T, listen string, insecure bool, peers ...Pee
 	return n, logs, err
 }
 
+// plainConfig is the configuration of a plaintext transport on listen.
+func plainConfig(listen string, anyHost bool) transportConfig {
+	return transportConfig{Listen: listen, AnyHost: anyHost, Members: func() []raft.Server { return nil },
+		Logger: hclogOf(slog.New(slog.DiscardHandler))}
+}
+
 // otherHostIP returns an IP address of this machine that is not loopback,
 // or skips the test.
 func otherHostIP(t *testing.T) net.IP {
@@ -132,11 +138,11 @@ func TestPlaintextRaftOnlyOnLoopback(t *testing.T) {
 		// The listener itself checks the address it is bound to: a name
 		// that resolves elsewhere than loopback passes no static check.
 		ip := otherHostIP(t)
-		if sl, err := listen(net.JoinHostPort(ip.String(), "0"), "", nil, false); !errors.Is(err, ErrPlaintextRaft) {
-			if sl != nil {
-				sl.Close()
+		if pt, err := newPeerTransport(plainConfig(net.JoinHostPort(ip.String(), "0"), false)); !errors.Is(err, ErrPlaintextRaft) {
+			if pt != nil {
+				pt.Close()
 			}
-			t.Errorf("listen on %s = %v, want %v", ip, err, ErrPlaintextRaft)
+			t.Errorf("listening on %s = %v, want %v", ip, err, ErrPlaintextRaft)
 		}
 	})
 	t.Run("Loopback serves and says it is plaintext on loopback", func(t *testing.T) {
@@ -172,33 +178,25 @@ func TestPlaintextRaftOnlyOnLoopback(t *testing.T) {
 	t.Run("A plaintext dial that reaches another host is closed", func(t *testing.T) {
 		t.Parallel()
 		ip := otherHostIP(t)
-		far, err := listen(net.JoinHostPort(ip.String(), "0"), "", nil, true)
+		far, err := newPeerTransport(plainConfig(net.JoinHostPort(ip.String(), "0"), true))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer far.Close()
-		go func() {
-			for {
-				c, err := far.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		near, err := listen("127.0.0.1:0", "", nil, false)
+		near, err := newPeerTransport(plainConfig("127.0.0.1:0", false))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer near.Close()
-		if c, err := near.Dial(raft.ServerAddress(far.Listener.Addr().String()), 5*time.Second); !errors.Is(err, ErrPlaintextRaft) {
+		farAddr := raft.ServerAddress(far.lis.Addr().String())
+		if c, err := (&dialer{t: near}).Dial(farAddr, 5*time.Second); !errors.Is(err, ErrPlaintextRaft) {
 			if c != nil {
 				c.Close()
 			}
-			t.Errorf("plaintext dial of %s = %v, want %v", far.Listener.Addr(), err, ErrPlaintextRaft)
+			t.Errorf("plaintext dial of %s = %v, want %v", farAddr, err, ErrPlaintextRaft)
 		}
-		if c, err := far.Dial(raft.ServerAddress(far.Listener.Addr().String()), 5*time.Second); err != nil {
-			t.Errorf("dial of %s by the opt-out = %v, want connected", far.Listener.Addr(), err)
+		if c, err := (&dialer{t: far}).Dial(farAddr, 5*time.Second); err != nil {
+			t.Errorf("dial of %s by the opt-out = %v, want connected", farAddr, err)
 		} else {
 			c.Close()
 		}

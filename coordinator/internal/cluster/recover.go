@@ -52,10 +52,7 @@ func Recover(dir, id string, peers []Peer, fsm *FSM, skip []uint64) (RecoverResu
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
 	rc.Logger = quiet
-	var conf raft.Configuration
-	for _, p := range peers {
-		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-	}
+	conf := raft.Configuration{Servers: peerServers(peers)}
 	rf := &recoverFSM{FSM: fsm, skip: skip}
 	if err := raft.RecoverCluster(rc, rf, w, w, snaps, trans, conf); err != nil {
 		if rf.failed != nil {
