@@ -123,6 +123,25 @@ func PeerTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	}, nil
 }
 
+// nodeURIPrefix begins the URI a replicated coordinator's peer
+// certificate carries for each node id it may speak raft as.
+const nodeURIPrefix = "spiffe://leasehold/node/"
+
+// NodeURI returns the URI (a subject alternative name) by which a peer
+// certificate names the cluster node id: spiffe://leasehold/node/<id>.
+func NodeURI(id string) string { return nodeURIPrefix + id }
+
+// NodeIDs returns the node ids a certificate names as NodeURI does.
+func NodeIDs(c *x509.Certificate) []string {
+	var ids []string
+	for _, u := range c.URIs {
+		if id, ok := strings.CutPrefix(u.String(), nodeURIPrefix); ok && id != "" && !strings.Contains(id, "/") {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // LoadCertPool reads PEM certificates from path into a new pool. A file
 // without any certificate is an error.
 func LoadCertPool(path string) (*x509.CertPool, error) {

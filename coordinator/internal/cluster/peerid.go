@@ -6,32 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/leasehold/leasehold/internal/security"
 )
 
-// nodeURIPrefix begins the URI a member's peer certificate carries for
-// each node id it may speak raft as (NodeURI).
-const nodeURIPrefix = "spiffe://leasehold/node/"
-
 // NodeURI returns the URI subject alternative name a peer certificate
-// carries for the node id: the name the raft port checks, on both ends of
-// a connection, against the id a member claims. A certificate the peer CA
-// signed but that names no member this way (a renderer's, a client's, or
-// a node's for a host name only) cannot speak raft.
-func NodeURI(id string) string { return nodeURIPrefix + id }
+// carries for the node id (security.NodeURI): the name the raft port
+// checks, on both ends of a connection, against the id a member claims.
+// A certificate the peer CA signed but that names no member this way (a
+// renderer's, a client's, or a node's for a host name only) cannot speak
+// raft.
+func NodeURI(id string) string { return security.NodeURI(id) }
 
-// certNodeIDs returns the node ids a certificate names (NodeURI).
-func certNodeIDs(c *x509.Certificate) []string {
-	var ids []string
-	for _, u := range c.URIs {
-		if id, ok := strings.CutPrefix(u.String(), nodeURIPrefix); ok && id != "" && !strings.Contains(id, "/") {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
+// certNodeIDs returns the node ids a certificate names.
+func certNodeIDs(c *x509.Certificate) []string { return security.NodeIDs(c) }
 
 // errNotAMember refuses a peer that is not the member it claims: a
 // certificate naming no member, or an RPC whose header claims another

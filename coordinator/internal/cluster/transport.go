@@ -130,12 +130,11 @@ func newPeerTransport(cfg transportConfig) (*peerTransport, error) {
 		consumeCh: make(chan raft.RPC), done: make(chan struct{}), inbound: map[string]*inboundPeer{},
 		adm: newAdmission(), open: map[*peerConn]struct{}{}, proofTimeout: cmp.Or(cfg.ProofTimeout, raftProofTimeout)}
 	if cfg.Advertise != "" {
-		a, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
-		if err != nil {
+		if _, err := net.ResolveTCPAddr("tcp", cfg.Advertise); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
 		}
-		t.advertise = a
+		t.advertise = advertised(cfg.Advertise)
 	}
 	t.setMembers(cfg.Members)
 	t.NetworkTransport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -241,6 +240,17 @@ func (t *peerTransport) Close() error {
 	t.wg.Wait()
 	return nil
 }
+
+// advertised is the address peers dial, as configured: raft puts it in
+// the header of every RPC this node sends, where the peers compare it with
+// the member's address in their configuration, so a name stays a name.
+type advertised string
+
+// Network implements net.Addr.
+func (advertised) Network() string { return "tcp" }
+
+// String implements net.Addr.
+func (a advertised) String() string { return string(a) }
 
 // dialer is the stream of the NetworkTransport that sends: it dials, and
 // accepts nothing (peerTransport accepts).
