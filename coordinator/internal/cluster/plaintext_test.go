@@ -21,6 +21,8 @@ import (
 type records struct {
 	mu   sync.Mutex
 	recs []slog.Record
+	// added is closed, and replaced, at every record.
+	added chan struct{}
 }
 
 func (h *records) Enabled(context.Context, slog.Level) bool { return true }
@@ -30,7 +32,37 @@ func (h *records) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.recs = append(h.recs, r.Clone())
+	if h.added != nil {
+		close(h.added)
+	}
+	h.added = make(chan struct{})
 	return nil
+}
+
+// await waits for a record at level whose message contains msg, and
+// returns it.
+func (h *records) await(t *testing.T, level slog.Level, msg string) slog.Record {
+	t.Helper()
+	deadline := time.After(time.Minute) // failsafe: the record comes as raft runs
+	for {
+		h.mu.Lock()
+		for _, r := range h.recs {
+			if r.Level == level && strings.Contains(r.Message, msg) {
+				h.mu.Unlock()
+				return r
+			}
+		}
+		if h.added == nil {
+			h.added = make(chan struct{})
+		}
+		added := h.added
+		h.mu.Unlock()
+		select {
+		case <-added:
+		case <-deadline:
+			t.Fatalf("no record at %v containing %q", level, msg)
+		}
+	}
 }
 
 // find returns the records whose message contains msg.
