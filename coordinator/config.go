@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/keepalive"
@@ -173,10 +175,18 @@ func (cfg Config) MaxRecvMsgSize() int {
 	return int(n)
 }
 
+// checkEntryBound refuses, in a cluster, limits under which one request
+// could make a raft entry over cluster.MaxEntryBytes.
+func (cfg Config) checkEntryBound() error {
+	return cluster.CheckEntryBound(int64(cfg.MaxRecvMsgSize()), cmp.Or(cfg.MaxArtifactBytes, server.DefaultMaxArtifactBytes))
+}
+
 // validate refuses what would make New fail later or misbehave: negative
 // durations, sizes, limits and team share (zero means the default), a team
 // share that is not a number, a backoff base above its cap, and team
-// weights below 1. The command checks its flags more strictly first.
+// weights below 1, and in a cluster limits that would let one request
+// make a raft entry over cluster.MaxEntryBytes. The command checks its
+// flags more strictly first.
 func (cfg Config) validate() error {
 	checks := []struct {
 		field string
@@ -215,6 +225,9 @@ func (cfg Config) validate() error {
 		if w < 1 {
 			errs = append(errs, fmt.Errorf("Config.TeamWeights[%q] must be at least 1, got %d", team, w))
 		}
+	}
+	if cfg.Cluster != nil {
+		errs = append(errs, cfg.checkEntryBound())
 	}
 	return errors.Join(errs...)
 }

@@ -40,6 +40,10 @@ func clusterConfig(cfg coordinator.Config, fv flagValues, source map[string]stri
 	if err := checkPeers(peers, fv.nodeID, source); err != nil {
 		return nil, err
 	}
+	if err := cluster.CheckEntryBound(int64(cfg.MaxRecvMsgSize()), cfg.MaxArtifactBytes); err != nil {
+		return nil, usagef("%s=%d, %s=%d, %s=%d: %v", source["max-batch-inline-bytes"], cfg.MaxBatchInlineBytes,
+			source["max-documents"], cfg.MaxDocuments, source["max-artifact-bytes"], cfg.MaxArtifactBytes, err)
+	}
 	cl := &coordinator.Cluster{NodeID: fv.nodeID, RaftListen: fv.raftListen, RaftAdvertise: fv.raftAdvertise,
 		GRPCAdvertise: fv.grpcAdvertise, Peers: peers, Join: fv.join, InsecurePlaintext: fv.raftInsecurePlaintext}
 	switch {

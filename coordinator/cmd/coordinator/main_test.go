@@ -177,6 +177,8 @@ func TestInvalidConfigurationExitsTwo(t *testing.T) {
 			"--raft-insecure-plaintext-trusted-network where the network encrypts"},
 		{"a plaintext raft peer on another host", raftArgs("127.0.0.1:7201", "n1=127.0.0.1:7201,n2=192.0.2.2:7201,n3=127.0.0.1:7203"), nil,
 			"peer n2's raft address 192.0.2.2:7201 is not on loopback"},
+		{"a batch too large for one raft entry", append(raftArgs("127.0.0.1:7201", "n1=127.0.0.1:7201"), "--max-batch-inline-bytes", "33554432"), nil,
+			"--max-batch-inline-bytes=33554432, --max-documents=500, --max-artifact-bytes=8388608: in a cluster each writer group is one raft entry, at most 48 MiB"},
 		{"the plaintext opt-out alone", []string{"--raft-insecure-plaintext-trusted-network"}, nil, "needs --node-id, --raft-listen and --peers"},
 		{"a flag over a valid environment value is named as the flag", []string{"--replay-limit", "-3"}, []string{"LEASEHOLD_REPLAY_LIMIT=5"}, "--replay-limit=-3"},
 	}

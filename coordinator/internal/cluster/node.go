@@ -138,6 +138,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout
 	rc.SnapshotThreshold, rc.TrailingLogs = cfg.SnapshotThreshold, cfg.TrailingLogs
 	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = maxAppendEntries
 	// The FSM's store records what it applied, in the same transaction as
 	// the writes: restoring the last snapshot at start-up would only throw
 	// that away.
