@@ -19,7 +19,13 @@
 //
 // With --tls-cert and --tls-key the coordinator serves TLS only; with
 // --tls-client-ca as well, every client must present a certificate signed
-// by one of those CAs (mutual TLS). Logs are JSON lines unless stderr is a
+// by one of those CAs (mutual TLS). A cluster node (--node-id, --raft-listen,
+// --peers) with TLS speaks mutual TLS to its peers under a peer CA of its
+// own (--tls-peer-ca, never --tls-client-ca), with a peer certificate
+// naming its node id (--tls-peer-cert, by default --tls-cert); without TLS
+// its raft listener and peers must be on loopback, unless
+// --raft-insecure-plaintext-trusted-network says the network encrypts and
+// authenticates by itself. Logs are JSON lines unless stderr is a
 // terminal (--log-format). Traces are exported over OTLP when the standard
 // OTEL_* variables ask for it (see package internal/tracing).
 //
