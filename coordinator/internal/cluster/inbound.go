@@ -85,7 +85,7 @@ func (id identity) String() string {
 // identity.
 type inboundPeer struct {
 	id     identity
-	stream *connStream
+	stream *stream
 	trans  *raft.NetworkTransport
 }
 
@@ -242,7 +242,7 @@ func (t *peerTransport) inboundFor(id identity) (*inboundPeer, error) {
 	if in := t.inbound[id.String()]; in != nil {
 		return in, nil
 	}
-	in := &inboundPeer{id: id, stream: &connStream{conns: make(chan net.Conn), closed: make(chan struct{}), addr: t.advertise}}
+	in := &inboundPeer{id: id, stream: newStream(t.advertise, nil)}
 	in.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: in.stream, MaxPool: 1, Timeout: 10 * time.Second, Logger: t.logger,
 	})
@@ -276,17 +276,25 @@ func (t *peerTransport) forward(in *inboundPeer) {
 	}
 }
 
-// connStream is the stream of an identity's NetworkTransport: it accepts
-// the connections prove hands it, and dials nothing.
-type connStream struct {
+// stream is the raft.StreamLayer of one of peerTransport's
+// NetworkTransports: an identity's, which accepts the connections prove
+// hands it and dials nothing, or the one that sends, which dials and
+// accepts nothing (its conns stay empty).
+type stream struct {
 	conns     chan net.Conn
 	closed    chan struct{}
 	closeOnce sync.Once
 	addr      net.Addr
+	dial      func(raft.ServerAddress, time.Duration) (net.Conn, error)
+}
+
+// newStream returns a stream at addr dialling with dial (nil: none).
+func newStream(addr net.Addr, dial func(raft.ServerAddress, time.Duration) (net.Conn, error)) *stream {
+	return &stream{conns: make(chan net.Conn), closed: make(chan struct{}), addr: addr, dial: dial}
 }
 
 // Accept implements net.Listener.
-func (s *connStream) Accept() (net.Conn, error) {
+func (s *stream) Accept() (net.Conn, error) {
 	select {
 	case c := <-s.conns:
 		return c, nil
@@ -296,18 +304,20 @@ func (s *connStream) Accept() (net.Conn, error) {
 }
 
 // Close implements net.Listener.
-func (s *connStream) Close() error {
+func (s *stream) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
 	return nil
 }
 
 // Addr implements net.Listener.
-func (s *connStream) Addr() net.Addr { return s.addr }
+func (s *stream) Addr() net.Addr { return s.addr }
 
-// Dial implements raft.StreamLayer: an identity's transport only
-// receives.
-func (s *connStream) Dial(raft.ServerAddress, time.Duration) (net.Conn, error) {
-	return nil, errors.New("an inbound raft transport does not dial")
+// Dial implements raft.StreamLayer.
+func (s *stream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.dial == nil {
+		return nil, errors.New("an inbound raft transport does not dial")
+	}
+	return s.dial(address, timeout)
 }
 
 // peerConn is a proven connection; closing it gives its slot back once.
@@ -346,6 +356,6 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 }
 
 var (
-	_ raft.StreamLayer = (*connStream)(nil)
+	_ raft.StreamLayer = (*stream)(nil)
 	_ net.Conn         = (*peerConn)(nil)
 )

@@ -221,13 +221,13 @@ func TestPlaintextRaftOnlyOnLoopback(t *testing.T) {
 		}
 		defer near.Close()
 		farAddr := raft.ServerAddress(far.lis.Addr().String())
-		if c, err := (&dialer{t: near}).Dial(farAddr, 5*time.Second); !errors.Is(err, ErrPlaintextRaft) {
+		if c, err := near.dial(farAddr, 5*time.Second); !errors.Is(err, ErrPlaintextRaft) {
 			if c != nil {
 				c.Close()
 			}
 			t.Errorf("plaintext dial of %s = %v, want %v", farAddr, err, ErrPlaintextRaft)
 		}
-		if c, err := (&dialer{t: far}).Dial(farAddr, 5*time.Second); err != nil {
+		if c, err := far.dial(farAddr, 5*time.Second); err != nil {
 			t.Errorf("dial of %s by the opt-out = %v, want connected", farAddr, err)
 		} else {
 			c.Close()

@@ -78,7 +78,7 @@ type transportConfig struct {
 // encrypts and authenticates by itself).
 //
 // What this node sends goes through raft's NetworkTransport, embedded,
-// which dials through dialer. What it receives comes through an accept
+// which dials through dial. What it receives comes through an accept
 // loop of its own (inbound.go), because raft's transport gives a
 // connection a 256 KiB reader as soon as it is accepted and never asks
 // who is at the other end: the loop bounds the connections that have not
@@ -138,7 +138,7 @@ func newPeerTransport(cfg transportConfig) (*peerTransport, error) {
 	}
 	t.setMembers(cfg.Members)
 	t.NetworkTransport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: &dialer{t: t, closed: make(chan struct{})}, MaxPool: 3, Timeout: 10 * time.Second, Logger: cfg.Logger,
+		Stream: newStream(t.advertise, t.dial), MaxPool: 3, Timeout: 10 * time.Second, Logger: cfg.Logger,
 	})
 	t.wg.Add(1)
 	go t.accept()
@@ -252,39 +252,17 @@ func (advertised) Network() string { return "tcp" }
 // String implements net.Addr.
 func (a advertised) String() string { return string(a) }
 
-// dialer is the stream of the NetworkTransport that sends: it dials, and
-// accepts nothing (peerTransport accepts).
-type dialer struct {
-	t         *peerTransport
-	closed    chan struct{}
-	closeOnce sync.Once
-}
-
-// Accept implements net.Listener: it waits until the dialer is closed.
-func (d *dialer) Accept() (net.Conn, error) {
-	<-d.closed
-	return nil, net.ErrClosed
-}
-
-// Close implements net.Listener.
-func (d *dialer) Close() error {
-	d.closeOnce.Do(func() { close(d.closed) })
-	return nil
-}
-
-// Addr implements net.Listener: the address peers dial.
-func (d *dialer) Addr() net.Addr { return d.t.advertise }
-
-// Dial implements raft.StreamLayer. Over TLS, the peer must be the member
-// whose address it dials (verifyDialled). Without TLS and without the
-// opt-out, a connection that reached another host than this one (a name
-// that resolved elsewhere) is closed before anything is sent on it.
-func (d *dialer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+// dial dials a peer for raft's NetworkTransport. Over TLS, the peer must
+// be the member whose address it dials (verifyDialled). Without TLS and
+// without the opt-out, a connection that reached another host than this
+// one (a name that resolved elsewhere) is closed before anything is sent
+// on it.
+func (t *peerTransport) dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	nd := &net.Dialer{Timeout: timeout}
-	if cfg := d.t.tls; cfg != nil {
+	if cfg := t.tls; cfg != nil {
 		cfg = cfg.Clone()
 		cfg.InsecureSkipVerify = true // verifyDialled checks the chain, and the member instead of a host name
-		cfg.VerifyConnection = verifyDialled(cfg.RootCAs, address, d.t.memberList())
+		cfg.VerifyConnection = verifyDialled(cfg.RootCAs, address, t.memberList())
 		c, err := tls.DialWithDialer(nd, "tcp", string(address), cfg)
 		if err != nil {
 			return nil, err
@@ -292,7 +270,7 @@ func (d *dialer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Co
 		return c, nil
 	}
 	c, err := nd.Dial("tcp", string(address))
-	if err != nil || d.t.anyHost || security.LocalAddr(c.RemoteAddr()) {
+	if err != nil || t.anyHost || security.LocalAddr(c.RemoteAddr()) {
 		return c, err
 	}
 	c.Close()
@@ -303,5 +281,4 @@ var (
 	_ raft.Transport   = (*peerTransport)(nil)
 	_ raft.WithClose   = (*peerTransport)(nil)
 	_ raft.WithPreVote = (*peerTransport)(nil)
-	_ raft.StreamLayer = (*dialer)(nil)
 )

@@ -197,7 +197,7 @@ func TestPeerIdentity(t *testing.T) {
 			b.mu.Lock()
 			b.members = []raft.Server{b.members[0], {ID: "n2", Address: raft.ServerAddress(srv.lis.Addr().String())}, b.members[2]}
 			b.mu.Unlock()
-			c, err := (&dialer{t: b.n1}).Dial(raft.ServerAddress(srv.lis.Addr().String()), 5*time.Second)
+			c, err := b.n1.dial(raft.ServerAddress(srv.lis.Addr().String()), 5*time.Second)
 			if c != nil {
 				c.Close()
 			}
