@@ -245,7 +245,7 @@ func (f *FSM) CheckHalt() error {
 	}
 	ws, err := decodeEntry(h.Data)
 	if err == nil {
-		err = f.st.CheckWriteSet(ws)
+		err = f.st.CheckWriteSet(h.Index, ws)
 	}
 	if err != nil {
 		return &UnappliableError{Index: h.Index, Term: h.Term, Err: err}

@@ -90,7 +90,7 @@ func (f *recoverFSM) Apply(l *raft.Log) any {
 	}
 	ws, err := decodeEntry(l.Data)
 	if err == nil {
-		err = f.st.CheckWriteSet(ws)
+		err = f.st.CheckWriteSet(l.Index, ws)
 	}
 	switch {
 	case err == nil:

@@ -177,15 +177,12 @@ func mustDigest(t testing.TB, st *store.Store) [32]byte {
 	return d
 }
 
-// TestRecoverPastAnUnappliableEntry: a lost-quorum recovery over a log
-// holding an entry the store cannot apply fails naming it, without a
-// panic and with the raft state left as it was; given the entry to skip,
-// it recovers and applies the entries after it.
-func TestRecoverPastAnUnappliableEntry(t *testing.T) {
-	t.Parallel()
-	primary, st := openStore(t, "primary"), openStore(t, "replica")
+// raftDir writes the raft state of a node n1 bootstrapped alone, its log
+// holding entries after the configuration, and returns its directory and
+// its snapshot store.
+func raftDir(t *testing.T, entries ...*raft.Log) (string, raft.SnapshotStore) {
+	t.Helper()
 	dir := t.TempDir()
-	peers := []Peer{{ID: "n1", RaftAddr: "127.0.0.1:7201"}}
 	if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -193,29 +190,38 @@ func TestRecoverPastAnUnappliableEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer w.Close()
 	snaps, err := raft.NewFileSnapshotStore(dir, snapshotsRetained, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, trans := raft.NewInmemTransport("")
+	defer trans.Close()
 	rc := raft.DefaultConfig()
 	rc.LocalID = "n1"
 	conf := raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "127.0.0.1:7201"}}}
 	if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.StoreLogs([]*raft.Log{
-		{Index: 2, Term: 1, Type: raft.LogCommand, Data: groupOn(t, primary, 0, 1)},
-		{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte{0x7f, 0x00}},
-		{Index: 4, Term: 1, Type: raft.LogCommand, Data: groupOn(t, primary, 2, 2)},
-	}); err != nil {
+	if err := w.StoreLogs(entries); err != nil {
 		t.Fatal(err)
 	}
-	trans.Close()
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	return dir, snaps
+}
 
+// TestRecoverPastAnUnappliableEntry: a lost-quorum recovery over a log
+// holding an entry the store cannot apply fails naming it, without a
+// panic and with the raft state left as it was; given the entry to skip,
+// it recovers and applies the entries after it.
+func TestRecoverPastAnUnappliableEntry(t *testing.T) {
+	t.Parallel()
+	primary, st := openStore(t, "primary"), openStore(t, "replica")
+	peers := []Peer{{ID: "n1", RaftAddr: "127.0.0.1:7201"}}
+	dir, snaps := raftDir(t,
+		&raft.Log{Index: 2, Term: 1, Type: raft.LogCommand, Data: groupOn(t, primary, 0, 1)},
+		&raft.Log{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte{0x7f, 0x00}},
+		&raft.Log{Index: 4, Term: 1, Type: raft.LogCommand, Data: groupOn(t, primary, 2, 2)},
+	)
 	fsm, err := NewFSM(st)
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +234,7 @@ func TestRecoverPastAnUnappliableEntry(t *testing.T) {
 	if list, _ := snaps.List(); len(list) != 0 {
 		t.Errorf("a failed recovery wrote %d snapshots", len(list))
 	}
-	w, err = wal.Open(filepath.Join(dir, "wal"))
+	w, err := wal.Open(filepath.Join(dir, "wal"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +251,30 @@ func TestRecoverPastAnUnappliableEntry(t *testing.T) {
 	}
 	if res.LastIndex != 4 || fsm.Applied() != 4 {
 		t.Errorf("recovered at %d, applied %d; want both 4", res.LastIndex, fsm.Applied())
+	}
+	if mustDigest(t, primary) != mustDigest(t, st) {
+		t.Error("the recovered store differs from the primary")
+	}
+}
+
+// TestRecoverReplaysAppliedEntries: a recovery replays the log onto a
+// store that applied it already, where each entry changes nothing, though
+// the sequences the first entries set are below the store's.
+func TestRecoverReplaysAppliedEntries(t *testing.T) {
+	t.Parallel()
+	primary, st := openStore(t, "primary"), openStore(t, "replica")
+	logs := []*raft.Log{
+		{Index: 2, Term: 1, Type: raft.LogCommand, Data: groupOn(t, primary, 0, 1)},
+		{Index: 3, Term: 1, Type: raft.LogCommand, Data: groupOn(t, primary, 2, 2)},
+	}
+	dir, _ := raftDir(t, logs...)
+	var skipped []uint64
+	fsm := newTestFSM(t, st, &skipped)
+	if err := applyUntilStopped(fsm, logs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recover(dir, "n1", []Peer{{ID: "n1", RaftAddr: "127.0.0.1:7201"}}, fsm, nil); err != nil {
+		t.Fatalf("Recover over applied entries: %v", err)
 	}
 	if mustDigest(t, primary) != mustDigest(t, st) {
 		t.Error("the recovered store differs from the primary")

@@ -38,12 +38,15 @@ func TestMalformedWriteSets(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ops  []*storagev1.WriteOp
+		// onBase: malformed only when evaluated on the store's state; of
+		// another base it is applied as nothing, as a deposed leader's.
+		onBase bool
 	}{
-		{"An unknown bucket", []*storagev1.WriteOp{put([]byte("a"), nil), {Kind: storagev1.WriteOp_KIND_PUT, Bucket: 999, Key: []byte("k")}}},
-		{"An unknown kind", []*storagev1.WriteOp{put([]byte("a"), nil), {Kind: 42, Bucket: jobsBucket, Key: []byte("k")}}},
-		{"An empty key", []*storagev1.WriteOp{put([]byte("a"), nil), put(nil, []byte("v"))}},
-		{"A key longer than bbolt takes", []*storagev1.WriteOp{put([]byte("a"), nil), put(bytes.Repeat([]byte("k"), 40000), nil)}},
-		{"A sequence moved back within the set", []*storagev1.WriteOp{put([]byte("a"), nil), seq(9), seq(3)}},
+		{"An unknown bucket", []*storagev1.WriteOp{put([]byte("a"), nil), {Kind: storagev1.WriteOp_KIND_PUT, Bucket: 999, Key: []byte("k")}}, false},
+		{"An unknown kind", []*storagev1.WriteOp{put([]byte("a"), nil), {Kind: 42, Bucket: jobsBucket, Key: []byte("k")}}, false},
+		{"An empty key", []*storagev1.WriteOp{put([]byte("a"), nil), put(nil, []byte("v"))}, false},
+		{"A key longer than bbolt takes", []*storagev1.WriteOp{put([]byte("a"), nil), put(bytes.Repeat([]byte("k"), 40000), nil)}, false},
+		{"A sequence moved back within the set", []*storagev1.WriteOp{put([]byte("a"), nil), seq(9), seq(3)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -51,20 +54,41 @@ func TestMalformedWriteSets(t *testing.T) {
 			primary := setup(t)
 			good := recorded(t, primary.st, 0, populateTx)
 			before := digest(t, b.st)
-			for _, base := range []uint64{0, 7} {
-				ws := writeSetOf(t, base, tc.ops...)
-				if err := b.st.CheckWriteSet(ws); !errors.Is(err, store.ErrWriteSet) {
-					t.Errorf("CheckWriteSet on base %d = %v, want ErrWriteSet", base, err)
-				}
-				if err := b.st.ApplyWriteSet(1, ws); !errors.Is(err, store.ErrWriteSet) {
-					t.Errorf("ApplyWriteSet on base %d = %v, want ErrWriteSet", base, err)
-				}
+			ws := writeSetOf(t, 0, tc.ops...)
+			if err := b.st.CheckWriteSet(1, ws); !errors.Is(err, store.ErrWriteSet) {
+				t.Errorf("CheckWriteSet = %v, want ErrWriteSet", err)
+			}
+			if err := b.st.ApplyWriteSet(1, ws); !errors.Is(err, store.ErrWriteSet) {
+				t.Errorf("ApplyWriteSet = %v, want ErrWriteSet", err)
 			}
 			if digest(t, b.st) != before {
 				t.Fatal("a malformed write set changed the store")
 			}
+			if rs, _ := b.st.ReplicaState(); rs.Applied != 0 {
+				t.Fatalf("a malformed write set was counted applied: %+v", rs)
+			}
+			other := writeSetOf(t, 7, tc.ops...)
+			want := store.ErrWriteSet
+			if tc.onBase {
+				want = store.ErrStaleBase
+			}
+			if err := b.st.CheckWriteSet(1, other); !errors.Is(err, want) && !(tc.onBase && err == nil) {
+				t.Errorf("CheckWriteSet of another base = %v, want %v", err, want)
+			}
+			if err := b.st.ApplyWriteSet(1, other); !errors.Is(err, want) {
+				t.Errorf("ApplyWriteSet of another base = %v, want %v", err, want)
+			}
+			if digest(t, b.st) != before {
+				t.Fatal("a write set of another base changed the store")
+			}
 			bad := writeSetOf(t, 1, tc.ops...)
 			res, err := b.st.ApplyWriteSets([]store.Entry{{Index: 1, WriteSet: good}, {Index: 2, WriteSet: bad}, {Index: 3, WriteSet: good}})
+			if tc.onBase {
+				// Entry 1 of another base was consumed above; replay on a
+				// fresh store.
+				b = setup(t)
+				res, err = b.st.ApplyWriteSets([]store.Entry{{Index: 1, WriteSet: good}, {Index: 2, WriteSet: bad}, {Index: 3, WriteSet: good}})
+			}
 			var eerr *store.EntryError
 			if !errors.As(err, &eerr) || eerr.Index != 2 || !errors.Is(err, store.ErrWriteSet) {
 				t.Fatalf("ApplyWriteSets = %v, want an EntryError naming entry 2", err)

@@ -300,22 +300,56 @@ func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
 	return res, nil
 }
 
-// CheckWriteSet reports whether ws could be applied onto the store as it
-// is now: an error wrapping ErrWriteSet when it is malformed, nil when it
-// is well formed (whatever its base). It writes nothing.
-func (s *Store) CheckWriteSet(ws []byte) error {
+// CheckWriteSet reports whether the write set ws of the entry at index
+// could be applied onto the store as it is now: an error wrapping
+// ErrWriteSet when it is malformed, nil when applying it would apply it,
+// or change nothing (an entry at or below the applied index, or one
+// evaluated on another base). It writes nothing.
+func (s *Store) CheckWriteSet(index uint64, ws []byte) error {
 	return s.view(func(tx *bbolt.Tx) error {
-		_, err := decodeWriteSet(tx, ws)
+		rs := readReplicaState(tx)
+		if index <= rs.Applied {
+			return nil
+		}
+		_, err := checkWriteSet(tx, rs, ws)
 		return err
 	})
 }
 
-// decodeWriteSet decodes ws and checks every write against tx before any
-// is made, so that a malformed write set is refused whole: the format,
-// each bucket and operation, each key's and value's size as bbolt takes
-// them, and that no sequence moves backwards (every sequence of the
-// schema only grows: a write set that lowers one was evaluated on a state
-// this store never had).
+// checkWriteSet decodes ws and checks every write before any is made, so
+// that a malformed write set is refused whole (decodeWriteSet), and, when
+// it was evaluated on the state tx holds (its base is the last write set
+// applied), that no sequence moves backwards: every sequence of the schema
+// only grows, so a write set that lowers one was evaluated on a state this
+// store never had. A write set of another base is applied as nothing
+// whatever its sequences say.
+func checkWriteSet(tx *bbolt.Tx, rs ReplicaState, ws []byte) (*storagev1.WriteSet, error) {
+	m, err := decodeWriteSet(tx, ws)
+	if err != nil || m.GetBase() != rs.Group {
+		return m, err
+	}
+	seqs := map[uint32]uint64{}
+	for i, op := range m.GetOps() {
+		if op.GetKind() != storagev1.WriteOp_KIND_SET_SEQUENCE {
+			continue
+		}
+		id := op.GetBucket()
+		cur, ok := seqs[id]
+		if !ok {
+			cur = tx.Bucket(bucketIDs[id]).Sequence()
+		}
+		if op.GetSequence() < cur {
+			return nil, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
+				ErrWriteSet, i, bucketIDs[id], cur, op.GetSequence())
+		}
+		seqs[id] = op.GetSequence()
+	}
+	return m, nil
+}
+
+// decodeWriteSet decodes ws and checks the form of every write: the
+// format, each bucket and operation, and each key's and value's size as
+// bbolt takes them.
 func decodeWriteSet(tx *bbolt.Tx, ws []byte) (*storagev1.WriteSet, error) {
 	var m storagev1.WriteSet
 	if err := proto.Unmarshal(ws, &m); err != nil {
@@ -324,14 +358,12 @@ func decodeWriteSet(tx *bbolt.Tx, ws []byte) (*storagev1.WriteSet, error) {
 	if m.GetVersion() != WriteSetVersion {
 		return nil, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.GetVersion(), WriteSetVersion)
 	}
-	seqs := map[uint32]uint64{}
 	for i, op := range m.GetOps() {
 		id := op.GetBucket()
 		if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
 			return nil, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
 		}
-		b := tx.Bucket(bucketIDs[id])
-		if b == nil {
+		if tx.Bucket(bucketIDs[id]) == nil {
 			return nil, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
 		}
 		switch op.GetKind() {
@@ -340,15 +372,6 @@ func decodeWriteSet(tx *bbolt.Tx, ws []byte) (*storagev1.WriteSet, error) {
 				return nil, fmt.Errorf("%w: write %d has a key of %d bytes and a value of %d", ErrWriteSet, i, k, len(op.GetValue()))
 			}
 		case storagev1.WriteOp_KIND_SET_SEQUENCE:
-			cur, ok := seqs[id]
-			if !ok {
-				cur = b.Sequence()
-			}
-			if op.GetSequence() < cur {
-				return nil, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
-					ErrWriteSet, i, bucketIDs[id], cur, op.GetSequence())
-			}
-			seqs[id] = op.GetSequence()
 		default:
 			return nil, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.GetKind())
 		}
@@ -363,7 +386,7 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 	if index <= rs.Applied {
 		return false, nil
 	}
-	m, err := decodeWriteSet(tx, ws)
+	m, err := checkWriteSet(tx, rs, ws)
 	if err != nil {
 		return false, err
 	}
