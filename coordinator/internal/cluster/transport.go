@@ -106,6 +106,9 @@ type peerTransport struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
+	// mu guards what follows: the transports of the identities seen, the
+	// heartbeat handler raft set, the counts of the connections and the
+	// open ones.
 	mu        sync.Mutex
 	inbound   map[string]*inboundPeer
 	heartbeat func(raft.RPC)
