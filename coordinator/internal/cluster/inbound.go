@@ -114,7 +114,7 @@ func (t *peerTransport) accept() {
 		}
 		delay = 0
 		key := sourceKey(c.RemoteAddr())
-		if cause := t.admit(key); cause != "" {
+		if cause := t.admit(key, c); cause != "" {
 			c.Close()
 			t.metrics.refusedConn(cause)
 			continue
@@ -124,9 +124,9 @@ func (t *peerTransport) accept() {
 	}
 }
 
-// admit counts a connection of source key as proving itself, or says why
-// it is refused.
-func (t *peerTransport) admit(key string) string {
+// admit counts c, a connection of source key, as proving itself, or says
+// why it is refused.
+func (t *peerTransport) admit(key string, c net.Conn) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -137,15 +137,16 @@ func (t *peerTransport) admit(key string) string {
 	}
 	t.adm.pending++
 	t.adm.byAddr[key]++
+	t.proving[c] = struct{}{}
 	return ""
 }
 
-// proven moves a connection of source key from proving itself to open,
-// when there is room; it reports whether there was.
-func (t *peerTransport) proven(key string, pc *peerConn) bool {
+// proven moves c, a connection of source key, from proving itself to
+// open as pc, when there is room; it reports whether there was.
+func (t *peerTransport) proven(key string, c net.Conn, pc *peerConn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.unpendLocked(key)
+	t.unpendLocked(key, c)
 	if t.adm.open >= raftMaxConns {
 		return false
 	}
@@ -154,14 +155,16 @@ func (t *peerTransport) proven(key string, pc *peerConn) bool {
 	return true
 }
 
-// unpend forgets a connection of source key that failed to prove itself.
-func (t *peerTransport) unpend(key string) {
+// unpend forgets c, a connection of source key that failed to prove
+// itself.
+func (t *peerTransport) unpend(key string, c net.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.unpendLocked(key)
+	t.unpendLocked(key, c)
 }
 
-func (t *peerTransport) unpendLocked(key string) {
+func (t *peerTransport) unpendLocked(key string, c net.Conn) {
+	delete(t.proving, c)
 	t.adm.pending--
 	if t.adm.byAddr[key]--; t.adm.byAddr[key] <= 0 {
 		delete(t.adm.byAddr, key)
@@ -177,7 +180,7 @@ func (t *peerTransport) prove(c net.Conn, key string) {
 	conn, id, err := t.handshake(c)
 	if err != nil {
 		c.Close()
-		t.unpend(key)
+		t.unpend(key, c)
 		cause := causeHandshake
 		if errors.Is(err, errNotAMember) {
 			cause = causeNotAMember
@@ -188,7 +191,7 @@ func (t *peerTransport) prove(c net.Conn, key string) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	pc := &peerConn{Conn: conn, t: t}
-	if !t.proven(key, pc) {
+	if !t.proven(key, c, pc) {
 		conn.Close()
 		t.metrics.refusedConn(causeEstablished)
 		return

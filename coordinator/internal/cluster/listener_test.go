@@ -115,6 +115,26 @@ func TestRaftListenerLimits(t *testing.T) {
 			t.Errorf("%d connections proving themselves, want the address's share, %d", pending, raftMaxPendingPerAddress)
 		}
 	})
+	t.Run("Closing the transport closes the connections proving themselves", func(t *testing.T) {
+		t.Parallel()
+		b := newPeerBundle(t, true, 10*time.Minute)
+		_, closed := idleConns(t, b.n1.lis.Addr().String(), "127.0.0.1", 3)
+		// Wait until the three are proving themselves: the accept loop
+		// takes them within microseconds.
+		for failsafe := time.Now().Add(time.Minute); ; runtime.Gosched() {
+			b.n1.mu.Lock()
+			pending := b.n1.adm.pending
+			b.n1.mu.Unlock()
+			if pending == 3 {
+				break
+			}
+			if time.Now().After(failsafe) {
+				t.Fatalf("%d connections proving themselves, want 3", pending)
+			}
+		}
+		b.n1.Close()
+		receive(t, closed, 3, "connections proving themselves closed by Close")
+	})
 	t.Run("A connection that proves nothing is closed after the proof timeout", func(t *testing.T) {
 		t.Parallel()
 		for _, tlsOn := range []bool{true, false} {

@@ -113,7 +113,10 @@ type peerTransport struct {
 	inbound   map[string]*inboundPeer
 	heartbeat func(raft.RPC)
 	adm       admission
-	open      map[*peerConn]struct{}
+	// proving are the connections proving themselves, open the proven
+	// ones: Close closes both.
+	proving map[net.Conn]struct{}
+	open    map[*peerConn]struct{}
 }
 
 // newPeerTransport listens as cfg says and starts accepting. Without TLS
@@ -131,7 +134,7 @@ func newPeerTransport(cfg transportConfig) (*peerTransport, error) {
 	t := &peerTransport{lis: l, advertise: l.Addr(), tls: cfg.TLS, anyHost: cfg.AnyHost, logger: cfg.Logger,
 		log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)), metrics: cfg.Metrics,
 		consumeCh: make(chan raft.RPC), done: make(chan struct{}), inbound: map[string]*inboundPeer{},
-		adm: newAdmission(), open: map[*peerConn]struct{}{}, proofTimeout: cmp.Or(cfg.ProofTimeout, raftProofTimeout)}
+		adm: newAdmission(), proving: map[net.Conn]struct{}{}, open: map[*peerConn]struct{}{}, proofTimeout: cmp.Or(cfg.ProofTimeout, raftProofTimeout)}
 	if cfg.Advertise != "" {
 		if _, err := net.ResolveTCPAddr("tcp", cfg.Advertise); err != nil {
 			l.Close()
@@ -230,6 +233,9 @@ func (t *peerTransport) Close() error {
 		close(t.done)
 		t.lis.Close()
 		t.mu.Lock()
+		for c := range t.proving {
+			c.Close()
+		}
 		for c := range t.open {
 			c.Conn.Close()
 		}
