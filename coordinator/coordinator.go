@@ -80,7 +80,20 @@ const (
 // without closing its connection (power loss, a partitioned node) is
 // noticed in about 15 s rather than when the kernel gives up on TCP, which
 // takes hours; its streams end and its capacity leaves the live total.
-var keepaliveParams = keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}
+//
+// They also bound how long a connection holds one of the listener's slots
+// (see connectionAge): one without a call in flight for MaxConnectionIdle
+// is closed gracefully (GOAWAY; the client dials again at its next call),
+// and every connection is asked to go after MaxConnectionAge (gRPC adds up
+// to 10% of jitter), its calls given MaxConnectionAgeGrace to end before
+// it is closed.
+var keepaliveParams = keepalive.ServerParameters{
+	Time:                  10 * time.Second,
+	Timeout:               5 * time.Second,
+	MaxConnectionIdle:     connectionIdle,
+	MaxConnectionAge:      connectionAge,
+	MaxConnectionAgeGrace: connectionAgeGrace,
+}
 
 // keepalivePolicy lets clients ping every 5 s, with or without calls in
 // flight (a renderer between leases has none), and closes the connection
@@ -131,9 +144,16 @@ type Config struct {
 	// ReloadPrincipals reads it again.
 	TokensFile string
 	// MaxConnections bounds the connections Serve serves at once on its
-	// listener (0: edge.DefaultMaxConnections); further clients wait in
-	// the accept queue until one closes.
+	// listener (0: edge.DefaultMaxConnections); a connection past it is
+	// closed at once, and the client retries with its backoff.
 	MaxConnections int
+	// MaxConnectionsPerAddress bounds the connections of one source
+	// address (an IPv4 address or an IPv6 /64) on that listener (0: an
+	// eighth of MaxConnections), so that one peer cannot hold them all.
+	MaxConnectionsPerAddress int
+	// ConnAuthTimeout closes a gRPC connection that has made no call with
+	// a known bearer token within it (0: edge.DefaultAuthTimeout).
+	ConnAuthTimeout time.Duration
 	// TLS, when set, makes the server speak TLS only: a plaintext client
 	// fails its handshake before any call, so no bearer token is read off a
 	// plaintext connection. With ClientCAs and ClientAuth set (see
@@ -259,6 +279,8 @@ func (cfg Config) validate() error {
 		{"ReplayLimit", cfg.ReplayLimit, cfg.ReplayLimit >= 0},
 		{"MaxArtifactBytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 0},
 		{"MaxConnections", cfg.MaxConnections, cfg.MaxConnections >= 0},
+		{"MaxConnectionsPerAddress", cfg.MaxConnectionsPerAddress, cfg.MaxConnectionsPerAddress >= 0},
+		{"ConnAuthTimeout", cfg.ConnAuthTimeout, cfg.ConnAuthTimeout >= 0},
 		{"MaxUploadBufferBytes", cfg.MaxUploadBufferBytes, cfg.MaxUploadBufferBytes >= 0},
 		{"ShutdownTimeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout >= 0},
 		{"Retention", cfg.Retention, cfg.Retention >= 0},
@@ -294,9 +316,10 @@ type Coordinator struct {
 	health    *health.Server
 	devTokens bool
 	// principalsFile is the loaded TokensFile, nil on the development
-	// tokens; fullLogged is when connectionsFull last logged (Unix ns).
+	// tokens.
 	principalsFile *auth.File
-	fullLogged     atomic.Int64
+	// conns are the listeners' connection limits.
+	conns *connLimits
 
 	refusals *edge.Refusals
 	// failed is set when the writer fail-stops; health stays NOT_SERVING.
@@ -383,6 +406,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.conns = newConnLimits(cfg, reg, log)
 	c.newGRPCServer(principals, reg)
 	undo.push(c.grpc.Stop)
 	if err := c.listenMetrics(reg, principals, &undo); err != nil {
@@ -540,7 +564,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		grpc.ForceServerCodecV2(edge.ServerCodec()),
 		// A call without a known token is refused from its headers,
 		// before its request is read (and counted and logged as refused).
-		grpc.InTapHandle(principals.InTapHandle(c.refusals.Early)),
+		grpc.InTapHandle(principals.InTapHandle(c.refusals.Early, c.conns.authenticated)),
 		grpc.ChainUnaryInterceptor(
 			srvMetrics.UnaryServerInterceptor(),
 			c.refusals.UnaryServerInterceptor(),
@@ -611,7 +635,7 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 			"serve it on a loopback address or turn TLS on", lis.Addr())
 	}
 	limits := cmp.Or(c.cfg.httpLimits, &defaultHTTPLimits)
-	lis = limitConns(lis, *limits)
+	lis = c.conns.listenHTTP(lis, *limits, reg)
 	if c.cfg.HTTPTLS != nil {
 		lis = tls.NewListener(lis, c.cfg.HTTPTLS)
 	}
@@ -764,7 +788,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	if c.devTokens && !localAddr(lis.Addr()) {
 		return fmt.Errorf("refusing to serve the public development tokens on %s; pass a principals file", lis.Addr())
 	}
-	lis = edge.LimitListener(lis, cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections), c.connectionsFull)
+	lis = c.conns.grpc.Listen(lis)
 	if c.metricsSrv != nil {
 		c.metricsOnce.Do(func() {
 			if c.inproc != nil {
@@ -789,16 +813,6 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.log.Warn("serving without TLS on a network address: bearer tokens cross the network in the clear; pass --tls-cert and --tls-key")
 	}
 	return c.grpc.Serve(lis)
-}
-
-// connectionsFull logs, at most once a minute, that the gRPC listener has
-// as many connections open as it serves.
-func (c *Coordinator) connectionsFull() {
-	now, last := time.Now().UnixNano(), c.fullLogged.Load()
-	if now-last >= int64(time.Minute) && c.fullLogged.CompareAndSwap(last, now) {
-		c.log.Warn("gRPC connection limit reached: new connections wait until one closes",
-			"max_connections", cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections))
-	}
 }
 
 // tlsMode names the transport security for the log: "off", "tls" or

@@ -60,6 +60,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/leasehold/leasehold/internal/fdlimit"
 	"github.com/leasehold/leasehold/internal/logformat"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/tracing"
@@ -142,6 +143,8 @@ func run(args []string, stderr io.Writer) error {
 	}
 	defer shutdownTracing(tr, log)
 	cfg.TracerProvider = tr.Provider
+	lim, err := fdlimit.Raise()
+	checkFileLimit(log, lim, err, cfg.FileDescriptors())
 
 	c, err := coordinator.New(cfg)
 	if err != nil {
@@ -170,6 +173,27 @@ func run(args []string, stderr io.Writer) error {
 			c.Close()
 			return err
 		}
+	}
+}
+
+// checkFileLimit logs the limit on open files that fdlimit.Raise left in
+// force, and warns when it is below need, the descriptors the
+// coordinator's connection caps may take (Config.FileDescriptors): past
+// the limit, accepting a connection fails with "too many open files",
+// whoever holds the others.
+func checkFileLimit(log *slog.Logger, lim fdlimit.Limit, err error, need int) {
+	switch {
+	case err != nil:
+		log.Warn("could not raise the open file limit", "err", err, "soft", lim.Soft, "hard", lim.Hard)
+	case lim.Hard == 0:
+		return // no such limit here
+	default:
+		log.Info("open file limit", "limit", lim.Soft)
+	}
+	if lim.Soft > 0 && lim.Soft < uint64(need) {
+		log.Warn("the open file limit is below what the connection caps may take: raise the hard limit "+
+			"(ulimit -Hn, systemd's LimitNOFILE, the container runtime's nofile) or lower --max-connections",
+			"limit", lim.Soft, "need", need)
 	}
 }
 
@@ -238,7 +262,11 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON), read again on SIGHUP; required unless --dev")
 	fs.BoolVar(&fv.dev, "dev", false, "use the public development tokens (dev-alpha, dev-operator, ...) instead of --tokens: "+
 		"only on loopback addresses, the console's too, and only from this machine")
-	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; further clients wait until one closes")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; a connection past it is closed at once")
+	fs.IntVar(&cfg.MaxConnectionsPerAddress, "max-connections-per-address", 0,
+		"most gRPC connections of one source address (an IPv4 address or an IPv6 /64), at most --max-connections (0: an eighth of it); "+
+			"behind a proxy or sidecar that connects from one address for every client, raise it to --max-connections")
+	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", edge.DefaultAuthTimeout, "close a gRPC connection that has made no call with a known token within this long")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
 	fs.UintVar(&fv.maxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts per job cycle, including the first (at least 1)")
 	fs.DurationVar(&cfg.BackoffBase, "backoff-base", engine.DefaultBackoffBase, "retry backoff before the second attempt (doubles, with full jitter; at most --backoff-cap)")
@@ -449,6 +477,9 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
 		{"max-connections", cfg.MaxConnections, cfg.MaxConnections >= 1, "at least 1"},
+		{"max-connections-per-address", cfg.MaxConnectionsPerAddress, cfg.MaxConnectionsPerAddress >= 0, "0 (an eighth of --max-connections) or more"},
+		{"max-connections-per-address", cfg.MaxConnectionsPerAddress, cfg.MaxConnectionsPerAddress <= cfg.MaxConnections, "at most --max-connections"},
+		{"conn-auth-timeout", cfg.ConnAuthTimeout, cfg.ConnAuthTimeout >= 100*time.Millisecond, "at least 100ms"},
 		{"shutdown-timeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout > 0, "a positive duration"},
 		{"retention", days(cfg.Retention), validRetention(cfg.Retention), retentionWant},
 		{"rejection-retention", days(cfg.RejectionRetention), validRetention(cfg.RejectionRetention), retentionWant},
