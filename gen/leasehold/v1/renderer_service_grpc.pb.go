@@ -97,9 +97,20 @@ type RendererServiceClient interface {
 	// them. Grants queued for a session that ends before they are sent are
 	// handed back at once without counting the attempt.
 	//
+	// Every list of lease references in a message (hello.holding,
+	// heartbeats, received, hand_backs, cancel_acks) and its completions name
+	// at most hello.capacity items each: a renderer never works on more
+	// leases at once. A message with a longer list is refused whole (nothing
+	// of it is applied, not even its well-formed items) and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS and a BadRequest naming the
+	// list. The coordinator applies what a session sent in writer commands
+	// of at most that many items per list, so that one session costs the
+	// writer a bounded amount per command however fast it sends.
+	//
 	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
 	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
-	// renderer cannot accept a grant of the largest inline document);
+	// renderer cannot accept a grant of the largest inline document),
+	// TOO_MANY_LEASE_REFS;
 	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
 	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
 	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
@@ -136,6 +147,12 @@ type RendererServiceClient interface {
 	// the leases beside it their extension. Session treats its heartbeats,
 	// hand_backs, received and cancel_acks the same way, answering the
 	// malformed ones after the others in SessionResponse.leases.
+	//
+	// Each of leases, hand_backs and cancel_acks names at most as many leases
+	// as the capacity the stream declared last (or, while it has declared
+	// none, its credential's max_capacity; at most 4,096). A longer list is
+	// refused whole, nothing of the message applied, and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS.
 	Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -330,9 +347,20 @@ type RendererServiceServer interface {
 	// them. Grants queued for a session that ends before they are sent are
 	// handed back at once without counting the attempt.
 	//
+	// Every list of lease references in a message (hello.holding,
+	// heartbeats, received, hand_backs, cancel_acks) and its completions name
+	// at most hello.capacity items each: a renderer never works on more
+	// leases at once. A message with a longer list is refused whole (nothing
+	// of it is applied, not even its well-formed items) and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS and a BadRequest naming the
+	// list. The coordinator applies what a session sent in writer commands
+	// of at most that many items per list, so that one session costs the
+	// writer a bounded amount per command however fast it sends.
+	//
 	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
 	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
-	// renderer cannot accept a grant of the largest inline document);
+	// renderer cannot accept a grant of the largest inline document),
+	// TOO_MANY_LEASE_REFS;
 	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
 	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
 	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
@@ -369,6 +397,12 @@ type RendererServiceServer interface {
 	// the leases beside it their extension. Session treats its heartbeats,
 	// hand_backs, received and cancel_acks the same way, answering the
 	// malformed ones after the others in SessionResponse.leases.
+	//
+	// Each of leases, hand_backs and cancel_acks names at most as many leases
+	// as the capacity the stream declared last (or, while it has declared
+	// none, its credential's max_capacity; at most 4,096). A longer list is
+	// refused whole, nothing of the message applied, and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS.
 	Heartbeat(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
