@@ -335,6 +335,7 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, r.ID)
 	if first.GetCapacity() > maxCapacity {
 		return s.status(invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity))
 	}

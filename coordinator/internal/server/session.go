@@ -51,6 +51,7 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, open.Renderer.ID)
 	maxRefs := engine.MaxLeaseRefs(open.Capacity, open.Renderer)
 	if err := checkLeaseRefs(maxRefs, sessionLists(first)...); err != nil {
 		return s.status(err)

@@ -46,6 +46,7 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, r.ID)
 	// A given media type is judged before a byte is read; an empty one is
 	// sniffed from the bytes and judged then.
 	if _, err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
