@@ -182,3 +182,39 @@ func grep(text, s string) string {
 	}
 	return b.String()
 }
+
+// TestMetricsAddressChecksTheHost asks the metrics address's every kind
+// of page under a Host an attacker's page would send after rebinding its
+// own name to the coordinator's address: each is refused 421, and
+// answered under the address itself or localhost.
+func TestMetricsAddressChecksTheHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{MetricsListen: "127.0.0.1:0", Pprof: true})
+	addr := b.c.MetricsAddr()
+	_, port, _ := net.SplitHostPort(addr)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path, host string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/metrics", healthzPath, readyzPath, "/debug/pprof/"} {
+		if got := get(path, "rebind.attacker.example:"+port); got != http.StatusMisdirectedRequest {
+			t.Errorf("GET %s under a rebound name = %d, want 421", path, got)
+		}
+		for _, host := range []string{addr, "localhost:" + port} {
+			if got := get(path, host); got != http.StatusOK {
+				t.Errorf("GET %s under %s = %d, want 200", path, host, got)
+			}
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
@@ -129,9 +130,10 @@ type Config struct {
 	// always with the development tokens. Its calls go through the gRPC
 	// server like any client's, over an in-process connection.
 	Console bool
-	// ConsoleHosts are the names the console answers to besides localhost
-	// and the address it listens on (host or host:port); a request for any
-	// other Host is refused 421, against DNS rebinding.
+	// ConsoleHosts are the names the metrics address (metrics, health,
+	// profiles, the console) answers to besides localhost and the address
+	// a request came in on (host or host:port); a request for any other
+	// Host is refused 421, against DNS rebinding (see package hostcheck).
 	ConsoleHosts []string
 	// HTTPTLS, when set, makes the metrics address serve HTTPS with it
 	// (metrics, profiles and the console alike); the console's session
@@ -665,7 +667,13 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 		mux.Handle(console.Prefix, con)
 		mux.Handle("GET /{$}", con)
 	}
-	c.metricsSrv = newHTTPServer(mux, *limits)
+	// Metrics, health and profiles answer to the console's names alike: a
+	// web page rebound to this address reads none of them.
+	hosts, err := hostcheck.New(c.cfg.ConsoleHosts, "metrics address", c.log)
+	if err != nil {
+		return err
+	}
+	c.metricsSrv = newHTTPServer(hosts.Handler(mux), *limits)
 	return nil
 }
 

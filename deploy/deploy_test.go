@@ -486,9 +486,11 @@ func TestManifests(t *testing.T) {
 		}
 	})
 
-	t.Run("Only the coordinators reach the raft port; anyone reaches gRPC and metrics", func(t *testing.T) {
+	t.Run("Only the coordinators reach the raft port, only the monitoring namespace the metrics port; anyone reaches gRPC", func(t *testing.T) {
 		raftPort := mustPort(t, d.coordCfg, "raft-listen")
+		metricsPort := mustPort(t, d.coordCfg, "metrics-listen")
 		open := map[int]bool{}
+		monitored := false
 		var policies int
 		for _, np := range d.policies {
 			if !selects(np.Spec.PodSelector.MatchLabels, coordLabels) || !slices.Contains(np.Spec.PolicyTypes, "Ingress") {
@@ -515,6 +517,18 @@ func TestManifests(t *testing.T) {
 						}
 					}
 				}
+				if len(rule.Ports) == 0 || slices.Contains(ports, metricsPort) {
+					if len(rule.From) == 0 {
+						t.Errorf("NetworkPolicy %s lets any pod reach the metrics port", np.Metadata.Name)
+					}
+					for _, from := range rule.From {
+						if from.PodSelector != nil || from.NamespaceSelector == nil || from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "" {
+							t.Errorf("NetworkPolicy %s lets more than one namespace reach the metrics port: %+v", np.Metadata.Name, from)
+						} else {
+							monitored = true
+						}
+					}
+				}
 				if len(rule.From) == 0 {
 					for _, p := range ports {
 						open[p] = true
@@ -525,10 +539,11 @@ func TestManifests(t *testing.T) {
 		if policies == 0 {
 			t.Error("no NetworkPolicy selects the coordinators: any pod may open the raft port, which mutual TLS alone then guards")
 		}
-		for _, flag := range []string{"listen", "metrics-listen"} {
-			if p := mustPort(t, d.coordCfg, flag); policies > 0 && !open[p] {
-				t.Errorf("no NetworkPolicy rule lets clients and Prometheus reach --%s's port %d", flag, p)
-			}
+		if p := mustPort(t, d.coordCfg, "listen"); policies > 0 && !open[p] {
+			t.Errorf("no NetworkPolicy rule lets clients reach --listen's port %d", p)
+		}
+		if policies > 0 && !monitored {
+			t.Errorf("no NetworkPolicy rule lets the monitoring namespace reach --metrics-listen's port %d", metricsPort)
 		}
 	})
 

@@ -55,7 +55,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/coordinator/internal/console"
+	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -287,8 +287,9 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the metrics address")
 	fs.BoolVar(&cfg.Console, "console", false, "serve the web console under /console/ on the metrics address (loopback only unless TLS is on)")
-	fs.Var((*hostList)(&cfg.ConsoleHosts), "console-host", "a `name` (host or host:port) the console answers to besides localhost and its listen address, "+
-		"as browsers reach it through DNS or a proxy; repeat it or separate names with commas (others are refused 421)")
+	fs.Var((*hostList)(&cfg.ConsoleHosts), "console-host", "a `name` (host or host:port) the metrics address (metrics, health, profiles, the console) answers to "+
+		"besides localhost and the address a request came in on, as browsers or Prometheus reach it through DNS or a proxy; "+
+		"repeat it or separate names with commas (others are refused 421)")
 	fs.BoolVar(&fv.runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", engine.DefaultReplayLimit, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
@@ -496,17 +497,18 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 // checkAccess requires one source of principals: --tokens or --dev, not
 // both and not neither, so that the public development tokens are never
 // served by accident (a principals file that went missing from a
-// deployment's arguments). --console-host needs --console, and names.
+// deployment's arguments). --console-host needs a metrics address, and
+// names.
 func checkAccess(cfg coordinator.Config, fv flagValues, source map[string]string) error {
 	switch {
 	case fv.dev && cfg.TokensFile != "":
 		return usagef("%s and %s exclude each other: the development tokens or a principals file", source["dev"], source["tokens"])
 	case !fv.dev && cfg.TokensFile == "":
 		return usagef("no principals: pass --tokens FILE (a principals file), or --dev for the public development tokens on loopback")
-	case len(cfg.ConsoleHosts) > 0 && !cfg.Console:
-		return usagef("%s needs --console", source["console-host"])
+	case len(cfg.ConsoleHosts) > 0 && cfg.MetricsListen == "":
+		return usagef("%s needs a metrics address (--metrics-listen)", source["console-host"])
 	}
-	if err := console.CheckHosts(cfg.ConsoleHosts); err != nil {
+	if err := hostcheck.CheckHosts(cfg.ConsoleHosts); err != nil {
 		return usagef("%s=%q: %v", source["console-host"], strings.Join(cfg.ConsoleHosts, ","), err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,7 +52,7 @@ type Config struct {
 	// Principals are the bearer tokens sign-in accepts.
 	Principals *auth.Set
 	// Hosts are the names, besides localhost and the listener's own
-	// address, that the console answers to (see Console.checkHost): a host
+	// address, that the console answers to (see package hostcheck): a host
 	// name or address, with a port or without one.
 	Hosts []string
 	// Secure says the console is served over TLS: the session cookie is
@@ -74,7 +75,7 @@ type Console struct {
 	svc      clients
 	log      *slog.Logger
 	pages    *templates
-	hosts    []hostName
+	hosts    *hostcheck.Guard
 	sessions *sessions
 	throttle *throttle
 	handler  http.Handler
@@ -85,7 +86,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Conn == nil || cfg.Principals == nil {
 		return nil, errors.New("console: Config.Conn and Config.Principals are required")
 	}
-	hosts, err := parseHosts(cfg.Hosts)
+	hosts, err := hostcheck.New(cfg.Hosts, "console", cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +151,7 @@ func (c *Console) routes() http.Handler {
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		c.render(w, r, http.StatusForbidden, "error", nil, errorView{Title: "Refused", Message: "The request came from another site."})
 	}))
-	return c.hostGuard(securityHeaders(cop.Handler(mux)))
+	return c.hosts.Handler(securityHeaders(cop.Handler(mux)))
 }
 
 // securityHeaders sets the headers every console response carries: no
@@ -386,7 +387,7 @@ func (c *Console) cookieName(r *http.Request) string {
 		name = "__Host-" + name
 	}
 	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		if port := portOf(local); port != "" {
+		if port := hostcheck.Port(local); port != "" {
 			name += "-" + port
 		}
 	}
