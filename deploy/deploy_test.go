@@ -1107,14 +1107,26 @@ func TestDockerfile(t *testing.T) {
 	text := string(data)
 	var froms, copies []string
 	var user, entrypoint string
+	args := map[string]string{}     // the ARG defaults before the first FROM
+	unpinnable := map[string]bool{} // FROM lines that name no ARG
 	for _, line := range strings.Split(text, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
 		switch strings.ToUpper(fields[0]) {
+		case "ARG":
+			if name, value, ok := strings.Cut(fields[1], "="); ok && len(froms) == 0 {
+				args[name] = value
+			}
 		case "FROM":
-			froms = append(froms, fields[1])
+			image := fields[1]
+			if name, ok := strings.CutPrefix(image, "${"); ok && strings.HasSuffix(name, "}") {
+				image = args[strings.TrimSuffix(name, "}")]
+			} else {
+				unpinnable[image] = true
+			}
+			froms = append(froms, image)
 		case "COPY":
 			if strings.HasPrefix(fields[1], "--from=") {
 				copies = append(copies, fields[2:]...)
@@ -1132,6 +1144,17 @@ func TestDockerfile(t *testing.T) {
 	if len(froms) < 2 {
 		t.Fatalf("want a multi-stage build, found FROM %v", froms)
 	}
+
+	t.Run("Every base image is a build argument with a tag that builds as it is, so that a build can pin its digest", func(t *testing.T) {
+		for image := range unpinnable {
+			t.Errorf("FROM %s names no ARG: a build cannot pin it by digest without editing the file", image)
+		}
+		for _, image := range froms {
+			if image == "" || strings.Contains(image, "@sha256:<") || strings.Contains(image, "<digest>") {
+				t.Errorf("base image default %q does not build as it is", image)
+			}
+		}
+	})
 
 	t.Run("The build stage uses the Go release of go.mod", func(t *testing.T) {
 		mod, err := os.ReadFile(filepath.Join(moduleRoot, "go.mod"))
