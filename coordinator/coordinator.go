@@ -204,7 +204,8 @@ type Config struct {
 	// MaxArtifactBytes bounds one uploaded preview (default 8 MiB).
 	MaxArtifactBytes int64
 	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
-	// together (default 256 MiB, at least MaxArtifactBytes).
+	// together (default 256 MiB, at least MaxArtifactBytes); the uploads of
+	// one renderer credential may hold half of it.
 	MaxUploadBufferBytes int64
 
 	// Retention is how long a terminal job is kept after it ended, with

@@ -281,7 +281,8 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.IntVar(&cfg.MaxTeamQueue, "max-team-queue", jobs.DefaultMaxTeamQueue, "most non-terminal jobs per team")
 	fs.Int64Var(&cfg.MaxArtifactBytes, "max-artifact-bytes", server.DefaultMaxArtifactBytes, "largest preview a renderer may upload")
 	fs.Int64Var(&cfg.MaxUploadBufferBytes, "max-upload-buffer-bytes", server.DefaultMaxUploadBufferBytes,
-		"most bytes all uploads in progress may buffer together, at least --max-artifact-bytes; an upload past it is refused RESOURCE_EXHAUSTED UPLOAD_BUDGET_EXHAUSTED")
+		"most bytes all uploads in progress may buffer together, at least --max-artifact-bytes, those of one renderer credential half of it; "+
+			"an upload past either is refused RESOURCE_EXHAUSTED UPLOAD_BUDGET_EXHAUSTED")
 	fs.StringVar(&fv.teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")

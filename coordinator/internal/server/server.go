@@ -124,7 +124,8 @@ type Config struct {
 	MaxSessionMessageBytes int
 	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
 	// together (default DefaultMaxUploadBufferBytes, at least
-	// MaxArtifactBytes).
+	// MaxArtifactBytes); the uploads of one credential may hold half of
+	// it, or MaxArtifactBytes when that is more.
 	MaxUploadBufferBytes int64
 	Logger               *slog.Logger
 }
@@ -175,7 +176,7 @@ func New(cfg Config) (*Services, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
-	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes))
+	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes), c.maxBytes)
 	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine},
 		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine},
 		Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil

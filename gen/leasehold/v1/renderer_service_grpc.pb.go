@@ -168,8 +168,11 @@ type RendererServiceClient interface {
 	// One upload per lease runs at a time: another for the same lease while
 	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
 	// every upload in progress holds count against one budget of the
-	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
-	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default), of which
+	// the uploads of one renderer credential may hold half (or one preview
+	// of --max-artifact-bytes, when that is more), so that one credential
+	// never keeps the others out; a chunk that would take the total or the
+	// credential's part past its bound ends its upload RESOURCE_EXHAUSTED
 	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
 	// holding part of the budget never wait on each other. Both are
 	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
@@ -418,8 +421,11 @@ type RendererServiceServer interface {
 	// One upload per lease runs at a time: another for the same lease while
 	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
 	// every upload in progress holds count against one budget of the
-	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
-	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default), of which
+	// the uploads of one renderer credential may hold half (or one preview
+	// of --max-artifact-bytes, when that is more), so that one credential
+	// never keeps the others out; a chunk that would take the total or the
+	// credential's part past its bound ends its upload RESOURCE_EXHAUSTED
 	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
 	// holding part of the budget never wait on each other. Both are
 	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
