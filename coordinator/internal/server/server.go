@@ -177,7 +177,7 @@ func New(cfg Config) (*Services, error) {
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes), c.maxBytes)
-	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine},
+	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine, denied: newDeniedAudits(cfg.Engine.RecordAudit, c.log)}, Renderers: &RendererServer{core: c, e: cfg.Engine},
 		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine},
 		Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil
 }
@@ -194,10 +194,14 @@ func (sv *Services) Register(s grpc.ServiceRegistrar) {
 // Shutdown makes pending and future Acquire long polls answer at once
 // without leases and ends Heartbeat, WatchBatch and WatchOverview streams with
 // UNAVAILABLE, so that a graceful stop of the gRPC server is not held up
-// by them. Unary calls keep working. It is safe to call more than once.
+// by them, and records the refused cancels counted and not yet recorded.
+// Unary calls keep working. It is safe to call more than once.
 func (sv *Services) Shutdown() {
 	c := sv.Jobs.core
-	c.closeOnce.Do(func() { close(c.closing) })
+	c.closeOnce.Do(func() {
+		close(c.closing)
+		sv.Jobs.denied.flushAll()
+	})
 }
 
 // errShuttingDown ends long-lived streams when the coordinator stops.
