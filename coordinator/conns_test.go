@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/leaderdial"
+	"github.com/leasehold/leasehold/renderer"
+	"github.com/leasehold/leasehold/renderer/mock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -216,5 +219,56 @@ func TestMetricsAddressChecksTheHost(t *testing.T) {
 				t.Errorf("GET %s under %s = %d, want 200", path, host, got)
 			}
 		}
+	}
+}
+
+// TestConnectionAgeKeepsWorkGoing serves with connections asked to go
+// after 300 ms and closed 200 ms later, through a batch a renderer needs
+// several connection lifetimes for: its session is cut at the end of each
+// grace and reopened on a new connection, with its leases in its hello,
+// and the client's watch resumes, so every job succeeds.
+func TestConnectionAgeKeepsWorkGoing(t *testing.T) {
+	t.Parallel()
+	aged := keepaliveParams
+	aged.MaxConnectionAge, aged.MaxConnectionAgeGrace = 300*time.Millisecond, 200*time.Millisecond
+	s := startStack(t, Config{keepalive: &aged, LeaseTTL: time.Second})
+	sessions := make(chan string, 64)
+	log := slog.New(notifyHandler{slog.NewTextHandler(io.Discard, nil), "session started", sessions})
+	p, err := mock.New(mock.Config{Latency: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.startRenderer(t, renderer.Config{Capacity: 2, Provider: p, Logger: log})
+	cl, err := client.Dial(s.addr, client.WithToken("dev-alpha"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second) // a failsafe
+	defer cancel()
+	docs := make([]*leaseholdv1.Document, 60)
+	for i := range docs {
+		docs[i] = &leaseholdv1.Document{Name: fmt.Sprintf("d-%02d.pdf", i), Content: []byte("%PDF-1.7")}
+	}
+	resp, err := cl.SubmitBatch(ctx, "alpha", t.Name(), docs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range cl.FollowBatch(ctx, resp.GetBatch().GetId(), client.FollowOptions{TerminalOnly: true}) {
+		if err != nil {
+			t.Fatalf("following the batch across connection ages: %v", err)
+		}
+	}
+	for _, id := range resp.GetBatch().GetJobIds() {
+		j, err := cl.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.GetPhase() != leaseholdv1.Phase_PHASE_SUCCEEDED {
+			t.Errorf("job %s ended %v across connection ages, want SUCCEEDED", id, j.GetPhase())
+		}
+	}
+	if n := len(sessions); n < 2 {
+		t.Errorf("the renderer opened %d sessions, want a new one after a connection aged out", n)
 	}
 }
