@@ -7,48 +7,30 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
+	"github.com/leasehold/leasehold/internal/pipenet"
 )
 
-// pipeListener is an in-memory listener of net.Pipe connections, so that
+// pipeListener is an in-memory listener on the metrics address, so that
 // an HTTP server runs inside a synctest bubble on its fake clock.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
+type pipeListener struct{ *pipenet.Listener }
+
+func newPipeListener() pipeListener {
+	return pipeListener{pipenet.Listen(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7071})}
 }
 
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn, 16), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
+// dial returns the client end of a new connection, once accepted.
+func (l pipeListener) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := l.Dial(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7071} }
-
-// dial returns the client end of a new connection; the server end waits
-// to be accepted.
-func (l *pipeListener) dial() net.Conn {
-	server, client := net.Pipe()
-	l.conns <- server
-	return client
+	return c
 }
 
 // limitsHandler answers "/" with "ok", reads the body of "/upload" and
@@ -63,7 +45,7 @@ func limitsHandler() http.Handler {
 
 // serveLimited serves limitsHandler with the metrics address's server and
 // connection cap under l, until the bubble's test ends.
-func serveLimited(t *testing.T, l httpLimits) *pipeListener {
+func serveLimited(t *testing.T, l httpLimits) pipeListener {
 	lis := newPipeListener()
 	srv := newHTTPServer(limitsHandler(), l)
 	served := make(chan error, 1)
@@ -111,7 +93,7 @@ func TestMetricsListenerLimits(t *testing.T) {
 
 	t.Run("Headers that never end are cut off after ReadHeader", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n")
 			if got := closedAfter(c); got != l.ReadHeader {
@@ -122,7 +104,7 @@ func TestMetricsListenerLimits(t *testing.T) {
 
 	t.Run("A body that never ends is cut off after Read", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			fmt.Fprint(c, "POST /upload HTTP/1.1\r\nHost: 127.0.0.1:7071\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nsome")
 			if got := closedAfter(c); got != l.Read {
@@ -133,7 +115,7 @@ func TestMetricsListenerLimits(t *testing.T) {
 
 	t.Run("A response the client does not read is cut off after Write", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n\r\n")
 			// The client reads nothing until the write timeout has passed
@@ -147,7 +129,7 @@ func TestMetricsListenerLimits(t *testing.T) {
 
 	t.Run("An idle connection is closed after Idle", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			br := bufio.NewReader(c)
 			if body := get(t, c, br, "/"); body != "ok" {
@@ -166,21 +148,21 @@ func TestMetricsListenerLimits(t *testing.T) {
 			lis := serveLimited(t, capped)
 			var open []net.Conn
 			for range capped.MaxConns {
-				c := lis.dial()
+				c := lis.dial(t)
 				defer c.Close()
 				if body := get(t, c, bufio.NewReader(c), "/"); body != "ok" {
 					t.Fatalf("GET / = %q", body)
 				}
 				open = append(open, c)
 			}
-			extra := lis.dial()
+			extra := lis.dial(t)
 			defer extra.Close()
 			if got := closedAfter(extra); got != 0 {
 				t.Errorf("a connection past the cap was closed after %v, want at once", got)
 			}
 			open[0].Close()
 			synctest.Wait()
-			c := lis.dial()
+			c := lis.dial(t)
 			defer c.Close()
 			if body := get(t, c, bufio.NewReader(c), "/"); body != "ok" {
 				t.Errorf("GET / once a connection closed = %q, want ok", body)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/pipenet"
 )
 
 // refusals records what ConnLimits.Refused is told.
@@ -146,52 +148,6 @@ func TestConnsTotal(t *testing.T) {
 	<-accepted
 }
 
-// pipeListener hands out the server ends of in-memory pipes, with TCP
-// addresses, so that a synctest bubble can run a listener.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeLocal }
-
-var pipeLocal = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7070}
-
-// addrConn gives a pipe end TCP addresses.
-type addrConn struct {
-	net.Conn
-	remote net.Addr
-}
-
-func (c addrConn) LocalAddr() net.Addr  { return pipeLocal }
-func (c addrConn) RemoteAddr() net.Addr { return c.remote }
-
-// dial connects a client from remote port port and returns its end.
-func (l *pipeListener) dial(port int) net.Conn {
-	client, server := net.Pipe()
-	l.conns <- addrConn{Conn: server, remote: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port}}
-	return client
-}
-
 // TestConnsAuthTimeout checks that a connection that made no
 // authenticated call within AuthTimeout is closed and counted, and that one
 // that did stays open.
@@ -200,7 +156,7 @@ func TestConnsAuthTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRefusals()
 		conns := NewConns(ConnLimits{Max: 8, PerAddress: 8, AuthTimeout: 5 * time.Second, Refused: r.refused})
-		pl := newPipeListener()
+		pl := pipenet.Listen(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7070})
 		lis := conns.Listen(pl)
 		defer lis.Close()
 		accepted := make(chan net.Conn, 2)
@@ -213,7 +169,14 @@ func TestConnsAuthTimeout(t *testing.T) {
 				accepted <- c
 			}
 		}()
-		authed, idle := pl.dial(1001), pl.dial(1002)
+		dial := func(port int) net.Conn {
+			c, err := pl.Dial(t.Context(), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		authed, idle := dial(1001), dial(1002)
 		server := <-accepted
 		<-accepted
 		conns.Authenticated(server.LocalAddr(), server.RemoteAddr())
