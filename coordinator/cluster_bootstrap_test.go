@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -43,9 +43,9 @@ func TestClusterNodeRefusesASingleNodesDatabase(t *testing.T) {
 		return dir
 	}
 	start := func(dir string, voters int) (*Coordinator, error) {
-		var peers []replica.Peer
+		var peers []Peer
 		for i := range voters {
-			peers = append(peers, replica.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
+			peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
 		}
 		_, trans := raft.NewInmemTransportWithTimeout("n1", 300*time.Millisecond)
 		return New(Config{
@@ -63,7 +63,7 @@ func TestClusterNodeRefusesASingleNodesDatabase(t *testing.T) {
 			c.Close()
 			t.Fatal("a node of three started over a single node's records")
 		}
-		if !errors.Is(err, replica.ErrRecordsWithoutRaftState) {
+		if !errors.Is(err, cluster.ErrRecordsWithoutRaftState) {
 			t.Errorf("New: %v, want ErrRecordsWithoutRaftState", err)
 		}
 		// Nothing was bootstrapped: once the records are moved away, the

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -39,7 +39,7 @@ type RecoverResult struct {
 // It works offline: while a coordinator holds the directory it fails
 // within a second with an error wrapping ErrDataDirInUse. A directory
 // without raft state (a single node's, or an empty one) is refused.
-func RecoverCluster(dataDir, nodeID string, peers []replica.Peer) (RecoverResult, error) {
+func RecoverCluster(dataDir, nodeID string, peers []cluster.Peer) (RecoverResult, error) {
 	raftDir := filepath.Join(dataDir, RaftDir)
 	res := RecoverResult{RaftDir: raftDir}
 	self := false
@@ -60,11 +60,11 @@ func RecoverCluster(dataDir, nodeID string, peers []replica.Peer) (RecoverResult
 	if err != nil {
 		return res, offlineErr(dataDir, path, err)
 	}
-	fsm, err := replica.NewFSM(st)
+	fsm, err := cluster.NewFSM(st)
 	if err != nil {
 		return res, errors.Join(err, st.Close())
 	}
-	r, err := replica.Recover(raftDir, nodeID, peers, fsm)
+	r, err := cluster.Recover(raftDir, nodeID, peers, fsm)
 	if err != nil {
 		return res, errors.Join(err, st.Close())
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	procstack "github.com/leasehold/leasehold/internal/stack"
 	"google.golang.org/grpc"
@@ -70,7 +69,7 @@ func startOpsCluster(t *testing.T, n int, opts ...func(*Config)) *opsCluster {
 	t.Helper()
 	tokens := clusterPrincipals(t)
 	tc := &opsCluster{}
-	var peers []replica.Peer
+	var peers []Peer
 	var listeners []net.Listener
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
@@ -80,7 +79,7 @@ func startOpsCluster(t *testing.T, n int, opts ...func(*Config)) *opsCluster {
 		}
 		listeners = append(listeners, lis)
 		addr, trans := raft.NewInmemTransport(raft.ServerAddress("raft-" + id + ":7201"))
-		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: lis.Addr().String()})
+		peers = append(peers, Peer{ID: id, RaftAddr: string(addr), GRPCAddr: lis.Addr().String()})
 		tc.nodes = append(tc.nodes, &opsNode{id: id, addr: lis.Addr().String(), trans: trans})
 	}
 	for _, a := range tc.nodes {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -47,7 +46,7 @@ type testCluster struct {
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t}
-	var peers []replica.Peer
+	var peers []Peer
 	var liss []net.Listener
 	for i := range 3 {
 		id := fmt.Sprintf("n%d", i+1)
@@ -61,7 +60,7 @@ func newTestCluster(t *testing.T) *testCluster {
 		addr, trans := raft.NewInmemTransportWithTimeout(raft.ServerAddress(id), 300*time.Millisecond)
 		_, port, _ := net.SplitHostPort(lis.Addr().String())
 		peerAddr := net.JoinHostPort("localhost", port)
-		peers = append(peers, replica.Peer{ID: id, RaftAddr: string(addr), GRPCAddr: peerAddr})
+		peers = append(peers, Peer{ID: id, RaftAddr: string(addr), GRPCAddr: peerAddr})
 		tc.nodes = append(tc.nodes, &clusterNode{id: id, trans: trans, addr: lis.Addr().String(), peerAddr: peerAddr})
 	}
 	tc.connect()
@@ -128,7 +127,7 @@ func (tc *testCluster) leader(among ...*clusterNode) *clusterNode {
 	var found *clusterNode
 	tc.eventually("a leader", func() bool {
 		for _, n := range among {
-			if n.c.eng.Leading() && n.c.replica.node.IsLeader() {
+			if n.c.eng.Leading() && n.c.replica.Node().IsLeader() {
 				found = n
 				return true
 			}
@@ -239,7 +238,7 @@ func TestCluster(t *testing.T) {
 
 	// Heal, hand leadership on, and write on whoever leads.
 	tc.connect()
-	if err := tc.leader().c.replica.node.Raft.LeadershipTransfer().Error(); err != nil {
+	if err := tc.leader().c.replica.Node().Raft.LeadershipTransfer().Error(); err != nil {
 		t.Fatalf("LeadershipTransfer: %v", err)
 	}
 	for i := range 5 {
@@ -248,10 +247,10 @@ func TestCluster(t *testing.T) {
 
 	// Every acknowledged batch is on every node, and the stores are equal.
 	l3 := tc.leader()
-	want := l3.c.replica.node.Raft.AppliedIndex()
+	want := l3.c.replica.Node().Raft.AppliedIndex()
 	for _, n := range tc.nodes {
 		tc.eventually(n.id+" applies what the leader did", func() bool {
-			return n.c.replica.fsm.Applied() >= l3.c.replica.fsm.Applied() && n.c.replica.node.Raft.AppliedIndex() >= want
+			return n.c.replica.FSM().Applied() >= l3.c.replica.FSM().Applied() && n.c.replica.Node().Raft.AppliedIndex() >= want
 		})
 		for _, b := range acked {
 			ctx := metadata.AppendToOutgoingContext(tc.alphaCtx(), server.ReadModeKey, server.ReadStale)

@@ -3,7 +3,10 @@
 // services behind authentication, logging, recovery and Prometheus
 // interceptors, gRPC reflection, grpc.health.v1, and an HTTP listener with
 // /metrics, the same health as /healthz and /readyz and, with
-// Config.Console, the web console under /console/.
+// Config.Console, the web console under /console/; with Config.Cluster,
+// this node's member of a replicated cluster (package cluster holds all
+// of replication, leadership included: the wiring starts it and hands it
+// the engine and the health entries).
 //
 // It holds no logic of its own. New opens everything (and, when it fails,
 // closes what it opened, the database's file lock included), Serve serves

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 )
 
 // startLoneNode starts node n1 of a cluster of voters peers (n1, n2, ...)
@@ -26,9 +26,9 @@ import (
 // voter it leads itself, with more it never learns of a leader.
 func startLoneNode(t *testing.T, voters int) (*Coordinator, healthpb.HealthClient) {
 	t.Helper()
-	var peers []replica.Peer
+	var peers []Peer
 	for i := range voters {
-		peers = append(peers, replica.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: fmt.Sprintf("n%d", i+1)})
 	}
 	_, trans := raft.NewInmemTransportWithTimeout("n1", 300*time.Millisecond)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -76,9 +76,9 @@ func TestHTTPHealthOfAClusterNode(t *testing.T) {
 		// The gRPC server answers once it serves; the metrics address was
 		// bound before it.
 		for name, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{
-			"":                    healthpb.HealthCheckResponse_NOT_SERVING,
-			server.JobServiceName: healthpb.HealthCheckResponse_SERVING,
-			LeaderHealthName:      healthpb.HealthCheckResponse_NOT_SERVING,
+			"":                       healthpb.HealthCheckResponse_NOT_SERVING,
+			server.JobServiceName:    healthpb.HealthCheckResponse_SERVING,
+			leaderdial.HealthService: healthpb.HealthCheckResponse_NOT_SERVING,
 		} {
 			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name}, grpc.WaitForReady(true))
 			if err != nil || resp.GetStatus() != want {

@@ -31,6 +31,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -61,7 +62,7 @@ const graceMargin = 5 * time.Second
 
 // leadershipHandOver is how long a coordinator that leads spends, on
 // SIGTERM, handing leadership to another voter before it drains its calls
-// (package coordinator's handOverTimeout).
+// (package cluster's handOverTimeout).
 const leadershipHandOver = 3 * time.Second
 
 // Health entries the probes must or must not read: the dispatch switch,
@@ -70,7 +71,7 @@ const leadershipHandOver = 3 * time.Second
 // which follows the writer alone.
 const (
 	dispatchHealthEntry = "leasehold.v1.Dispatch"
-	leaderHealthEntry   = "leasehold.v1.Leader"
+	leaderHealthEntry   = leaderdial.HealthService
 	jobsHealthEntry     = "leasehold.v1.JobService"
 )
 

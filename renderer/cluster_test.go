@@ -20,12 +20,9 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/renderer"
 )
-
-// leaderHealthName is the health entry a coordinator reports SERVING while
-// it leads.
-const leaderHealthName = "leasehold.v1.Leader"
 
 // notLeader is the refusal of a coordinator that does not lead, naming the
 // leader's address when given.
@@ -167,7 +164,7 @@ func TestWorkerFollowsLeader(t *testing.T) {
 		if i == 1 {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
-		n.health.SetServingStatus(leaderHealthName, st)
+		n.health.SetServingStatus(leaderdial.HealthService, st)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -221,9 +218,9 @@ func TestWorkerFollowsLeader(t *testing.T) {
 	// first, then the new one SERVING, and the old leader ends its
 	// sessions with NOT_LEADER.
 	leader.Store(-1)
-	nodes[1].health.SetServingStatus(leaderHealthName, healthpb.HealthCheckResponse_NOT_SERVING)
+	nodes[1].health.SetServingStatus(leaderdial.HealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	leader.Store(2)
-	nodes[2].health.SetServingStatus(leaderHealthName, healthpb.HealthCheckResponse_SERVING)
+	nodes[2].health.SetServingStatus(leaderdial.HealthService, healthpb.HealthCheckResponse_SERVING)
 	s1.end <- notLeader(t, nodes[2].addr)
 
 	s2 := recv(t, nodes[2].fake.sessions, "a session on the new leader")

@@ -202,8 +202,9 @@ func checkNoStaleSuccess(t *testing.T, jobs []*leaseholdv1.Job, frozen []*render
 // checkRejectionsRecorded checks every rejected completion against the
 // jobs and the frozen renderers' logs: each refused completion a renderer
 // logged is recorded once, with its job's history showing it and the
-// job's artifact another renderer's, made under a later lease. It returns
-// the number of rejections recorded.
+// job's artifact made under a later lease: another renderer's, or the
+// same renderer's, which may win the job's next lease once it thaws. It
+// returns the number of rejections recorded.
 func checkRejectionsRecorded(t *testing.T, addr string, jobs []*leaseholdv1.Job, frozen []*renderer) int {
 	t.Helper()
 	byID := map[string]*leaseholdv1.Job{}
@@ -225,19 +226,8 @@ func checkRejectionsRecorded(t *testing.T, addr string, jobs []*leaseholdv1.Job,
 			t.Errorf("rejection of %v by %s recorded twice", k.leaseRef, k.renderer)
 		}
 		recorded[k] = rc
-		j := byID[rc.GetJobId()]
-		switch {
-		case rc.GetReason() != "LEASE_EXPIRED" && rc.GetReason() != "STALE_LEASE":
-			t.Errorf("rejection of %v: reason %s, want LEASE_EXPIRED or STALE_LEASE", k.leaseRef, rc.GetReason())
-		case j == nil:
-			t.Errorf("rejection of %v names an unknown job", k.leaseRef)
-		case j.GetArtifact().GetRendererId() == rc.GetRendererId() || j.GetArtifact().GetToken() <= rc.GetToken():
-			t.Errorf("rejection of %v by %s: the job's artifact is token %d by %s, want another renderer's under a later lease",
-				k.leaseRef, k.renderer, j.GetArtifact().GetToken(), j.GetArtifact().GetRendererId())
-		case !slices.ContainsFunc(eventsOf(j, leaseholdv1.EventKind_EVENT_KIND_COMPLETION_REJECTED), func(ev *leaseholdv1.JobEvent) bool {
-			return ev.GetToken() == rc.GetToken()
-		}):
-			t.Errorf("rejection of %v is missing from the job's history:\n%s", k.leaseRef, history(j))
+		if problem := rejectionProblem(rc, byID[rc.GetJobId()]); problem != "" {
+			t.Errorf("rejection of %v by %s: %s", k.leaseRef, k.renderer, problem)
 		}
 	}
 	for _, r := range frozen {
@@ -255,6 +245,58 @@ func checkRejectionsRecorded(t *testing.T, addr string, jobs []*leaseholdv1.Job,
 		}
 	}
 	return len(recorded)
+}
+
+// rejectionProblem says what is wrong with a recorded rejection of a
+// completion of j: a reason other than a lost lease's, a job that does not
+// exist, an artifact not made under a later lease, or a history that does
+// not show it. The later lease may be the same renderer's: once thawed, it
+// may win the job back. It returns "" when nothing is wrong.
+func rejectionProblem(rc *leaseholdv1.RejectedCompletion, j *leaseholdv1.Job) string {
+	switch {
+	case rc.GetReason() != "LEASE_EXPIRED" && rc.GetReason() != "STALE_LEASE":
+		return fmt.Sprintf("reason %s, want LEASE_EXPIRED or STALE_LEASE", rc.GetReason())
+	case j == nil:
+		return "it names an unknown job"
+	case j.GetArtifact().GetToken() <= rc.GetToken():
+		return fmt.Sprintf("the job's artifact is token %d by %s, want one made under a later lease",
+			j.GetArtifact().GetToken(), j.GetArtifact().GetRendererId())
+	case !slices.ContainsFunc(eventsOf(j, leaseholdv1.EventKind_EVENT_KIND_COMPLETION_REJECTED), func(ev *leaseholdv1.JobEvent) bool {
+		return ev.GetToken() == rc.GetToken()
+	}):
+		return "it is missing from the job's history:\n" + history(j)
+	}
+	return ""
+}
+
+// TestRejectionProblem checks the check of a recorded rejection on jobs
+// made up for it, without processes.
+func TestRejectionProblem(t *testing.T) {
+	t.Parallel()
+	job := func(artifactToken uint64, renderer string) *leaseholdv1.Job {
+		return &leaseholdv1.Job{Id: "j-1", Artifact: &leaseholdv1.Artifact{Token: artifactToken, RendererId: renderer},
+			Events: []*leaseholdv1.JobEvent{{Kind: leaseholdv1.EventKind_EVENT_KIND_COMPLETION_REJECTED, Token: 7, RendererId: "frozen"}}}
+	}
+	rc := &leaseholdv1.RejectedCompletion{JobId: "j-1", Token: 7, RendererId: "frozen", Reason: "LEASE_EXPIRED"}
+	tests := []struct {
+		name string
+		job  *leaseholdv1.Job
+		ok   bool
+	}{
+		{"Another renderer's artifact under a later lease", job(9, "quick"), true},
+		{"The same renderer's artifact under a later lease, won after it thawed", job(9, "frozen"), true},
+		{"An artifact under the refused lease", job(7, "frozen"), false},
+		{"An artifact under an earlier lease", job(5, "quick"), false},
+		{"An unknown job", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := rejectionProblem(rc, tt.job); (got == "") != tt.ok {
+				t.Errorf("rejectionProblem = %q, want ok %v", got, tt.ok)
+			}
+		})
+	}
 }
 
 // load is a closed-loop load: each submitter submits a batch, waits until

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
@@ -27,7 +27,7 @@ const (
 	// believing it leads before it steps down.
 	leaderLease = leaseTTL / 20
 	// failoverExtend is what a promotion gives every live lease on top of
-	// its TTL, as the coordinator computes it (cluster.go): a heartbeat
+	// its TTL, as package cluster computes it (cluster.Start): a heartbeat
 	// timeout to notice the failover and two elections to settle it.
 	failoverExtend = heartbeatTimeout + 2*electionTimeout
 )
@@ -493,19 +493,20 @@ func (k *consensus) compact() {
 
 // propose is raft.Apply on node n for one group's write set: it returns
 // once the entry is committed and applied to n's store, or fails with
-// replica's ErrNotLeader (not committed) or ErrOutcomeUnknown.
+// engine.ErrNotLeader (not committed) or engine.ErrOutcomeUnknown, as the
+// replicated committer does (package cluster).
 func (k *consensus) propose(n *coordinator, ws []byte) error {
 	w := k.w
 	if !n.raftLeader {
 		// Raft on n already knows it does not lead; its writer has not
 		// heard yet.
 		w.res.NotCommitted++
-		return replica.ErrNotLeader
+		return engine.ErrNotLeader
 	}
 	if w.faulty(pRefused) {
 		w.res.NotCommitted++
 		n.tracef("raft refuses the entry at once")
-		return replica.ErrNotLeader
+		return engine.ErrNotLeader
 	}
 	e := &entry{index: k.last(n) + 1, term: n.term, ws: ws, proposer: n}
 	n.log = append(n.log, e)
@@ -516,7 +517,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 		// down, which it does once it hears of the newer term or its leader
 		// lease runs out (rejoin, leaseCheck). The writer is told at once.
 		w.res.Unknown++
-		return replica.ErrOutcomeUnknown
+		return engine.ErrOutcomeUnknown
 	}
 	if w.faulty(pInFlight) {
 		w.res.Unknown++
@@ -535,7 +536,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 		default:
 			k.depose(n, "a follower's election timer fired with an entry in flight")
 		}
-		return replica.ErrOutcomeUnknown
+		return engine.ErrOutcomeUnknown
 	}
 	acks := 1
 	for _, f := range k.nodes {
@@ -554,7 +555,7 @@ func (k *consensus) propose(n *coordinator, ws []byte) error {
 	}
 	k.applyOn(n)
 	if e.staleApplied {
-		return fmt.Errorf("%w: %w", replica.ErrNotLeader, store.ErrStaleBase)
+		return fmt.Errorf("%w: %w", engine.ErrNotLeader, store.ErrStaleBase)
 	}
 	return nil
 }
@@ -920,7 +921,8 @@ func (c *coordinator) alive(inc int, fn func()) {
 // promote is the coordinator hearing that raft on the node leads term: it
 // applies every committed entry (raft's barrier), promotes the writer with
 // the failover's extension and the store's wall floor, as the coordinator
-// does (cluster.go), says so in its health, and announces itself.
+// does (package cluster, leadership.go), says so in its health, and
+// announces itself.
 func (c *coordinator) promote(term uint64) {
 	w, k := c.w, c.w.raft
 	if !c.raftLeader || c.term != term {
@@ -1033,7 +1035,7 @@ func (c *coordinator) read(key [2]string) {
 }
 
 // simCommitter is a cluster node's Committer: it rolls the evaluated group
-// back and proposes its write set to the oracle, as replica's Committer
+// back and proposes its write set to the oracle, as the cluster's Committer
 // proposes it to raft. While raft replicates the entry the handlers run:
 // they deliver what the writer published before (nothing, unless a bug
 // published before the commit).

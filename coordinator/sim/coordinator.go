@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/cluster/shadow"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/leasehold/leasehold/coordinator/internal/watch"
 )
@@ -65,7 +65,7 @@ type coordinator struct {
 	e  *engine.Engine
 	s  *engine.Stepper
 	// shadow and shadowSt replicate every group (Config.Shadow).
-	shadow   *replica.Shadow
+	shadow   *shadow.Shadow
 	shadowSt *store.Store
 	shadowed int
 
@@ -190,7 +190,7 @@ func (c *coordinator) openShadow(st *store.Store) {
 	if err != nil {
 		w.failf("opening the shadow store: %v", err)
 	}
-	sh, err := replica.NewShadow(st, sst)
+	sh, err := shadow.New(st, sst)
 	if err != nil {
 		sst.Close()
 		w.failf("after a restart: %v", err)

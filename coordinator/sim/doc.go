@@ -49,8 +49,8 @@
 // (raft's election restriction), truncates divergent tails and commits
 // the winner's log; the new leader's coordinator commits and applies
 // every entry before its barrier, then promotes the writer with the
-// failover's lease extension and the store's wall floor, as
-// coordinator/cluster.go does. Clients and renderers send to a node whose
+// failover's lease extension and the store's wall floor, as package
+// cluster's leadership does. Clients and renderers send to a node whose
 // Leader health entry they last saw SERVING (a stopped leader's stays
 // so); renderer sessions belong to one process of one node, end with
 // NOT_LEADER when its writer is demoted, and renderers reopen them with

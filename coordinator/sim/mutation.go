@@ -1,7 +1,7 @@
 package sim
 
 // mutation names a deliberate bug of the simulated coordinator's part in
-// replication (what coordinator/cluster.go and the read path do around
+// replication (what package cluster and the read path do around
 // the writer), which TestMutationsAreCaught switches on in cluster mode,
 // with the engine's (engine.SetMutation). Without the simmutation build
 // tag none can be switched on: mutant is a constant false.

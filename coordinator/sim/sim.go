@@ -44,7 +44,7 @@ type Config struct {
 	FullCheckEvery int
 	// Shadow replicates every committed group's write set onto a second
 	// bbolt file in Dir and fails the run when the two stores' digests
-	// differ after a group (package replica, Shadow). The shadow outlives
+	// differ after a group (package shadow). The shadow outlives
 	// the coordinator's crashes, as a replica outlives its leader's.
 	Shadow bool
 	// Cluster runs three coordinator nodes, each over its own bbolt file

@@ -22,14 +22,11 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
-
-// LeaderService is the gRPC health service name that is SERVING on the
-// leader only.
-const LeaderService = "leasehold.v1.Leader"
 
 // Options are a cluster's settings.
 type Options struct {
@@ -243,7 +240,7 @@ func (c *Cluster) Wipe(i int) {
 
 // leaderStatus asks node i whether it leads, within timeout.
 func (c *Cluster) leaderStatus(ctx context.Context, i int) bool {
-	resp, err := healthpb.NewHealthClient(c.conns[i]).Check(ctx, &healthpb.HealthCheckRequest{Service: LeaderService})
+	resp, err := healthpb.NewHealthClient(c.conns[i]).Check(ctx, &healthpb.HealthCheckRequest{Service: leaderdial.HealthService})
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 

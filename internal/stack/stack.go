@@ -32,12 +32,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
-
-// LeaderService is the health entry a cluster node serves while it leads.
-const LeaderService = "leasehold.v1.Leader"
 
 // DevRendererToken is the development renderer's token, which renderers
 // present unless Options.RendererToken names another.
@@ -425,7 +423,7 @@ func FirstLeader(ctx context.Context, clients []healthpb.HealthClient) (int, err
 	defer cancel()
 	for i, hc := range clients {
 		wg.Go(func() {
-			if WatchHealth(ctx, hc, LeaderService, healthpb.HealthCheckResponse_SERVING) == nil {
+			if WatchHealth(ctx, hc, leaderdial.HealthService, healthpb.HealthCheckResponse_SERVING) == nil {
 				found <- i
 			}
 		})

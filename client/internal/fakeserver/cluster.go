@@ -17,11 +17,8 @@ import (
 
 	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 )
-
-// LeaderHealthName is the health entry a coordinator reports SERVING while
-// it leads.
-const LeaderHealthName = "leasehold.v1.Leader"
 
 // staleReads are the reads a follower serves from its own store when the
 // call asks for a stale read, as the coordinator's are; every other call
@@ -39,7 +36,7 @@ var staleReads = map[string]bool{
 
 // Cluster serves one fake as the replicas of a coordinator cluster. Each
 // replica is a real gRPC server on its own loopback TCP listener, with a
-// real health server. Only the leader reports LeaderHealthName SERVING and
+// real health server. Only the leader reports leaderdial.HealthService SERVING and
 // serves calls; the others refuse every call with UNAVAILABLE NOT_LEADER
 // naming the leader, as followers do, except a stale read ("leasehold-read:
 // stale" on one of the reads a follower may serve), which any replica
@@ -208,7 +205,7 @@ func (c *Cluster) SetLeader(i int) {
 	}
 }
 
-// SetHealth sets replica i's LeaderHealthName alone, without moving
+// SetHealth sets replica i's leaderdial.HealthService alone, without moving
 // leadership: a replica can look like the leader a little after it stopped
 // leading.
 func (c *Cluster) SetHealth(i int, serving bool) {
@@ -216,7 +213,7 @@ func (c *Cluster) SetHealth(i int, serving bool) {
 	if serving {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	c.nodes[i].health.SetServingStatus(LeaderHealthName, st)
+	c.nodes[i].health.SetServingStatus(leaderdial.HealthService, st)
 }
 
 // FailNext makes replica i answer its next calls (one per error, in order)

@@ -4,7 +4,7 @@ import (
 	"cmp"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/internal/security"
 )
 
@@ -28,7 +28,7 @@ func clusterConfig(cfg coordinator.Config, fv flagValues, source map[string]stri
 	case fv.grpcAdvertise != "" && !hostPort(fv.grpcAdvertise):
 		return nil, usagef("%s=%q: want a host:port address", source["grpc-advertise"], fv.grpcAdvertise)
 	}
-	peers, err := replica.ParsePeers(fv.peers)
+	peers, err := cluster.ParsePeers(fv.peers)
 	if err != nil {
 		return nil, usagef("%s=%q: %v", source["peers"], fv.peers, err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/security"
@@ -296,7 +296,7 @@ func clusterRecover(args []string, stdout, stderr io.Writer) error {
 	case *peers == "":
 		return usagef("--peers is required: the voters of the recovered cluster")
 	}
-	list, err := replica.ParsePeers(*peers)
+	list, err := cluster.ParsePeers(*peers)
 	if err != nil {
 		return usagef("%s=%q: %v", source["peers"], *peers, err)
 	}
@@ -319,7 +319,7 @@ func clusterRecover(args []string, stdout, stderr io.Writer) error {
 
 // checkPeers checks the ids and addresses of a peers list, and that it
 // holds nodeID.
-func checkPeers(peers []replica.Peer, nodeID string, source map[string]string) error {
+func checkPeers(peers []cluster.Peer, nodeID string, source map[string]string) error {
 	self := false
 	for _, p := range peers {
 		if err := server.CheckMemberID(p.ID); err != nil {

@@ -15,11 +15,17 @@ import (
 // wrote something, and must end the transaction (commit or roll back) in
 // every case.
 //
-// An error from Commit means nothing of the group may be acknowledged; the
-// writer fail-stops on it (ErrStorageFailed). A committer that replicates
-// the group instead of committing it in place rolls the transaction back,
-// hands on tx.WriteSet, and returns only once the write set is applied to
-// this store.
+// An error from Commit means nothing of the group may be acknowledged. A
+// committer that replicates the group instead of committing it in place
+// rolls the transaction back, hands on tx.WriteSet, and returns only once
+// the write set is applied to this store; when it cannot, its error says
+// what became of the group, and the writer steps down instead of
+// fail-stopping: an error wrapping ErrNotLeader when the group was not
+// committed and never will be (this node does not lead, or the group was
+// evaluated on a base the log has moved past), ErrOutcomeUnknown when it
+// may yet commit, or not (leadership was lost with it proposed). Any other
+// error is a storage failure, and the writer fail-stops on it
+// (ErrStorageFailed).
 type Committer interface {
 	// Record reports whether Commit needs the group's write set: each
 	// group's transaction then records its writes (store.Tx.Record).

@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster/shadow"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/reads"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -76,7 +76,7 @@ type testBundle struct {
 	// shadow, unless -shadow=false, applies every group's write set to a
 	// second store and compares: each test's scenario is also a test of
 	// write-set replication.
-	shadow   *replica.Shadow
+	shadow   *shadow.Shadow
 	shadowSt *store.Store
 	// shadowErr is what the shadows of closed engines found.
 	shadowErr error
@@ -164,7 +164,7 @@ func (b *testBundle) resetShadow(t *testing.T) {
 
 // fullShadow compares the whole stores after every group: the tests' stores
 // are small.
-type fullShadow struct{ *replica.Shadow }
+type fullShadow struct{ *shadow.Shadow }
 
 func (s fullShadow) Commit(tx *store.Tx, wall time.Time) error {
 	if err := s.Shadow.Commit(tx, wall); err != nil {
@@ -178,7 +178,7 @@ var shadowFlag = flag.Bool("shadow", true, "replicate every test's writer groups
 
 // openShadow opens the shadow store at path and a shadow committer from st
 // to it. A shadow store that is new while st is not starts as a copy of st.
-func openShadow(t fataler, st *store.Store, path string) (*store.Store, *replica.Shadow) {
+func openShadow(t fataler, st *store.Store, path string) (*store.Store, *shadow.Shadow) {
 	t.Helper()
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		f, err := os.Create(path)
@@ -194,7 +194,7 @@ func openShadow(t fataler, st *store.Store, path string) (*store.Store, *replica
 	if err != nil {
 		t.Fatalf("opening the shadow store: %v", err)
 	}
-	sh, err := replica.NewShadow(st, sst)
+	sh, err := shadow.New(st, sst)
 	if err != nil {
 		sst.Close()
 		t.Fatalf("shadow: %v", err)

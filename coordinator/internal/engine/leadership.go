@@ -10,7 +10,6 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
 // Errors of a replicated coordinator's writer.
@@ -26,12 +25,25 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown: leadership was lost with the command proposed")
 )
 
-// NotLeaderError is ErrNotLeader with what this node knows of the leader
-// (Config.LeaderHint): its id and gRPC address, either empty when unknown.
+// NotLeaderError is ErrNotLeader with what this node knows of the leader:
+// its id and gRPC address, either empty when unknown. NotLeader builds
+// one; the error table (package server) turns it into NOT_LEADER with the
+// leader's id and address.
 type NotLeaderError struct {
 	LeaderID, LeaderAddr string
 	// Err is the cause (ErrNotLeader, or a commit that lost leadership).
 	Err error
+}
+
+// NotLeader returns the error of a node that does not lead, naming the
+// leader it knows (leaderID and leaderAddr, either empty when unknown);
+// cause is why, nil for plain ErrNotLeader. It is the one way to build
+// a NotLeaderError.
+func NotLeader(leaderID, leaderAddr string, cause error) error {
+	if cause == nil {
+		cause = ErrNotLeader
+	}
+	return &NotLeaderError{LeaderID: leaderID, LeaderAddr: leaderAddr, Err: cause}
 }
 
 // Error implements error.
@@ -51,7 +63,7 @@ func (e *Engine) notLeader() error {
 		return ErrNotLeader
 	}
 	id, addr := e.cfg.LeaderHint()
-	return &NotLeaderError{LeaderID: id, LeaderAddr: addr, Err: ErrNotLeader}
+	return NotLeader(id, addr, nil)
 }
 
 // term is one run of the writer goroutine: from Start or Promote until
@@ -105,8 +117,8 @@ func (t *term) lost(err error) bool {
 
 // Lost is closed when the writer's current term ended by itself because a
 // group was not committed or its outcome is unknown (a replicated commit
-// lost leadership): the coordinator then promotes the engine again if raft
-// still says this node leads. It is nil when no term runs.
+// lost leadership): the replica (package cluster) then promotes the engine
+// again if raft still says this node leads. It is nil when no term runs.
 func (e *Engine) Lost() <-chan struct{} {
 	if t := e.term.Load(); t != nil {
 		return t.lostC
@@ -206,15 +218,12 @@ func (e *Engine) Demote() {
 	e.m.idle()
 }
 
-// leadershipLost maps a commit error to ErrNotLeader or ErrOutcomeUnknown
-// when the committer says the group was not committed or its fate is
-// unknown, and returns nil for any other error (a storage failure).
+// leadershipLost returns err when the committer says the group was not
+// committed (ErrNotLeader) or that its fate is unknown (ErrOutcomeUnknown),
+// and nil for any other error (a storage failure).
 func leadershipLost(err error) error {
-	switch {
-	case errors.Is(err, store.ErrCommitUnknown):
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	case errors.Is(err, store.ErrNotCommitted):
-		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown) {
+		return err
 	}
 	return nil
 }
@@ -239,7 +248,7 @@ func (e *Engine) stepDown(g *group, batch []*request, why error) {
 // lose ends term t on its own writer goroutine after stepDown: the queued
 // commands are answered ErrNotLeader, and the in-memory state, which the
 // lost group's evaluation changed as if it had committed, is dropped.
-// Lost tells the coordinator.
+// Lost tells the replica.
 func (e *Engine) lose(t *term) {
 	t.why.CompareAndSwap(nil, &ErrNotLeader)
 	why := e.notLeader()
@@ -282,8 +291,8 @@ func (e *Engine) resetSoft() {
 
 // Announce records, through the writer, that this node (id, reachable for
 // gRPC at addr) leads: the record replicates to every follower, which names
-// the leader from it when it refuses a write. The coordinator calls it
-// once promoted.
+// the leader from it when it refuses a write. The replica calls it once
+// promoted.
 func (e *Engine) Announce(ctx context.Context, id, addr string) error {
 	return e.do(ctx, &announceCmd{id: id, addr: addr})
 }
@@ -304,14 +313,4 @@ func (c *announceCmd) evaluate(g *group) error {
 		return nil
 	}
 	return tx.PutLeader(c.id, c.addr)
-}
-
-// AnnouncedLeader returns the leader last announced in the store (see
-// Announce); any goroutine may call it.
-func (e *Engine) AnnouncedLeader() (id, addr string) {
-	_ = e.st.View(func(tx *store.Tx) error {
-		id, addr = tx.Leader()
-		return nil
-	})
-	return id, addr
 }

@@ -58,7 +58,7 @@ func TestLeadership(t *testing.T) {
 		defer w.Close()
 		lost := b.e.Lost()
 
-		lc.arm(store.ErrCommitUnknown)
+		lc.arm(ErrOutcomeUnknown)
 		_, err = b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r2", Docs: docs("b.pdf")})
 		if !errors.Is(err, ErrOutcomeUnknown) {
 			t.Fatalf("a submit whose commit lost leadership: %v, want ErrOutcomeUnknown", err)
@@ -110,7 +110,7 @@ func TestLeadership(t *testing.T) {
 	t.Run("AGroupNotCommittedAnswersNotLeader", func(t *testing.T) {
 		t.Parallel()
 		b, lc := setupLosing(t)
-		lc.arm(store.ErrNotCommitted)
+		lc.arm(ErrNotLeader)
 		_, err := b.e.Submit(ctx, SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
 		if !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("a submit that was not committed: %v, want ErrNotLeader", err)

@@ -41,7 +41,7 @@ func TestStepperLeadership(t *testing.T) {
 			t.Fatal("a new stepper does not lead")
 		}
 
-		lc.arm(store.ErrCommitUnknown)
+		lc.arm(ErrOutcomeUnknown)
 		lost := b.e.Lost()
 		sub := s.Submit(SubmitRequest{Team: "alpha", RequestID: "r2", Docs: docs("b.pdf")})
 		behind := s.Submit(SubmitRequest{Team: "alpha", RequestID: "r3", Docs: docs("c.pdf")})
@@ -134,7 +134,11 @@ func TestStepperLeadership(t *testing.T) {
 		if _, err := p.Result(); err != nil {
 			t.Fatal(err)
 		}
-		if id, addr := b.e.AnnouncedLeader(); id != "n2" || addr != "10.0.0.2:7500" {
+		var id, addr string
+		if err := b.st.View(func(tx *store.Tx) error { id, addr = tx.Leader(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if id != "n2" || addr != "10.0.0.2:7500" {
 			t.Errorf("announced leader %q %q, want n2 10.0.0.2:7500", id, addr)
 		}
 	})

@@ -324,11 +324,8 @@ func (s *ClusterServer) leaderStatus(st ClusterStatus) (ClusterStatus, error) {
 	if st.Leading {
 		return st, nil
 	}
-	nl := &engine.NotLeaderError{LeaderID: st.LeaderID, Err: engine.ErrNotLeader}
-	if m, ok := member(st, st.LeaderID); ok {
-		nl.LeaderAddr = m.GRPCAddr
-	}
-	return st, nl
+	m, _ := member(st, st.LeaderID)
+	return st, engine.NotLeader(st.LeaderID, m.GRPCAddr, nil)
 }
 
 // audit writes the record of a change through the writer, before the

@@ -41,66 +41,108 @@ type Leadership interface {
 	Applied() uint64
 }
 
-// readMethods are the methods served from the store rather than the writer: the
-// ones the read mode applies to. Backup is a copy of the store at one
-// instant and may come from any node: it is always served where it is
-// asked, as a stale read.
-var readMethods = map[string]bool{
-	"/leasehold.v1.JobService/GetJob":                       true,
-	"/leasehold.v1.JobService/ListJobs":                     true,
-	"/leasehold.v1.JobService/GetBatch":                     true,
-	"/leasehold.v1.JobService/WatchBatch":                   true,
-	"/leasehold.v1.JobService/GetArtifact":                  true,
-	"/leasehold.v1.OperatorService/ListRejectedCompletions": true,
-	"/leasehold.v1.OperatorService/GetAudit":                true,
-	"/leasehold.v1.OperatorService/Backup":                  true,
-	"/leasehold.v1.OverviewService/GetOverview":             true,
-	"/leasehold.v1.OverviewService/WatchOverview":           true,
-	"/leasehold.v1.OverviewService/ListBatches":             true,
-	"/leasehold.v1.OverviewService/ListRenderers":           true,
+// mode is how a method of the API is served on a replicated coordinator.
+type mode int
+
+const (
+	// verified methods run only once this node has confirmed with a
+	// quorum that it leads, whatever the read mode: the mode of a method
+	// the table does not name, so that a new read is never served stale
+	// by mistake. The writes whose handlers read the store before the
+	// writer sees them are named too: the job or batch, for the caller's
+	// view of it and the audit record of a refusal. Off the leader that
+	// read comes from a store a little behind, or from a deposed leader's
+	// that misses what the new one took, and would answer NOT_FOUND for
+	// what exists.
+	verified mode = iota
+	// write methods go through the writer, which runs on the leader only
+	// and elsewhere answers NOT_LEADER by itself; the cluster changes
+	// find the leader in their handlers.
+	write
+	// read methods are served from this node's store: linearizable by
+	// default (verified first), stale on request (served at once, with
+	// the applied index).
+	read
+	// leaderRead methods are fed by the writer itself (watch events, the
+	// overview it publishes): a follower has nothing to serve them from,
+	// so they are never stale reads.
+	leaderRead
+	// localRead methods are always served where they are asked, with the
+	// applied index: a backup is a copy of the store at one instant and
+	// may come from any node.
+	localRead
+	// nodeRead methods report this node's own view (of the cluster), and
+	// are served where they are asked.
+	nodeRead
+)
+
+// modes is the mode of every method of the API (see mode); a method of
+// package leasehold.v1 missing here is verified. Other services (health,
+// reflection) pass through.
+var modes = map[string]mode{
+	"/leasehold.v1.JobService/SubmitBatch": write,
+	"/leasehold.v1.JobService/GetJob":      read,
+	"/leasehold.v1.JobService/ListJobs":    read,
+	"/leasehold.v1.JobService/GetBatch":    read,
+	"/leasehold.v1.JobService/WatchBatch":  leaderRead,
+	"/leasehold.v1.JobService/CancelJob":   verified,
+	"/leasehold.v1.JobService/CancelBatch": verified,
+	"/leasehold.v1.JobService/GetArtifact": read,
+
+	"/leasehold.v1.RendererService/Session":        write,
+	"/leasehold.v1.RendererService/Acquire":        write,
+	"/leasehold.v1.RendererService/Heartbeat":      write,
+	"/leasehold.v1.RendererService/UploadArtifact": write,
+	"/leasehold.v1.RendererService/Complete":       write,
+
+	"/leasehold.v1.OperatorService/ListRejectedCompletions": read,
+	"/leasehold.v1.OperatorService/ReplayJobs":              write,
+	"/leasehold.v1.OperatorService/PauseDispatch":           write,
+	"/leasehold.v1.OperatorService/ResumeDispatch":          write,
+	"/leasehold.v1.OperatorService/GetAudit":                read,
+	"/leasehold.v1.OperatorService/Backup":                  localRead,
+
+	"/leasehold.v1.OverviewService/GetOverview":   leaderRead,
+	"/leasehold.v1.OverviewService/WatchOverview": leaderRead,
+	"/leasehold.v1.OverviewService/ListBatches":   read,
+	"/leasehold.v1.OverviewService/ListRenderers": leaderRead,
+
+	"/leasehold.v1.ClusterService/GetCluster":         nodeRead,
+	"/leasehold.v1.ClusterService/TransferLeadership": write,
+	"/leasehold.v1.ClusterService/AddVoter":           write,
+	"/leasehold.v1.ClusterService/RemoveServer":       write,
 }
 
-// readFirstWrites are the writes whose handlers read the store before the
-// writer sees them: the job or batch, for the caller's view of it and the
-// audit record of a refusal. Off the leader that read comes from a store a
-// little behind, or from a deposed leader's that misses what the new one
-// took, and would answer NOT_FOUND for what exists; so these verify
-// leadership first, whatever the read mode, as a linearizable read does.
-var readFirstWrites = map[string]bool{
-	"/leasehold.v1.JobService/CancelJob":   true,
-	"/leasehold.v1.JobService/CancelBatch": true,
-}
+// apiPrefix begins the full name of every method of the API.
+const apiPrefix = "/leasehold.v1."
 
-// leaderOnly are the reads fed by the writer itself (watch events, the
-// overview it publishes): a follower has nothing to serve them from, so
-// they are never stale reads.
-var leaderOnly = map[string]bool{
-	"/leasehold.v1.JobService/WatchBatch":         true,
-	"/leasehold.v1.OverviewService/GetOverview":   true,
-	"/leasehold.v1.OverviewService/WatchOverview": true,
-	"/leasehold.v1.OverviewService/ListRenderers": true,
+// modeOf returns the mode of method, verified for a method of the API the
+// table does not name, and write (passed through) for another service's.
+func modeOf(method string) mode {
+	if m, ok := modes[method]; ok {
+		return m
+	}
+	if strings.HasPrefix(method, apiPrefix) {
+		return verified
+	}
+	return write
 }
 
 // Consistency returns the interceptors that apply the read mode on a
-// replicated coordinator: before a read runs, a linearizable one has this
-// node verify its leadership (NOT_LEADER otherwise) and a stale one gets
-// the applied index in its header; a write that reads first (see
-// readFirstWrites) is verified as a linearizable read. Other methods pass
-// through.
+// replicated coordinator (see mode): before a method runs, a verified one,
+// or a linearizable read, has this node verify its leadership
+// (NOT_LEADER otherwise), and a stale read gets the applied index in its
+// header. Writes pass through.
 func Consistency(l Leadership, log *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	// check returns the header of a stale read, or why the read may not
+	// check returns the header of a stale read, or why the method may not
 	// run here.
 	check := func(ctx context.Context, method string) (metadata.MD, error) {
-		if readFirstWrites[method] {
-			return nil, l.VerifyLeader(ctx)
-		}
-		if !readMethods[method] {
+		switch m := modeOf(method); {
+		case m == write, m == nodeRead:
 			return nil, nil
-		}
-		if staleRead(ctx, method) {
+		case m == localRead, m == read && staleAsked(ctx):
 			return metadata.Pairs(AppliedIndexKey, strconv.FormatUint(l.Applied(), 10)), nil
-		}
-		if staleReadMutant {
+		case (m == read || m == leaderRead) && staleReadMutant:
 			return nil, nil
 		}
 		return nil, l.VerifyLeader(ctx)
@@ -132,16 +174,8 @@ func Consistency(l Leadership, log *slog.Logger) (grpc.UnaryServerInterceptor, g
 	return unary, stream
 }
 
-// staleRead reports whether a read of method may be served from this
-// node's store as it is: a backup always, another read when the caller
-// asked for it, unless the writer itself feeds it.
-func staleRead(ctx context.Context, method string) bool {
-	if method == backupMethod {
-		return true
-	}
-	if leaderOnly[method] {
-		return false
-	}
+// staleAsked reports whether the caller asked for a stale read.
+func staleAsked(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get(ReadModeKey) {
 		if strings.EqualFold(v, ReadStale) {
@@ -150,6 +184,3 @@ func staleRead(ctx context.Context, method string) bool {
 	}
 	return false
 }
-
-// backupMethod is OperatorService.Backup's full name.
-const backupMethod = "/leasehold.v1.OperatorService/Backup"

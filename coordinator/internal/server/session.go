@@ -207,12 +207,11 @@ func leadershipEnd(err error) error {
 	if !errors.Is(err, engine.ErrOutcomeUnknown) {
 		return err
 	}
-	nl := &engine.NotLeaderError{Err: engine.ErrNotLeader}
 	var known *engine.NotLeaderError
 	if errors.As(err, &known) {
-		nl.LeaderID, nl.LeaderAddr = known.LeaderID, known.LeaderAddr
+		return engine.NotLeader(known.LeaderID, known.LeaderAddr, nil)
 	}
-	return nl
+	return engine.NotLeader("", "", nil)
 }
 
 // receive reads requests until the stream ends, converting each. When the

@@ -49,18 +49,6 @@ var (
 	ErrWriteSet = errors.New("malformed write set")
 )
 
-// Outcomes of a commit that was not made in place, for a committer that
-// replicates a group instead (engine.Committer): neither is a storage
-// failure.
-var (
-	// ErrNotCommitted is returned when the group was not committed and
-	// never will be (the writer is not, or no longer, the leader).
-	ErrNotCommitted = errors.New("not committed")
-	// ErrCommitUnknown is returned when the group may yet commit, or not:
-	// the writer lost leadership with it proposed.
-	ErrCommitUnknown = errors.New("commit outcome unknown")
-)
-
 // recorder collects a transaction's writes in order.
 type recorder struct {
 	ops []recordedOp

@@ -1,4 +1,4 @@
-package replica
+package cluster
 
 import (
 	"sync/atomic"
@@ -106,7 +106,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 	for _, mb := range st.Members {
-		if mb.ID == st.ID {
+		if mb.ID == st.NodeID {
 			continue
 		}
 		if mb.Known {

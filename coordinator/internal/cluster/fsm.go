@@ -1,4 +1,4 @@
-package replica
+package cluster
 
 import (
 	"errors"
@@ -96,6 +96,16 @@ func (f *FSM) WallFloor() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// AnnouncedLeader returns the leader last announced in the log applied
+// (engine.Announce): its id and gRPC address.
+func (f *FSM) AnnouncedLeader() (id, addr string) {
+	_ = f.st.View(func(tx *store.Tx) error {
+		id, addr = tx.Leader()
+		return nil
+	})
+	return id, addr
 }
 
 // Apply implements raft.FSM.

@@ -1,4 +1,4 @@
-package replica_test
+package shadow_test
 
 import (
 	"testing"

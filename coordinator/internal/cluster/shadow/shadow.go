@@ -1,4 +1,4 @@
-package replica
+package shadow
 
 import (
 	"errors"
@@ -13,13 +13,13 @@ import (
 // primary's after a group.
 var ErrMismatch = errors.New("shadow store differs from the primary")
 
-// Shadow is a committer (engine.Committer) that commits each group in
-// place, then applies its write set to a second store and checks that both
-// stores now hold the same value for every key the group wrote; Compare
-// compares the whole stores' digests, at a cost that follows their size,
-// for callers to run as often as they can afford. A failure to replicate is recorded (Err), never
-// returned: the group is committed by then, and the writer must go on as
-// the single node it is.
+// Shadow is a committer (engine.Committer), for tests, that commits each
+// group in place, then applies its write set to a second store and checks
+// that both stores now hold the same value for every key the group wrote;
+// Compare compares the whole stores' digests, at a cost that follows their
+// size, for callers to run as often as they can afford. A failure to
+// replicate is recorded (Err), never returned: the group is committed by
+// then, and the writer must go on as the single node it is.
 type Shadow struct {
 	primary, replica *store.Store
 	// index is the entry index of the last write set applied to replica.
@@ -30,10 +30,10 @@ type Shadow struct {
 	err    error
 }
 
-// NewShadow returns a shadow committer for the writer of primary, applying
+// New returns a shadow committer for the writer of primary, applying
 // to replica. Both must hold the same records: replica a store that has
 // shadowed primary since both were new, or a copy of it.
-func NewShadow(primary, replica *store.Store) (*Shadow, error) {
+func New(primary, replica *store.Store) (*Shadow, error) {
 	rs, err := replica.ReplicaState()
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package replica_test
+package shadow_test
 
 import (
 	"errors"
@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/cluster/shadow"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
-	"github.com/leasehold/leasehold/coordinator/internal/replica"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -15,7 +15,7 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 type testBundle struct {
 	primary, replica *store.Store
-	shadow           *replica.Shadow
+	shadow           *shadow.Shadow
 }
 
 func setup(t *testing.T) *testBundle {
@@ -33,7 +33,7 @@ func setup(t *testing.T) *testBundle {
 		t.Cleanup(func() { st.Close() })
 		*s.st = st
 	}
-	sh, err := replica.NewShadow(b.primary, b.replica)
+	sh, err := shadow.New(b.primary, b.replica)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestShadow(t *testing.T) {
 		if err := b.shadow.Err(); err != nil {
 			t.Fatalf("the group after an unrecorded write of other keys failed its own check: %v", err)
 		}
-		if err := b.shadow.Compare(); !errors.Is(err, replica.ErrMismatch) || !errors.Is(b.shadow.Err(), replica.ErrMismatch) {
+		if err := b.shadow.Compare(); !errors.Is(err, shadow.ErrMismatch) || !errors.Is(b.shadow.Err(), shadow.ErrMismatch) {
 			t.Fatalf("after an unrecorded write: Compare = %v, Err = %v, want ErrMismatch", err, b.shadow.Err())
 		}
 	})
@@ -117,7 +117,7 @@ func TestShadow(t *testing.T) {
 		if err := b.primary.Update(func(tx *store.Tx) error { return putJob(tx, 1) }); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := replica.NewShadow(b.primary, b.replica); !errors.Is(err, replica.ErrMismatch) {
+		if _, err := shadow.New(b.primary, b.replica); !errors.Is(err, shadow.ErrMismatch) {
 			t.Fatalf("NewShadow over different stores: %v, want ErrMismatch", err)
 		}
 	})

@@ -1,4 +1,4 @@
-package replica_test
+package cluster_test
 
 import (
 	"fmt"

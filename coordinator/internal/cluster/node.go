@@ -1,22 +1,17 @@
-package replica
+package cluster
 
 import (
-	"bytes"
 	"cmp"
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	walfs "github.com/hashicorp/raft-wal/fs"
@@ -36,46 +31,6 @@ const (
 	// snapshotsRetained is how many snapshots a node keeps on disk.
 	snapshotsRetained = 2
 )
-
-// Peer is one voter of the cluster: its id, the address its raft listener
-// is reached at, and its gRPC address (for followers to name the leader).
-type Peer struct {
-	ID       string
-	RaftAddr string
-	GRPCAddr string
-}
-
-// ParsePeers reads the --peers list: comma-separated items
-// id=raft_address, or id=raft_address/grpc_address to let followers name
-// the leader's gRPC address when they refuse a write. A cluster has an odd
-// number of voters.
-func ParsePeers(s string) ([]Peer, error) {
-	var peers []Peer
-	seen := map[string]bool{}
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		id, addrs, ok := strings.Cut(item, "=")
-		if !ok || id == "" || addrs == "" {
-			return nil, fmt.Errorf("peer %q: want id=raft_address or id=raft_address/grpc_address", item)
-		}
-		raftAddr, grpcAddr, _ := strings.Cut(addrs, "/")
-		if seen[id] {
-			return nil, fmt.Errorf("peer id %q appears twice", id)
-		}
-		seen[id] = true
-		peers = append(peers, Peer{ID: id, RaftAddr: raftAddr, GRPCAddr: grpcAddr})
-	}
-	switch n := len(peers); {
-	case n == 0:
-		return nil, errors.New("no peers")
-	case n%2 == 0:
-		return nil, fmt.Errorf("%d peers: a cluster of an even size tolerates no more failures than one smaller; use 1, 3 or 5", n)
-	}
-	return peers, nil
-}
 
 // NodeConfig configures a Node.
 type NodeConfig struct {
@@ -124,9 +79,12 @@ type Node struct {
 	// closers close the log store and transport after raft shut down.
 	closers []io.Closer
 
-	leaderC  chan bool
-	doneC    chan struct{}
-	stopOnce sync.Once
+	leaderC chan bool
+	// observedC receives, without blocking raft, after the leader this
+	// node knows changed (LeaderObserved).
+	observedC chan struct{}
+	doneC     chan struct{}
+	stopOnce  sync.Once
 
 	// progress is what this node, leading, has learnt of the followers.
 	progress *progress
@@ -161,7 +119,8 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	if self < 0 {
 		return nil, fmt.Errorf("node id %q is not one of the peers", cfg.ID)
 	}
-	n := &Node{cfg: cfg, fsm: fsm, log: cfg.Logger, leaderC: make(chan bool, 1), doneC: make(chan struct{}), progress: newProgress()}
+	n := &Node{cfg: cfg, fsm: fsm, log: cfg.Logger, leaderC: make(chan bool, 1), observedC: make(chan struct{}, 1),
+		doneC: make(chan struct{}), progress: newProgress()}
 	fsm.metrics = cfg.Metrics
 	hl := hclogOf(cfg.Logger)
 
@@ -276,53 +235,6 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	return n, nil
 }
 
-// LeaderChanges delivers true when this node becomes the leader and false
-// when it stops being one, in order; raft blocks until it is read, so the
-// caller must read it promptly.
-func (n *Node) LeaderChanges() <-chan bool { return n.leaderC }
-
-// Done is closed when Shutdown begins.
-func (n *Node) Done() <-chan struct{} { return n.doneC }
-
-// FSM returns the node's state machine.
-func (n *Node) FSM() *FSM { return n.fsm }
-
-// Barrier waits until every entry committed before it is applied to this
-// node's FSM; the new leader calls it before evaluating anything.
-func (n *Node) Barrier(timeout time.Duration) error { return n.Raft.Barrier(timeout).Error() }
-
-// Leader returns the leader's id and gRPC address as the peers list gives
-// it, empty when no leader is known.
-func (n *Node) Leader() (id, grpcAddr string) {
-	_, lid := n.Raft.LeaderWithID()
-	for _, p := range n.cfg.Peers {
-		if p.ID == string(lid) {
-			return p.ID, p.GRPCAddr
-		}
-	}
-	return string(lid), ""
-}
-
-// IsLeader reports whether raft says this node leads.
-func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }
-
-// VerifyLeader confirms with a quorum that this node still leads: a read
-// served after it is linearizable.
-func (n *Node) VerifyLeader(ctx context.Context) error {
-	f := n.Raft.VerifyLeader()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrNotLeader, err)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Shutdown stops raft and closes the log, the snapshots and the
 // transport. It is safe to call twice.
 func (n *Node) Shutdown() error {
@@ -341,45 +253,4 @@ func (n *Node) closeStores() {
 		_ = c.Close()
 	}
 	n.closers = nil
-}
-
-// hclogOf adapts l for raft, which logs through hclog: every line raft
-// writes becomes one record of l, at raft's level.
-func hclogOf(l *slog.Logger) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:       "raft",
-		Level:      hclog.Info,
-		Output:     &slogWriter{l: l},
-		JSONFormat: false,
-		TimeFn:     func() time.Time { return time.Time{} },
-	})
-}
-
-// slogWriter turns hclog's text lines into slog records.
-type slogWriter struct{ l *slog.Logger }
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	for line := range bytes.SplitSeq(bytes.TrimRight(p, "\n"), []byte("\n")) {
-		msg := strings.TrimSpace(string(line))
-		level := slog.LevelInfo
-		switch {
-		case strings.HasPrefix(msg, "[ERROR]"):
-			level = slog.LevelError
-		case strings.HasPrefix(msg, "[WARN]"):
-			level = slog.LevelWarn
-		case strings.HasPrefix(msg, "[DEBUG]"), strings.HasPrefix(msg, "[TRACE]"):
-			level = slog.LevelDebug
-		}
-		w.l.Log(context.Background(), level, msg)
-	}
-	return len(p), nil
-}
-
-// peerAddrs returns the raft addresses of peers.
-func peerAddrs(peers []Peer) []raft.ServerAddress {
-	addrs := make([]raft.ServerAddress, len(peers))
-	for i, p := range peers {
-		addrs[i] = raft.ServerAddress(p.RaftAddr)
-	}
-	return addrs
 }

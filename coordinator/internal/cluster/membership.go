@@ -1,55 +1,20 @@
-package replica
+package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/coordinator/internal/server"
 )
 
-// Errors of the membership operations, besides ErrNotLeader.
-var (
-	// ErrTransferFailed is returned when a leadership transfer did not
-	// make another voter the leader.
-	ErrTransferFailed = errors.New("the leadership transfer failed")
-)
-
-// Status is the cluster as one node sees it.
+// Status is the cluster as one node sees it (server.ClusterStatus, whose
+// members' Live the Replica judges), and since when this node leads.
 type Status struct {
-	// ID is this node's id; LeaderID the leader it knows ("" for none).
-	ID, LeaderID string
-	// Leading reports whether this node leads.
-	Leading bool
-	// Term, LastIndex, CommitIndex and AppliedIndex are this node's raft
-	// term, last log index, the index it knows committed, and the last
-	// entry raft handed its state machine.
-	Term, LastIndex, CommitIndex, AppliedIndex uint64
+	server.ClusterStatus
 	// LeadingSince is when this node began to lead; zero when it does not.
 	LeadingSince time.Time
-	// Members are the servers of the latest configuration, in its order.
-	Members []Member
-}
-
-// Member is one server of the configuration, with what this node knows
-// of its replication when it leads.
-type Member struct {
-	ID, RaftAddr string
-	// GRPCAddr is its gRPC address in this node's peers list, if any.
-	GRPCAddr string
-	Voter    bool
-	// Known reports whether Match and LastContact are known: on the
-	// leader, for itself and every member that has answered it in this
-	// term; never on a follower.
-	Known bool
-	// Match is the last entry the member has stored in agreement with the
-	// leader's log (for the leader itself, its last index).
-	Match uint64
-	// LastContact is when the member last answered the leader; zero for
-	// the leader itself.
-	LastContact time.Time
 }
 
 // Status returns the cluster as this node sees it. It fails only when
@@ -60,23 +25,23 @@ func (n *Node) Status() (Status, error) {
 		return Status{}, err
 	}
 	_, lid := n.Raft.LeaderWithID()
-	s := Status{
-		ID: n.cfg.ID, LeaderID: string(lid), Leading: n.IsLeader(),
+	s := Status{ClusterStatus: server.ClusterStatus{
+		NodeID: n.cfg.ID, LeaderID: string(lid), Leading: n.IsLeader(),
 		Term: n.Raft.CurrentTerm(), LastIndex: n.Raft.LastIndex(), CommitIndex: n.Raft.CommitIndex(),
 		AppliedIndex: n.Raft.AppliedIndex(),
-	}
+	}}
 	if ns := n.leadingSince.Load(); s.Leading && ns != 0 {
 		s.LeadingSince = time.Unix(0, ns)
 	}
 	for _, srv := range f.Configuration().Servers {
-		m := Member{ID: string(srv.ID), RaftAddr: string(srv.Address), Voter: srv.Suffrage == raft.Voter}
+		m := server.ClusterMember{ID: string(srv.ID), RaftAddr: string(srv.Address), Voter: srv.Suffrage == raft.Voter}
 		for _, p := range n.cfg.Peers {
 			if p.ID == m.ID {
 				m.GRPCAddr = p.GRPCAddr
 			}
 		}
 		if s.Leading {
-			if m.ID == s.ID {
+			if m.ID == s.NodeID {
 				m.Known, m.Match = true, s.LastIndex
 			} else {
 				m.Match, m.LastContact, m.Known = n.progress.of(srv.ID, s.Term)
@@ -91,8 +56,8 @@ func (n *Node) Status() (Status, error) {
 // leader (itself included) since it started.
 func (n *Node) LeaderChangesSeen() uint64 { return n.leaderChanges.Load() }
 
-// watchLeaders counts the leaders this node learns of and notes when it
-// begins to lead, until Shutdown.
+// watchLeaders counts the leaders this node learns of, notes when it
+// begins to lead, and tells LeaderObserved, until Shutdown.
 func (n *Node) watchLeaders() {
 	obs := make(chan raft.Observation, 16)
 	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -108,6 +73,10 @@ func (n *Node) watchLeaders() {
 			select {
 			case ob := <-obs:
 				lo := ob.Data.(raft.LeaderObservation)
+				select {
+				case n.observedC <- struct{}{}:
+				default:
+				}
 				if lo.LeaderID == "" {
 					n.leadingSince.Store(0)
 					continue
@@ -142,10 +111,10 @@ const changeTimeout = 5 * time.Second
 func (n *Node) AddVoter(ctx context.Context, id, addr string) (uint64, error) {
 	st, err := n.Status()
 	if err != nil {
-		return 0, membershipError(err)
+		return 0, changeOutcome(err)
 	}
 	if !st.Leading {
-		return 0, fmt.Errorf("%w: %w", ErrNotLeader, raft.ErrNotLeader)
+		return 0, changeOutcome(raft.ErrNotLeader)
 	}
 	for _, m := range st.Members {
 		if m.ID == id && m.Voter {
@@ -167,7 +136,7 @@ func (n *Node) caughtUp(ctx context.Context, id string, index uint64) error {
 	for {
 		next := n.progress.next()
 		if !n.IsLeader() {
-			return fmt.Errorf("%w: leadership lost while %s caught up", ErrNotLeader, id)
+			return changeOutcome(fmt.Errorf("%w while %s caught up", raft.ErrLeadershipLost, id))
 		}
 		if match, _, ok := n.progress.of(raft.ServerID(id), n.Raft.CurrentTerm()); ok && match >= index {
 			return nil
@@ -177,7 +146,7 @@ func (n *Node) caughtUp(ctx context.Context, id string, index uint64) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%s has not caught up with the leader; it stays a nonvoter until it is added again: %w", id, ctx.Err())
 		case <-n.doneC:
-			return fmt.Errorf("%w: %w", ErrNotLeader, raft.ErrRaftShutdown)
+			return changeOutcome(raft.ErrRaftShutdown)
 		}
 	}
 }
@@ -190,7 +159,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 // change waits for a membership change.
 func (n *Node) change(ctx context.Context, f raft.IndexFuture) (uint64, error) {
 	if err := wait(ctx, f); err != nil {
-		return 0, membershipError(err)
+		return 0, changeOutcome(err)
 	}
 	return f.Index(), nil
 }
@@ -198,7 +167,7 @@ func (n *Node) change(ctx context.Context, f raft.IndexFuture) (uint64, error) {
 // TransferLeadership hands leadership to the voter id at addr, and
 // returns the new leader's id once this node has learnt of it, within
 // timeout. A transfer that raft reports done but after which no other
-// leader shows within timeout fails with ErrTransferFailed.
+// leader shows within timeout fails with server.ErrTransferFailed.
 func (n *Node) TransferLeadership(ctx context.Context, id, addr string, timeout time.Duration) (string, error) {
 	obs := make(chan raft.Observation, 16)
 	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -208,7 +177,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id, addr string, timeout 
 	n.Raft.RegisterObserver(o)
 	defer n.Raft.DeregisterObserver(o)
 	if err := wait(ctx, n.Raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))); err != nil {
-		return "", membershipError(err)
+		return "", changeOutcome(err)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -219,42 +188,11 @@ func (n *Node) TransferLeadership(ctx context.Context, id, addr string, timeout 
 		select {
 		case <-obs:
 		case <-timer.C:
-			return "", fmt.Errorf("%w: no other leader within %v", ErrTransferFailed, timeout)
+			return "", fmt.Errorf("%w: no other leader within %v", server.ErrTransferFailed, timeout)
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-n.doneC:
-			return "", fmt.Errorf("%w: %w", ErrNotLeader, raft.ErrRaftShutdown)
+			return "", changeOutcome(raft.ErrRaftShutdown)
 		}
 	}
-}
-
-// wait waits for f or ctx.
-func wait(ctx context.Context, f raft.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// membershipError classifies an error of a membership change or
-// leadership transfer. raft words a transfer that found no target or timed
-// out only in the error's text.
-func membershipError(err error) error {
-	msg := err.Error()
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown),
-		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrAbortedByRestore):
-		return fmt.Errorf("%w: %w", ErrNotLeader, err)
-	case strings.Contains(msg, "leadership transfer"), strings.Contains(msg, "transfer leadership"),
-		strings.HasPrefix(msg, "cannot find"):
-		return fmt.Errorf("%w: %w", ErrTransferFailed, err)
-	}
-	return err
 }

@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+)
+
+// Committer is the replicated committer (engine.Committer): it rolls the
+// evaluated transaction back, proposes its write set as one entry, and
+// returns once the entry is committed and applied to this node's store
+// by the FSM, which the writer then reads its own writes from. The group's
+// base is the FSM's last applied write set; the writer evaluates a group
+// only after the previous one is applied, so the base is the state it was
+// evaluated on.
+//
+// A group it could not commit fails with the commit outcomes of package
+// engine (commitOutcome), so that the writer, which knows no raft, steps
+// down instead of fail-stopping: engine.ErrNotLeader when the entry never
+// reached the log, or reached it on a base the log had moved past (the FSM
+// refused it, store.ErrStaleBase), engine.ErrOutcomeUnknown when it may yet
+// commit.
+type Committer struct {
+	raft Raft
+	fsm  *FSM
+	// timeout bounds the wait to enqueue the entry with raft.
+	timeout time.Duration
+	// metrics are the FSM's: Commit is timed with them.
+	metrics *Metrics
+}
+
+var _ engine.Committer = (*Committer)(nil)
+
+// NewCommitter returns the committer proposing to r, whose state machine
+// is fsm.
+func NewCommitter(r Raft, fsm *FSM, enqueueTimeout time.Duration) *Committer {
+	return &Committer{raft: r, fsm: fsm, timeout: enqueueTimeout, metrics: fsm.metrics}
+}
+
+// Record implements engine.Committer: the entry is the write set.
+func (c *Committer) Record() bool { return true }
+
+// Commit implements engine.Committer. A commit that succeeds is timed in
+// the metrics, from the write set's encoding to its apply.
+func (c *Committer) Commit(tx *store.Tx, wall time.Time) error {
+	start := time.Now()
+	ws := tx.WriteSet(c.fsm.LastGroup(), wall)
+	entry := make([]byte, 1+len(ws))
+	entry[0] = entryWriteSet
+	copy(entry[1:], ws)
+	// The FSM applies the entry with the store's own writer lock, which
+	// the evaluation holds until it is rolled back.
+	if err := tx.Rollback(); err != nil {
+		return fmt.Errorf("rolling back the evaluated group: %w", err)
+	}
+	if err := commitOutcome(c.raft.Apply(entry, c.timeout)); err != nil {
+		return err
+	}
+	c.metrics.observeCommit(time.Since(start))
+	return nil
+}

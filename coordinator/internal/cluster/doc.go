@@ -1,0 +1,16 @@
+// Package cluster is replication: the one package that uses
+// hashicorp/raft (docs/replication.md says how and why). The leader's
+// writer evaluates each group on its own store with every write recorded;
+// the Committer proposes the recorded write set as one raft entry, and the
+// FSM of every node applies it to that node's store, with the entry's
+// index, so followers run no command and any node's file is a single
+// node's. A write set applies only onto the base it was evaluated on.
+// Leadership promotes the writer once raft's barrier has applied earlier
+// terms, extending live leases through the failover, and demotes it when
+// raft's leadership ends; the leader's work runs on a goroutine of its own
+// per leadership, off raft's notification channel. Reads are linearizable
+// through VerifyLeader, or stale on request. A node that cannot store or
+// apply the log stops (failStopLog, FSM.Fatal); Recover is the way out of
+// a lost quorum. Raft's errors become the engine's commit outcomes in
+// errors.go alone.
+package cluster

@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// MaxGroupBytes bounds the bytes one writer group carries in a replicated
+// coordinator (engine.Config.MaxGroupBytes): each group is one raft entry,
+// sent to every follower and kept in every log.
+const MaxGroupBytes = 4 << 20
+
+// Config configures a Replica.
+type Config struct {
+	// Node is this node's raft: its id, listener, peers, directory and
+	// timing. Its Metrics are made here (Registerer), and its FSM's Fatal
+	// is Failed.
+	Node NodeConfig
+	// GRPCAdvertise is the gRPC address this node announces when it
+	// leads, for followers to name in their NOT_LEADER answers; empty
+	// takes this node's gRPC address in the peers list, or else
+	// GRPCListen.
+	GRPCAdvertise, GRPCListen string
+	// Registerer, when set, receives the replica's metrics.
+	Registerer prometheus.Registerer
+	// Failed is called, and must not return, when this node cannot store
+	// or apply the replicated log (a full disk, an entry of a newer
+	// release): it stops the process, and the other nodes go on.
+	Failed func(error)
+	// Logger receives the replica's own lines (leadership); raft's go to
+	// Node.Logger.
+	Logger *slog.Logger
+}
+
+// Replica is this coordinator's member of the cluster: the raft node, its
+// state machine over the store, the replicated committer the writer
+// commits through, and the leadership that promotes and demotes the
+// writer as raft's leadership comes and goes. It implements what the
+// gRPC services need of replication: server.Cluster (ClusterService) and
+// server.Leadership (the read path).
+type Replica struct {
+	node      *Node
+	fsm       *FSM
+	committer *Committer
+	log       *slog.Logger
+	// advertise is this node's gRPC address, announced when it leads.
+	advertise string
+	// live is how recently a member must have answered the leader to
+	// count towards a quorum (Status).
+	live time.Duration
+	// lead follows raft's leadership once Follow has given it the engine.
+	lead *leadership
+}
+
+var (
+	_ server.Cluster    = (*Replica)(nil)
+	_ server.Leadership = (*Replica)(nil)
+)
+
+// Start opens the state machine over st and starts this node's raft. The
+// writer commits through Committer, and Follow then hands the replica the
+// engine to promote and demote.
+func Start(st *store.Store, cfg Config) (*Replica, error) {
+	nc := cfg.Node
+	nc.HeartbeatTimeout = cmp.Or(nc.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	nc.ElectionTimeout = cmp.Or(nc.ElectionTimeout, DefaultElectionTimeout)
+	if cfg.Registerer != nil {
+		nc.Metrics = NewMetrics(cfg.Registerer)
+	}
+	fsm, err := NewFSM(st)
+	if err != nil {
+		return nil, err
+	}
+	fsm.Fatal = cfg.Failed
+	node, err := StartNode(nc, fsm)
+	if err != nil {
+		return nil, fmt.Errorf("starting raft: %w", err)
+	}
+	r := &Replica{
+		node: node, fsm: fsm, committer: NewCommitter(node, fsm, 0),
+		log:       cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		advertise: cmp.Or(cfg.GRPCAdvertise, selfGRPC(nc), cfg.GRPCListen),
+		live:      max(3*nc.HeartbeatTimeout, time.Second),
+	}
+	r.lead = &leadership{
+		raft: node, state: fsm, log: r.log, id: nc.ID, advertise: r.advertise,
+		// A failover takes a heartbeat timeout to notice and an election
+		// to settle: live leases get both, on top of their TTL.
+		extend:    nc.HeartbeatTimeout + 2*nc.ElectionTimeout,
+		repromote: nc.ElectionTimeout,
+	}
+	return r, nil
+}
+
+// selfGRPC is this node's gRPC address in the peers list, if any.
+func selfGRPC(nc NodeConfig) string {
+	for _, p := range nc.Peers {
+		if p.ID == nc.ID {
+			return p.GRPCAddr
+		}
+	}
+	return ""
+}
+
+// Committer is the committer the writer commits its groups through
+// (engine.Config.Committer).
+func (r *Replica) Committer() *Committer { return r.committer }
+
+// Follow makes the replica promote eng to the leader's writer whenever
+// this node leads, and demote it whenever it stops, reporting both to
+// health, until StopFollowing. eng begins as a follower. It must be
+// called once, before the services are served.
+func (r *Replica) Follow(eng Engine, health Health) {
+	r.lead.follow(eng, health)
+}
+
+// StopFollowing stops following raft's leadership and waits for it; the
+// writer is left as it was, for the caller to stop.
+func (r *Replica) StopFollowing() { r.lead.stopFollowing() }
+
+// Shutdown stops raft and closes its files and transport. It is safe to
+// call twice.
+func (r *Replica) Shutdown() error { return r.node.Shutdown() }
+
+// Node returns the raft node (tests).
+func (r *Replica) Node() *Node { return r.node }
+
+// FSM returns the state machine (tests).
+func (r *Replica) FSM() *FSM { return r.fsm }
