@@ -488,9 +488,11 @@ func TestManifests(t *testing.T) {
 		}
 	})
 
-	t.Run("Only the coordinators reach the raft port; anyone reaches gRPC and metrics", func(t *testing.T) {
+	t.Run("Only the coordinators reach the raft port, only the monitoring namespace the metrics port; anyone reaches gRPC", func(t *testing.T) {
 		raftPort := mustPort(t, d.coordCfg, "raft-listen")
+		metricsPort := mustPort(t, d.coordCfg, "metrics-listen")
 		open := map[int]bool{}
+		monitored := false
 		var policies int
 		for _, np := range d.policies {
 			if !selects(np.Spec.PodSelector.MatchLabels, coordLabels) || !slices.Contains(np.Spec.PolicyTypes, "Ingress") {
@@ -517,6 +519,18 @@ func TestManifests(t *testing.T) {
 						}
 					}
 				}
+				if len(rule.Ports) == 0 || slices.Contains(ports, metricsPort) {
+					if len(rule.From) == 0 {
+						t.Errorf("NetworkPolicy %s lets any pod reach the metrics port", np.Metadata.Name)
+					}
+					for _, from := range rule.From {
+						if from.PodSelector != nil || from.NamespaceSelector == nil || from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "" {
+							t.Errorf("NetworkPolicy %s lets more than one namespace reach the metrics port: %+v", np.Metadata.Name, from)
+						} else {
+							monitored = true
+						}
+					}
+				}
 				if len(rule.From) == 0 {
 					for _, p := range ports {
 						open[p] = true
@@ -527,10 +541,11 @@ func TestManifests(t *testing.T) {
 		if policies == 0 {
 			t.Error("no NetworkPolicy selects the coordinators: any pod may open the raft port, which mutual TLS alone then guards")
 		}
-		for _, flag := range []string{"listen", "metrics-listen"} {
-			if p := mustPort(t, d.coordCfg, flag); policies > 0 && !open[p] {
-				t.Errorf("no NetworkPolicy rule lets clients and Prometheus reach --%s's port %d", flag, p)
-			}
+		if p := mustPort(t, d.coordCfg, "listen"); policies > 0 && !open[p] {
+			t.Errorf("no NetworkPolicy rule lets clients reach --listen's port %d", p)
+		}
+		if policies > 0 && !monitored {
+			t.Errorf("no NetworkPolicy rule lets the monitoring namespace reach --metrics-listen's port %d", metricsPort)
 		}
 	})
 
@@ -1132,14 +1147,26 @@ func TestDockerfile(t *testing.T) {
 	text := string(data)
 	var froms, copies []string
 	var user, entrypoint string
+	args := map[string]string{}     // the ARG defaults before the first FROM
+	unpinnable := map[string]bool{} // FROM lines that name no ARG
 	for _, line := range strings.Split(text, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
 		switch strings.ToUpper(fields[0]) {
+		case "ARG":
+			if name, value, ok := strings.Cut(fields[1], "="); ok && len(froms) == 0 {
+				args[name] = value
+			}
 		case "FROM":
-			froms = append(froms, fields[1])
+			image := fields[1]
+			if name, ok := strings.CutPrefix(image, "${"); ok && strings.HasSuffix(name, "}") {
+				image = args[strings.TrimSuffix(name, "}")]
+			} else {
+				unpinnable[image] = true
+			}
+			froms = append(froms, image)
 		case "COPY":
 			if strings.HasPrefix(fields[1], "--from=") {
 				copies = append(copies, fields[2:]...)
@@ -1157,6 +1184,17 @@ func TestDockerfile(t *testing.T) {
 	if len(froms) < 2 {
 		t.Fatalf("want a multi-stage build, found FROM %v", froms)
 	}
+
+	t.Run("Every base image is a build argument with a tag that builds as it is, so that a build can pin its digest", func(t *testing.T) {
+		for image := range unpinnable {
+			t.Errorf("FROM %s names no ARG: a build cannot pin it by digest without editing the file", image)
+		}
+		for _, image := range froms {
+			if image == "" || strings.Contains(image, "@sha256:<") || strings.Contains(image, "<digest>") {
+				t.Errorf("base image default %q does not build as it is", image)
+			}
+		}
+	})
 
 	t.Run("The build stage uses the Go release of go.mod", func(t *testing.T) {
 		mod, err := os.ReadFile(filepath.Join(moduleRoot, "go.mod"))

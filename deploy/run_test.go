@@ -39,6 +39,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/security/securitytest"
+	"github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -890,19 +891,7 @@ func (r *run) waitHealth(t *testing.T, pod, service string, want healthpb.Health
 
 // watchFor watches a health entry until it reports want.
 func watchFor(ctx context.Context, conn *grpc.ClientConn, service string, want healthpb.HealthCheckResponse_ServingStatus) error {
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
-	if err != nil {
-		return err
-	}
-	for {
-		resp, err := w.Recv()
-		if err != nil {
-			return err
-		}
-		if resp.GetStatus() == want {
-			return nil
-		}
-	}
+	return stack.WatchHealth(ctx, healthpb.NewHealthClient(conn), service, want)
 }
 
 // leader waits until one of pods reports the Leader entry SERVING, and
