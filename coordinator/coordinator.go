@@ -47,9 +47,10 @@ type Coordinator struct {
 	health    *health.Server
 	devTokens bool
 	// principalsFile is the loaded TokensFile, nil on the development
-	// tokens; fullLogged is when connectionsFull last logged (Unix ns).
+	// tokens.
 	principalsFile *auth.File
-	fullLogged     atomic.Int64
+	// conns are the listeners' connection limits.
+	conns *connLimits
 
 	refusals *edge.Refusals
 	// failed is set when the writer fail-stops; health stays NOT_SERVING.
@@ -134,6 +135,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.conns = newConnLimits(cfg, reg, log)
 	c.newGRPCServer(principals, reg)
 	undo.push(c.grpc.Stop)
 	if err := c.listenMetrics(reg, principals, &undo); err != nil {
@@ -264,7 +266,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	if c.devTokens && !localAddr(lis.Addr()) {
 		return fmt.Errorf("refusing to serve the public development tokens on %s; pass a principals file", lis.Addr())
 	}
-	lis = edge.LimitListener(lis, cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections), c.connectionsFull)
+	lis = c.conns.grpc.Listen(lis)
 	if c.metricsSrv != nil {
 		c.metricsOnce.Do(func() {
 			if c.inproc != nil {

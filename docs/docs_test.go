@@ -42,6 +42,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/internal/security/securitytest"
+	"github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -379,16 +380,8 @@ func cmdWaitHealth(ts *testscript.TestScript, neg bool, args []string) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: args[1]}, grpc.WaitForReady(true))
-	ts.Check(err)
-	for {
-		resp, err := watch.Recv()
-		if err != nil {
-			ts.Fatalf("watching the health of %q at %s for %s: %v", args[1], args[0], args[2], err)
-		}
-		if resp.GetStatus() == healthpb.HealthCheckResponse_ServingStatus(want) {
-			return
-		}
+	if err := stack.WatchHealth(ctx, healthpb.NewHealthClient(conn), args[1], healthpb.HealthCheckResponse_ServingStatus(want)); err != nil {
+		ts.Fatalf("watching the health of %q at %s for %s: %v", args[1], args[0], args[2], err)
 	}
 }
 

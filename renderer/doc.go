@@ -28,7 +28,8 @@
 // The loop applies each report and response as it comes and never waits
 // for a render or a peer: it hands the sender one request at a time, and
 // batches whatever is pending meanwhile into the next one, kept under a
-// byte budget. It keeps the heartbeat, backoff and drain timers, and
+// byte budget and, in each list, to Config.Capacity items (the coordinator
+// refuses a longer list). It keeps the heartbeat, backoff and drain timers, and
 // returns only once every goroutine it started has ended.
 //
 // # The session

@@ -182,7 +182,7 @@ func (l *loop) sendPending() {
 // request, which follows as soon as this one is sent.
 func (l *loop) nextRequest(s *session) *leaseholdv1.SessionRequest {
 	req := &leaseholdv1.SessionRequest{}
-	z := &sizer{budget: l.budget}
+	z := &sizer{budget: l.budget, items: l.w.cfg.Capacity}
 	if l.draining && !s.drainSent {
 		req.Draining, s.drainSent = true, true
 		z.used += 2

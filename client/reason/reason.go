@@ -113,6 +113,8 @@ const (
 	InvalidInstanceID Reason = "INVALID_INSTANCE_ID"
 	// InvalidCapacity: a renderer's capacity is outside 1 to 4,096 or its credential's share.
 	InvalidCapacity Reason = "INVALID_CAPACITY"
+	// TooManyLeaseRefs: a renderer message names more leases in one list than its capacity.
+	TooManyLeaseRefs Reason = "TOO_MANY_LEASE_REFS"
 	// MissingHello: a renderer session did not begin with its hello.
 	MissingHello Reason = "MISSING_HELLO"
 	// MessageLimitTooSmall: the renderer accepts messages too small for one grant.

@@ -64,6 +64,7 @@ const (
 	reasonRendererInUse         = string(reason.RendererIDInUse)
 	reasonSessionReplaced       = string(reason.SessionReplaced)
 	reasonMissingHello          = string(reason.MissingHello)
+	reasonTooManyLeaseRefs      = string(reason.TooManyLeaseRefs)
 	reasonMessageLimit          = string(reason.MessageLimitTooSmall)
 	reasonEmptyArtifact         = string(reason.EmptyArtifact)
 	reasonUploadTimeout         = string(reason.UploadTimeout)
@@ -194,6 +195,7 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	jobs.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
 //	engine.ErrRendererInUse           ALREADY_EXISTS RENDERER_ID_IN_USE
 //	engine.ErrReplaced                ABORTED SESSION_REPLACED
+//	engine.ErrTooManyLeaseRefs        INVALID_ARGUMENT TOO_MANY_LEASE_REFS
 //	watch.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
 //	reads.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
 //	engine.ErrNotLeader               UNAVAILABLE NOT_LEADER leader_id, leader_addr
@@ -271,6 +273,9 @@ func toStatus(log *slog.Logger, err error) error {
 			"give each renderer process its own id", nil)
 	case errors.Is(err, engine.ErrReplaced):
 		return newStatus(codes.Aborted, reasonSessionReplaced, "a newer session of this renderer process replaced this one", nil)
+	case errors.Is(err, engine.ErrTooManyLeaseRefs):
+		return newStatus(codes.InvalidArgument, reasonTooManyLeaseRefs, "a list of the message names more leases than the renderer's capacity; "+
+			"nothing of it was applied", nil)
 	case errors.Is(err, watch.ErrSlowWatcher):
 		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
 	case errors.Is(err, reads.ErrBackupSpace):

@@ -19,6 +19,8 @@ type JobServer struct {
 	leaseholdv1.UnimplementedJobServiceServer
 	*core
 	e JobEngine
+	// denied records refused cancels, aggregated per operator and team.
+	denied *deniedAudits
 }
 
 var _ leaseholdv1.JobServiceServer = (*JobServer)(nil)
@@ -259,8 +261,11 @@ func (s *JobServer) CancelBatch(ctx context.Context, req *leaseholdv1.CancelBatc
 // auditDenied records a DENIED audit entry when an operator's cancel is
 // refused because the team is outside its scope (the operator was told the
 // job does not exist). The record names the team, so only operators whose
-// scope covers it see it. The refusal stands even if the record cannot be
-// written.
+// scope covers it see it. The first refusal of an operator on a team is
+// recorded at once, those that follow within a minute in one record at
+// its end (see deniedAudits), so that repeating them cannot make the
+// writer store a record per attempt. The refusal stands even if the
+// record cannot be written.
 func (s *JobServer) auditDenied(ctx context.Context, p auth.Principal, err error, req engine.CancelRequest, target jobs.Job, wireID string) {
 	if !p.Can(auth.RoleOperator) || !errors.Is(err, errHidden) {
 		return
@@ -270,9 +275,7 @@ func (s *JobServer) auditDenied(ctx context.Context, p auth.Principal, err error
 	if target.ID != 0 {
 		rec.JobIDs = []uint64{target.ID}
 	}
-	if aerr := s.e.RecordAudit(ctx, rec); aerr != nil {
-		s.log.Warn("recording a denied cancel", "principal", p.Name, "target", wireID, "err", aerr)
-	}
+	s.denied.deny(ctx, rec)
 }
 
 // GetArtifact implements JobService.GetArtifact. Only submitters of the

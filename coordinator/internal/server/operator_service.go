@@ -246,6 +246,11 @@ func (s *OperatorServer) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1
 		return s.status(err)
 	}
 	w := &chunkWriter{send: func(b []byte) error {
+		// A backup whose credential a reload revoked stops at its next
+		// chunk (see auth.HoldWhile).
+		if err := stream.Context().Err(); err != nil {
+			return err
+		}
 		return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Chunk{Chunk: b}})
 	}, hash: sha256.New(), buf: make([]byte, 0, backupChunkBytes)}
 	_, err := s.e.Backup(w, func(info reads.BackupInfo) error {

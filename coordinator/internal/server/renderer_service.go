@@ -230,6 +230,31 @@ func leaseRefs(in []*leaseholdv1.LeaseRef, field string) ([]engine.LeaseRef, err
 	return out, nil
 }
 
+// refList is one list of a renderer message: its field and how many
+// leases (or completions) it names.
+type refList struct {
+	field string
+	n     int
+}
+
+// checkLeaseRefs refuses a renderer message, or a session's opening, one
+// of whose lists names more than limit leases (engine.MaxLeaseRefs of the
+// renderer's capacity): INVALID_ARGUMENT TOO_MANY_LEASE_REFS naming the
+// first such list. The message is refused whole, before anything of it is
+// converted or applied, and its stream ends: a renderer names in one list
+// at most the leases it works on at once, so a longer one is a client
+// that does not follow the protocol, and answering each of its items
+// would cost the writer what the bound is there to stop.
+func checkLeaseRefs(limit int, lists ...refList) error {
+	for _, l := range lists {
+		if l.n > limit {
+			return invalidArg(l.field, reasonTooManyLeaseRefs, "%s names %d leases; a renderer names at most %d in one list of a message (its capacity)",
+				l.field, l.n, limit)
+		}
+	}
+	return nil
+}
+
 // leaseList is one list of lease references in a renderer's message: the
 // well-formed ones, for the writer, and an answer to each malformed one at
 // its position, so that one bad reference neither ends the stream nor
@@ -310,10 +335,17 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, r.ID)
 	if first.GetCapacity() > maxCapacity {
 		return s.status(invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity))
 	}
-	conn, _, err := s.e.Open(ctx, engine.SessionOpen{Renderer: r, Capacity: int(first.GetCapacity())})
+	// The most leases a message may name follows the capacity the stream
+	// declared last (engine.MaxLeaseRefs).
+	capacity := int(first.GetCapacity())
+	if err := checkLeaseRefs(engine.MaxLeaseRefs(capacity, r), heartbeatLists(first)...); err != nil {
+		return s.status(err)
+	}
+	conn, _, err := s.e.Open(ctx, engine.SessionOpen{Renderer: r, Capacity: capacity})
 	if err != nil {
 		return s.streamEnd(err)
 	}
@@ -322,7 +354,7 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			s.log.Debug("closing a heartbeat stream", "renderer", r.ID, "err", err)
 		}
 	}()
-	if err := s.answerHeartbeat(ctx, stream, conn, r, first); err != nil {
+	if err := s.answerHeartbeat(ctx, stream, conn, r, first, capacity); err != nil {
 		return s.streamEnd(err)
 	}
 	reqC, errC := receive(ctx, stream.Recv)
@@ -338,7 +370,10 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			}
 			return s.streamEnd(err)
 		case m := <-reqC:
-			if err := s.answerHeartbeat(ctx, stream, conn, r, m); err != nil {
+			if c := int(m.GetCapacity()); c > 0 {
+				capacity = c
+			}
+			if err := s.answerHeartbeat(ctx, stream, conn, r, m, capacity); err != nil {
 				return s.streamEnd(err)
 			}
 		case <-conn.Outbox.Ready():
@@ -351,13 +386,17 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 
 // answerHeartbeat applies one HeartbeatRequest as a message of the
 // stream's session and sends its answer: the heartbeated leases, then the
-// hand-backs, in order.
-func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1.RendererService_HeartbeatServer, conn *engine.Conn, r engine.Renderer, m *leaseholdv1.HeartbeatRequest) error {
+// hand-backs, in order. capacity is the one the stream declared last.
+func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1.RendererService_HeartbeatServer, conn *engine.Conn, r engine.Renderer,
+	m *leaseholdv1.HeartbeatRequest, capacity int) error {
 	if id := m.GetRendererId(); id != "" && id != r.ID {
 		return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id changed from %q to %q on one stream", r.ID, id)
 	}
 	if m.GetCapacity() > maxCapacity {
 		return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
+	}
+	if err := checkLeaseRefs(engine.MaxLeaseRefs(capacity, r), heartbeatLists(m)...); err != nil {
+		return err
 	}
 	// A malformed reference is answered LOST INVALID_ID in its place (an
 	// acknowledgement has no answer and is dropped); the rest are applied.
@@ -370,6 +409,11 @@ func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1
 	}
 	resp := &leaseholdv1.HeartbeatResponse{Leases: append(leases.answers(res.Heartbeats), handBacks.answers(res.HandBacks)...)}
 	return stream.Send(resp)
+}
+
+// heartbeatLists are the lists of a HeartbeatRequest that name leases.
+func heartbeatLists(m *leaseholdv1.HeartbeatRequest) []refList {
+	return []refList{{"leases", len(m.GetLeases())}, {"hand_backs", len(m.GetHandBacks())}, {"cancel_acks", len(m.GetCancelAcks())}}
 }
 
 // forwardRevocations sends the revocations the writer published to a

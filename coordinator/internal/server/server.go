@@ -124,7 +124,8 @@ type Config struct {
 	MaxSessionMessageBytes int
 	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
 	// together (default DefaultMaxUploadBufferBytes, at least
-	// MaxArtifactBytes).
+	// MaxArtifactBytes); the uploads of one credential may hold half of
+	// it, or MaxArtifactBytes when that is more.
 	MaxUploadBufferBytes int64
 	Logger               *slog.Logger
 }
@@ -175,8 +176,8 @@ func New(cfg Config) (*Services, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
-	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes))
-	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine},
+	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes), c.maxBytes)
+	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine, denied: newDeniedAudits(cfg.Engine.RecordAudit, c.log)}, Renderers: &RendererServer{core: c, e: cfg.Engine},
 		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine},
 		Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil
 }
@@ -193,10 +194,14 @@ func (sv *Services) Register(s grpc.ServiceRegistrar) {
 // Shutdown makes pending and future Acquire long polls answer at once
 // without leases and ends Heartbeat, WatchBatch and WatchOverview streams with
 // UNAVAILABLE, so that a graceful stop of the gRPC server is not held up
-// by them. Unary calls keep working. It is safe to call more than once.
+// by them, and records the refused cancels counted and not yet recorded.
+// Unary calls keep working. It is safe to call more than once.
 func (sv *Services) Shutdown() {
 	c := sv.Jobs.core
-	c.closeOnce.Do(func() { close(c.closing) })
+	c.closeOnce.Do(func() {
+		close(c.closing)
+		sv.Jobs.denied.flushAll()
+	})
 }
 
 // errShuttingDown ends long-lived streams when the coordinator stops.

@@ -51,11 +51,16 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, open.Renderer.ID)
+	maxRefs := engine.MaxLeaseRefs(open.Capacity, open.Renderer)
+	if err := checkLeaseRefs(maxRefs, sessionLists(first)...); err != nil {
+		return s.status(err)
+	}
 	conn, holding, err := s.e.Open(ctx, open)
 	if err != nil {
 		return s.streamEnd(err)
 	}
-	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, maxRefs: maxRefs, renderer: open.Renderer.ID, who: open.Renderer}
 	defer sess.close()
 	welcome := &leaseholdv1.SessionWelcome{
 		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
@@ -94,6 +99,9 @@ func (s *RendererServer) hello(p auth.Principal, m *leaseholdv1.SessionRequest) 
 	if err != nil {
 		return engine.SessionOpen{}, 0, err
 	}
+	if err := checkLeaseRefs(engine.MaxLeaseRefs(int(h.GetCapacity()), r), refList{"hello.holding", len(h.GetHolding())}); err != nil {
+		return engine.SessionOpen{}, 0, err
+	}
 	holding, err := leaseRefs(h.GetHolding(), "hello.holding")
 	if err != nil {
 		return engine.SessionOpen{}, 0, err
@@ -111,6 +119,9 @@ type session struct {
 	// session closed.
 	who    engine.Renderer
 	budget int
+	// maxRefs is the most leases one list of a message may name, and one
+	// writer command of the session (engine.MaxLeaseRefs of its capacity).
+	maxRefs int
 	// pending are grants taken from the outbox and not yet sent; they are
 	// handed back if the session ends first.
 	pending []engine.Grant
@@ -217,6 +228,9 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 		if err == nil && m.GetHello() != nil {
 			err = invalidArg("hello", reasonMissingHello, "hello may be sent only in the first message")
 		}
+		if err == nil {
+			err = checkLeaseRefs(ss.maxRefs, sessionLists(m)...)
+		}
 		if err != nil {
 			errC <- err
 			return
@@ -229,22 +243,32 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 	}
 }
 
-// forward merges every received request into one writer command at a
-// time and hands the answers, in request order, to the sender. Once items
-// is closed and drained it closes results.
+// forward merges the received requests into one writer command at a
+// time and hands the answers, in request order, to the sender. A command
+// takes what was received so far, up to the session's maxRefs leases in
+// each list (a request that would take it past that waits for the next),
+// so that one command of a session costs the writer at most that much
+// however fast the renderer sends. Once items is closed and drained it
+// closes results.
 func (ss *session) forward(ctx context.Context, items <-chan item, results chan<- forwarded) {
+	var carried *item
 	for {
 		var batch []item
-		select {
-		case it, ok := <-items:
-			if !ok {
-				close(results)
+		if carried != nil {
+			batch, carried = append(batch, *carried), nil
+		} else {
+			select {
+			case it, ok := <-items:
+				if !ok {
+					close(results)
+					return
+				}
+				batch = append(batch, it)
+			case <-ctx.Done():
 				return
 			}
-			batch = append(batch, it)
-		case <-ctx.Done():
-			return
 		}
+		refs := countRefs(batch[0].in)
 	more:
 		for len(batch) < sessionQueue {
 			select {
@@ -252,6 +276,12 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 				if !ok {
 					break more
 				}
+				next := refs.plus(countRefs(it.in))
+				if !next.within(ss.maxRefs) {
+					carried = &it
+					break more
+				}
+				refs = next
 				batch = append(batch, it)
 			default:
 				break more
@@ -273,6 +303,40 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 			return
 		}
 	}
+}
+
+// refCount is how many leases each list of a session input names:
+// receipts, heartbeats, completions, hand-backs, acknowledgements.
+type refCount [5]int
+
+// countRefs counts in's lists.
+func countRefs(in engine.SessionInput) refCount {
+	return refCount{len(in.Received), len(in.Heartbeats), len(in.Completions), len(in.HandBacks), len(in.Acks)}
+}
+
+// plus adds two counts list by list.
+func (c refCount) plus(o refCount) refCount {
+	for i := range c {
+		c[i] += o[i]
+	}
+	return c
+}
+
+// within reports whether no list names more than n leases.
+func (c refCount) within(n int) bool {
+	for _, v := range c {
+		if v > n {
+			return false
+		}
+	}
+	return true
+}
+
+// sessionLists are the lists of a SessionRequest that name leases, and
+// its completions.
+func sessionLists(m *leaseholdv1.SessionRequest) []refList {
+	return []refList{{"heartbeats", len(m.GetHeartbeats())}, {"received", len(m.GetReceived())}, {"hand_backs", len(m.GetHandBacks())},
+		{"cancel_acks", len(m.GetCancelAcks())}, {"completions", len(m.GetCompletions())}}
 }
 
 // merge joins requests into one input, keeping every list in order.

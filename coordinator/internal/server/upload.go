@@ -17,8 +17,9 @@ import (
 // reference it. The upload is bounded in bytes, in idle time between
 // messages and in total time, and ends when the coordinator shuts down.
 // One upload per lease runs at a time, and every upload's buffer is
-// charged to one budget (Config.MaxUploadBufferBytes); past either the
-// upload is refused RESOURCE_EXHAUSTED.
+// charged to one budget (Config.MaxUploadBufferBytes), of which the uploads
+// of one credential may hold half; past any of these the upload is refused
+// RESOURCE_EXHAUSTED.
 func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_UploadArtifactServer) error {
 	ctx, cancel := context.WithTimeout(stream.Context(), s.uploadTotal)
 	defer cancel()
@@ -46,6 +47,7 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, r.ID)
 	// A given media type is judged before a byte is read; an empty one is
 	// sniffed from the bytes and judged then.
 	if _, err := checkContentType("metadata.content_type", md.GetContentType()); err != nil {
@@ -67,7 +69,7 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if err := j.CheckLease(md.GetToken(), r.ID, time.Time{}); err != nil {
 		return s.status(err)
 	}
-	buf, err := s.uploads.begin(engine.LeaseRef{Job: id, Token: md.GetToken()})
+	buf, err := s.uploads.begin(engine.LeaseRef{Job: id, Token: md.GetToken()}, p.Name)
 	if err != nil {
 		return s.status(err)
 	}

@@ -1093,6 +1093,10 @@ func (x *CompleteResponse) GetReplayed() bool {
 	return false
 }
 
+// SessionRequest is one message of a renderer's session. Each of its
+// lists (completions, heartbeats, received, hand_backs, cancel_acks) names
+// at most hello.capacity items; a longer one is refused whole
+// (TOO_MANY_LEASE_REFS, see Session).
 type SessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required on the first message, and only there.
@@ -1229,7 +1233,8 @@ type SessionHello struct {
 	// largest inline document the coordinator accepts.
 	MaxMessageBytes uint32 `protobuf:"varint,4,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
 	// Leases this process holds from an earlier session (after a reconnect):
-	// heartbeated at once and answered in SessionWelcome.holding.
+	// heartbeated at once and answered in SessionWelcome.holding. At most
+	// capacity of them (TOO_MANY_LEASE_REFS, see Session).
 	Holding       []*LeaseRef `protobuf:"bytes,5,rep,name=holding,proto3" json:"holding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -97,9 +97,20 @@ type RendererServiceClient interface {
 	// them. Grants queued for a session that ends before they are sent are
 	// handed back at once without counting the attempt.
 	//
+	// Every list of lease references in a message (hello.holding,
+	// heartbeats, received, hand_backs, cancel_acks) and its completions name
+	// at most hello.capacity items each: a renderer never works on more
+	// leases at once. A message with a longer list is refused whole (nothing
+	// of it is applied, not even its well-formed items) and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS and a BadRequest naming the
+	// list. The coordinator applies what a session sent in writer commands
+	// of at most that many items per list, so that one session costs the
+	// writer a bounded amount per command however fast it sends.
+	//
 	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
 	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
-	// renderer cannot accept a grant of the largest inline document);
+	// renderer cannot accept a grant of the largest inline document),
+	// TOO_MANY_LEASE_REFS;
 	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
 	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
 	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
@@ -136,6 +147,12 @@ type RendererServiceClient interface {
 	// the leases beside it their extension. Session treats its heartbeats,
 	// hand_backs, received and cancel_acks the same way, answering the
 	// malformed ones after the others in SessionResponse.leases.
+	//
+	// Each of leases, hand_backs and cancel_acks names at most as many leases
+	// as the capacity the stream declared last (or, while it has declared
+	// none, its credential's max_capacity; at most 4,096). A longer list is
+	// refused whole, nothing of the message applied, and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS.
 	Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -151,8 +168,11 @@ type RendererServiceClient interface {
 	// One upload per lease runs at a time: another for the same lease while
 	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
 	// every upload in progress holds count against one budget of the
-	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
-	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default), of which
+	// the uploads of one renderer credential may hold half (or one preview
+	// of --max-artifact-bytes, when that is more), so that one credential
+	// never keeps the others out; a chunk that would take the total or the
+	// credential's part past its bound ends its upload RESOURCE_EXHAUSTED
 	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
 	// holding part of the budget never wait on each other. Both are
 	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
@@ -330,9 +350,20 @@ type RendererServiceServer interface {
 	// them. Grants queued for a session that ends before they are sent are
 	// handed back at once without counting the attempt.
 	//
+	// Every list of lease references in a message (hello.holding,
+	// heartbeats, received, hand_backs, cancel_acks) and its completions name
+	// at most hello.capacity items each: a renderer never works on more
+	// leases at once. A message with a longer list is refused whole (nothing
+	// of it is applied, not even its well-formed items) and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS and a BadRequest naming the
+	// list. The coordinator applies what a session sent in writer commands
+	// of at most that many items per list, so that one session costs the
+	// writer a bounded amount per command however fast it sends.
+	//
 	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
 	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
-	// renderer cannot accept a grant of the largest inline document);
+	// renderer cannot accept a grant of the largest inline document),
+	// TOO_MANY_LEASE_REFS;
 	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
 	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
 	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
@@ -369,6 +400,12 @@ type RendererServiceServer interface {
 	// the leases beside it their extension. Session treats its heartbeats,
 	// hand_backs, received and cancel_acks the same way, answering the
 	// malformed ones after the others in SessionResponse.leases.
+	//
+	// Each of leases, hand_backs and cancel_acks names at most as many leases
+	// as the capacity the stream declared last (or, while it has declared
+	// none, its credential's max_capacity; at most 4,096). A longer list is
+	// refused whole, nothing of the message applied, and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS.
 	Heartbeat(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -384,8 +421,11 @@ type RendererServiceServer interface {
 	// One upload per lease runs at a time: another for the same lease while
 	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
 	// every upload in progress holds count against one budget of the
-	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
-	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default), of which
+	// the uploads of one renderer credential may hold half (or one preview
+	// of --max-artifact-bytes, when that is more), so that one credential
+	// never keeps the others out; a chunk that would take the total or the
+	// credential's part past its bound ends its upload RESOURCE_EXHAUSTED
 	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
 	// holding part of the budget never wait on each other. Both are
 	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/internal/fdlimit"
 	"github.com/leasehold/leasehold/internal/logformat"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/tracing"
@@ -64,6 +65,9 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
+	// A renderer holds few descriptors; it takes what it may all the same,
+	// as the coordinator does, so that no soft limit stops it first.
+	_, _ = fdlimit.Raise()
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "renderer:", err)
 		if _, ok := errors.AsType[*usageError](err); ok {
