@@ -240,7 +240,9 @@ func (r *renderer) flushSoon() {
 }
 
 // flush sends what is queued as one message, with the freed slots as
-// credits (none while draining).
+// credits (none while draining). A message names at most the renderer's
+// capacity of leases in each list, as the coordinator requires
+// (engine.ErrTooManyLeaseRefs): what is queued beyond goes in the next.
 func (r *renderer) flush() {
 	r.flushSet = false
 	if !r.alive || r.st == nil || !r.ready || r.paused(r.flushSoon) {
@@ -248,6 +250,14 @@ func (r *renderer) flush() {
 	}
 	in := r.out
 	r.out = engine.SessionInput{}
+	in.Received, r.out.Received = spill(in.Received, r.capacity)
+	in.Heartbeats, r.out.Heartbeats = spill(in.Heartbeats, r.capacity)
+	in.Completions, r.out.Completions = spill(in.Completions, r.capacity)
+	in.HandBacks, r.out.HandBacks = spill(in.HandBacks, r.capacity)
+	in.Acks, r.out.Acks = spill(in.Acks, r.capacity)
+	if len(r.out.Received)+len(r.out.Heartbeats)+len(r.out.Completions)+len(r.out.HandBacks)+len(r.out.Acks) > 0 {
+		r.flushSoon()
+	}
 	if !r.draining {
 		in.Credits, r.credits = r.credits, 0
 	}
@@ -261,6 +271,14 @@ func (r *renderer) flush() {
 			c.send(st.srv, in)
 		}
 	})
+}
+
+// spill splits list after its first n items.
+func spill[T any](list []T, n int) (now, later []T) {
+	if len(list) <= n {
+		return list, nil
+	}
+	return list[:n:n], slices.Clone(list[n:])
 }
 
 // answered takes the coordinator's answers to one message.
