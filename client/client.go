@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,11 +127,15 @@ func WithBatchLimits(l BatchLimits) Option {
 // addr is one "host:port" or any gRPC target naming one server, dialled
 // as it always was; or, for a cluster, the replicas' "host:port"
 // addresses separated by commas ("a:7070,b:7070,c:7070"), or a dns:///
-// target resolving to all of them. The client then keeps a connection to
-// each replica and sends its calls to the one that reports itself the
-// leader (gRPC health checking on leasehold.v1.Leader), moving to the new
-// leader when leadership moves, and retries a call that a failover
-// interrupted (see WithFailoverWait). Over TLS each listed address is
+// target resolving to all of them. The client then polls each replica's
+// health entry leasehold.v1.Leader (a Check every 250 ms, each within
+// 250 ms) and sends its calls to the one that answers SERVING, moving to
+// the new leader when leadership moves, even from a leader that stopped
+// answering at all (a frozen process keeps its connections open); and it
+// retries a call that a failover interrupted (see WithFailoverWait).
+// Streams made under a leader that the client has since left end with an
+// error matching ErrUnavailable, which FollowBatch resumes from. Options from WithDialOptions do not apply to the polls'
+// own connections. Over TLS each listed address is
 // verified against its own host, unless the tls.Config names a ServerName
 // for all of them; the bearer token rule holds for every address.
 //
@@ -155,11 +160,12 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator: %w", err)
 	}
-	dialOpts, err := cfg.security.DialOptions(target.Hosts()...)
+	transport, err := cfg.security.DialOptions(target.Hosts()...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}
-	dialOpts = append(dialOpts,
+	leader := target.Leader(transport...)
+	dialOpts := append(slices.Clone(transport),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes),
 			grpc.MaxCallSendMsgSize(int(max(DefaultMaxMessageBytes, cfg.limits.requestBytes()))),
@@ -178,11 +184,11 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		dialOpts = append(dialOpts, tracing.DialOption(cfg.tracer))
 	}
 	if target.Replicated() && cfg.failoverWait > 0 {
-		dialOpts = append(dialOpts, grpc.WithChainUnaryInterceptor(failoverInterceptor(cfg.failoverWait)))
+		dialOpts = append(dialOpts, grpc.WithChainUnaryInterceptor(failoverInterceptor(leader, cfg.failoverWait)))
 	}
 	dialOpts = append(dialOpts, cfg.dialOpts...)
 	c := &Client{limits: cfg.limits}
-	c.conn, err = grpc.NewClient(target.DialTarget(), append(target.DialOptions(), dialOpts...)...)
+	c.conn, err = grpc.NewClient(leader.DialTarget(), append(leader.DialOptions(), dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}

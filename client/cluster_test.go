@@ -149,30 +149,87 @@ func TestClusterWaitsForNewLeader(t *testing.T) {
 }
 
 // TestClusterRetriesNotLeader ensures a call that reaches a replica which
-// still looks like the leader but no longer is (its health not yet
-// updated) is refused with NOT_LEADER and sent again, to the leader, with
-// no error for the caller.
+// still looks like the leader but no longer is (it answers its health
+// checks SERVING a little after it stopped leading) is refused with
+// NOT_LEADER and sent again, to the new leader once the client finds it,
+// with no error for the caller.
 func TestClusterRetriesNotLeader(t *testing.T) {
 	t.Parallel()
 	b := setupCluster(t, 0)
-	b.cluster.SetHealth(1, true) // replica 1 looks healthy but refuses
 	batch := b.submit(t, "r-0")
-	deadline := time.Now().Add(clusterFailsafe)
-	for refused := false; !refused; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no call reached the stale replica within %v", clusterFailsafe)
-		}
-		if _, err := b.client.GetBatch(t.Context(), batch.GetId()); err != nil {
-			t.Fatalf("GetBatch: %v", err)
-		}
-		for _, c := range b.cluster.Calls() {
-			refused = refused || (c.Refused && c.Node == 1)
+	drain(b.attempts)
+	// Replica 1 leads; replica 0 refuses, still reporting SERVING.
+	b.cluster.SetServing(1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.client.GetBatch(t.Context(), batch.GetId())
+		done <- err
+	}()
+	recvT(t, b.attempts, "the first attempt")
+	// Its health catches up.
+	b.cluster.SetHealth(0, false)
+	b.cluster.SetHealth(1, true)
+	if err := recvT(t, done, "GetBatch to return"); err != nil {
+		t.Fatalf("GetBatch: %v", err)
+	}
+	refused := 0
+	for _, c := range b.cluster.Calls() {
+		if c.Refused && c.Node == 0 && c.Method == leaseholdv1.JobService_GetBatch_FullMethodName {
+			refused++
 		}
 	}
-	for _, n := range b.servedOn(leaseholdv1.JobService_GetBatch_FullMethodName) {
-		if n != 0 {
-			t.Errorf("GetBatch served by replica %d, want only the leader, 0", n)
-		}
+	if refused == 0 {
+		t.Error("no GetBatch was refused by the stale replica 0; the test proves nothing")
+	}
+	if diff := cmp.Diff([]int{1}, b.servedOn(leaseholdv1.JobService_GetBatch_FullMethodName)); diff != "" {
+		t.Errorf("replicas that served GetBatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestClusterLeavesAFrozenLeader ensures a call in flight on a leader that
+// freezes (it answers nothing, health checks included, and keeps its
+// connections open) is answered by the replica that then reports itself
+// the leader, well before the frozen one would wake (the test's end), and
+// well before the attempt's own deadline (a third of the call's minute).
+func TestClusterLeavesAFrozenLeader(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t, 0)
+	b.submit(t, "r-0")
+	drain(b.attempts)
+	b.cluster.Freeze(0)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err := b.client.SubmitBatch(ctx, "team-a", "r-1", []*leaseholdv1.Document{{Name: "a.pdf", Content: []byte("%PDF")}}, nil)
+		done <- err
+	}()
+	recvT(t, b.attempts, "the attempt on the frozen leader")
+	b.cluster.SetLeader(2)
+	if err := recvT(t, done, "SubmitBatch to return"); err != nil {
+		t.Fatalf("SubmitBatch across the freeze: %v", err)
+	}
+	if diff := cmp.Diff([]int{0, 2}, b.servedOn(submitMethod)); diff != "" {
+		t.Errorf("replicas that served the submits (-want +got):\n%s", diff)
+	}
+}
+
+// TestClusterAttemptDeadline ensures an attempt that its replica holds
+// while answering its health checks (a leader whose writer is stuck) ends
+// at the attempt's own deadline, a third of the call's, and is sent again
+// within the call's.
+func TestClusterAttemptDeadline(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t, 0)
+	batch := b.submit(t, "r-0")
+	b.cluster.HangNext(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+	defer cancel()
+	if _, err := b.client.GetBatch(ctx, batch.GetId()); err != nil {
+		t.Fatalf("GetBatch with its first attempt held: %v", err)
+	}
+	if n := len(b.servedOn(leaseholdv1.JobService_GetBatch_FullMethodName)); n != 2 {
+		t.Errorf("replica 0 took GetBatch %d times, want twice: the attempt it held, then the retry", n)
 	}
 }
 

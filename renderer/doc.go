@@ -75,14 +75,26 @@
 // SESSION_REPLACED is reopened at once.
 //
 // Given every replica of a coordinator cluster (Config.Coordinator), the
-// connection keeps a subchannel to each and a Session goes to the one
-// whose leasehold.v1.Leader health is SERVING. A leader that steps down
+// connection polls each replica's leasehold.v1.Leader health entry (a
+// Check every 250 ms, each within 250 ms; package leaderdial) and a
+// Session goes to the one that answers SERVING. A leader that steps down
 // ends its sessions with UNAVAILABLE NOT_LEADER: the worker reopens at
-// once, the Session waits for the new leader's health, and its hello holds
-// the leases in progress, which the new leader keeps (it extends every
-// live lease when it takes over); completions left unanswered are sent
-// again. A NOT_LEADER again before a welcome is retried from 10 ms up to
-// BackoffMax apart. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
+// once, the Session waits for the new leader, and its hello holds the
+// leases in progress, which the new leader keeps (it extends every live
+// lease when it takes over); completions left unanswered are sent again.
+// A NOT_LEADER again before a welcome is retried from 10 ms up to
+// BackoffMax apart.
+//
+// A leader that hangs says nothing, so the worker also leaves one on its
+// own evidence, and reopens at once, holding its leases as above: when
+// another replica answers SERVING while its own leader does not (or its
+// leader answers NOT_SERVING, or no answer came for 3 s), the session ends
+// with leaderdial.ErrLeaderMoved ("leader moved"); and when the
+// coordinator has sent nothing, not even the keepalive it sends at a third
+// of the heartbeat interval, for three keepalive intervals (a heartbeat
+// interval, 5 s by default), the worker ends the session itself
+// ("coordinator silent"). A leader merely slow is not left: one missed
+// poll only keeps new calls off it. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
 // UNIMPLEMENTED end Run with an error. ALREADY_EXISTS RENDERER_ID_IN_USE is
 // logged as an error and retried from 1 s up to 30 s apart, without end: the
 // usual cause is this pod's previous process, whose session the coordinator
@@ -120,6 +132,8 @@
 //	session started      instance= heartbeat_interval= lease_ttl= ...
 //	session ended        err= retry_in=
 //	coordinator not the leader  err= leader= retry_in=
+//	leader moved         err=
+//	coordinator silent   silent_for= holding=
 //	lease acquired       job= token= attempt= team=
 //	render done          job= token= digest= bytes=
 //	completed            job= token= outcome= phase= replayed= [class=]

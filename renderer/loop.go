@@ -132,6 +132,8 @@ func (l *loop) run(ctx context.Context) error {
 		case <-l.heartbeatC():
 			l.sess.heartbeatDue = true
 			l.sess.heartbeat.Reset(l.sess.interval)
+		case <-l.silenceC():
+			l.silenced()
 		case r := <-l.w.rendered:
 			l.renderDone(r)
 		case u := <-l.w.uploaded:
@@ -141,6 +143,7 @@ func (l *loop) run(ctx context.Context) error {
 		case resp := <-l.w.welcomed:
 			l.welcome(resp)
 		case resp := <-l.w.responses:
+			l.heard()
 			l.handle(resp)
 		case s := <-l.w.sent:
 			l.sentDone(s)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -29,7 +30,8 @@ const sessionQueue = 256
 // so that however fast the renderer sends, it costs one command per
 // commit. The handler's own goroutine sends: the answers in request order,
 // the grants the writer published (document content read after the commit,
-// packed under the renderer's message limit) and revocations. When the
+// packed under the renderer's message limit), revocations, and a keepalive
+// whenever it has sent nothing for the keepalive interval. When the
 // renderer closes its side, everything it sent is applied and answered, and
 // the stream then ends with OK. When the session ends, grants taken but not
 // sent, and grants never taken, are handed back without counting the
@@ -55,13 +57,15 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.streamEnd(err)
 	}
-	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer,
+		keepalive: keepaliveInterval(s.e.HeartbeatInterval())}
 	defer sess.close()
 	welcome := &leaseholdv1.SessionWelcome{
 		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
 		LeaseTtl:               durationpb.New(s.e.LeaseTTL()),
 		MaxInlineArtifactBytes: uint32(s.maxInline),
 		MaxMessageBytes:        uint32(s.maxMsg),
+		KeepaliveInterval:      durationpb.New(sess.keepalive),
 	}
 	for _, st := range holding {
 		welcome.Holding = append(welcome.Holding, leaseStatusToProto(st))
@@ -117,7 +121,24 @@ type session struct {
 	// halfClosed is set once the renderer closed its side: it is sent no
 	// more grants.
 	halfClosed atomic.Bool
+	// keepalive is the most time between two messages to the renderer:
+	// quiet, is sent an empty one (a keepalive) when it runs out, and is
+	// reset by every send.
+	keepalive time.Duration
+	quiet     *time.Timer
 }
+
+// keepaliveInterval is how often a session hears from the coordinator at
+// least: a third of the heartbeat interval, so that a renderer, which
+// takes three missed keepalives for a stalled coordinator, leaves it after
+// a heartbeat interval of silence (5 s by default): well past an election,
+// and well within a lease.
+func keepaliveInterval(heartbeat time.Duration) time.Duration {
+	return max(heartbeat/3, minKeepalive)
+}
+
+// minKeepalive bounds how often a quiet session is sent a keepalive.
+const minKeepalive = 100 * time.Millisecond
 
 // forwarded is the writer's answer to one merged command.
 type forwarded struct {
@@ -150,8 +171,14 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 	items <- ss.convert(first)
 	go ss.receive(ctx, items, recvErr)
 	go ss.forward(ctx, items, results)
+	ss.quiet = time.NewTimer(ss.keepalive)
+	defer ss.quiet.Stop()
 	for {
 		select {
+		case <-ss.quiet.C:
+			if err := ss.send(&leaseholdv1.SessionResponse{Keepalive: true}); err != nil {
+				return err
+			}
 		case <-ss.s.closing:
 			return ss.s.status(errShuttingDown)
 		case <-ctx.Done():
@@ -362,11 +389,15 @@ func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
 	return it
 }
 
-// send sends one response, stamped with the dispatch switch.
+// send sends one response, stamped with the dispatch switch, and puts
+// off the next keepalive.
 func (ss *session) send(resp *leaseholdv1.SessionResponse) error {
 	resp.DispatchPaused = ss.s.e.DispatchState().Paused
 	if err := ss.stream.Send(resp); err != nil {
 		return ss.s.streamEnd(err)
+	}
+	if ss.quiet != nil {
+		ss.quiet.Reset(ss.keepalive)
 	}
 	return nil
 }

@@ -1399,6 +1399,7 @@ func (*SessionCompletion_Success) isSessionCompletion_Outcome() {}
 
 func (*SessionCompletion_Failure) isSessionCompletion_Outcome() {}
 
+// SessionResponse is one message of the coordinator on a Session.
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set on the first message only.
@@ -1413,8 +1414,13 @@ type SessionResponse struct {
 	Revoked []*LeaseStatus `protobuf:"bytes,5,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	// Set while an operator has paused dispatch (no grants meanwhile).
 	DispatchPaused bool `protobuf:"varint,6,opt,name=dispatch_paused,json=dispatchPaused,proto3" json:"dispatch_paused,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set on a keepalive, which carries nothing else but dispatch_paused:
+	// the coordinator sends one whenever it has sent nothing for
+	// SessionWelcome.keepalive_interval, so that a renderer can tell a quiet
+	// session from a coordinator that stopped answering.
+	Keepalive     bool `protobuf:"varint,7,opt,name=keepalive,proto3" json:"keepalive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionResponse) Reset() {
@@ -1489,6 +1495,13 @@ func (x *SessionResponse) GetDispatchPaused() bool {
 	return false
 }
 
+func (x *SessionResponse) GetKeepalive() bool {
+	if x != nil {
+		return x.Keepalive
+	}
+	return false
+}
+
 // SessionWelcome answers SessionHello.
 type SessionWelcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1502,9 +1515,16 @@ type SessionWelcome struct {
 	// The largest SessionRequest the coordinator accepts.
 	MaxMessageBytes uint32 `protobuf:"varint,4,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
 	// The state of each lease listed in hello.holding.
-	Holding       []*LeaseStatus `protobuf:"bytes,5,rep,name=holding,proto3" json:"holding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Holding []*LeaseStatus `protobuf:"bytes,5,rep,name=holding,proto3" json:"holding,omitempty"`
+	// The coordinator sends a message at least this often, a keepalive when
+	// it has nothing else to say: a third of heartbeat_interval. A renderer
+	// that hears nothing for three intervals (a heartbeat interval, several
+	// elections long) takes the coordinator for stalled, ends the session
+	// and opens one wherever the leader is then, holding its leases. Unset
+	// from a coordinator that sends no keepalives.
+	KeepaliveInterval *durationpb.Duration `protobuf:"bytes,6,opt,name=keepalive_interval,json=keepaliveInterval,proto3" json:"keepalive_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SessionWelcome) Reset() {
@@ -1568,6 +1588,13 @@ func (x *SessionWelcome) GetMaxMessageBytes() uint32 {
 func (x *SessionWelcome) GetHolding() []*LeaseStatus {
 	if x != nil {
 		return x.Holding
+	}
+	return nil
+}
+
+func (x *SessionWelcome) GetKeepaliveInterval() *durationpb.Duration {
+	if x != nil {
+		return x.KeepaliveInterval
 	}
 	return nil
 }
@@ -1785,20 +1812,22 @@ const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x129\n" +
 	"\asuccess\x18\x03 \x01(\v2\x1d.leasehold.v1.CompleteSuccessH\x00R\asuccess\x129\n" +
 	"\afailure\x18\x04 \x01(\v2\x1d.leasehold.v1.CompleteFailureH\x00R\afailureB\t\n" +
-	"\aoutcome\"\xc1\x02\n" +
+	"\aoutcome\"\xdf\x02\n" +
 	"\x0fSessionResponse\x126\n" +
 	"\awelcome\x18\x01 \x01(\v2\x1c.leasehold.v1.SessionWelcomeR\awelcome\x12+\n" +
 	"\x06grants\x18\x02 \x03(\v2\x13.leasehold.v1.GrantR\x06grants\x128\n" +
 	"\aresults\x18\x03 \x03(\v2\x1e.leasehold.v1.CompletionResultR\aresults\x121\n" +
 	"\x06leases\x18\x04 \x03(\v2\x19.leasehold.v1.LeaseStatusR\x06leases\x123\n" +
 	"\arevoked\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\arevoked\x12'\n" +
-	"\x0fdispatch_paused\x18\x06 \x01(\bR\x0edispatchPaused\"\xae\x02\n" +
+	"\x0fdispatch_paused\x18\x06 \x01(\bR\x0edispatchPaused\x12\x1c\n" +
+	"\tkeepalive\x18\a \x01(\bR\tkeepalive\"\xf8\x02\n" +
 	"\x0eSessionWelcome\x12H\n" +
 	"\x12heartbeat_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x126\n" +
 	"\tlease_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x129\n" +
 	"\x19max_inline_artifact_bytes\x18\x03 \x01(\rR\x16maxInlineArtifactBytes\x12*\n" +
 	"\x11max_message_bytes\x18\x04 \x01(\rR\x0fmaxMessageBytes\x123\n" +
-	"\aholding\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\aholding\"\xf1\x01\n" +
+	"\aholding\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\aholding\x12H\n" +
+	"\x12keepalive_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11keepaliveInterval\"\xf1\x01\n" +
 	"\x10CompletionResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
@@ -1900,22 +1929,23 @@ var file_leasehold_v1_renderer_service_proto_depIdxs = []int32{
 	21, // 32: leasehold.v1.SessionWelcome.heartbeat_interval:type_name -> google.protobuf.Duration
 	21, // 33: leasehold.v1.SessionWelcome.lease_ttl:type_name -> google.protobuf.Duration
 	6,  // 34: leasehold.v1.SessionWelcome.holding:type_name -> leasehold.v1.LeaseStatus
-	25, // 35: leasehold.v1.CompletionResult.phase:type_name -> leasehold.v1.Phase
-	15, // 36: leasehold.v1.RendererService.Session:input_type -> leasehold.v1.SessionRequest
-	1,  // 37: leasehold.v1.RendererService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	5,  // 38: leasehold.v1.RendererService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
-	8,  // 39: leasehold.v1.RendererService.UploadArtifact:input_type -> leasehold.v1.UploadArtifactRequest
-	11, // 40: leasehold.v1.RendererService.Complete:input_type -> leasehold.v1.CompleteRequest
-	18, // 41: leasehold.v1.RendererService.Session:output_type -> leasehold.v1.SessionResponse
-	2,  // 42: leasehold.v1.RendererService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	7,  // 43: leasehold.v1.RendererService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
-	10, // 44: leasehold.v1.RendererService.UploadArtifact:output_type -> leasehold.v1.UploadArtifactResponse
-	14, // 45: leasehold.v1.RendererService.Complete:output_type -> leasehold.v1.CompleteResponse
-	41, // [41:46] is the sub-list for method output_type
-	36, // [36:41] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	21, // 35: leasehold.v1.SessionWelcome.keepalive_interval:type_name -> google.protobuf.Duration
+	25, // 36: leasehold.v1.CompletionResult.phase:type_name -> leasehold.v1.Phase
+	15, // 37: leasehold.v1.RendererService.Session:input_type -> leasehold.v1.SessionRequest
+	1,  // 38: leasehold.v1.RendererService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	5,  // 39: leasehold.v1.RendererService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
+	8,  // 40: leasehold.v1.RendererService.UploadArtifact:input_type -> leasehold.v1.UploadArtifactRequest
+	11, // 41: leasehold.v1.RendererService.Complete:input_type -> leasehold.v1.CompleteRequest
+	18, // 42: leasehold.v1.RendererService.Session:output_type -> leasehold.v1.SessionResponse
+	2,  // 43: leasehold.v1.RendererService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	7,  // 44: leasehold.v1.RendererService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
+	10, // 45: leasehold.v1.RendererService.UploadArtifact:output_type -> leasehold.v1.UploadArtifactResponse
+	14, // 46: leasehold.v1.RendererService.Complete:output_type -> leasehold.v1.CompleteResponse
+	42, // [42:47] is the sub-list for method output_type
+	37, // [37:42] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_renderer_service_proto_init() }
