@@ -212,7 +212,10 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 		case <-time.After(*pauseFor - time.Since(struck)):
 		}
 		cl.Resume(leader)
-		res.notLeader, res.missing = sessionEnds(rs, marks, time.Now(), 10*time.Second)
+		// The renderers leave the stopped leader once another answers as
+		// the leader, before it resumes (leader moved), or learn it from
+		// its NOT_LEADER once it runs again: timed from the SIGSTOP.
+		res.notLeader, res.missing = sessionEnds(rs, marks, struck, 10*time.Second)
 	}
 	if !<-probed {
 		t.Fatalf("no submit sent after the %s of n%d was acknowledged", f, leader+1)
@@ -292,17 +295,18 @@ func leasedJobs(t *testing.T, ctx context.Context, op *client.Client) map[string
 
 // sessionEnds waits, up to limit, for each renderer's first line after its
 // mark that says its session ended, and returns how long after from each
-// ended with NOT_LEADER, and for the others why not.
+// ended with NOT_LEADER or by leaving a leader its polls found gone
+// ("leader moved"), and for the others why not.
 func sessionEnds(rs []*proctest.Proc, marks []int, from time.Time, limit time.Duration) ([]time.Duration, []string) {
 	var got []time.Duration
 	var missing []string
 	deadline := time.Now().Add(limit)
 	for i, r := range rs {
-		line, ok := r.Await(marks[i], deadline, []string{"coordinator not the leader"}, []string{"session ended"})
+		line, ok := r.Await(marks[i], deadline, []string{"coordinator not the leader"}, []string{"msg=\"leader moved\""}, []string{"session ended"})
 		switch {
 		case !ok:
 			missing = append(missing, fmt.Sprintf("fo-%d: no session end within %v", i+1, limit))
-		case !strings.Contains(line, "coordinator not the leader"):
+		case !strings.Contains(line, "coordinator not the leader") && !strings.Contains(line, "leader moved"):
 			missing = append(missing, fmt.Sprintf("fo-%d: %s", i+1, proctest.LogAttr(line, "err")))
 		default:
 			at, err := time.Parse(time.RFC3339Nano, proctest.LogAttr(line, "time"))

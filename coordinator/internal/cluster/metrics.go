@@ -16,10 +16,12 @@ import (
 type Metrics struct {
 	commit prometheus.Histogram
 	apply  prometheus.Histogram
+	// stuck counts the step-downs of a leader that could not commit.
+	stuck prometheus.Counter
 	// node is the node the gauges read, once StartNode has set it.
 	node atomic.Pointer[Node]
 
-	leader, term, commitIndex, appliedIndex, changes, lag, contact *prometheus.Desc
+	leader, term, commitIndex, appliedIndex, changes, lag, contact, muted *prometheus.Desc
 }
 
 // NewMetrics returns a node's metrics, registered with reg; give them to
@@ -36,6 +38,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time the state machine takes to apply one batch of committed entries to this node's store (one transaction).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		stuck: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_raft_stuck_stepdowns_total",
+			Help: "Times this node, leading, had a writer group wait for its commit longer than the stuck bound " +
+				"(a frozen disk under its store or raft log) and stepped down: Leader health NOT_SERVING, and muted to its peers until raft's leadership ended.",
+		}),
+		muted: prometheus.NewDesc("leasehold_raft_muted",
+			"1 while this node sends nothing to its peers because, leading, it could not commit; else 0.", nil, nil),
 		leader: prometheus.NewDesc("leasehold_raft_leader",
 			"1 while this node is the raft leader (the writer runs here), else 0.", nil, nil),
 		term: prometheus.NewDesc("leasehold_raft_term", "This node's current raft term.", nil, nil),
@@ -51,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		contact: prometheus.NewDesc("leasehold_raft_follower_last_contact_seconds",
 			"On the leader: seconds since a follower last answered it (since it began to lead, for one that has not).", []string{"follower"}, nil),
 	}
-	reg.MustRegister(m.commit, m.apply, m)
+	reg.MustRegister(m.commit, m.apply, m.stuck, m)
 	return m
 }
 
@@ -59,6 +68,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) observeCommit(d time.Duration) {
 	if m != nil {
 		m.commit.Observe(d.Seconds())
+	}
+}
+
+// observeStuck counts one step-down of a leader that could not commit; m
+// may be nil.
+func (m *Metrics) observeStuck() {
+	if m != nil {
+		m.stuck.Inc()
 	}
 }
 
@@ -71,7 +88,7 @@ func (m *Metrics) observeApply(d time.Duration) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact} {
+	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact, m.muted} {
 		ch <- d
 	}
 }
@@ -101,6 +118,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.commitIndex, prometheus.GaugeValue, float64(st.CommitIndex))
 	ch <- prometheus.MustNewConstMetric(m.appliedIndex, prometheus.GaugeValue, float64(st.AppliedIndex))
 	ch <- prometheus.MustNewConstMetric(m.changes, prometheus.CounterValue, float64(n.LeaderChangesSeen()))
+	muted := 0.0
+	if n.muted.Load() {
+		muted = 1
+	}
+	ch <- prometheus.MustNewConstMetric(m.muted, prometheus.GaugeValue, muted)
 	if !st.Leading {
 		return
 	}

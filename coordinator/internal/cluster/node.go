@@ -88,6 +88,9 @@ type Node struct {
 
 	// progress is what this node, leading, has learnt of the followers.
 	progress *progress
+	// muted, while set, fails every request this node's raft sends to its
+	// peers (Mute).
+	muted atomic.Bool
 	// leaderChanges counts the leaders this node has learnt of;
 	// leadingSince is when it began to lead (Unix ns, 0 when it does
 	// not). The observer goroutine keeps both.
@@ -188,7 +191,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		n.trans = nt
 		n.closers = append(n.closers, nt)
 	}
-	n.trans = observe(n.trans, n.progress)
+	n.trans = observe(n.trans, n.progress, &n.muted)
 
 	existing, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {

@@ -37,6 +37,11 @@ type Raft interface {
 	// LeaderObserved receives after the leader this node knows changes
 	// (changes close together may be told once).
 	LeaderObserved() <-chan struct{}
+	// Mute stops, or lets go again, every request this node sends to its
+	// peers, heartbeats included: a leader that cannot commit is muted so
+	// that its followers stop hearing it and elect another, whatever
+	// raft's own leader loop is blocked on.
+	Mute(on bool)
 }
 
 var _ Raft = (*Node)(nil)
@@ -78,6 +83,9 @@ func (n *Node) LeaderChanges() <-chan bool { return n.leaderC }
 
 // LeaderObserved implements Raft.
 func (n *Node) LeaderObserved() <-chan struct{} { return n.observedC }
+
+// Mute implements Raft.
+func (n *Node) Mute(on bool) { n.muted.Store(on) }
 
 // Done is closed when Shutdown begins.
 func (n *Node) Done() <-chan struct{} { return n.doneC }
