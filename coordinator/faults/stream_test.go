@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/coordinator/faults/internal/tcpproxy"
+	"github.com/leasehold/leasehold/internal/tcpproxy"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/proctest"
 )

@@ -122,25 +122,77 @@ func terminal(k leaseholdv1.EventKind) bool {
 type summary struct {
 	faults     map[fault][]faultResult
 	faultsTook time.Duration
-	ev         *evidence
+	invariants
 
-	acked, ackedJobs int
-	lost             []string // acknowledged jobs missing or not terminal
-	tokensReused     []string
-	unpublished      []string // grants a renderer received that the store does not hold
-	doubleTerminal   []string
 	heldAtKill, kept int
 	undelivered      int // leases at a kill that no renderer had received
 	lostLeases       []string
 	notLeaderMissing []string
 }
 
+// invariants is what every campaign checks of the evidence: the
+// guarantees of a failover, whatever the fault.
+type invariants struct {
+	ev               *evidence
+	acked, ackedJobs int
+	lost             []string // acknowledged jobs missing or not terminal
+	tokensReused     []string
+	unpublished      []string // grants a renderer received that the store does not hold
+	doubleTerminal   []string
+}
+
 // summarize checks the evidence against the guarantees.
 func summarize(results []faultResult, ev *evidence) *summary {
-	s := &summary{faults: map[fault][]faultResult{}, ev: ev}
+	s := &summary{faults: map[fault][]faultResult{}, invariants: checkInvariants(ev)}
 	for _, r := range results {
 		s.faults[r.kind] = append(s.faults[r.kind], r)
 	}
+	// Leases held at a kill: those leased when it struck that a renderer
+	// had received (a grant the dead leader committed but never sent is
+	// held by no one; it is re-queued once its lease runs out, and counted
+	// apart). Kept when the lease ended by its holder's own completion, not
+	// by expiry or a fenced completion.
+	received := receivedGrants(ev)
+	undelivered := map[grant]bool{}
+	for _, r := range s.faults[faultKill] {
+		for id, tok := range r.held {
+			if !received[grant{job: id, token: tok}] {
+				undelivered[grant{job: id, token: tok}] = true
+				continue
+			}
+			s.heldAtKill++
+			if why := leaseEnd(ev.jobs[id], tok); why == "" {
+				s.kept++
+			} else {
+				s.lostLeases = append(s.lostLeases, fmt.Sprintf("job %s token %d (kill of n%d): %s", id, tok, r.leader+1, why))
+			}
+		}
+	}
+	s.undelivered = len(undelivered)
+	for _, f := range []fault{faultIsolate, faultPause} {
+		for _, r := range s.faults[f] {
+			for _, m := range r.missing {
+				s.notLeaderMissing = append(s.notLeaderMissing, fmt.Sprintf("%s of n%d: %s", f, r.leader+1, m))
+			}
+		}
+	}
+	return s
+}
+
+// receivedGrants returns the leases some renderer recorded receiving.
+func receivedGrants(ev *evidence) map[grant]bool {
+	received := map[grant]bool{}
+	for _, g := range ev.grants {
+		received[grant{job: g.job, token: g.token}] = true
+	}
+	return received
+}
+
+// checkInvariants checks the evidence against the guarantees every
+// failover keeps: no acknowledged job lost, no token reused, no grant
+// published before its entry committed, no double terminal transition.
+func checkInvariants(ev *evidence) invariants {
+	s := invariants{ev: ev}
 	// No acknowledged job lost: present, and ended.
 	for _, a := range ev.acks {
 		s.acked++
@@ -195,38 +247,6 @@ func summarize(results []faultResult, ev *evidence) *summary {
 			s.unpublished = append(s.unpublished, fmt.Sprintf("%s received job %s under token %d, which the store never leased", g.renderer, g.job, g.token))
 		}
 	}
-	// Leases held at a kill: those leased when it struck that a renderer
-	// had received (a grant the dead leader committed but never sent is
-	// held by no one; it is re-queued once its lease runs out, and counted
-	// apart). Kept when the lease ended by its holder's own completion, not
-	// by expiry or a fenced completion.
-	received := map[grant]bool{}
-	for _, g := range ev.grants {
-		received[grant{job: g.job, token: g.token}] = true
-	}
-	undelivered := map[grant]bool{}
-	for _, r := range s.faults[faultKill] {
-		for id, tok := range r.held {
-			if !received[grant{job: id, token: tok}] {
-				undelivered[grant{job: id, token: tok}] = true
-				continue
-			}
-			s.heldAtKill++
-			if why := leaseEnd(ev.jobs[id], tok); why == "" {
-				s.kept++
-			} else {
-				s.lostLeases = append(s.lostLeases, fmt.Sprintf("job %s token %d (kill of n%d): %s", id, tok, r.leader+1, why))
-			}
-		}
-	}
-	s.undelivered = len(undelivered)
-	for _, f := range []fault{faultIsolate, faultPause} {
-		for _, r := range s.faults[f] {
-			for _, m := range r.missing {
-				s.notLeaderMissing = append(s.notLeaderMissing, fmt.Sprintf("%s of n%d: %s", f, r.leader+1, m))
-			}
-		}
-	}
 	return s
 }
 
@@ -275,8 +295,45 @@ func leaseEnd(j *leaseholdv1.Job, tok uint64) string {
 // passed reports whether every guarantee held. Timings are goals, printed
 // and compared, not part of the verdict.
 func (s *summary) passed() bool {
+	return s.invariants.passed() && len(s.notLeaderMissing) == 0
+}
+
+// passed reports whether the invariants held, and every job ended and
+// the stores agree.
+func (s *invariants) passed() bool {
 	return len(s.lost) == 0 && len(s.tokensReused) == 0 && len(s.unpublished) == 0 && len(s.doubleTerminal) == 0 &&
-		len(s.ev.stuck) == 0 && s.ev.storeErr == nil && len(s.notLeaderMissing) == 0
+		len(s.ev.stuck) == 0 && s.ev.storeErr == nil
+}
+
+// row prints one check and up to five of what it found.
+func row(w io.Writer, name string, bad []string) {
+	fmt.Fprintf(w, "%-44s %d", name, len(bad))
+	for i, b := range bad {
+		if i == 5 {
+			fmt.Fprintf(w, "\n    ... %d more", len(bad)-5)
+			break
+		}
+		fmt.Fprintf(w, "\n    %s", b)
+	}
+	fmt.Fprintln(w)
+}
+
+// print writes the invariants' rows and the stores' reports.
+func (s *invariants) print(w io.Writer) {
+	fmt.Fprintf(w, "%-44s %s\n", "check", "result")
+	row(w, "acknowledged jobs lost", s.lost)
+	row(w, "tokens reused", s.tokensReused)
+	row(w, "grants received but never stored", s.unpublished)
+	row(w, "double terminal", s.doubleTerminal)
+	row(w, "stuck after quiesce", s.ev.stuck)
+	storeNote := "equal digests, coordinator check passes on each"
+	if s.ev.storeErr != nil {
+		storeNote = s.ev.storeErr.Error()
+	}
+	fmt.Fprintf(w, "%-44s %s\n", "stores", storeNote)
+	for i, r := range s.ev.reports {
+		fmt.Fprintf(w, "    n%d: %d jobs, last token %d, applied index %d, digest %.16s\n", i+1, r.Jobs, r.LastToken, r.AppliedIndex, r.Digest)
+	}
 }
 
 // quantile returns the q-quantile of ds (nearest rank).
@@ -304,32 +361,8 @@ func (s *summary) print(w io.Writer) {
 		len(s.faults[faultPause]), s.faultsTook.Round(time.Second))
 	fmt.Fprintf(w, "load: %d submits acknowledged (%d jobs), retried refusals %v; drained in %v\n", s.acked, s.ackedJobs,
 		s.ev.errs, s.ev.drained.Round(time.Millisecond))
-	fmt.Fprintf(w, "%-44s %s\n", "check", "result")
-	row := func(name string, bad []string) {
-		fmt.Fprintf(w, "%-44s %d", name, len(bad))
-		for i, b := range bad {
-			if i == 5 {
-				fmt.Fprintf(w, "\n    ... %d more", len(bad)-5)
-				break
-			}
-			fmt.Fprintf(w, "\n    %s", b)
-		}
-		fmt.Fprintln(w)
-	}
-	row("acknowledged jobs lost", s.lost)
-	row("tokens reused", s.tokensReused)
-	row("grants received but never stored", s.unpublished)
-	row("double terminal", s.doubleTerminal)
-	row("stuck after quiesce", s.ev.stuck)
-	row("deposed leader's sessions without NOT_LEADER", s.notLeaderMissing)
-	storeNote := "equal digests, coordinator check passes on each"
-	if s.ev.storeErr != nil {
-		storeNote = s.ev.storeErr.Error()
-	}
-	fmt.Fprintf(w, "%-44s %s\n", "stores", storeNote)
-	for i, r := range s.ev.reports {
-		fmt.Fprintf(w, "    n%d: %d jobs, last token %d, applied index %d, digest %.16s\n", i+1, r.Jobs, r.LastToken, r.AppliedIndex, r.Digest)
-	}
+	s.invariants.print(w)
+	row(w, "deposed leader's sessions without NOT_LEADER", s.notLeaderMissing)
 	frac := 1.0
 	if s.heldAtKill > 0 {
 		frac = float64(s.kept) / float64(s.heldAtKill)
@@ -381,13 +414,19 @@ func (s *summary) print(w io.Writer) {
 		mx := quantile(ds, 1)
 		fmt.Fprintf(w, "%-10s %3d %9s %9s %9s   %s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(mx), verdict(mx <= leaderLease))
 	}
+	printCPU(w, len(s.ev.jobs))
+}
+
+// printCPU writes the CPU time spent per 1,000 of n documents, in the
+// child processes and in the test itself.
+func printCPU(w io.Writer, n int) {
 	var self, children syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
 	cpu := func(r syscall.Rusage) float64 {
 		return float64(r.Utime.Sec+r.Stime.Sec) + float64(r.Utime.Usec+r.Stime.Usec)/1e6
 	}
-	if n := len(s.ev.jobs); n > 0 {
+	if n > 0 {
 		fmt.Fprintf(w, "\ncpu: %d documents; %.2f CPU-s per 1,000 documents in the processes (coordinators, renderers, checks), %.2f in the test's load\n",
 			n, 1000*cpu(children)/float64(n), 1000*cpu(self)/float64(n))
 	}

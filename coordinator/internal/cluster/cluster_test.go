@@ -282,9 +282,9 @@ func TestCluster(t *testing.T) {
 }
 
 // TestMutedLeader ensures a leader muted to its peers, as one that cannot
-// commit mutes itself, is replaced: its followers stop hearing its
-// heartbeats and elect another; what it proposes is not committed; and,
-// heard again, it follows the new leader and holds what it commits.
+// commit mutes itself, hands off to a follower past the mute and is
+// replaced; what it proposes is not committed; and, heard again, it
+// follows the new leader and holds what it commits.
 func TestMutedLeader(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3)
@@ -293,6 +293,10 @@ func TestMutedLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	l1.node.Mute(true)
+	to, err := l1.node.HandOff()
+	if err != nil || to == l1.id {
+		t.Fatalf("HandOff = %q, %v; want a follower asked to stand", to, err)
+	}
 	var rest []*member
 	for _, m := range c.members {
 		if m != l1 {
@@ -308,7 +312,7 @@ func TestMutedLeader(t *testing.T) {
 		t.Fatalf("a write on the new leader: %v", err)
 	}
 	c.converge(l2)
-	err := l1.st.View(func(tx *store.Tx) error {
+	err = l1.st.View(func(tx *store.Tx) error {
 		if _, found, _ := tx.Job(2); found {
 			return errors.New("the muted leader's write is stored")
 		}

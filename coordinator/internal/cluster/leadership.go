@@ -207,12 +207,15 @@ func (l *leadership) lead(stop <-chan struct{}) {
 // leader lease check runs, while its heartbeats, sent from goroutines of
 // their own, keep the followers from electing another leader. So the node
 // reports its Leader health entry NOT_SERVING at once (clients and
-// renderers leave it), and mutes itself: every request raft sends to a
-// peer fails unsent. The followers stop hearing it and elect a leader
-// after their heartbeat timeout; raft here, once it runs again, finds that
-// no follower answered within its leader lease and steps down, and its
-// writer's commands are answered NOT_LEADER or OUTCOME_UNKNOWN. The node
-// is heard again once raft no longer leads here. Nothing it acknowledged
+// renderers leave it), mutes itself (every request raft sends to a peer
+// fails unsent, so that it commits nothing more and its heartbeats stop),
+// and hands off: it tells the follower most up to date with its log to
+// stand for election at once (HandOff). Should that fail, the followers
+// elect a leader after their heartbeat timeout all the same. raft here,
+// once it runs again, finds that no follower answered within its leader
+// lease (or hears of the later term) and steps down, and its writer's
+// commands are answered NOT_LEADER or OUTCOME_UNKNOWN. The node is heard
+// again once raft no longer leads here. Nothing it acknowledged
 // is lost: it acknowledges only what a quorum committed, and a muted node
 // commits nothing more.
 func (l *leadership) watchCommits(stop <-chan struct{}) {
@@ -238,12 +241,13 @@ func (l *leadership) watchCommits(stop <-chan struct{}) {
 			l.unmute()
 			muted = false
 		case !muted && busy > l.stuckAfter && l.raft.IsLeader():
-			l.log.Error("leader cannot commit: stepping down", "waited", busy.Round(time.Millisecond),
-				"bound", l.stuckAfter, "node", l.id, "term", l.raft.Term())
-			l.metrics.observeStuck()
 			l.health.SetLeading(false)
 			l.raft.Mute(true)
 			muted = true
+			l.metrics.observeStuck()
+			to, err := l.raft.HandOff()
+			l.log.Error("leader cannot commit: stepping down", "waited", busy.Round(time.Millisecond),
+				"bound", l.stuckAfter, "node", l.id, "term", l.raft.Term(), "handed_to", to, "hand_off_err", err)
 		}
 	}
 }

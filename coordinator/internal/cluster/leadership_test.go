@@ -28,6 +28,7 @@ type fakeRaft struct {
 	leaderC   chan bool
 	observedC chan struct{}
 	muted     bool
+	handOffs  int
 }
 
 func newFakeRaft() *fakeRaft {
@@ -72,6 +73,13 @@ func (r *fakeRaft) Mute(on bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.muted = on
+}
+
+func (r *fakeRaft) HandOff() (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handOffs++
+	return "n2", nil
 }
 
 func (r *fakeRaft) isMuted() bool {
@@ -358,9 +366,9 @@ func TestLeadership(t *testing.T) {
 
 // TestLeaderThatCannotCommitStepsDown ensures a leader whose writer has
 // waited for one group's commit for longer than the stuck bound reports
-// its Leader entry NOT_SERVING and mutes itself to its peers (raft's own
-// loop may be the one blocked), not before; and is heard again once raft
-// no longer leads here.
+// its Leader entry NOT_SERVING, mutes itself to its peers and hands off to
+// a follower (raft's own loop may be the one blocked), not before; and is
+// heard again once raft no longer leads here.
 func TestLeaderThatCannotCommitStepsDown(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -380,6 +388,12 @@ func TestLeaderThatCannotCommitStepsDown(t *testing.T) {
 		synctest.Wait()
 		if health.isLeading() || !r.isMuted() {
 			t.Fatalf("after a commit held 1.2 s (bound 1 s): Leader SERVING %v, muted %v; want NOT_SERVING and muted", health.isLeading(), r.isMuted())
+		}
+		r.mu.Lock()
+		handOffs := r.handOffs
+		r.mu.Unlock()
+		if handOffs != 1 {
+			t.Errorf("%d hand-offs to a follower, want 1", handOffs)
 		}
 		// raft steps down once it runs again; its notification follows.
 		r.setLeading(false)

@@ -75,6 +75,9 @@ type Node struct {
 	Raft  *raft.Raft
 	fsm   *FSM
 	trans raft.Transport
+	// raw is trans without what observe adds: it sends while muted
+	// (HandOff).
+	raw raft.Transport
 	log   *slog.Logger
 	// closers close the log store and transport after raft shut down.
 	closers []io.Closer
@@ -191,6 +194,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		n.trans = nt
 		n.closers = append(n.closers, nt)
 	}
+	n.raw = n.trans
 	n.trans = observe(n.trans, n.progress, &n.muted)
 
 	existing, err := raft.HasExistingState(logs, stable, snaps)
