@@ -78,7 +78,7 @@ type Node struct {
 	// raw is trans without what observe adds: it sends while muted
 	// (HandOff).
 	raw raft.Transport
-	log   *slog.Logger
+	log *slog.Logger
 	// closers close the log store and transport after raft shut down.
 	closers []io.Closer
 
