@@ -402,7 +402,7 @@ func (s *summary) print(w io.Writer) {
 			fmt.Fprintf(w, "%-8s %5d %9s %9s %9s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(quantile(ds, 1)))
 		}
 	}
-	fmt.Fprintf(w, "\n%-8s %5s %9s %9s %9s   %s\n", "NOT_LEADER", "n", "p50", "p99", "max", "after the cut or the SIGCONT; goal within the leader lease ("+leaderLease.String()+")")
+	fmt.Fprintf(w, "\n%-8s %5s %9s %9s %9s   %s\n", "sessions", "n", "p50", "p99", "max", "a deposed leader's renderer sessions ended")
 	for _, f := range []fault{faultIsolate, faultPause} {
 		var ds []time.Duration
 		for _, r := range s.faults[f] {
@@ -412,7 +412,11 @@ func (s *summary) print(w io.Writer) {
 			continue
 		}
 		mx := quantile(ds, 1)
-		fmt.Fprintf(w, "%-10s %3d %9s %9s %9s   %s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(mx), verdict(mx <= leaderLease))
+		goal := "from the SIGSTOP, leaving the stopped leader or told NOT_LEADER after the SIGCONT"
+		if f == faultIsolate {
+			goal = "NOT_LEADER from the cut; goal within the leader lease (" + leaderLease.String() + "): " + verdict(mx <= leaderLease)
+		}
+		fmt.Fprintf(w, "%-10s %3d %9s %9s %9s   %s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(mx), goal)
 	}
 	printCPU(w, len(s.ev.jobs))
 }

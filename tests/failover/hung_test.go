@@ -212,9 +212,11 @@ func runHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cli
 	for i := range nodeMarks {
 		nodeMarks[i] = cl.Proc(i).Mark()
 	}
-	// Calls in flight at the fault: submits sent every 5 ms from just
-	// before it until it is in place.
+	// Calls in flight at the fault: submits sent every 5 ms from 50 ms
+	// before it until it is in place; those sent last are in flight when
+	// it strikes. The 50 ms are the scenario's timing, not a wait.
 	burst := ld.burst(ctx, fmt.Sprintf("inflight-%d", k), 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
 	var undo func()
 	switch f {
 	case faultStop:
