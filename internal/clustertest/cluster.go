@@ -60,7 +60,8 @@ type Options struct {
 type Node struct {
 	// ID is its --node-id: n1, n2, ...
 	ID string
-	// GRPCAddr is its --listen address, which clients and renderers dial.
+	// GRPCAddr is its --listen address, which clients and renderers dial
+	// unless it is behind a proxy (Options.GRPCProxies; see Addrs).
 	GRPCAddr string
 	// RaftAddr is the address the peers list names for it (its proxy),
 	// and RaftListen its --raft-listen, where the proxy forwards.
@@ -184,8 +185,9 @@ func (c *Cluster) Proc(i int) *proctest.Proc { return c.st.Coordinators[i].Proc 
 // Peers is the --peers value every node gets: id=raft_address/grpc_address.
 func (c *Cluster) Peers() string { return c.st.Peers() }
 
-// Addrs is every node's gRPC address, comma-separated, as renderers, the
-// CLI and the client library take them.
+// Addrs is every node's gRPC address (its proxy's, with
+// Options.GRPCProxies), comma-separated, as renderers, the CLI and the
+// client library take them.
 func (c *Cluster) Addrs() string { return c.st.Addrs() }
 
 // Running reports whether node i has a process (paused or not).
