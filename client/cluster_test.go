@@ -445,6 +445,52 @@ func TestClusterFollowBatchAcrossFailover(t *testing.T) {
 	}
 }
 
+// TestClusterFollowBatchLeavesAFrozenLeader ensures FollowBatch moves off
+// a leader that freezes in the middle of a watch (its stream and its
+// health checks go silent, and it never says NOT_LEADER) once another
+// replica reports itself the leader, and resumes there from the last
+// event seen, each job's success yielded once.
+func TestClusterFollowBatchLeavesAFrozenLeader(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t, 0)
+	resp, err := b.client.SubmitBatch(t.Context(), "team-a", "r-0",
+		[]*leaseholdv1.Document{{Name: "a.pdf"}, {Name: "b.pdf"}, {Name: "c.pdf"}}, nil)
+	if err != nil {
+		t.Fatalf("SubmitBatch: %v", err)
+	}
+	b.fake.WatchFault = func(ctx context.Context, call, msg int) error {
+		if call == 0 && msg == 1 {
+			b.cluster.Freeze(0)
+			b.cluster.SetLeader(2)
+			<-ctx.Done() // the stream stops with the process
+			return ctx.Err()
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), clusterFailsafe)
+	defer cancel()
+	seen := map[string]int{}
+	var reconnectErr error
+	opts := client.FollowOptions{OnReconnect: func(err error, _ time.Duration) { reconnectErr = err }}
+	for u, err := range b.client.FollowBatch(ctx, resp.GetBatch().GetId(), opts) {
+		if err != nil {
+			t.Fatalf("FollowBatch: %v", err)
+		}
+		if u.Phase == leaseholdv1.Phase_PHASE_SUCCEEDED {
+			seen[u.JobID]++
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"j-1": 1, "j-2": 1, "j-3": 1}, seen); diff != "" {
+		t.Errorf("jobs seen succeeding (-want +got):\n%s", diff)
+	}
+	if !errors.Is(reconnectErr, client.ErrUnavailable) {
+		t.Errorf("the watch was lost with %v, want ErrUnavailable (its leader was left)", reconnectErr)
+	}
+	if diff := cmp.Diff([]int{0, 2}, b.servedOn(leaseholdv1.JobService_WatchBatch_FullMethodName)); diff != "" {
+		t.Errorf("replicas that served the watches (-want +got):\n%s", diff)
+	}
+}
+
 // unavailable is an UNAVAILABLE refusal with reason, as the coordinator
 // sends it.
 func unavailable(t *testing.T, reason string, md map[string]string) error {
