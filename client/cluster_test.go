@@ -404,75 +404,70 @@ func TestClusterStaleReads(t *testing.T) {
 }
 
 // TestClusterFollowBatchAcrossFailover ensures FollowBatch rides out a
-// watch ended by NOT_LEADER (its leader stepped down): it watches again on
-// the new leader and sees every job to its end once.
+// watch lost to a failover and watches again on the new leader, from the
+// last event seen, each job's success yielded once: a watch ended by
+// NOT_LEADER (its leader stepped down), and one on a leader that freezes
+// in the middle of it (its stream and its health checks go silent, and it
+// never says NOT_LEADER), which the client leaves once another replica
+// reports itself the leader.
 func TestClusterFollowBatchAcrossFailover(t *testing.T) {
 	t.Parallel()
-	b := setupCluster(t, 0)
-	resp, err := b.client.SubmitBatch(t.Context(), "team-a", "r-0",
-		[]*leaseholdv1.Document{{Name: "a.pdf"}, {Name: "b.pdf"}, {Name: "c.pdf"}}, nil)
-	if err != nil {
-		t.Fatalf("SubmitBatch: %v", err)
+	tests := []struct {
+		name string
+		// fault is what the leader's watch meets after its first message.
+		fault func(ctx context.Context, c *fakeserver.Cluster) error
+		// want is what lost the watch; served the replicas that served
+		// the watches.
+		want   error
+		served []int
+	}{
+		{"a watch ended by NOT_LEADER", func(_ context.Context, c *fakeserver.Cluster) error {
+			c.SetLeader(1)
+			return c.NotLeader()
+		}, client.ErrNotLeader, []int{0, 1}},
+		{"a leader frozen in the middle of a watch", func(ctx context.Context, c *fakeserver.Cluster) error {
+			c.Freeze(0)
+			c.SetLeader(2)
+			<-ctx.Done() // the stream stops with the process
+			return ctx.Err()
+		}, client.ErrUnavailable, []int{0, 2}},
 	}
-	b.fake.WatchFault = func(_ context.Context, call, msg int) error {
-		if call == 0 && msg == 1 {
-			b.cluster.SetLeader(1)
-			return b.cluster.NotLeader()
-		}
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), clusterFailsafe)
-	defer cancel()
-	seen := map[string]int{}
-	var reconnectErr error
-	opts := client.FollowOptions{OnReconnect: func(err error, _ time.Duration) { reconnectErr = err }}
-	for u, err := range b.client.FollowBatch(ctx, resp.GetBatch().GetId(), opts) {
-		if err != nil {
-			t.Fatalf("FollowBatch: %v", err)
-		}
-		if u.Phase == leaseholdv1.Phase_PHASE_SUCCEEDED {
-			seen[u.JobID]++
-		}
-	}
-	if diff := cmp.Diff(map[string]int{"j-1": 1, "j-2": 1, "j-3": 1}, seen); diff != "" {
-		t.Errorf("jobs seen succeeding (-want +got):\n%s", diff)
-	}
-	if !errors.Is(reconnectErr, client.ErrNotLeader) {
-		t.Errorf("the watch was lost with %v, want ErrNotLeader", reconnectErr)
-	}
-	if diff := cmp.Diff([]int{0, 1}, b.servedOn(leaseholdv1.JobService_WatchBatch_FullMethodName)); diff != "" {
-		t.Errorf("replicas that served the watches (-want +got):\n%s", diff)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupCluster(t, 0)
+			resp, err := b.client.SubmitBatch(t.Context(), "team-a", "r-0",
+				[]*leaseholdv1.Document{{Name: "a.pdf"}, {Name: "b.pdf"}, {Name: "c.pdf"}}, nil)
+			if err != nil {
+				t.Fatalf("SubmitBatch: %v", err)
+			}
+			b.fake.WatchFault = func(ctx context.Context, call, msg int) error {
+				if call == 0 && msg == 1 {
+					return tc.fault(ctx, b.cluster)
+				}
+				return nil
+			}
+			if err := b.followToTheEnd(t, resp.GetBatch().GetId()); !errors.Is(err, tc.want) {
+				t.Errorf("the watch was lost with %v, want %v", err, tc.want)
+			}
+			if diff := cmp.Diff(tc.served, b.servedOn(leaseholdv1.JobService_WatchBatch_FullMethodName)); diff != "" {
+				t.Errorf("replicas that served the watches (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
-// TestClusterFollowBatchLeavesAFrozenLeader ensures FollowBatch moves off
-// a leader that freezes in the middle of a watch (its stream and its
-// health checks go silent, and it never says NOT_LEADER) once another
-// replica reports itself the leader, and resumes there from the last
-// event seen, each job's success yielded once.
-func TestClusterFollowBatchLeavesAFrozenLeader(t *testing.T) {
-	t.Parallel()
-	b := setupCluster(t, 0)
-	resp, err := b.client.SubmitBatch(t.Context(), "team-a", "r-0",
-		[]*leaseholdv1.Document{{Name: "a.pdf"}, {Name: "b.pdf"}, {Name: "c.pdf"}}, nil)
-	if err != nil {
-		t.Fatalf("SubmitBatch: %v", err)
-	}
-	b.fake.WatchFault = func(ctx context.Context, call, msg int) error {
-		if call == 0 && msg == 1 {
-			b.cluster.Freeze(0)
-			b.cluster.SetLeader(2)
-			<-ctx.Done() // the stream stops with the process
-			return ctx.Err()
-		}
-		return nil
-	}
+// followToTheEnd follows the batch of three jobs until it is done, checks
+// that each job's success was yielded once, and returns the error that
+// lost the last stream FollowBatch watched again after.
+func (b *clusterBundle) followToTheEnd(t *testing.T, batchID string) error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), clusterFailsafe)
 	defer cancel()
 	seen := map[string]int{}
 	var reconnectErr error
 	opts := client.FollowOptions{OnReconnect: func(err error, _ time.Duration) { reconnectErr = err }}
-	for u, err := range b.client.FollowBatch(ctx, resp.GetBatch().GetId(), opts) {
+	for u, err := range b.client.FollowBatch(ctx, batchID, opts) {
 		if err != nil {
 			t.Fatalf("FollowBatch: %v", err)
 		}
@@ -483,12 +478,7 @@ func TestClusterFollowBatchLeavesAFrozenLeader(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"j-1": 1, "j-2": 1, "j-3": 1}, seen); diff != "" {
 		t.Errorf("jobs seen succeeding (-want +got):\n%s", diff)
 	}
-	if !errors.Is(reconnectErr, client.ErrUnavailable) {
-		t.Errorf("the watch was lost with %v, want ErrUnavailable (its leader was left)", reconnectErr)
-	}
-	if diff := cmp.Diff([]int{0, 2}, b.servedOn(leaseholdv1.JobService_WatchBatch_FullMethodName)); diff != "" {
-		t.Errorf("replicas that served the watches (-want +got):\n%s", diff)
-	}
+	return reconnectErr
 }
 
 // unavailable is an UNAVAILABLE refusal with reason, as the coordinator

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,10 +95,7 @@ func TestHungLeaderCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the hung-leader campaign runs real processes for tens of seconds; not with -short")
 	}
-	s := *seed
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
+	s := campaignSeed()
 	rng := rand.New(rand.NewPCG(s, 3))
 	nFreezes := *freezes
 	var dirs []string
@@ -127,45 +123,8 @@ func TestHungLeaderCampaign(t *testing.T) {
 	t.Logf("seed %d: %d SIGSTOPs, %d freezes, %d blackholes of %v; %v with no fault beside %d busy processes",
 		s, *stops, nFreezes, *blackholes, *hangFor, *quietFor, *burn)
 
-	procs := proctest.Options{Timeout: time.Minute, Tail: 30}
-	cl := clustertest.Start(t, clustertest.Options{Coordinator: bins.coordinator, Procs: procs, DataDirs: dirs, GRPCProxies: true,
-		Args: []string{"--lease-ttl", hungTTL.String(), "--backoff-base", "20ms", "--backoff-cap", "200ms"}})
-	cl.WaitLeader()
-
-	dir := t.TempDir()
-	var rs []*proctest.Proc
-	for i := range *renderers {
-		rs = append(rs, cl.StartRenderer(t, bins.renderer, fmt.Sprintf("fo-%d", i+1), "--token", "dev-renderer",
-			"--capacity", "8", "--record", filepath.Join(dir, fmt.Sprintf("fo-%d.record", i+1)),
-			"--latency", "10ms", "--latency-jitter", "40ms", "--fail-rate", "0.05",
-			"--seed", strconv.FormatUint(s+uint64(i), 10), "--log-level", "info"))
-	}
-	for _, r := range rs {
-		r.WaitFor("session started")
-	}
-	c, err := client.Dial(cl.Addrs(), client.WithToken("dev-alpha"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	op, err := client.Dial(cl.Addrs(), client.WithToken("dev-operator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer op.Close()
-
-	ld := newLoad(c, *submitEvery, s)
-	loadCtx, stopLoad := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	wg.Go(func() { ld.run(loadCtx) })
-	defer func() {
-		stopLoad()
-		wg.Wait()
-	}()
-	ctx := t.Context()
-	if err := ld.waitAcks(ctx, 0, *settleAcks); err != nil {
-		t.Fatal(err)
-	}
+	cp := startCampaign(t, clustertest.Options{DataDirs: dirs, GRPCProxies: true, Args: []string{"--lease-ttl", hungTTL.String()}}, s)
+	cl, rs, op, ld, ctx := cp.cl, cp.rs, cp.op, cp.ld, t.Context()
 
 	var q quietResult
 	if *quietFor > 0 {
@@ -180,9 +139,8 @@ func TestHungLeaderCampaign(t *testing.T) {
 			k+1, len(schedule), f, res.leader+1, res.elected.Round(time.Millisecond), res.firstAck.Round(time.Millisecond),
 			rounded(res.inFlight), len(res.held), rounded(res.left), strings.Join(res.missing, "; "))
 	}
-	stopLoad()
-	wg.Wait()
-	ev, err := gather(t, ctx, cl, op, ld, rs, dir)
+	cp.stopLoad()
+	ev, err := gather(t, ctx, cl, op, ld, rs, cp.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
