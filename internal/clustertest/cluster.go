@@ -49,6 +49,9 @@ type Options struct {
 	// of their own each, to freeze one); a missing or empty one is a new
 	// temporary directory.
 	DataDirs []string
+	// Unexpected, if not nil, is called when a node's process exits before
+	// the test stops or kills it (a node that fail-stopped).
+	Unexpected func(error)
 	// GRPCProxies puts a TCP proxy in front of each node's gRPC listener,
 	// which clients and renderers dial (Addrs), so that Blackhole can
 	// stall the path to one node's API while its raft traffic flows. The
@@ -101,7 +104,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		o.Procs.Timeout = time.Minute
 	}
 	c := &Cluster{t: t, opts: o}
-	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs, DataDirs: o.DataDirs})
+	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs, DataDirs: o.DataDirs,
+		Unexpected: o.Unexpected})
 	var targets []string
 	for _, n := range c.st.Coordinators {
 		c.nodes = append(c.nodes, &Node{ID: n.ID, GRPCAddr: n.Addr, RaftListen: n.Raft, Dir: n.DataDir})

@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 
 // Leader lease timeout of the nodes (raft's default in the coordinator):
 // the bound within which a deposed leader's renderer sessions must end.
-const leaderLease = 250 * time.Millisecond
+const leaderLease = 500 * time.Millisecond
 
 // fault is one step of the schedule.
 type fault string

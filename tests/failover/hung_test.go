@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -106,7 +107,8 @@ func TestHungLeaderCampaign(t *testing.T) {
 		}
 		for range 3 {
 			if nFreezes > 0 {
-				dirs = append(dirs, frozenfs.Mount(t, 256<<20))
+				// Room for raft-wal's 64 MiB segments and two snapshots.
+				dirs = append(dirs, frozenfs.Mount(t, 1<<30))
 			}
 		}
 	}
@@ -123,22 +125,37 @@ func TestHungLeaderCampaign(t *testing.T) {
 	t.Logf("seed %d: %d SIGSTOPs, %d freezes, %d blackholes of %v; %v with no fault beside %d busy processes",
 		s, *stops, nFreezes, *blackholes, *hangFor, *quietFor, *burn)
 
-	cp := startCampaign(t, clustertest.Options{DataDirs: dirs, GRPCProxies: true, Args: []string{"--lease-ttl", hungTTL.String()}}, s)
+	// A node that exits by itself (a fail-stop) ends the campaign at the
+	// next step: with two nodes left, a hung leader leaves no quorum.
+	var died atomic.Pointer[error]
+	unexpected := func(err error) { died.CompareAndSwap(nil, &err) }
+	alive := func() {
+		if err := died.Load(); err != nil {
+			t.Fatalf("a node exited by itself: %v", *err)
+		}
+	}
+	cp := startCampaign(t, clustertest.Options{DataDirs: dirs, GRPCProxies: true, Unexpected: unexpected,
+		Args: []string{"--lease-ttl", hungTTL.String()}}, s)
 	cl, rs, op, ld, ctx := cp.cl, cp.rs, cp.op, cp.ld, t.Context()
 
 	var q quietResult
 	if *quietFor > 0 {
 		q = runQuiet(t, cl, rs, *quietFor, *burn)
 		t.Logf("no fault for %v (load %s): %d leader changes, %d renderer sessions left", *quietFor, q.load, len(q.changes), len(q.left))
+		for _, line := range q.raft {
+			t.Logf("no fault: %s", line)
+		}
 	}
 	var results []hungResult
 	for k, f := range schedule {
+		alive()
 		res := runHung(t, ctx, cl, op, ld, rs, dirs, f, k)
 		results = append(results, res)
 		t.Logf("%3d/%d %-9s n%d: elected after %v, first write %v, in flight answered %v, %d leases held, sessions left after %v %s",
 			k+1, len(schedule), f, res.leader+1, res.elected.Round(time.Millisecond), res.firstAck.Round(time.Millisecond),
 			rounded(res.inFlight), len(res.held), rounded(res.left), strings.Join(res.missing, "; "))
 	}
+	alive()
 	cp.stopLoad()
 	ev, err := gather(t, ctx, cl, op, ld, rs, cp.dir)
 	if err != nil {
@@ -255,8 +272,9 @@ func sessionsLeft(rs []*proctest.Proc, marks []int, from time.Time, limit time.D
 // quietResult is what the run with no fault saw.
 type quietResult struct {
 	// changes are the "leading" lines of the run (any is a failure), left
-	// the renderers' lines that say they left a session.
-	changes, left []string
+	// the renderers' lines that say they left a session, and raft the
+	// nodes' lines that say why a leader changed.
+	changes, left, raft []string
 	// load is the machine's load average as sampled during the run.
 	load string
 }
@@ -297,6 +315,11 @@ func runQuiet(t *testing.T, cl *clustertest.Cluster, rs []*proctest.Proc, d time
 		for _, line := range lines[min(nodeMarks[i], len(lines)):] {
 			if strings.Contains(line, "msg=leading ") || strings.Contains(line, "leader cannot commit") {
 				q.changes = append(q.changes, fmt.Sprintf("n%d: %s", i+1, line))
+			}
+			for _, why := range []string{"heartbeat timeout reached", "failed to contact quorum", "writer stalled", "leader cannot commit"} {
+				if strings.Contains(line, why) {
+					q.raft = append(q.raft, fmt.Sprintf("n%d: %s", i+1, line))
+				}
 			}
 		}
 	}
