@@ -71,6 +71,10 @@ type hungResult struct {
 	// missing says why one did not.
 	left    []time.Duration
 	missing []string
+	// trail is what the renderers logged of their sessions from the fault
+	// to the end of its settling, for a fault whose figures miss their
+	// goals.
+	trail []string
 }
 
 // since returns where r's times count from.
@@ -237,7 +241,26 @@ func runHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cli
 	if err := ld.waitAcks(ctx, n, *settleAcks); err != nil {
 		t.Fatalf("after %s of n%d: %v", f, leader+1, err)
 	}
+	res.trail = sessionTrail(rs, marks)
 	return res
+}
+
+// sessionTrail returns the lines the renderers logged of their sessions
+// since their marks.
+func sessionTrail(rs []*proctest.Proc, marks []int) []string {
+	var out []string
+	for i, r := range rs {
+		lines := r.Lines()
+		for _, line := range lines[min(marks[i], len(lines)):] {
+			for _, m := range []string{"session started", "session ended", "leader moved", "not the leader", "coordinator silent", "rejected", "lease lost"} {
+				if strings.Contains(line, m) {
+					out = append(out, fmt.Sprintf("fo-%d: %s", i+1, line))
+					break
+				}
+			}
+		}
+	}
+	return out
 }
 
 // sessionsLeft waits, up to limit, for each renderer's first line after its
@@ -447,6 +470,9 @@ type hungSummary struct {
 	held, kept, expired map[fault]int
 	broken, moved       []string
 	sessionsMissing     []string
+	// slow are the faults whose first document came 3 s or more after
+	// them, with what the renderers logged meanwhile.
+	slow []string
 }
 
 // summarizeHung checks the evidence of the hung-leader campaign.
@@ -458,6 +484,10 @@ func summarizeHung(results []hungResult, q quietResult, ev *evidence) *hungSumma
 		s.faults[r.kind] = append(s.faults[r.kind], r)
 		if d, ok := firstSucceeded(ev, r.since()); ok {
 			s.firstDoc[r.kind] = append(s.firstDoc[r.kind], d)
+			if d >= 3*time.Second {
+				s.slow = append(s.slow, fmt.Sprintf("%s of n%d at %s: first document after %v; the renderers' sessions:\n        %s",
+					r.kind, r.leader+1, r.struck.Format(time.RFC3339Nano), d.Round(time.Millisecond), strings.Join(r.trail, "\n        ")))
+			}
 		}
 		if r.moved {
 			s.moved = append(s.moved, fmt.Sprintf("blackhole of n%d moved leadership", r.leader+1))
@@ -529,6 +559,9 @@ func (s *hungSummary) print(w io.Writer) {
 	row(w, "no fault: leader changes", s.quiet.changes)
 	row(w, "no fault: renderer sessions left", s.quiet.left)
 	fmt.Fprintf(w, "%-44s %s\n", "no fault: load average", s.quiet.load)
+	for _, slow := range s.slow {
+		fmt.Fprintf(w, "slow: %s\n", slow)
+	}
 	for _, f := range []fault{faultStop, faultFreeze, faultBlackhole} {
 		if s.held[f] > 0 {
 			fmt.Fprintf(w, "%-44s %d of %d kept, %d ended by their TTL\n", "leases held at a "+string(f), s.kept[f], s.held[f], s.expired[f])
