@@ -66,8 +66,9 @@ type Leader struct {
 	// order is the addresses of the latest round, in the target's order.
 	order []string
 	// leftC is closed, and replaced, when the current leader is left;
-	// changedC when the routing changes.
+	// changedC when the routing the channel was given changes, to routed.
 	leftC, changedC chan struct{}
+	routed          string
 	// epochCtx is cancelled when the current leader is left: Attempt's
 	// contexts hang on it.
 	epochCtx    context.Context
@@ -132,12 +133,13 @@ func (l *Leader) DialOptions() []grpc.DialOption {
 	}
 }
 
-// Routed returns the address calls go to now ("" while no replica answers
-// as the leader), and a channel closed at the next change.
+// Routed returns the address calls go to ("" while no replica answers as
+// the leader), and a channel closed at the next change, once the channel
+// has been given it.
 func (l *Leader) Routed() (string, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.f.route(), l.changedC
+	return l.routed, l.changedC
 }
 
 // Left returns how many leaders were left so far and a channel closed when
@@ -171,11 +173,17 @@ func (l *Leader) observe(answers map[string]answer, order []string, now time.Tim
 		l.cancelEpoch()
 		l.epochCtx, l.cancelEpoch = context.WithCancel(context.Background())
 	}
-	if rerouted {
-		close(l.changedC)
-		l.changedC = make(chan struct{})
-	}
 	return l.f.route(), rerouted
+}
+
+// announce tells Routed's callers that calls go to route now, once the
+// channel has been given it.
+func (l *Leader) announce(route string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.routed = route
+	close(l.changedC)
+	l.changedC = make(chan struct{})
 }
 
 // epoch returns the context that is cancelled when the current leader is
@@ -254,6 +262,9 @@ func (r *leaderResolver) run() {
 			// and the calls wait or fail fast as they asked: the error
 			// says no more than that.
 			_ = r.cc.UpdateState(resolver.State{Endpoints: eps})
+		}
+		if rerouted {
+			r.l.announce(route)
 		}
 		select {
 		case <-r.stop:
