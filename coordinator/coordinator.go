@@ -129,6 +129,7 @@ func New(cfg Config) (*Coordinator, error) {
 		// A session request can be as large as the transport receives.
 		MaxSessionMessageBytes: min(server.DefaultMaxSessionMessageBytes, cfg.MaxRecvMsgSize()),
 		Cluster:                c.clusterOps(),
+		SessionKeepalives:      c.replica != nil,
 		Logger:                 log.With("component", "server"),
 	})
 	if err != nil {

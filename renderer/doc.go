@@ -89,12 +89,13 @@
 // own evidence, and reopens at once, holding its leases as above: when
 // another replica answers SERVING while its own leader does not (or its
 // leader answers NOT_SERVING, or no answer came for 3 s), the session ends
-// with leaderdial.ErrLeaderMoved ("leader moved"); and when the
+// with leaderdial.ErrLeaderMoved ("leader moved"); and when a replicated
 // coordinator has sent nothing, not even the keepalive it sends at a third
 // of the heartbeat interval, for three keepalive intervals (a heartbeat
 // interval, 5 s by default), the worker ends the session itself
-// ("coordinator silent"). A leader merely slow is not left: one missed
-// poll only keeps new calls off it. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
+// ("coordinator silent"), unless it was the one stopped meanwhile (its
+// timer fired far behind its time). A leader merely slow is not left: one
+// missed poll only keeps new calls off it. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
 // UNIMPLEMENTED end Run with an error. ALREADY_EXISTS RENDERER_ID_IN_USE is
 // logged as an error and retried from 1 s up to 30 s apart, without end: the
 // usual cause is this pod's previous process, whose session the coordinator

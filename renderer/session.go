@@ -59,6 +59,7 @@ type session struct {
 	// meanwhile. silent is set once it fired: the session is being ended.
 	silenceAfter time.Duration
 	silence      *time.Timer
+	silenceDue   time.Time
 	silent       bool
 	// busy is set while the sender holds a request not yet sent.
 	busy bool
@@ -147,6 +148,7 @@ func (l *loop) welcome(resp *leaseholdv1.SessionResponse) {
 	if k := wel.GetKeepaliveInterval().AsDuration(); k > 0 {
 		s.silenceAfter = silentKeepalives * k
 		s.silence = time.NewTimer(s.silenceAfter)
+		s.silenceDue = time.Now().Add(s.silenceAfter)
 	}
 	l.w.connected.Store(true)
 	l.w.metrics.connected.Set(1)
@@ -172,6 +174,7 @@ const silentKeepalives = 3
 func (l *loop) heard() {
 	if s := l.sess; s != nil && s.silence != nil && !s.silent {
 		s.silence.Reset(s.silenceAfter)
+		s.silenceDue = time.Now().Add(s.silenceAfter)
 	}
 }
 
@@ -190,6 +193,14 @@ func (l *loop) silenceC() <-chan time.Time {
 // the leader is then, holding the leases.
 func (l *loop) silenced() {
 	s := l.sess
+	if late := time.Since(s.silenceDue); late > s.silenceAfter/2 {
+		// The timer fired far behind its time: this process was the one
+		// stopped, and what the coordinator sent meanwhile waits to be
+		// read. The coordinator gets the whole bound again.
+		s.silence.Reset(s.silenceAfter)
+		s.silenceDue = time.Now().Add(s.silenceAfter)
+		return
+	}
 	s.silent = true
 	l.w.log.Warn("coordinator silent", "silent_for", s.silenceAfter, "holding", len(l.working()))
 	s.cancel()

@@ -24,6 +24,8 @@ type RendererServer struct {
 	leaseholdv1.UnimplementedRendererServiceServer
 	*core
 	e RendererEngine
+	// keepalives is Config.SessionKeepalives.
+	keepalives bool
 }
 
 var _ leaseholdv1.RendererServiceServer = (*RendererServer)(nil)

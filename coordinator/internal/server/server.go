@@ -114,6 +114,13 @@ type Config struct {
 	// Cluster is the raft node of a replicated coordinator, for
 	// ClusterService; nil on a single node.
 	Cluster Cluster
+	// SessionKeepalives has quiet renderer sessions sent a keepalive at a
+	// third of the heartbeat interval, named in the welcome, so that a
+	// renderer can leave a leader that stopped answering for the one that
+	// replaced it: the wiring sets it for a replicated coordinator. A
+	// single node has no other to move to, and a one-way path that still
+	// carries a renderer's heartbeats keeps its leases there.
+	SessionKeepalives bool
 	// MaxArtifactBytes bounds one preview (default 8 MiB).
 	MaxArtifactBytes int64
 	// MaxInlineArtifactBytes bounds a preview inline in a completion
@@ -176,7 +183,7 @@ func New(cfg Config) (*Services, error) {
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes))
-	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine},
+	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine, keepalives: cfg.SessionKeepalives},
 		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine},
 		Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil
 }

@@ -57,15 +57,17 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.streamEnd(err)
 	}
-	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer,
-		keepalive: keepaliveInterval(s.e.HeartbeatInterval())}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer}
 	defer sess.close()
 	welcome := &leaseholdv1.SessionWelcome{
 		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
 		LeaseTtl:               durationpb.New(s.e.LeaseTTL()),
 		MaxInlineArtifactBytes: uint32(s.maxInline),
 		MaxMessageBytes:        uint32(s.maxMsg),
-		KeepaliveInterval:      durationpb.New(sess.keepalive),
+	}
+	if s.keepalives {
+		sess.keepalive = keepaliveInterval(s.e.HeartbeatInterval())
+		welcome.KeepaliveInterval = durationpb.New(sess.keepalive)
 	}
 	for _, st := range holding {
 		welcome.Holding = append(welcome.Holding, leaseStatusToProto(st))
@@ -121,11 +123,19 @@ type session struct {
 	// halfClosed is set once the renderer closed its side: it is sent no
 	// more grants.
 	halfClosed atomic.Bool
-	// keepalive is the most time between two messages to the renderer:
-	// quiet, is sent an empty one (a keepalive) when it runs out, and is
-	// reset by every send.
+	// keepalive is the most time between two messages to the renderer (0:
+	// no keepalives, Config.SessionKeepalives): quiet, is sent a
+	// keepalive when it runs out, and is reset by every send.
 	keepalive time.Duration
 	quiet     *time.Timer
+}
+
+// timerC returns t's channel, or nil (which never fires) for no timer.
+func timerC(t *time.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
 }
 
 // keepaliveInterval is how often a session hears from the coordinator at
@@ -171,11 +181,13 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 	items <- ss.convert(first)
 	go ss.receive(ctx, items, recvErr)
 	go ss.forward(ctx, items, results)
-	ss.quiet = time.NewTimer(ss.keepalive)
-	defer ss.quiet.Stop()
+	if ss.keepalive > 0 {
+		ss.quiet = time.NewTimer(ss.keepalive)
+		defer ss.quiet.Stop()
+	}
 	for {
 		select {
-		case <-ss.quiet.C:
+		case <-timerC(ss.quiet):
 			if err := ss.send(&leaseholdv1.SessionResponse{Keepalive: true}); err != nil {
 				return err
 			}

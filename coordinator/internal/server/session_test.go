@@ -518,15 +518,21 @@ func TestSessionHalfCloseAnswersWhatWasSent(t *testing.T) {
 	}
 }
 
-// TestSessionKeepalive ensures a quiet session hears from the coordinator
-// at the keepalive interval its welcome names, a third of the heartbeat
-// interval, by messages marked keepalive that carry nothing else.
+// TestSessionKeepalive ensures a quiet session of a coordinator that sends
+// keepalives (a replicated one) hears from it at the keepalive interval
+// its welcome names, a third of the heartbeat interval, by messages marked
+// keepalive that carry nothing else; and that one that does not names no
+// interval.
 func TestSessionKeepalive(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *options) {
 		o.engine = func(c *engine.Config) { c.LeaseTTL = 900 * time.Millisecond }
+		o.server = func(c *Config) { c.SessionKeepalives = true }
 	})
 	sc := b.openSession(t, hello("r-k", "i-1", 1), 0)
+	if single := setup(t).openSession(t, hello("r-k", "i-1", 1), 0); single.welcome.GetKeepaliveInterval() != nil {
+		t.Errorf("a coordinator without keepalives named an interval of %v", single.welcome.GetKeepaliveInterval().AsDuration())
+	}
 	if got, want := sc.welcome.GetKeepaliveInterval().AsDuration(), 100*time.Millisecond; got != want {
 		t.Errorf("welcome.keepalive_interval = %v, want %v (a third of the 300ms heartbeat interval)", got, want)
 	}

@@ -1520,8 +1520,10 @@ type SessionWelcome struct {
 	// it has nothing else to say: a third of heartbeat_interval. A renderer
 	// that hears nothing for three intervals (a heartbeat interval, several
 	// elections long) takes the coordinator for stalled, ends the session
-	// and opens one wherever the leader is then, holding its leases. Unset
-	// from a coordinator that sends no keepalives.
+	// and opens one wherever the leader is then, holding its leases. Only a
+	// replicated coordinator sends keepalives; unset, there are none (a
+	// single node has no other to move to, and a path that still carries the
+	// renderer's heartbeats one way keeps its leases there).
 	KeepaliveInterval *durationpb.Duration `protobuf:"bytes,6,opt,name=keepalive_interval,json=keepaliveInterval,proto3" json:"keepalive_interval,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
