@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
@@ -32,19 +33,26 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 	if c.Success {
 		if p := req.Preview; p != nil {
 			c.Digest, c.ContentType, c.Size = p.Digest, p.ContentType, int64(len(p.Content))
+		} else if c.Stored {
+			tx, err := g.txn()
+			if err != nil {
+				return CompleteResult{}, err
+			}
+			c.ArtifactMissing = c.ArtifactMissing || objectBuried(tx, j.Team, c.Digest, req.CheckedAt)
 		} else {
 			tx, err := g.txn()
 			if err != nil {
 				return CompleteResult{}, err
 			}
-			digest, ct, size, aerr := tx.ArtifactDigest(req.Job, c.Token)
+			st, aerr := tx.Staged(req.Job, c.Token)
 			switch {
-			case errors.Is(aerr, store.ErrArtifactNotFound) || (aerr == nil && digest != c.Digest):
+			case errors.Is(aerr, store.ErrArtifactNotFound) || (aerr == nil && st.Digest != c.Digest):
 				c.ArtifactMissing = true
 			case aerr != nil:
 				return CompleteResult{}, aerr
 			default:
-				c.ContentType, c.Size = ct, size
+				c.ContentType, c.Size, c.Stored = st.ContentType, st.Size, st.Stored
+				c.ArtifactMissing = st.Stored && objectBuried(tx, j.Team, c.Digest, st.StoredAt)
 			}
 		}
 	}
@@ -65,12 +73,8 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 	if replayed {
 		return res, nil
 	}
-	if p := req.Preview; c.Success && p != nil {
-		tx, err := g.txn()
-		if err != nil {
-			return res, err
-		}
-		if err := tx.PutArtifact(j.ID, c.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.Renderer}); err != nil {
+	if c.Success && (req.Preview != nil || c.Stored) {
+		if err := storePreview(g, j, c, req.Preview); err != nil {
 			return res, err
 		}
 	}
@@ -79,6 +83,35 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 	}
 	e.endLease(g, j, next)
 	return res, nil
+}
+
+// storePreview writes what a success sets besides the job's record: an
+// inline preview under (job, token), or one more reference to the stored
+// object the pointer names (and no tombstone of it: the object the
+// completion found is a new one).
+func storePreview(g *group, j jobs.Job, c jobs.Completion, p *jobs.Preview) error {
+	tx, err := g.txn()
+	if err != nil {
+		return err
+	}
+	if !c.Stored {
+		return tx.PutArtifact(j.ID, c.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.Renderer})
+	}
+	if _, ok := tx.Tomb(j.Team, c.Digest); ok {
+		if err := tx.DeleteTomb(j.Team, c.Digest); err != nil {
+			return err
+		}
+	}
+	return tx.RefObject(j.Team, c.Digest)
+}
+
+// objectBuried reports whether the object (team, digest), which a
+// completion found in the artifact store at checkedAt, may be gone since:
+// the sweep doomed it and has not deleted it yet, or deleted it after the
+// check. The completion may then not set a pointer to it.
+func objectBuried(tx *store.Tx, team, digest string, checkedAt time.Time) bool {
+	tomb, ok := tx.Tomb(team, digest)
+	return ok && (tomb.Buried.IsZero() || !checkedAt.After(tomb.Buried))
 }
 
 // recordRejection persists a refused completion: the job's new history
@@ -143,5 +176,9 @@ func (c *stageCmd) evaluate(g *group) error {
 		return err
 	}
 	p := c.req.Preview
-	return tx.PutArtifact(j.ID, c.req.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.req.Renderer})
+	a := store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.req.Renderer}
+	if c.req.Stored {
+		a.Content, a.Stored, a.Size, a.StoredAt = nil, true, c.req.Size, c.req.StoredAt
+	}
+	return tx.PutArtifact(j.ID, c.req.Token, a)
 }

@@ -344,7 +344,7 @@ func checkBackup(path string) error {
 	}
 	return db.View(func(tx *bbolt.Tx) error {
 		for _, b := range allBuckets {
-			if tx.Bucket(b) == nil {
+			if tx.Bucket(b) == nil && requiredBucket(b) {
 				return fmt.Errorf("the file has no %s bucket", b)
 			}
 		}

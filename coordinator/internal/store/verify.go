@@ -113,7 +113,7 @@ func (s *Store) Verify() (Summary, error) {
 			return nil // an earlier schema is migrated on start; its records are not read here
 		}
 		for _, b := range allBuckets {
-			if btx.Bucket(b) == nil {
+			if btx.Bucket(b) == nil && requiredBucket(b) {
 				sum.problemf("bucket %q is missing", b)
 			}
 		}
