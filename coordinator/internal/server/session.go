@@ -62,6 +62,13 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 		LeaseTtl:               durationpb.New(s.e.LeaseTTL()),
 		MaxInlineArtifactBytes: uint32(s.maxInline),
 		MaxMessageBytes:        uint32(s.maxMsg),
+		MaxArtifactBytes:       uint32(s.maxBytes),
+	}
+	if s.previews.presigns() {
+		// Larger previews go straight to the store: neither their bytes
+		// nor a copy of them cross the coordinator.
+		welcome.PresignedUploads = true
+		welcome.MaxInlineArtifactBytes = uint32(min(s.maxInline, s.previews.StoreAbove))
 	}
 	for _, st := range holding {
 		welcome.Holding = append(welcome.Holding, leaseStatusToProto(st))
@@ -147,7 +154,7 @@ func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) e
 	items := make(chan item, sessionQueue)
 	recvErr := make(chan error, 1)
 	results := make(chan forwarded, 1)
-	items <- ss.convert(first)
+	items <- ss.convert(ctx, first)
 	go ss.receive(ctx, items, recvErr)
 	go ss.forward(ctx, items, results)
 	for {
@@ -223,7 +230,7 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 			return
 		}
 		select {
-		case items <- ss.convert(m):
+		case items <- ss.convert(ctx, m):
 		case <-ctx.Done():
 			return
 		}
@@ -340,7 +347,7 @@ func (ss *session) answers(in engine.SessionInput, order []slot, res engine.Sess
 // malformed receipt or acknowledgement dropped (they have no answer), a
 // completion with a bad id, a missing outcome or a preview over the limit
 // in its place among the results.
-func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
+func (ss *session) convert(ctx context.Context, m *leaseholdv1.SessionRequest) item {
 	var it item
 	heartbeats, handBacks := parseLeaseList(m.GetHeartbeats()), parseLeaseList(m.GetHandBacks())
 	it.in.Received = parseLeaseList(m.GetReceived()).refs
@@ -360,7 +367,31 @@ func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
 		it.order = append(it.order, slot{index: len(it.in.Completions)})
 		it.in.Completions = append(it.in.Completions, req)
 	}
+	if errs := ss.s.resolve(ctx, ss.s.e, it.in.Completions); errs != nil {
+		it.refuse(errs, ss.s.core)
+	}
 	return it
+}
+
+// refuse answers in their places the completions the artifact store's
+// part refused (errs by index in in.Completions), and keeps the rest.
+func (it *item) refuse(errs []error, c *core) {
+	kept := it.in.Completions[:0:0]
+	for i, sl := range it.order {
+		if sl.invalid != nil {
+			continue
+		}
+		req := it.in.Completions[sl.index]
+		if err := errs[sl.index]; err != nil {
+			st := status.Convert(c.status(err))
+			it.order[i] = slot{invalid: &leaseholdv1.CompletionResult{JobId: JobID(req.Job), Token: req.Token,
+				Code: int32(st.Code()), Reason: reasonOf(st), Message: st.Message()}}
+			continue
+		}
+		it.order[i].index = len(kept)
+		kept = append(kept, req)
+	}
+	it.in.Completions = kept
 }
 
 // send sends one response, stamped with the dispatch switch.

@@ -1,0 +1,238 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Previews.
+const (
+	// DefaultStoreAbove is the inline threshold: previews up to it stay in
+	// the job's records, as they always did, and larger ones go to the
+	// artifact store. At 16 KiB the mock's previews (0.4 KiB) never touch
+	// the store, and a preview costs the raft log and the B+tree less than
+	// one object write (two fsyncs in the directory store, a round trip
+	// to an S3-compatible one).
+	DefaultStoreAbove = 16 << 10
+	// DefaultStoreTimeout bounds one call to the store.
+	DefaultStoreTimeout = 10 * time.Second
+	// DefaultPresignTTL is how long a presigned URL is valid.
+	DefaultPresignTTL = 5 * time.Minute
+)
+
+// Previews is the artifact store as the services use it, and where each
+// preview goes.
+type Previews struct {
+	// Store keeps previews larger than StoreAbove; nil keeps every preview
+	// inline.
+	Store artifacts.Store
+	// StoreAbove is the inline threshold (DefaultStoreAbove).
+	StoreAbove int
+	// InlineCap, when set, refuses previews larger than it with
+	// ARTIFACT_STORE_REQUIRED: a cluster without a shared store keeps
+	// previews inline, in its replicated records, up to it.
+	InlineCap int
+	// Timeout bounds one call to the store (DefaultStoreTimeout).
+	Timeout time.Duration
+	// PresignTTL is how long presigned URLs live (DefaultPresignTTL).
+	PresignTTL time.Duration
+	// Health, when set, is told the outcome of every call to the store.
+	Health func(err error)
+}
+
+func (p Previews) withDefaults() Previews {
+	p.StoreAbove = cmp.Or(p.StoreAbove, DefaultStoreAbove)
+	p.Timeout = cmp.Or(p.Timeout, DefaultStoreTimeout)
+	p.PresignTTL = cmp.Or(p.PresignTTL, DefaultPresignTTL)
+	if p.Health == nil {
+		p.Health = func(error) {}
+	}
+	return p
+}
+
+// presigns reports whether renderers may upload straight to the store.
+func (p Previews) presigns() bool { return p.Store != nil && p.Store.Shared() }
+
+// observe tells Health how a call went: a missing object is an answer.
+func (p Previews) observe(err error) error {
+	if err == nil || errors.Is(err, artifacts.ErrNotFound) {
+		p.Health(nil)
+	} else if errors.Is(err, artifacts.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		p.Health(err)
+	}
+	return err
+}
+
+// storeErr turns a store failure into the error a caller is answered:
+// a time-out is the store's unavailability, not the caller's deadline.
+func storeErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, artifacts.ErrUnavailable) {
+		return errors.Join(artifacts.ErrUnavailable, err)
+	}
+	return err
+}
+
+// StoreHealth keeps whether the artifact store answered its last call:
+// the leasehold_artifact_store_degraded gauge and the health entry read
+// it.
+type StoreHealth struct {
+	mu       sync.Mutex
+	degraded bool
+	last     error
+	gauge    prometheus.Gauge
+	failures prometheus.Counter
+}
+
+// NewStoreHealth returns a StoreHealth registering its metrics on reg.
+func NewStoreHealth(reg prometheus.Registerer) *StoreHealth {
+	h := &StoreHealth{
+		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "leasehold_artifact_store_degraded",
+			Help: "1 while the artifact store's last call failed (unreachable, refused or slow), else 0."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "leasehold_artifact_store_failures_total",
+			Help: "Calls to the artifact store that failed for want of an answer."}),
+	}
+	if reg != nil {
+		reg.MustRegister(h.gauge, h.failures)
+	}
+	return h
+}
+
+// Observe records a call's outcome (nil: the store answered).
+func (h *StoreHealth) Observe(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.degraded, h.last = err != nil, err
+	if err != nil {
+		h.gauge.Set(1)
+		h.failures.Inc()
+	} else {
+		h.gauge.Set(0)
+	}
+}
+
+// Degraded returns the last failure while the store is degraded, else nil.
+func (h *StoreHealth) Degraded() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.degraded {
+		return h.last
+	}
+	return nil
+}
+
+// storeInline decides an inline preview's place before the completion
+// goes to the writer: one larger than StoreAbove is put in the store
+// (off the writer, with the job's team read from its record) and the
+// completion names the stored object instead. A job that does not exist
+// is left to the writer to refuse.
+func (c *core) storeInline(ctx context.Context, e RendererEngine, req *engine.CompleteRequest) error {
+	p := req.Preview
+	if c.previews.Store == nil || p == nil || len(p.Content) <= c.previews.StoreAbove {
+		return nil
+	}
+	j, err := e.Record(req.Job)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.previews.Timeout)
+	defer cancel()
+	k := artifacts.Key{Team: j.Team, Digest: p.Digest}
+	if err := c.previews.observe(c.previews.Store.Put(ctx, k, p.Content)); err != nil {
+		return storeErr(err)
+	}
+	req.Stored, req.Digest, req.Size, req.ContentType, req.CheckedAt = true, p.Digest, int64(len(p.Content)), p.ContentType, time.Now()
+	req.Preview = nil
+	return nil
+}
+
+// checkStored checks, off the writer, that the object a completion names
+// (a presigned upload: digest and size_bytes) is in the store with that
+// size and, where the store keeps one, that checksum. A missing or
+// different object is the writer's to refuse, after the fencing check, as
+// ARTIFACT_NOT_FOUND; a store that does not answer refuses the completion
+// here, UNAVAILABLE, and nothing changes.
+func (c *core) checkStored(ctx context.Context, e RendererEngine, req *engine.CompleteRequest) error {
+	if !req.Stored {
+		return nil
+	}
+	j, err := e.Record(req.Job)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.previews.Timeout)
+	defer cancel()
+	checked := time.Now()
+	info, err := c.previews.Store.Stat(ctx, artifacts.Key{Team: j.Team, Digest: req.Digest})
+	switch {
+	case errors.Is(c.previews.observe(err), artifacts.ErrNotFound):
+		req.ArtifactMissing = true
+	case err != nil:
+		return storeErr(err)
+	case info.Size != req.Size || (info.SHA256 != "" && info.SHA256 != req.Digest):
+		req.ArtifactMissing = true
+	}
+	req.CheckedAt = checked
+	return nil
+}
+
+// resolve does the store's part of each completion, concurrently: errs[i]
+// refuses completion i (the store did not answer), nil lets it go to the
+// writer.
+func (c *core) resolve(ctx context.Context, e RendererEngine, reqs []engine.CompleteRequest) []error {
+	if c.previews.Store == nil {
+		return nil
+	}
+	var errs []error
+	var wg sync.WaitGroup
+	for i := range reqs {
+		r := &reqs[i]
+		if !r.Stored && (r.Preview == nil || len(r.Preview.Content) <= c.previews.StoreAbove) {
+			continue
+		}
+		if errs == nil {
+			errs = make([]error, len(reqs))
+		}
+		wg.Go(func() {
+			if err := c.storeInline(ctx, e, r); err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = c.checkStored(ctx, e, r)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// sniffable is a preview's media type as checked: stored previews name
+// theirs, since the coordinator never sees their bytes.
+func storedContentType(ct string) (string, error) {
+	if ct == "" {
+		return "", invalidArg("success.content_type", reasonInvalidContentType, "a preview stored with PrepareUpload names its content_type")
+	}
+	return checkContentType("success.content_type", ct)
+}
+
+// headerMap copies presigned headers for the wire.
+func headerMap(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[http.CanonicalHeaderKey(k)] = v
+	}
+	return out
+}
