@@ -22,6 +22,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
@@ -184,6 +185,9 @@ type Config struct {
 	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
 	// together (default 256 MiB, at least MaxArtifactBytes).
 	MaxUploadBufferBytes int64
+	// Artifacts is where previews larger than the inline threshold go
+	// (see ArtifactConfig): by default a directory beside the data file.
+	Artifacts ArtifactConfig
 
 	// Retention is how long a terminal job is kept after it ended, with
 	// its history, previews, document and its batch once the batch's last
@@ -320,6 +324,10 @@ type Coordinator struct {
 	}
 	// purger is the retention service, nil with retention off.
 	purger *maintenance.Retention
+	// artifacts is the artifact store, nil when previews stay inline;
+	// storeHealth says whether it answered its last call.
+	artifacts   artifacts.Store
+	storeHealth *server.StoreHealth
 
 	done      chan struct{}
 	watcher   sync.WaitGroup
@@ -371,8 +379,13 @@ func New(cfg Config) (*Coordinator, error) {
 	if err := c.startEngine(reg, &undo); err != nil {
 		return nil, err
 	}
+	previews, err := c.openArtifacts(reg)
+	if err != nil {
+		return nil, err
+	}
 	c.services, err = server.New(server.Config{
 		Engine:               c.eng,
+		Previews:             previews,
 		MaxArtifactBytes:     cfg.MaxArtifactBytes,
 		MaxUploadBufferBytes: cfg.MaxUploadBufferBytes,
 		// A session request can be as large as the transport receives.
@@ -402,6 +415,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if c.retention().On() {
 		c.purger = maintenance.NewRetention(maintenance.RetentionConfig{Purge: c.eng.Purge, Interval: c.cfg.purgeEvery, Logger: c.log})
 		c.background = append(c.background, c.purger)
+	}
+	if sw := c.newSweep(previews); sw != nil {
+		c.background = append(c.background, sw)
 	}
 	for _, svc := range c.background {
 		svc.Start()

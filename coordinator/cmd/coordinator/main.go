@@ -59,6 +59,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/internal/logformat"
 	"github.com/leasehold/leasehold/internal/security"
@@ -254,6 +255,16 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.Int64Var(&cfg.MaxArtifactBytes, "max-artifact-bytes", server.DefaultMaxArtifactBytes, "largest preview a renderer may upload")
 	fs.Int64Var(&cfg.MaxUploadBufferBytes, "max-upload-buffer-bytes", server.DefaultMaxUploadBufferBytes,
 		"most bytes all uploads in progress may buffer together, at least --max-artifact-bytes; an upload past it is refused RESOURCE_EXHAUSTED UPLOAD_BUDGET_EXHAUSTED")
+	fs.StringVar(&cfg.Artifacts.Store, "artifact-store", "", "where previews above --inline-artifact-bytes go: empty for the directory "+
+		"<data-dir>/artifact-store (a single node), file:///path for another directory, or s3://bucket?endpoint=URL&region=NAME "+
+		"for an S3-compatible store shared by a cluster (credentials from the standard AWS environment and files); "+
+		"a store that does not answer at start refuses the start")
+	fs.IntVar(&cfg.Artifacts.InlineBytes, "inline-artifact-bytes", server.DefaultStoreAbove,
+		"previews up to this size stay inline in the job's records; larger ones go to the artifact store")
+	fs.IntVar(&cfg.Artifacts.InlineCap, "cluster-inline-cap-bytes", coordinator.DefaultClusterInlineCap,
+		"in a cluster without a shared artifact store: the largest preview kept inline; larger ones are refused ARTIFACT_STORE_REQUIRED")
+	fs.DurationVar(&cfg.Artifacts.SweepGrace, "artifact-sweep-grace", maintenance.SweepGraceDefault,
+		"how old an object of the artifact store that no job names must be before the sweep deletes it; longer than any render")
 	fs.StringVar(&fv.teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
