@@ -67,6 +67,9 @@ type loop struct {
 	// inlineLimit is the largest preview sent inline, and budget the largest
 	// request, both from the latest welcome.
 	inlineLimit, budget int
+	// presigned says larger previews go straight to the coordinator's
+	// artifact store (PrepareUpload), not through UploadArtifact.
+	presigned bool
 
 	// opened counts the sessions opened.
 	opened int
