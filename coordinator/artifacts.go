@@ -55,6 +55,9 @@ func (c *Coordinator) openArtifacts(reg prometheus.Registerer) (server.Previews,
 	if err := st.Check(ctx); err != nil {
 		return server.Previews{}, fmt.Errorf("artifact store %s: %w", st, err)
 	}
+	if c.cfg.wrapStore != nil {
+		st = c.cfg.wrapStore(st)
+	}
 	if c.cfg.Cluster != nil && !st.Shared() {
 		limit := ac.InlineCap
 		if limit == 0 {
@@ -76,8 +79,10 @@ func (c *Coordinator) newSweep(p server.Previews) *maintenance.Sweep {
 	if p.Store == nil {
 		return nil
 	}
-	return maintenance.NewSweep(maintenance.SweepConfig{
+	c.sweep = maintenance.NewSweep(maintenance.SweepConfig{
 		Store: p.Store, Doom: c.eng.DoomObjects, Bury: c.eng.BuryObjects, Forget: c.eng.ForgetTombs, Tombs: c.eng.Tombs,
-		Grace: c.cfg.Artifacts.SweepGrace, Interval: c.cfg.Artifacts.SweepInterval, Logger: c.log.With("component", "sweep"),
+		Leading: c.eng.Leading, Grace: c.cfg.Artifacts.SweepGrace, Interval: c.cfg.Artifacts.SweepInterval,
+		Now: c.cfg.Now, Logger: c.log.With("component", "sweep"),
 	})
+	return c.sweep
 }

@@ -212,6 +212,9 @@ type Config struct {
 
 	// storeOptions are passed to store.Open; tests inject faults with them.
 	storeOptions []store.Option
+	// wrapStore, when set, wraps the artifact store; tests interleave its
+	// calls with it.
+	wrapStore func(artifacts.Store) artifacts.Store
 	// purgeEvery, when set, replaces maintenance.RetentionIntervalDefault.
 	purgeEvery time.Duration
 	// keepalive, when set, replaces keepaliveParams; tests shorten it.
@@ -328,6 +331,8 @@ type Coordinator struct {
 	// storeHealth says whether it answered its last call.
 	artifacts   artifacts.Store
 	storeHealth *server.StoreHealth
+	// sweep deletes the store's unreferenced objects, nil without a store.
+	sweep *maintenance.Sweep
 
 	done      chan struct{}
 	watcher   sync.WaitGroup

@@ -265,6 +265,8 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 		"in a cluster without a shared artifact store: the largest preview kept inline; larger ones are refused ARTIFACT_STORE_REQUIRED")
 	fs.DurationVar(&cfg.Artifacts.SweepGrace, "artifact-sweep-grace", maintenance.SweepGraceDefault,
 		"how old an object of the artifact store that no job names must be before the sweep deletes it; longer than any render")
+	fs.DurationVar(&cfg.Artifacts.SweepInterval, "artifact-sweep-interval", maintenance.SweepIntervalDefault,
+		"how often the sweep of the artifact store runs")
 	fs.StringVar(&fv.teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
@@ -457,6 +459,10 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 		{"max-team-queue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 1, "at least 1"},
 		{"max-artifact-bytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 1, "at least 1"},
 		{"max-upload-buffer-bytes", cfg.MaxUploadBufferBytes, cfg.MaxUploadBufferBytes >= cfg.MaxArtifactBytes, "at least --max-artifact-bytes"},
+		{"inline-artifact-bytes", cfg.Artifacts.InlineBytes, cfg.Artifacts.InlineBytes >= 1, "at least 1"},
+		{"cluster-inline-cap-bytes", cfg.Artifacts.InlineCap, cfg.Artifacts.InlineCap >= 1, "at least 1"},
+		{"artifact-sweep-grace", cfg.Artifacts.SweepGrace, cfg.Artifacts.SweepGrace > 0, "a positive duration"},
+		{"artifact-sweep-interval", cfg.Artifacts.SweepInterval, cfg.Artifacts.SweepInterval > 0, "a positive duration"},
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
 		{"max-connections", cfg.MaxConnections, cfg.MaxConnections >= 1, "at least 1"},

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
@@ -38,7 +37,7 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 			if err != nil {
 				return CompleteResult{}, err
 			}
-			c.ArtifactMissing = c.ArtifactMissing || objectBuried(tx, j.Team, c.Digest, req.CheckedAt)
+			c.ArtifactMissing = c.ArtifactMissing || tx.ObjectMissing(j.Team, c.Digest, req.Seen)
 		} else {
 			tx, err := g.txn()
 			if err != nil {
@@ -52,7 +51,7 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 				return CompleteResult{}, aerr
 			default:
 				c.ContentType, c.Size, c.Stored = st.ContentType, st.Size, st.Stored
-				c.ArtifactMissing = st.Stored && objectBuried(tx, j.Team, c.Digest, st.StoredAt)
+				c.ArtifactMissing = st.Stored && tx.ObjectMissing(j.Team, c.Digest, st.Seen)
 			}
 		}
 	}
@@ -103,15 +102,6 @@ func storePreview(g *group, j jobs.Job, c jobs.Completion, p *jobs.Preview) erro
 		}
 	}
 	return tx.RefObject(j.Team, c.Digest)
-}
-
-// objectBuried reports whether the object (team, digest), which a
-// completion found in the artifact store at checkedAt, may be gone since:
-// the sweep doomed it and has not deleted it yet, or deleted it after the
-// check. The completion may then not set a pointer to it.
-func objectBuried(tx *store.Tx, team, digest string, checkedAt time.Time) bool {
-	tomb, ok := tx.Tomb(team, digest)
-	return ok && (tomb.Buried.IsZero() || !checkedAt.After(tomb.Buried))
 }
 
 // recordRejection persists a refused completion: the job's new history
@@ -178,7 +168,7 @@ func (c *stageCmd) evaluate(g *group) error {
 	p := c.req.Preview
 	a := store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.req.Renderer}
 	if c.req.Stored {
-		a.Content, a.Stored, a.Size, a.StoredAt = nil, true, c.req.Size, c.req.StoredAt
+		a.Content, a.Stored, a.Size, a.Seen = nil, true, c.req.Size, c.req.Seen
 	}
 	return tx.PutArtifact(j.ID, c.req.Token, a)
 }

@@ -31,8 +31,8 @@ type SweepConfig struct {
 	// Doom, Bury and Forget are the writer's commands (engine.DoomObjects,
 	// BuryObjects, ForgetTombs); Tombs reads the tombstones.
 	Doom   func(context.Context, []engine.ObjectKey) ([]engine.ObjectKey, error)
-	Bury   func(context.Context, []engine.ObjectKey, time.Time) error
-	Forget func(context.Context, time.Time) (int, error)
+	Bury   func(context.Context, []engine.ObjectKey) error
+	Forget func(context.Context, time.Duration) (int, error)
 	Tombs  func() ([]store.TombEntry, error)
 	// Leading reports whether this node's writer takes commands; a
 	// follower does not sweep. nil: always.
@@ -142,7 +142,7 @@ func (s *Sweep) RunOnce(ctx context.Context) (SweepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if _, err := s.cfg.Forget(ctx, cutoff); err != nil {
+	if _, err := s.cfg.Forget(ctx, s.cfg.Grace); err != nil {
 		return res, err
 	}
 	if res.Deleted > 0 {
@@ -168,7 +168,7 @@ func (s *Sweep) deleteDoomed(ctx context.Context, doomed []engine.ObjectKey) err
 			return err
 		}
 	}
-	return s.cfg.Bury(ctx, doomed, s.cfg.Now())
+	return s.cfg.Bury(ctx, doomed)
 }
 
 // finishInterrupted deletes and buries the objects a run doomed but did
@@ -180,7 +180,7 @@ func (s *Sweep) finishInterrupted(ctx context.Context) error {
 	}
 	var open []engine.ObjectKey
 	for _, t := range tombs {
-		if t.Buried.IsZero() {
+		if t.Buried == 0 {
 			open = append(open, engine.ObjectKey{Team: t.Team, Digest: t.Digest})
 		}
 	}

@@ -80,6 +80,19 @@ func (r *Reader) Tombs() ([]store.TombEntry, error) {
 	return out, err
 }
 
+// ObjectClock reads the object clock (store.Tx.ObjectClock): a caller
+// reads it before it checks or puts an object of the artifact store, and
+// hands the reading to the writer with the completion or upload that names
+// the object.
+func (r *Reader) ObjectClock() (uint64, error) {
+	var n uint64
+	err := r.st.View(func(tx *store.Tx) error {
+		n = tx.ObjectClock()
+		return nil
+	})
+	return n, err
+}
+
 // Events returns a job's events with seq above after, oldest first.
 func (r *Reader) Events(id uint64, after uint32) ([]jobs.Event, error) {
 	var evs []jobs.Event

@@ -146,15 +146,29 @@ func (c *core) storeInline(ctx context.Context, e RendererEngine, req *engine.Co
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.previews.Timeout)
-	defer cancel()
-	k := artifacts.Key{Team: j.Team, Digest: p.Digest}
-	if err := c.previews.observe(c.previews.Store.Put(ctx, k, p.Content)); err != nil {
-		return storeErr(err)
+	seen, err := c.putObject(ctx, e, artifacts.Key{Team: j.Team, Digest: p.Digest}, p.Content)
+	if err != nil {
+		return err
 	}
-	req.Stored, req.Digest, req.Size, req.ContentType, req.CheckedAt = true, p.Digest, int64(len(p.Content)), p.ContentType, time.Now()
+	req.Stored, req.Digest, req.Size, req.ContentType, req.Seen = true, p.Digest, int64(len(p.Content)), p.ContentType, seen
 	req.Preview = nil
 	return nil
+}
+
+// putObject puts content in the store under k, off the writer, and
+// returns the object clock's reading from before the put, for the writer
+// to judge whether the sweep deleted the object since.
+func (c *core) putObject(ctx context.Context, e RendererEngine, k artifacts.Key, content []byte) (uint64, error) {
+	seen, err := e.ObjectClock()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.previews.Timeout)
+	defer cancel()
+	if err := c.previews.observe(c.previews.Store.Put(ctx, k, content)); err != nil {
+		return 0, storeErr(err)
+	}
+	return seen, nil
 }
 
 // checkStored checks, off the writer, that the object a completion names
@@ -174,9 +188,12 @@ func (c *core) checkStored(ctx context.Context, e RendererEngine, req *engine.Co
 	if err != nil {
 		return err
 	}
+	seen, err := e.ObjectClock()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.previews.Timeout)
 	defer cancel()
-	checked := time.Now()
 	info, err := c.previews.Store.Stat(ctx, artifacts.Key{Team: j.Team, Digest: req.Digest})
 	switch {
 	case errors.Is(c.previews.observe(err), artifacts.ErrNotFound):
@@ -186,7 +203,7 @@ func (c *core) checkStored(ctx context.Context, e RendererEngine, req *engine.Co
 	case info.Size != req.Size || (info.SHA256 != "" && info.SHA256 != req.Digest):
 		req.ArtifactMissing = true
 	}
-	req.CheckedAt = checked
+	req.Seen = seen
 	return nil
 }
 

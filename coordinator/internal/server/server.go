@@ -52,6 +52,7 @@ type RendererEngine interface {
 	Stage(ctx context.Context, req engine.StageRequest) error
 	Job(id uint64) (jobs.Job, error)
 	Record(id uint64) (jobs.Job, error)
+	ObjectClock() (uint64, error)
 	ReadContent(grants []engine.Grant) error
 	DispatchState() jobs.DispatchState
 	HeartbeatInterval() time.Duration

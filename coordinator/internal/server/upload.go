@@ -151,13 +151,12 @@ func (s *RendererServer) stageInStore(ctx context.Context, team string, req *eng
 	if s.previews.Store == nil || len(req.Preview.Content) <= s.previews.StoreAbove {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.previews.Timeout)
-	defer cancel()
 	p := req.Preview
-	if err := s.previews.observe(s.previews.Store.Put(ctx, artifacts.Key{Team: team, Digest: p.Digest}, p.Content)); err != nil {
-		return storeErr(err)
+	seen, err := s.putObject(ctx, s.e, artifacts.Key{Team: team, Digest: p.Digest}, p.Content)
+	if err != nil {
+		return err
 	}
-	req.Stored, req.Size, req.StoredAt = true, int64(len(p.Content)), time.Now()
+	req.Stored, req.Size, req.Seen = true, int64(len(p.Content)), seen
 	req.Preview.Content = nil
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"time"
 
 	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -22,11 +21,12 @@ type Artifact struct {
 	Content     []byte
 	// Renderer is the renderer that made it.
 	Renderer string
-	// Stored says the preview is an object of the artifact store, put
-	// there at StoredAt with Size bytes; Content is then empty.
-	Stored   bool
-	Size     int64
-	StoredAt time.Time
+	// Stored says the preview is an object of the artifact store, of Size
+	// bytes, put there after the object clock read Seen; Content is then
+	// empty.
+	Stored bool
+	Size   int64
+	Seen   uint64
 }
 
 // PutArtifact stores a preview under the lease (job, token) it was made
@@ -34,7 +34,7 @@ type Artifact struct {
 func (t *Tx) PutArtifact(job, token uint64, a Artifact) error {
 	r := &storagev1.ArtifactRecord{Digest: a.Digest, ContentType: a.ContentType, Content: a.Content, Renderer: a.Renderer}
 	if a.Stored {
-		r.Stored, r.Size, r.StoredAt = true, a.Size, a.StoredAt.UnixNano()
+		r.Stored, r.Size, r.Seen = true, a.Size, a.Seen
 	}
 	v, err := t.encode(r)
 	if err != nil {
@@ -51,16 +51,17 @@ const (
 	fieldArtifactContent     = 3
 	fieldArtifactStored      = 5
 	fieldArtifactSize        = 6
-	fieldArtifactStoredAt    = 7
+	fieldArtifactSeen        = 7
 )
 
 // Staged is what a completion needs of an upload staged under its lease.
 type Staged struct {
 	Digest, ContentType string
 	Size                int64
-	// Stored and StoredAt: the upload is an object of the artifact store.
-	Stored   bool
-	StoredAt time.Time
+	// Stored and Seen: the upload is an object of the artifact store, put
+	// there after the object clock read Seen.
+	Stored bool
+	Seen   uint64
 }
 
 // Staged returns what was uploaded under (job, token): its digest, content
@@ -95,8 +96,8 @@ func scanArtifact(job uint64, v []byte) (st Staged, err error) {
 			st.Stored = f.x != 0
 		case f.typ == protowire.VarintType && f.num == fieldArtifactSize:
 			size = int64(f.x)
-		case f.typ == protowire.VarintType && f.num == fieldArtifactStoredAt:
-			st.StoredAt = time.Unix(0, int64(f.x))
+		case f.typ == protowire.VarintType && f.num == fieldArtifactSeen:
+			st.Seen = f.x
 		}
 	}
 	st.Size = contentLen

@@ -639,9 +639,10 @@ func (x *RejectionKey) GetRenderer() string {
 // the completion of that lease can reference it.
 //
 // An upload the coordinator put in the artifact store leaves a record
-// without content: stored is set, with the size and when the object was
-// stored (Unix ns), so that the completion naming it can set a pointer to
-// the stored object.
+// without content: stored is set, with the size and the object clock's
+// reading before the object was put (seen, see the store's ObjectMissing),
+// so that the completion naming it can set a pointer to the stored object
+// unless the sweep deleted it since.
 type ArtifactRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
@@ -650,7 +651,7 @@ type ArtifactRecord struct {
 	Renderer      string                 `protobuf:"bytes,4,opt,name=renderer,proto3" json:"renderer,omitempty"`
 	Stored        bool                   `protobuf:"varint,5,opt,name=stored,proto3" json:"stored,omitempty"`
 	Size          int64                  `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
-	StoredAt      int64                  `protobuf:"varint,7,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	Seen          uint64                 `protobuf:"varint,7,opt,name=seen,proto3" json:"seen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,9 +728,9 @@ func (x *ArtifactRecord) GetSize() int64 {
 	return 0
 }
 
-func (x *ArtifactRecord) GetStoredAt() int64 {
+func (x *ArtifactRecord) GetSeen() uint64 {
 	if x != nil {
-		return x.StoredAt
+		return x.Seen
 	}
 	return 0
 }
@@ -1502,15 +1503,15 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\fRejectionKey\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
-	"\brenderer\x18\x03 \x01(\tR\brenderer\"\xca\x01\n" +
+	"\brenderer\x18\x03 \x01(\tR\brenderer\"\xc1\x01\n" +
 	"\x0eArtifactRecord\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\fR\acontent\x12\x1a\n" +
 	"\brenderer\x18\x04 \x01(\tR\brenderer\x12\x16\n" +
 	"\x06stored\x18\x05 \x01(\bR\x06stored\x12\x12\n" +
-	"\x04size\x18\x06 \x01(\x03R\x04size\x12\x1b\n" +
-	"\tstored_at\x18\a \x01(\x03R\bstoredAt\"%\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04seen\x18\a \x01(\x04R\x04seen\"%\n" +
 	"\vPhaseCounts\x12\x16\n" +
 	"\x06counts\x18\x01 \x03(\x04R\x06counts\"\xef\x01\n" +
 	"\x05Event\x12\x10\n" +
