@@ -1,7 +1,7 @@
 // Package s3server starts a real S3-compatible server for tests: versitygw
 // with its posix backend (no other service needed), built from the pinned
-// module in scripts/s3server by scripts/build into bin/, listening on
-// loopback with a bucket of its own.
+// module in scripts/s3server by scripts/build into bin/ (or by
+// testbin.Prepare), listening on loopback with a bucket of its own.
 package s3server
 
 import (
@@ -57,7 +57,7 @@ func Start(t proctest.TB, bin string) *Server {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	p := proctest.Options{}.Start(t, "versitygw", bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, "posix", root)
+	p := proctest.Options{}.Start(t, "versitygw", bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, root)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := p.WaitLine(ctx, 0, []string{"listening on"}); err != nil {
@@ -77,8 +77,9 @@ func (s *Server) Env() []string {
 		"AWS_EC2_METADATA_DISABLED=true"}
 }
 
-// Pause stops the server with SIGSTOP (a hung store).
-func (s *Server) Pause() { s.Proc.Signal(syscall.SIGSTOP) }
+// Pause stops the server with SIGSTOP (a hung store) and returns once it
+// is stopped.
+func (s *Server) Pause() { s.Proc.Freeze() }
 
 // Resume continues a paused server.
 func (s *Server) Resume() { s.Proc.Signal(syscall.SIGCONT) }

@@ -26,7 +26,9 @@
 // Three subcommands work on the data directory of a stopped coordinator,
 // and refuse one a running coordinator holds:
 //
-//	coordinator check [--data-dir DIR] [--json]     check the database, read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
+//	coordinator check [--data-dir DIR] [--artifact-store URL] [--json]
+//	                                                check the database and that the artifact store holds what it names,
+//	                                                read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
 //	coordinator compact --data-dir DIR              rewrite the database without its free pages
 //	coordinator restore --data-dir DIR --from FILE  put a backup (leasehold backup) in place
 //

@@ -31,6 +31,16 @@ var _ Store = (*Dir)(nil)
 // OpenDir opens (creating it when missing) the directory store at root,
 // and removes the temporary files an interrupted Put left.
 func OpenDir(root string) (*Dir, error) {
+	return openDir(root, true)
+}
+
+// openDir opens the directory store at root; without write it changes
+// nothing on disk (an operator's check), and a missing root holds no
+// objects.
+func openDir(root string, write bool) (*Dir, error) {
+	if !write {
+		return &Dir{root: filepath.Clean(root)}, nil
+	}
 	root = filepath.Clean(root)
 	if err := os.MkdirAll(filepath.Join(root, tmpDir), 0o700); err != nil {
 		return nil, fmt.Errorf("artifact directory: %w", err)

@@ -153,8 +153,19 @@ const DirName = "artifact-store"
 // elsewhere, s3://bucket?endpoint=…&region=… for an S3-compatible store.
 // It does not reach the store; Check does.
 func Open(ctx context.Context, rawURL, dataDir string) (Store, error) {
+	return open(ctx, rawURL, dataDir, true)
+}
+
+// OpenForReading is Open for a caller that only reads the store (an
+// operator's check while no coordinator runs): the directory store is
+// neither created nor tidied.
+func OpenForReading(ctx context.Context, rawURL, dataDir string) (Store, error) {
+	return open(ctx, rawURL, dataDir, false)
+}
+
+func open(ctx context.Context, rawURL, dataDir string, write bool) (Store, error) {
 	if rawURL == "" {
-		return OpenDir(filepath.Join(dataDir, DirName))
+		return openDir(filepath.Join(dataDir, DirName), write)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -165,7 +176,7 @@ func Open(ctx context.Context, rawURL, dataDir string) (Store, error) {
 		if u.Path == "" || u.Host != "" {
 			return nil, fmt.Errorf("--artifact-store %q: a directory is file:///absolute/path", rawURL)
 		}
-		return OpenDir(u.Path)
+		return openDir(u.Path, write)
 	case "s3":
 		return OpenS3(ctx, u)
 	default:

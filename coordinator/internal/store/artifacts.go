@@ -114,7 +114,8 @@ func (t *Tx) Artifact(job, token uint64) (Artifact, error) {
 	if err != nil {
 		return Artifact{}, err
 	}
-	return Artifact{Digest: a.GetDigest(), ContentType: a.GetContentType(), Content: a.GetContent(), Renderer: a.GetRenderer()}, nil
+	return Artifact{Digest: a.GetDigest(), ContentType: a.GetContentType(), Content: a.GetContent(), Renderer: a.GetRenderer(),
+		Stored: a.GetStored(), Size: a.GetSize(), Seen: a.GetSeen()}, nil
 }
 
 func (t *Tx) artifact(job, token uint64) (*storagev1.ArtifactRecord, error) {
