@@ -77,6 +77,9 @@ type completion struct {
 	uploadRefused string
 	// span is the lease's completion span, ended with the answer.
 	span trace.Span
+	// storeBackoff paces sending it again while the coordinator's artifact
+	// store is unavailable.
+	storeBackoff *backoff
 }
 
 // rendered is what a lease's render goroutine reports when the render
@@ -250,6 +253,10 @@ func (l *loop) lose(st *leaseholdv1.LeaseStatus, revoked bool) {
 	}
 	if revoked {
 		l.cancelAcks = append(l.cancelAcks, key.ref())
+	}
+	if l.dropStoreWait(key) {
+		log.Info("lease lost", "job", key.jobID, "token", key.token, "reason", reason, "waiting_for", "artifact store")
+		return
 	}
 	if c := l.outbox.dropPending(key); c != nil {
 		endDropped(c.span, errLeaseLost)
