@@ -2,8 +2,11 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
@@ -46,6 +49,9 @@ const storeCheckTimeout = 10 * time.Second
 // bounded, and says so.
 func (c *Coordinator) openArtifacts(reg prometheus.Registerer) (server.Previews, error) {
 	ac := c.cfg.Artifacts
+	// The gauge is exported without a store too (0: nothing failed), so
+	// that an alert on it reads one series whatever the deployment.
+	c.storeHealth = server.NewStoreHealth(reg)
 	ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
 	defer cancel()
 	st, err := artifacts.Open(ctx, ac.Store, c.cfg.DataDir)
@@ -68,10 +74,91 @@ func (c *Coordinator) openArtifacts(reg prometheus.Registerer) (server.Previews,
 			"max_inline_bytes", limit)
 		return server.Previews{InlineCap: limit}, nil
 	}
-	c.storeHealth = server.NewStoreHealth(reg)
 	c.artifacts = st
 	c.log.Info("artifact store", "store", st.String(), "inline_bytes", max(ac.InlineBytes, 0), "shared", st.Shared())
 	return server.Previews{Store: st, StoreAbove: ac.InlineBytes, Health: c.storeHealth.Observe}, nil
+}
+
+// ArtifactStoreHealthName is the health entry that reports the artifact
+// store, present when previews go to one: SERVING while the store answered
+// its last call, NOT_SERVING while it is degraded (a call failed for want
+// of an answer, or took longer than its timeout). Completions that name a
+// stored preview are answered UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE
+// meanwhile; the services themselves stay SERVING.
+const ArtifactStoreHealthName = "leasehold.v1.ArtifactStore"
+
+// reportStoreHealth keeps ArtifactStoreHealthName in step with the
+// store's health.
+func (c *Coordinator) reportStoreHealth() {
+	if c.artifacts == nil {
+		return
+	}
+	started := false
+	c.storeHealth.OnChange(func(err error) {
+		st := healthpb.HealthCheckResponse_SERVING
+		switch {
+		case err != nil:
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+			c.log.Warn("the artifact store is degraded: completions of stored previews answer UNAVAILABLE until it answers again", "err", err)
+		case started:
+			c.log.Info("the artifact store answers again")
+		}
+		started = true
+		c.health.SetServingStatus(ArtifactStoreHealthName, st)
+	})
+}
+
+// storeProbe asks the artifact store every few seconds whether it answers
+// (Store.Check), so that health and the degraded gauge follow the store
+// without waiting for a completion: renderers that upload with presigned
+// URLs meet an outage first, and a store that is back clears them.
+type storeProbe struct {
+	st       artifacts.Store
+	health   *server.StoreHealth
+	interval time.Duration
+	stopC    chan struct{}
+	doneC    chan struct{}
+}
+
+// storeProbeInterval is how often the store is asked.
+const storeProbeInterval = 5 * time.Second
+
+func newStoreProbe(st artifacts.Store, h *server.StoreHealth) *storeProbe {
+	return &storeProbe{st: st, health: h, interval: storeProbeInterval, stopC: make(chan struct{}), doneC: make(chan struct{})}
+}
+
+// Start starts the probe's goroutine.
+func (p *storeProbe) Start() {
+	go func() {
+		defer close(p.doneC)
+		t := time.NewTicker(p.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stopC:
+				return
+			case <-t.C:
+				p.probe()
+			}
+		}
+	}()
+}
+
+// probe asks the store once, within the probe interval.
+func (p *storeProbe) probe() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.interval)
+	defer cancel()
+	err := p.st.Check(ctx)
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, artifacts.ErrUnavailable) {
+		err = fmt.Errorf("%w: %w", artifacts.ErrUnavailable, err)
+	}
+	p.health.Observe(err)
+}
+
+// Stop stops the probe and waits for it; it must follow Start.
+func (p *storeProbe) Stop() {
+	close(p.stopC)
+	<-p.doneC
 }
 
 // newSweep returns the sweep of the artifact store, nil without one.

@@ -331,8 +331,10 @@ type Coordinator struct {
 	// storeHealth says whether it answered its last call.
 	artifacts   artifacts.Store
 	storeHealth *server.StoreHealth
-	// sweep deletes the store's unreferenced objects, nil without a store.
-	sweep *maintenance.Sweep
+	// sweep deletes the store's unreferenced objects, and storeProbe asks a
+	// degraded store whether it answers again; nil without a store.
+	sweep      *maintenance.Sweep
+	storeProbe *storeProbe
 
 	done      chan struct{}
 	watcher   sync.WaitGroup
@@ -422,7 +424,8 @@ func New(cfg Config) (*Coordinator, error) {
 		c.background = append(c.background, c.purger)
 	}
 	if sw := c.newSweep(previews); sw != nil {
-		c.background = append(c.background, sw)
+		c.storeProbe = newStoreProbe(previews.Store, c.storeHealth)
+		c.background = append(c.background, sw, c.storeProbe)
 	}
 	for _, svc := range c.background {
 		svc.Start()
@@ -607,6 +610,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 	}
 	c.health.SetServingStatus(LeaderHealthName, leader)
 	c.setDispatchHealth(c.eng.DispatchState().Paused)
+	c.reportStoreHealth()
 }
 
 // listenMetrics binds the metrics address, if any, with the console

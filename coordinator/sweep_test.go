@@ -34,7 +34,7 @@ type sweepBundle struct {
 func setupSweep(t *testing.T, start time.Time, wrap func(artifacts.Store) artifacts.Store) *sweepBundle {
 	t.Helper()
 	clk := &testClock{t: start}
-	b := setup(t, Config{TokensFile: testPrincipals(t), Now: clk.Now, wrapStore: wrap, LeaseTTL: 48 * time.Hour,
+	b := setup(t, Config{TokensFile: testPrincipals(t), Now: clk.Now, wrapStore: wrap, LeaseTTL: 48 * time.Hour, MetricsListen: "127.0.0.1:0",
 		Artifacts: ArtifactConfig{InlineBytes: 64, SweepGrace: time.Hour, SweepInterval: 24 * time.Hour}})
 	dir, err := artifacts.OpenDir(filepath.Join(b.c.cfg.DataDir, artifacts.DirName))
 	if err != nil {

@@ -65,6 +65,16 @@ func (d *Dir) Put(_ context.Context, k Key, content []byte) error {
 	if fi, err := os.Stat(final); err == nil && fi.Size() == int64(len(content)) {
 		return nil
 	}
+	if err := d.put(final, content); err != nil {
+		// A disk that is full, read-only or failing: the store does not
+		// take objects now, as an unreachable bucket does not.
+		return unavailable("putting "+k.String(), err)
+	}
+	return nil
+}
+
+// put writes content durably at final.
+func (d *Dir) put(final string, content []byte) error {
 	dir := filepath.Dir(final)
 	if err := d.mkdirs(dir); err != nil {
 		return err
@@ -75,7 +85,7 @@ func (d *Dir) Put(_ context.Context, k Key, content []byte) error {
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("putting %s: %w", k, err)
+		return err
 	}
 	return syncDir(dir)
 }

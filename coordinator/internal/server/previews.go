@@ -81,15 +81,18 @@ func storeErr(err error) error {
 	return err
 }
 
-// StoreHealth keeps whether the artifact store answered its last call:
-// the leasehold_artifact_store_degraded gauge and the health entry read
-// it.
+// StoreHealth keeps whether the artifact store answered its last call,
+// in the leasehold_artifact_store_degraded gauge, and tells OnChange's
+// function (the health entry) when that changes.
 type StoreHealth struct {
 	mu       sync.Mutex
 	degraded bool
 	last     error
 	gauge    prometheus.Gauge
 	failures prometheus.Counter
+	// onChange is told each change between answering (nil) and degraded
+	// (the failure).
+	onChange func(err error)
 }
 
 // NewStoreHealth returns a StoreHealth registering its metrics on reg.
@@ -106,10 +109,23 @@ func NewStoreHealth(reg prometheus.Registerer) *StoreHealth {
 	return h
 }
 
+// OnChange sets fn to be told, in order, each change between answering
+// (nil) and degraded (the failure); it is called with the current state
+// at once. fn must not call h.
+func (h *StoreHealth) OnChange(fn func(err error)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onChange = fn
+	fn(h.last)
+}
+
 // Observe records a call's outcome (nil: the store answered).
 func (h *StoreHealth) Observe(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if was := h.degraded; was != (err != nil) && h.onChange != nil {
+		h.onChange(err)
+	}
 	h.degraded, h.last = err != nil, err
 	if err != nil {
 		h.gauge.Set(1)
@@ -117,16 +133,6 @@ func (h *StoreHealth) Observe(err error) {
 	} else {
 		h.gauge.Set(0)
 	}
-}
-
-// Degraded returns the last failure while the store is degraded, else nil.
-func (h *StoreHealth) Degraded() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.degraded {
-		return h.last
-	}
-	return nil
 }
 
 // storeInline decides an inline preview's place before the completion
