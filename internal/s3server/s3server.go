@@ -7,13 +7,13 @@ package s3server
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // Credentials of the test server; the store's clients read them from the
@@ -31,6 +31,10 @@ type Server struct {
 	// Root is the directory its posix backend keeps buckets in.
 	Root string
 	Proc *proctest.Proc
+
+	t    proctest.TB
+	bin  string
+	addr string
 }
 
 // Binary returns the path of versitygw under dir (LEASEHOLD_BIN or bin/),
@@ -51,19 +55,37 @@ func Start(t proctest.TB, bin string) *Server {
 	if err := os.MkdirAll(filepath.Join(root, Bucket), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testbin.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	p := proctest.Options{}.Start(t, "versitygw", bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, root)
+	s := &Server{Endpoint: "http://" + addr, Root: root, t: t, bin: bin, addr: addr}
+	s.start()
+	return s
+}
+
+// start starts the process and waits until it listens.
+func (s *Server) start() {
+	s.t.Helper()
+	s.Proc = proctest.Options{}.Start(s.t, "versitygw", s.bin, "--access", AccessKey, "--secret", SecretKey, "--port", s.addr, s.Root)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := p.WaitLine(ctx, 0, []string{"listening on"}); err != nil {
-		t.Fatalf("versitygw did not start: %v", err)
+	if _, err := s.Proc.WaitLine(ctx, 0, []string{"listening on"}); err != nil {
+		s.t.Fatalf("versitygw did not start: %v", err)
 	}
-	return &Server{Endpoint: "http://" + addr, Root: root, Proc: p}
+}
+
+// Kill kills the server with SIGKILL (a store that went away).
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.Proc.Kill()
+}
+
+// Restart starts the server again, on the same address and directory,
+// once a Kill has stopped it.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.start()
 }
 
 // URL is the --artifact-store URL of the server's bucket.
