@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -140,4 +144,88 @@ func (b *sweepBundle) metric(t *testing.T, name string) string {
 	}
 	t.Fatalf("no %s in the metrics", name)
 	return ""
+}
+
+// TestBackupNamesItsObjects: a backup names the objects of the artifact
+// store its pointers need (it holds inline previews only), and a restore
+// says which previews it cannot bring back because their objects are gone.
+func TestBackupNamesItsObjects(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	objects := t.TempDir()
+	tokens := testPrincipals(t)
+	b := setup(t, Config{TokensFile: tokens, Artifacts: ArtifactConfig{Store: "file://" + objects, InlineBytes: 64}})
+	c := b.clients()
+	docs := []*leaseholdv1.Document{
+		{Name: "a.pdf", ContentType: "application/pdf", Content: []byte("%PDF a")},
+		{Name: "b.pdf", ContentType: "application/pdf", Content: []byte("%PDF b")},
+		{Name: "c.pdf", ContentType: "application/pdf", Content: []byte("%PDF c")},
+	}
+	if _, err := c.jobs.SubmitBatch(bearer(ctx, alphaToken), &leaseholdv1.SubmitBatchRequest{Team: "alpha", RequestId: "r", Documents: docs}); err != nil {
+		t.Fatal(err)
+	}
+	grants := c.grant(ctx, t, 3)
+	contents := [][]byte{preview(6, 1000), preview(7, 1000), []byte("small")}
+	for i, g := range grants {
+		_, err := c.rend.Complete(bearer(ctx, rendererToken), &leaseholdv1.CompleteRequest{JobId: g.GetJobId(), Token: g.GetLease().GetToken(),
+			RendererId: "r-1", Outcome: &leaseholdv1.CompleteRequest_Success{Success: &leaseholdv1.CompleteSuccess{Content: contents[i], ContentType: "image/png"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := client.Dial(b.addr, client.WithToken(backupToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	path := filepath.Join(t.TempDir(), "backup.db")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cl.Backup(ctx, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("Backup: %v", err)
+	}
+	keys := func(cs ...[]byte) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, artifacts.Key{Team: "alpha", Digest: artifacts.Digest(c)}.String())
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := slices.Sorted(slices.Values(info.Objects)); !slices.Equal(got, keys(contents[0], contents[1])) {
+		t.Errorf("the backup names objects %v, want the two stored previews' %v", got, keys(contents[0], contents[1]))
+	}
+	if err := b.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// One object is lost with the store; the other, and the inline
+	// preview in the backup, come back.
+	lost := artifacts.Key{Team: "alpha", Digest: artifacts.Digest(contents[1])}
+	if err := os.Remove(filepath.Join(objects, lost.String())); err != nil {
+		t.Fatal(err)
+	}
+	restored := filepath.Join(t.TempDir(), "restored")
+	res, err := Restore(ctx, restored, path, "file://"+objects, time.Now())
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if res.Objects != 2 || res.ObjectsErr != nil || len(res.MissingObjects) != 1 || res.MissingObjects[0].Key != lost.String() ||
+		!slices.Equal(res.MissingObjects[0].Jobs, []string{grants[1].GetJobId()}) {
+		t.Errorf("Restore = %d objects, missing %+v (%v); want 2, of which %s of job %s missing", res.Objects, res.MissingObjects, res.ObjectsErr,
+			lost, grants[1].GetJobId())
+	}
+	rep, err := Check(ctx, restored, "file://"+objects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || rep.StoredPointers != 2 || rep.Objects != 2 || len(rep.MissingObjects) != 1 || rep.MissingObjects[0].Key != lost.String() {
+		t.Errorf("Check = %d pointers to %d objects, missing %+v, problems %q; want 2 to 2, %s missing, and a problem",
+			rep.StoredPointers, rep.Objects, rep.MissingObjects, rep.Problems, lost)
+	}
 }

@@ -180,7 +180,7 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	res, err := Restore(dir, path, time.Now())
+	res, err := Restore(ctx, dir, path, "", time.Now())
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
 	}

@@ -30,7 +30,9 @@
 //	                                                check the database and that the artifact store holds what it names,
 //	                                                read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
 //	coordinator compact --data-dir DIR              rewrite the database without its free pages
-//	coordinator restore --data-dir DIR --from FILE  put a backup (leasehold backup) in place
+//	coordinator restore --data-dir DIR --from FILE [--artifact-store URL]
+//	                                                put a backup (leasehold backup) in place, and say which
+//	                                                previews of the artifact store it cannot bring back
 //
 // and "coordinator cluster" operates a replicated cluster: status,
 // transfer-leader, add and remove call a running node over gRPC with an
@@ -607,6 +609,8 @@ func runRestore(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("coordinator restore", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "./data", "data directory to restore into; no coordinator may be running on it")
 	from := fs.String("from", "", "the backup file, as written by leasehold backup (required)")
+	store := fs.String("artifact-store", "", "the coordinator's --artifact-store, where the restore looks for the objects the backup's "+
+		"pointers name (empty: the directory beside the database); S3 credentials from the standard AWS environment and files")
 	source, err := parseWithEnv(fs, args, "coordinator restore", stderr)
 	if err != nil {
 		return err
@@ -617,7 +621,9 @@ func runRestore(args []string, stderr io.Writer) error {
 	case *from == "":
 		return usagef("--from is required: the backup file to restore")
 	}
-	res, err := coordinator.Restore(*dataDir, *from, time.Now())
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	res, err := coordinator.Restore(ctx, *dataDir, *from, *store, time.Now())
 	if err != nil {
 		return err
 	}
@@ -625,5 +631,26 @@ func runRestore(args []string, stderr io.Writer) error {
 	if res.MovedAside != "" {
 		fmt.Fprintf(stderr, "the database that was there is kept as %s\n", res.MovedAside)
 	}
+	reportRestoredObjects(stderr, res)
 	return nil
+}
+
+// reportRestoredObjects says what the restore found of the objects of the
+// artifact store the backup names, and which previews it cannot bring
+// back.
+func reportRestoredObjects(w io.Writer, res coordinator.RestoreResult) {
+	switch {
+	case res.Objects == 0:
+	case res.ObjectsErr != nil:
+		fmt.Fprintf(w, "the backup names %d objects of the artifact store %s, which did not answer: %v; run coordinator check once it does\n",
+			res.Objects, res.ArtifactStore, res.ObjectsErr)
+	case len(res.MissingObjects) == 0:
+		fmt.Fprintf(w, "the artifact store %s holds all %d objects the backup names\n", res.ArtifactStore, res.Objects)
+	default:
+		fmt.Fprintf(w, "cannot bring back %d of the %d previews the backup names in the artifact store %s: their objects are missing\n",
+			len(res.MissingObjects), res.Objects, res.ArtifactStore)
+		for _, m := range res.MissingObjects {
+			fmt.Fprintf(w, "missing: %s (%d bytes), named by %d jobs: %s\n", m.Key, m.Size, m.Count, strings.Join(m.Jobs, " "))
+		}
+	}
 }

@@ -66,7 +66,11 @@ type ObjectRef struct {
 // ObjectRefsList returns every object a pointer names, in key order.
 func (t *Tx) ObjectRefsList() []ObjectRef {
 	var out []ObjectRef
-	_ = t.tx.Bucket(bucketObjectRefs).ForEach(func(k, v []byte) error {
+	b := t.tx.Bucket(bucketObjectRefs)
+	if b == nil {
+		return nil // a file from before the artifact store
+	}
+	_ = b.ForEach(func(k, v []byte) error {
 		team, digest := splitObjectKey(k)
 		out = append(out, ObjectRef{Team: team, Digest: digest, Refs: btoi(v)})
 		return nil
@@ -223,7 +227,11 @@ type TombEntry struct {
 // Tombs returns every tombstone, in key order.
 func (t *Tx) Tombs() []TombEntry {
 	var out []TombEntry
-	_ = t.tx.Bucket(bucketObjectTombs).ForEach(func(k, v []byte) error {
+	b := t.tx.Bucket(bucketObjectTombs)
+	if b == nil {
+		return nil // a file from before the artifact store
+	}
+	_ = b.ForEach(func(k, v []byte) error {
 		tomb, ok := decodeTomb(v)
 		if !ok {
 			return nil
