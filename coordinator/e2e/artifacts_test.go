@@ -74,6 +74,27 @@ func TestLateWorkerArtifact(t *testing.T) {
 			r.prepareUpload(t, g, content).send(t, content)
 			return &leaseholdv1.CompleteSuccess{ArtifactDigest: digestOf(content), SizeBytes: int64(len(content)), ContentType: "image/png"}
 		}, func(content []byte) string { return filepath.Join(objects, digestOf(content)) })
+		t.Run("LeaseholdArtifactPresignedDownloadsBsBytesFromTheStore", func(t *testing.T) { lw.checkDownload(t, "--presign") })
+		t.Run("TheCLIChecksTheDigestOfBytesTheStoreChanged", func(t *testing.T) {
+			path := lw.objectPath(lw.previewB)
+			tampered := bytes.Clone(lw.previewB)
+			tampered[len(tampered)-1] ^= 1
+			if err := os.WriteFile(path, tampered, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := os.WriteFile(path, lw.previewB, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			for _, args := range [][]string{nil, {"--presign"}} {
+				out := filepath.Join(t.TempDir(), "preview.png")
+				res := runCLI(t, lw.coord.Addr, tokenAlpha, append([]string{"artifact", lw.jobID, "-f", out}, args...)...)
+				if _, err := os.Stat(out); res.code == 0 || !strings.Contains(res.stderr, "hash to") || err == nil {
+					t.Errorf("leasehold artifact %v of changed bytes: exit %d, %q, file %v; want a refusal naming the digest and no file", args, res.code, res.stderr, err)
+				}
+			}
+		})
 		t.Run("AStaleLeaseGetsNoUploadURL", func(t *testing.T) {
 			_, err := lw.a.rc.PrepareUpload(testContext(t), &leaseholdv1.PrepareUploadRequest{JobId: lw.jobID, Token: lw.tokenA,
 				RendererId: lw.a.id, Sha256: digestOf(lw.previewA), SizeBytes: int64(len(lw.previewA))})
@@ -192,12 +213,12 @@ func (lw *lateWorker) run(t *testing.T,
 	})
 }
 
-// checkDownload runs `leasehold artifact` and checks that it writes B's
-// bytes and names their digest.
-func (lw *lateWorker) checkDownload(t *testing.T) {
+// checkDownload runs `leasehold artifact` with args and checks that it
+// writes B's bytes and names their digest.
+func (lw *lateWorker) checkDownload(t *testing.T, args ...string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "preview.png")
-	res := runCLI(t, lw.coord.Addr, tokenAlpha, "artifact", lw.jobID, "-f", out)
+	res := runCLI(t, lw.coord.Addr, tokenAlpha, append([]string{"artifact", lw.jobID, "-f", out}, args...)...)
 	if res.code != 0 {
 		t.Fatalf("leasehold artifact: exit %d: %s", res.code, res.stderr)
 	}

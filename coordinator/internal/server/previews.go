@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -213,6 +214,18 @@ func (c *core) checkStored(ctx context.Context, e RendererEngine, req *engine.Co
 	return nil
 }
 
+// needsStore reports whether one of reqs has a part for the store to do:
+// a stored object to check, or an inline preview above the threshold to
+// put.
+func (c *core) needsStore(reqs []engine.CompleteRequest) bool {
+	return c.previews.Store != nil && slices.ContainsFunc(reqs, c.storeWork)
+}
+
+// storeWork reports whether the store has a part in r.
+func (c *core) storeWork(r engine.CompleteRequest) bool {
+	return r.Stored || (r.Preview != nil && len(r.Preview.Content) > c.previews.StoreAbove)
+}
+
 // resolve does the store's part of each completion, concurrently: errs[i]
 // refuses completion i (the store did not answer), nil lets it go to the
 // writer.
@@ -224,7 +237,7 @@ func (c *core) resolve(ctx context.Context, e RendererEngine, reqs []engine.Comp
 	var wg sync.WaitGroup
 	for i := range reqs {
 		r := &reqs[i]
-		if !r.Stored && (r.Preview == nil || len(r.Preview.Content) <= c.previews.StoreAbove) {
+		if !c.storeWork(*r) {
 			continue
 		}
 		if errs == nil {

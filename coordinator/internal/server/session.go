@@ -146,12 +146,18 @@ type item struct {
 	// invalid answers the request's malformed heartbeat and hand-back
 	// references.
 	invalid []*leaseholdv1.LeaseStatus
+	// resolved, when not nil, is closed once the artifact store's part of
+	// the completions is done (resolveLater); forward reads the item only
+	// then. Requests that follow are received and resolved meanwhile, so
+	// a session's calls to the store overlap and its completions reach the
+	// writer together, in request order still.
+	resolved chan struct{}
 }
 
 func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	items := make(chan item, sessionQueue)
+	items := make(chan *item, sessionQueue)
 	recvErr := make(chan error, 1)
 	results := make(chan forwarded, 1)
 	items <- ss.convert(ctx, first)
@@ -214,7 +220,7 @@ func leadershipEnd(err error) error {
 // receive reads requests until the stream ends, converting each. When the
 // renderer closes its side, it closes items, so that what was received is
 // still applied and answered before the session ends.
-func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- error) {
+func (ss *session) receive(ctx context.Context, items chan<- *item, errC chan<- error) {
 	for {
 		m, err := ss.stream.Recv()
 		if err == io.EOF {
@@ -240,9 +246,9 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 // forward merges every received request into one writer command at a
 // time and hands the answers, in request order, to the sender. Once items
 // is closed and drained it closes results.
-func (ss *session) forward(ctx context.Context, items <-chan item, results chan<- forwarded) {
+func (ss *session) forward(ctx context.Context, items <-chan *item, results chan<- forwarded) {
 	for {
-		var batch []item
+		var batch []*item
 		select {
 		case it, ok := <-items:
 			if !ok {
@@ -265,6 +271,16 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 				break more
 			}
 		}
+		for _, it := range batch {
+			if it.resolved == nil {
+				continue
+			}
+			select {
+			case <-it.resolved:
+			case <-ctx.Done():
+				return
+			}
+		}
 		in, order, invalid := merge(batch)
 		res, err := ss.s.e.Receive(ctx, ss.conn, in)
 		a := forwarded{err: err}
@@ -284,7 +300,7 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 }
 
 // merge joins requests into one input, keeping every list in order.
-func merge(batch []item) (engine.SessionInput, []slot, []*leaseholdv1.LeaseStatus) {
+func merge(batch []*item) (engine.SessionInput, []slot, []*leaseholdv1.LeaseStatus) {
 	var in engine.SessionInput
 	var order []slot
 	var invalid []*leaseholdv1.LeaseStatus
@@ -347,8 +363,8 @@ func (ss *session) answers(in engine.SessionInput, order []slot, res engine.Sess
 // malformed receipt or acknowledgement dropped (they have no answer), a
 // completion with a bad id, a missing outcome or a preview over the limit
 // in its place among the results.
-func (ss *session) convert(ctx context.Context, m *leaseholdv1.SessionRequest) item {
-	var it item
+func (ss *session) convert(ctx context.Context, m *leaseholdv1.SessionRequest) *item {
+	it := &item{}
 	heartbeats, handBacks := parseLeaseList(m.GetHeartbeats()), parseLeaseList(m.GetHandBacks())
 	it.in.Received = parseLeaseList(m.GetReceived()).refs
 	it.in.Heartbeats, it.in.HandBacks = heartbeats.refs, handBacks.refs
@@ -367,10 +383,24 @@ func (ss *session) convert(ctx context.Context, m *leaseholdv1.SessionRequest) i
 		it.order = append(it.order, slot{index: len(it.in.Completions)})
 		it.in.Completions = append(it.in.Completions, req)
 	}
-	if errs := ss.s.resolve(ctx, ss.s.e, it.in.Completions); errs != nil {
-		it.refuse(errs, ss.s.core)
-	}
+	ss.resolveLater(ctx, it)
 	return it
+}
+
+// resolveLater does the artifact store's part of the item's completions (see
+// core.resolve) on a goroutine of its own, closing it.resolved when done;
+// an item with no such part is left ready.
+func (ss *session) resolveLater(ctx context.Context, it *item) {
+	if !ss.s.needsStore(it.in.Completions) {
+		return
+	}
+	it.resolved = make(chan struct{})
+	go func() {
+		defer close(it.resolved)
+		if errs := ss.s.resolve(ctx, ss.s.e, it.in.Completions); errs != nil {
+			it.refuse(errs, ss.s.core)
+		}
+	}()
 }
 
 // refuse answers in their places the completions the artifact store's
