@@ -3,7 +3,7 @@
 // backend and nothing else, so that this module needs only what that
 // gateway imports (no Azure or other backends, no command-line framework).
 //
-//	versitygw --access KEY --secret SECRET [--port ADDR] ROOT
+//	versitygw --access KEY --secret SECRET [--port ADDR] [--region NAME] ROOT
 //
 // ROOT holds one directory per bucket; objects are files under it, their
 // checksums in extended attributes. The server runs in single-account
@@ -30,21 +30,22 @@ func main() {
 	access := flag.String("access", "", "the access key of the one account (required)")
 	secret := flag.String("secret", "", "its secret key (required)")
 	port := flag.String("port", "127.0.0.1:7070", "the address to listen on")
+	region := flag.String("region", "us-east-1", "the region requests must be signed for")
 	flag.Parse()
 	if flag.NArg() != 1 || *access == "" || *secret == "" {
-		fmt.Fprintln(os.Stderr, "usage: versitygw --access KEY --secret SECRET [--port ADDR] ROOT")
+		fmt.Fprintln(os.Stderr, "usage: versitygw --access KEY --secret SECRET [--port ADDR] [--region NAME] ROOT")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, flag.Arg(0), *access, *secret, *port); err != nil {
+	if err := run(ctx, flag.Arg(0), *access, *secret, *port, *region); err != nil {
 		fmt.Fprintln(os.Stderr, "versitygw:", err)
 		os.Exit(1)
 	}
 }
 
 // run serves the bucket directories under root on addr until ctx ends.
-func run(ctx context.Context, root, access, secret, addr string) error {
+func run(ctx context.Context, root, access, secret, addr, region string) error {
 	if err := (meta.XattrMeta{}).Test(root); err != nil {
 		return fmt.Errorf("%s must support extended attributes: %w", root, err)
 	}
@@ -53,7 +54,7 @@ func run(ctx context.Context, root, access, secret, addr string) error {
 		return err
 	}
 	go announce(ctx, addr)
-	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{RootUserAccess: access, RootUserSecret: secret, Ports: []string{addr},
+	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{RootUserAccess: access, RootUserSecret: secret, Ports: []string{addr}, Region: region,
 		MaxConnections: 250000, MaxRequests: 100000, MultipartMaxParts: 10000, Quiet: true})
 	if ctx.Err() != nil {
 		return nil

@@ -243,7 +243,7 @@ func (s *S3) Shared() bool { return true }
 func (s *S3) Check(ctx context.Context) error {
 	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); err != nil {
 		var re interface{ HTTPStatusCode() int }
-		if errors.As(err, &re) {
+		if errors.As(err, &re) && re.HTTPStatusCode() != 0 {
 			return fmt.Errorf("bucket %s answered %s: %w", s.bucket, strconv.Itoa(re.HTTPStatusCode()), unavailable("checking the artifact store", err))
 		}
 		return unavailable("checking the artifact store "+s.desc, err)
