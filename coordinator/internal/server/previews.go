@@ -146,20 +146,31 @@ func (c *core) storeInline(ctx context.Context, e RendererEngine, req *engine.Co
 	if c.previews.Store == nil || p == nil || len(p.Content) <= c.previews.StoreAbove {
 		return nil
 	}
-	j, err := e.Record(req.Job)
-	if errors.Is(err, jobs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	team, ok, err := teamOf(e, req.Job)
+	if !ok {
 		return err
 	}
-	seen, err := c.putObject(ctx, e, artifacts.Key{Team: j.Team, Digest: p.Digest}, p.Content)
+	seen, err := c.putObject(ctx, e, artifacts.Key{Team: team, Digest: p.Digest}, p.Content)
 	if err != nil {
 		return err
 	}
 	req.Stored, req.Digest, req.Size, req.ContentType, req.Seen = true, p.Digest, int64(len(p.Content)), p.ContentType, seen
 	req.Preview = nil
 	return nil
+}
+
+// teamOf reads, off the writer, the team whose objects a completion of
+// job names. ok is false, with a nil error, for a job that does not
+// exist: the writer refuses its completion.
+func teamOf(e RendererEngine, job uint64) (team string, ok bool, err error) {
+	j, err := e.Record(job)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return j.Team, true, nil
 }
 
 // putObject puts content in the store under k, off the writer, and
@@ -188,11 +199,8 @@ func (c *core) checkStored(ctx context.Context, e RendererEngine, req *engine.Co
 	if !req.Stored {
 		return nil
 	}
-	j, err := e.Record(req.Job)
-	if errors.Is(err, jobs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	team, ok, err := teamOf(e, req.Job)
+	if !ok {
 		return err
 	}
 	seen, err := e.ObjectClock()
@@ -201,7 +209,7 @@ func (c *core) checkStored(ctx context.Context, e RendererEngine, req *engine.Co
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.previews.Timeout)
 	defer cancel()
-	info, err := c.previews.Store.Stat(ctx, artifacts.Key{Team: j.Team, Digest: req.Digest})
+	info, err := c.previews.Store.Stat(ctx, artifacts.Key{Team: team, Digest: req.Digest})
 	switch {
 	case errors.Is(c.previews.observe(err), artifacts.ErrNotFound):
 		req.ArtifactMissing = true
