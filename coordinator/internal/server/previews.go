@@ -234,6 +234,18 @@ func (c *core) storeWork(r engine.CompleteRequest) bool {
 	return r.Stored || (r.Preview != nil && len(r.Preview.Content) > c.previews.StoreAbove)
 }
 
+// refuseStoreWork returns err for each of reqs the store has a part in,
+// as resolve would for a store that did not answer.
+func (c *core) refuseStoreWork(reqs []engine.CompleteRequest, err error) []error {
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		if c.storeWork(r) {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
 // resolve does the store's part of each completion, concurrently: errs[i]
 // refuses completion i (the store did not answer), nil lets it go to the
 // writer.

@@ -21,6 +21,12 @@ import (
 // renderer back.
 const sessionQueue = 256
 
+// sessionStoreCalls bounds the requests of one session whose artifact
+// store work (puts of inline previews, checks of stored objects) runs at
+// once; past it the receiver waits. It bounds the preview bytes a session
+// holds on their way to the store, and the calls it makes there.
+const sessionStoreCalls = 8
+
 // Session implements RendererService.Session.
 //
 // Three goroutines serve one session. The receiver reads requests and
@@ -55,7 +61,8 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.streamEnd(err)
 	}
-	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer,
+		storeCalls: make(chan struct{}, sessionStoreCalls)}
 	defer sess.close()
 	welcome := &leaseholdv1.SessionWelcome{
 		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
@@ -124,6 +131,9 @@ type session struct {
 	// halfClosed is set once the renderer closed its side: it is sent no
 	// more grants.
 	halfClosed atomic.Bool
+	// storeCalls holds a token per request whose store work runs
+	// (sessionStoreCalls).
+	storeCalls chan struct{}
 }
 
 // forwarded is the writer's answer to one merged command.
@@ -395,7 +405,17 @@ func (ss *session) resolveLater(ctx context.Context, it *item) {
 		return
 	}
 	it.resolved = make(chan struct{})
+	select {
+	case ss.storeCalls <- struct{}{}:
+	case <-ctx.Done():
+		// The session is over: refuse what the store was to check, so
+		// that nothing unchecked can reach the writer.
+		it.refuse(ss.s.refuseStoreWork(it.in.Completions, ctx.Err()), ss.s.core)
+		close(it.resolved)
+		return
+	}
 	go func() {
+		defer func() { <-ss.storeCalls }()
 		defer close(it.resolved)
 		if errs := ss.s.resolve(ctx, ss.s.e, it.in.Completions); errs != nil {
 			it.refuse(errs, ss.s.core)
