@@ -19,10 +19,12 @@ import (
 const (
 	// DefaultStoreAbove is the inline threshold: previews up to it stay in
 	// the job's records, as they always did, and larger ones go to the
-	// artifact store. At 16 KiB the mock's previews (0.4 KiB) never touch
-	// the store, and a preview costs the raft log and the B+tree less than
-	// one object write (two fsyncs in the directory store, a round trip
-	// to an S3-compatible one).
+	// artifact store. Measured (docs/performance.md, "Previews and the
+	// artifact store"): up to 16 KiB a preview in the B+tree and the raft
+	// log costs less than an object (two fsyncs in the directory, a
+	// presigned PUT and a HEAD with an S3-compatible store), on a single
+	// node and in a cluster; at 32 KiB the single node is even and a
+	// cluster writes four times the bytes on every node to keep it inline.
 	DefaultStoreAbove = 16 << 10
 	// DefaultStoreTimeout bounds one call to the store.
 	DefaultStoreTimeout = 10 * time.Second
