@@ -120,7 +120,7 @@ func TestArtifactStoreOutage(t *testing.T) {
 	if err := b.complete(ctx, g, success); err != nil {
 		t.Fatalf("the same completion once the store answers: %v", err)
 	}
-	if got := b.download(ctx, t, g.GetJobId()); string(got) != string(content) {
+	if got := b.c.download(ctx, t, g.GetJobId()); string(got) != string(content) {
 		t.Errorf("the preview is %d bytes, not the %d completed", len(got), len(content))
 	}
 }

@@ -91,10 +91,10 @@ func (b *sweepBundle) upload(ctx context.Context, t *testing.T, g *leaseholdv1.G
 	}
 }
 
-// download reads the preview of job id.
-func (b *sweepBundle) download(ctx context.Context, t *testing.T, id string) []byte {
+// download reads the preview of job id as team alpha's submitter.
+func (c clients) download(ctx context.Context, t *testing.T, id string) []byte {
 	t.Helper()
-	stream, err := b.c.jobs.GetArtifact(bearer(ctx, alphaToken), &leaseholdv1.GetArtifactRequest{JobId: id})
+	stream, err := c.jobs.GetArtifact(bearer(ctx, alphaToken), &leaseholdv1.GetArtifactRequest{JobId: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestSweep(t *testing.T) {
 		if err != nil || res.Deleted != 0 {
 			t.Fatalf("a run past the grace = %+v, %v; want nothing deleted", res, err)
 		}
-		if got := b.download(ctx, t, g.GetJobId()); !bytes.Equal(got, content) {
+		if got := b.c.download(ctx, t, g.GetJobId()); !bytes.Equal(got, content) {
 			t.Errorf("the preview after the sweep is %d bytes, not the %d completed", len(got), len(content))
 		}
 	})
@@ -199,7 +199,7 @@ func TestSweep(t *testing.T) {
 		if err := b.complete(ctx, g, &leaseholdv1.CompleteSuccess{ArtifactDigest: artifacts.Digest(content)}); err != nil {
 			t.Fatalf("completing the staged upload: %v", err)
 		}
-		if got := b.download(ctx, t, g.GetJobId()); !bytes.Equal(got, content) {
+		if got := b.c.download(ctx, t, g.GetJobId()); !bytes.Equal(got, content) {
 			t.Errorf("the preview is %d bytes, not the %d uploaded", len(got), len(content))
 		}
 	})
@@ -251,7 +251,7 @@ func TestSweep(t *testing.T) {
 		if err := b.complete(ctx, g, named(content)); err != nil {
 			t.Fatalf("the completion after the upload again: %v", err)
 		}
-		if got := b.download(ctx, t, g.GetJobId()); !bytes.Equal(got, content) {
+		if got := b.c.download(ctx, t, g.GetJobId()); !bytes.Equal(got, content) {
 			t.Errorf("the preview is %d bytes, not the %d uploaded", len(got), len(content))
 		}
 		if tombs, _ := b.testBundle.c.eng.Tombs(); len(tombs) != 0 {
