@@ -66,6 +66,15 @@
 // session breaks are sent again on the next one, in their order:
 // completion is idempotent for the same token and outcome.
 //
+// A completion answered UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE changed
+// nothing: the coordinator could not reach its artifact store. The worker
+// keeps the lease, heartbeating it and naming it in a new session's hello,
+// and sends the same completion again from Config.BackoffMin doubling up
+// to BackoffMax apart, until it is answered otherwise or the lease is
+// answered lost; a drain's timeout hands such leases back. Uploads to the
+// store (UploadArtifact, or a presigned PUT when the welcome says
+// presigned_uploads) are retried the same way while the lease lives.
+//
 // # Reconnecting and refusals
 //
 // The connection redials from 100 ms up to 1 s apart and a Session waits
@@ -126,6 +135,7 @@
 //	completed            job= token= outcome= phase= replayed= [class=]
 //	completion rejected  job= token= reason=
 //	lease lost           job= token= reason=
+//	the coordinator's artifact store is unavailable; keeping the lease  job= token= retry_in=
 //	cancel acknowledged  job= token=
 //	lease handed back    job= token= why=
 //	render paused        job= token=

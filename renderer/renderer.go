@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -180,6 +181,8 @@ type Worker struct {
 	metrics *metrics
 	// target is Config.Coordinator, parsed.
 	target leaderdial.Target
+	// http sends presigned uploads to the artifact store.
+	http *http.Client
 	// transport holds the dial options of the transport and the token.
 	transport []grpc.DialOption
 	// tracer starts the lease spans; nil when not tracing.
@@ -264,6 +267,7 @@ func New(cfg Config) (*Worker, error) {
 		metrics:   newMetrics(cfg.Capacity),
 		target:    target,
 		transport: transport,
+		http:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}},
 		rendered:  make(chan rendered),
 		uploaded:  make(chan uploaded),
 		paused:    make(chan leaseKey),

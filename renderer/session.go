@@ -134,6 +134,7 @@ func (l *loop) welcome(resp *leaseholdv1.SessionResponse) {
 		l.budget = m
 	}
 	l.inlineLimit = max(0, min(int(wel.GetMaxInlineArtifactBytes()), l.budget-inlineHeadroom))
+	l.presigned = wel.GetPresignedUploads()
 	s.welcomed = true
 	s.heartbeat = time.NewTimer(s.interval)
 	l.w.connected.Store(true)

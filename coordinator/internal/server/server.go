@@ -51,6 +51,8 @@ type RendererEngine interface {
 	Close(ctx context.Context, conn *engine.Conn, undelivered []engine.LeaseRef) ([]engine.Grant, error)
 	Stage(ctx context.Context, req engine.StageRequest) error
 	Job(id uint64) (jobs.Job, error)
+	Record(id uint64) (jobs.Job, error)
+	ObjectClock() (uint64, error)
 	ReadContent(grants []engine.Grant) error
 	DispatchState() jobs.DispatchState
 	HeartbeatInterval() time.Duration
@@ -127,7 +129,10 @@ type Config struct {
 	// MaxArtifactBytes); the uploads of one credential may hold half of
 	// it, or MaxArtifactBytes when that is more.
 	MaxUploadBufferBytes int64
-	Logger               *slog.Logger
+	// Previews is where previews too large to keep inline go; the zero
+	// value keeps every preview inline, as a node without a store does.
+	Previews Previews
+	Logger   *slog.Logger
 }
 
 // core is the state the services share: limits, the log, the shutdown.
@@ -142,6 +147,8 @@ type core struct {
 	uploadTotal time.Duration
 	// uploads are the uploads in progress and their bytes.
 	uploads *uploads
+	// previews is the artifact store as the services use it.
+	previews Previews
 	// closing is closed by Shutdown: long polls answer at once and
 	// long-lived streams end, so that a graceful stop does not wait on them.
 	closing   chan struct{}
@@ -171,6 +178,7 @@ func New(cfg Config) (*Services, error) {
 
 		uploadIdle:  UploadIdleTimeout,
 		uploadTotal: UploadTimeout,
+		previews:    cfg.Previews.withDefaults(),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
