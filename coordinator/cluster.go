@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"crypto/tls"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,8 +45,13 @@ type Cluster struct {
 	// cluster, whose configuration is no longer the first one.
 	Join bool
 	// TLS, when set, is mutual TLS between peers (this node's certificate,
-	// the cluster CA both ways).
+	// the cluster CA both ways). Without it raft is plaintext, on loopback
+	// only unless InsecurePlaintext is set.
 	TLS *tls.Config
+	// InsecurePlaintext lets raft without TLS listen and dial off
+	// loopback, for a network that encrypts and authenticates by itself
+	// (cluster.NodeConfig.InsecurePlaintext); every start warns of it.
+	InsecurePlaintext bool
 
 	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout are raft's
 	// (defaults in package cluster: 500, 500 and 250 ms).
@@ -61,7 +67,7 @@ func (c *Coordinator) startReplica(reg prometheus.Registerer, undo *undoStack) e
 	r, err := cluster.Start(c.st, cluster.Config{
 		Node: cluster.NodeConfig{
 			ID: cl.NodeID, Listen: cl.RaftListen, Advertise: cl.RaftAdvertise, Peers: cl.Peers,
-			Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, Transport: cl.transport, Join: cl.Join,
+			Dir: filepath.Join(c.cfg.DataDir, RaftDir), TLS: cl.TLS, InsecurePlaintext: cl.InsecurePlaintext, Transport: cl.transport, Join: cl.Join,
 			HeartbeatTimeout: cl.HeartbeatTimeout, ElectionTimeout: cl.ElectionTimeout, LeaderLeaseTimeout: cl.LeaderLeaseTimeout,
 			Logger: c.log.With("component", "raft"),
 		},
@@ -106,8 +112,16 @@ const exitReplicaFailed = 3
 // on without it. It logs why, with the fix, and exits; restarted once the
 // fault is mended, the node goes on from its last stored entry and
 // applies the log from where its store stopped.
+//
+// An entry the node cannot apply (cluster.UnappliableError) is not mended
+// by a restart: the error says what is, and the node refuses to start
+// until it is done.
 func (c *Coordinator) replicaFailed(err error) {
-	c.log.Error("this node cannot store or apply the replicated log: stopping; the other nodes go on; "+
-		"free the disk (or fix the fault) and restart it to catch up", "err", err)
+	if uerr := (*cluster.UnappliableError)(nil); errors.As(err, &uerr) {
+		c.log.Error("this node cannot apply a replicated entry: stopping", "index", uerr.Index, "err", err)
+	} else {
+		c.log.Error("this node cannot store or apply the replicated log: stopping; the other nodes go on; "+
+			"free the disk (or fix the fault) and restart it to catch up", "err", err)
+	}
 	os.Exit(exitReplicaFailed)
 }

@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/keepalive"
@@ -52,9 +55,10 @@ type Config struct {
 	// always with the development tokens. Its calls go through the gRPC
 	// server like any client's, over an in-process connection.
 	Console bool
-	// ConsoleHosts are the names the console answers to besides localhost
-	// and the address it listens on (host or host:port); a request for any
-	// other Host is refused 421, against DNS rebinding.
+	// ConsoleHosts are the names the metrics address (metrics, health,
+	// profiles, the console) answers to besides localhost and the address
+	// a request came in on (host or host:port); a request for any other
+	// Host is refused 421, against DNS rebinding (see package hostcheck).
 	ConsoleHosts []string
 	// HTTPTLS, when set, makes the metrics address serve HTTPS with it
 	// (metrics, profiles and the console alike); the console's session
@@ -67,9 +71,16 @@ type Config struct {
 	// ReloadPrincipals reads it again.
 	TokensFile string
 	// MaxConnections bounds the connections Serve serves at once on its
-	// listener (0: edge.DefaultMaxConnections); further clients wait in
-	// the accept queue until one closes.
+	// listener (0: edge.DefaultMaxConnections); a connection past it is
+	// closed at once, and the client retries with its backoff.
 	MaxConnections int
+	// MaxConnectionsPerAddress bounds the connections of one source
+	// address (an IPv4 address or an IPv6 /64) on that listener (0: an
+	// eighth of MaxConnections), so that one peer cannot hold them all.
+	MaxConnectionsPerAddress int
+	// ConnAuthTimeout closes a gRPC connection that has made no call with
+	// a known bearer token within it (0: edge.DefaultAuthTimeout).
+	ConnAuthTimeout time.Duration
 	// TLS, when set, makes the server speak TLS only: a plaintext client
 	// fails its handshake before any call, so no bearer token is read off a
 	// plaintext connection. With ClientCAs and ClientAuth set (see
@@ -118,8 +129,12 @@ type Config struct {
 	// MaxArtifactBytes bounds one uploaded preview (default 8 MiB).
 	MaxArtifactBytes int64
 	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
-	// together (default 256 MiB, at least MaxArtifactBytes).
+	// together (default 256 MiB, at least MaxArtifactBytes); the uploads of
+	// one renderer credential may hold half of it.
 	MaxUploadBufferBytes int64
+	// Artifacts is where previews larger than the inline threshold go
+	// (see ArtifactConfig): by default a directory beside the data file.
+	Artifacts ArtifactConfig
 
 	// Retention is how long a terminal job is kept after it ended, with
 	// its history, previews, document and its batch once the batch's last
@@ -144,6 +159,9 @@ type Config struct {
 
 	// storeOptions are passed to store.Open; tests inject faults with them.
 	storeOptions []store.Option
+	// wrapStore, when set, wraps the artifact store; tests interleave its
+	// calls with it.
+	wrapStore func(artifacts.Store) artifacts.Store
 	// purgeEvery, when set, replaces maintenance.RetentionIntervalDefault.
 	purgeEvery time.Duration
 	// keepalive, when set, replaces keepaliveParams; tests shorten it.
@@ -173,10 +191,18 @@ func (cfg Config) MaxRecvMsgSize() int {
 	return int(n)
 }
 
+// checkEntryBound refuses, in a cluster, limits under which one request
+// could make a raft entry over cluster.MaxEntryBytes.
+func (cfg Config) checkEntryBound() error {
+	return cluster.CheckEntryBound(int64(cfg.MaxRecvMsgSize()), cmp.Or(cfg.MaxArtifactBytes, server.DefaultMaxArtifactBytes))
+}
+
 // validate refuses what would make New fail later or misbehave: negative
 // durations, sizes, limits and team share (zero means the default), a team
 // share that is not a number, a backoff base above its cap, and team
-// weights below 1. The command checks its flags more strictly first.
+// weights below 1, and in a cluster limits that would let one request
+// make a raft entry over cluster.MaxEntryBytes. The command checks its
+// flags more strictly first.
 func (cfg Config) validate() error {
 	checks := []struct {
 		field string
@@ -195,6 +221,8 @@ func (cfg Config) validate() error {
 		{"ReplayLimit", cfg.ReplayLimit, cfg.ReplayLimit >= 0},
 		{"MaxArtifactBytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 0},
 		{"MaxConnections", cfg.MaxConnections, cfg.MaxConnections >= 0},
+		{"MaxConnectionsPerAddress", cfg.MaxConnectionsPerAddress, cfg.MaxConnectionsPerAddress >= 0},
+		{"ConnAuthTimeout", cfg.ConnAuthTimeout, cfg.ConnAuthTimeout >= 0},
 		{"MaxUploadBufferBytes", cfg.MaxUploadBufferBytes, cfg.MaxUploadBufferBytes >= 0},
 		{"ShutdownTimeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout >= 0},
 		{"Retention", cfg.Retention, cfg.Retention >= 0},
@@ -215,6 +243,9 @@ func (cfg Config) validate() error {
 		if w < 1 {
 			errs = append(errs, fmt.Errorf("Config.TeamWeights[%q] must be at least 1, got %d", team, w))
 		}
+	}
+	if cfg.Cluster != nil {
+		errs = append(errs, cfg.checkEntryBound())
 	}
 	return errors.Join(errs...)
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
@@ -47,9 +48,10 @@ type Coordinator struct {
 	health    *health.Server
 	devTokens bool
 	// principalsFile is the loaded TokensFile, nil on the development
-	// tokens; fullLogged is when connectionsFull last logged (Unix ns).
+	// tokens.
 	principalsFile *auth.File
-	fullLogged     atomic.Int64
+	// conns are the listeners' connection limits.
+	conns *connLimits
 
 	refusals *edge.Refusals
 	// failed is set when the writer fail-stops; health stays NOT_SERVING.
@@ -73,6 +75,14 @@ type Coordinator struct {
 	}
 	// purger is the retention service, nil with retention off.
 	purger *maintenance.Retention
+	// artifacts is the artifact store, nil when previews stay inline;
+	// storeHealth says whether it answered its last call.
+	artifacts   artifacts.Store
+	storeHealth *server.StoreHealth
+	// sweep deletes the store's unreferenced objects, and storeProbe asks a
+	// degraded store whether it answers again; nil without a store.
+	sweep      *maintenance.Sweep
+	storeProbe *storeProbe
 
 	closeOnce sync.Once
 	closeErr  error
@@ -122,8 +132,13 @@ func New(cfg Config) (*Coordinator, error) {
 	if err := c.startEngine(reg, &undo); err != nil {
 		return nil, err
 	}
+	previews, err := c.openArtifacts(reg)
+	if err != nil {
+		return nil, err
+	}
 	c.services, err = server.New(server.Config{
 		Engine:               c.eng,
+		Previews:             previews,
 		MaxArtifactBytes:     cfg.MaxArtifactBytes,
 		MaxUploadBufferBytes: cfg.MaxUploadBufferBytes,
 		// A session request can be as large as the transport receives.
@@ -135,6 +150,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.conns = newConnLimits(cfg, reg, log)
 	c.newGRPCServer(principals, reg)
 	undo.push(c.grpc.Stop)
 	if err := c.listenMetrics(reg, principals, &undo); err != nil {
@@ -153,6 +169,10 @@ func New(cfg Config) (*Coordinator, error) {
 	if c.retention().On() {
 		c.purger = maintenance.NewRetention(maintenance.RetentionConfig{Purge: c.eng.Purge, Interval: c.cfg.purgeEvery, Logger: c.log})
 		c.background = append(c.background, c.purger)
+	}
+	if sw := c.newSweep(previews); sw != nil {
+		c.storeProbe = newStoreProbe(previews.Store, c.storeHealth)
+		c.background = append(c.background, sw, c.storeProbe)
 	}
 	for _, svc := range c.background {
 		svc.Start()
@@ -265,7 +285,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	if c.devTokens && !localAddr(lis.Addr()) {
 		return fmt.Errorf("refusing to serve the public development tokens on %s; pass a principals file", lis.Addr())
 	}
-	lis = edge.LimitListener(lis, cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections), c.connectionsFull)
+	lis = c.conns.grpc.Listen(lis)
 	if c.metricsSrv != nil {
 		c.metricsOnce.Do(func() {
 			if c.inproc != nil {

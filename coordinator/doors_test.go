@@ -16,10 +16,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -113,55 +110,6 @@ func (h notifyHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h notifyHandler) WithGroup(name string) slog.Handler {
 	return notifyHandler{h.Handler.WithGroup(name), h.match, h.msgs}
-}
-
-// TestConnectionLimit serves with MaxConnections 2: once two connections
-// are open the coordinator says so and serves no third until one closes.
-func TestConnectionLimit(t *testing.T) {
-	t.Parallel()
-	msgs := make(chan string, 1)
-	log := slog.New(notifyHandler{slog.NewTextHandler(io.Discard, nil), "connection limit reached", msgs})
-	b := setup(t, Config{MaxConnections: 2, Logger: log})
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // a failsafe
-	defer cancel()
-	dial := func() *grpc.ClientConn {
-		t.Helper()
-		conn, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
-	check := func(conn *grpc.ClientConn) <-chan error {
-		done := make(chan error, 1)
-		go func() {
-			_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-			done <- err
-		}()
-		return done
-	}
-	second := dial()
-	for _, conn := range []*grpc.ClientConn{b.conn, second} {
-		if err := <-check(conn); err != nil {
-			t.Fatalf("Check within the limit: %v", err)
-		}
-	}
-	select {
-	case <-msgs:
-	case <-ctx.Done():
-		t.Fatalf("the coordinator never said it reached its connection limit")
-	}
-	third := check(dial())
-	select {
-	case err := <-third:
-		t.Fatalf("a third connection was served while two were open (Check = %v)", err)
-	default:
-	}
-	second.Close()
-	if err := <-third; err != nil {
-		t.Errorf("Check once a connection closed: %v", err)
-	}
 }
 
 // TestReloadPrincipals rotates a token through ReloadPrincipals, which

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -46,7 +45,20 @@ const (
 // without closing its connection (power loss, a partitioned node) is
 // noticed in about 15 s rather than when the kernel gives up on TCP, which
 // takes hours; its streams end and its capacity leaves the live total.
-var keepaliveParams = keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}
+//
+// They also bound how long a connection holds one of the listener's slots
+// (see connectionAge): one without a call in flight for MaxConnectionIdle
+// is closed gracefully (GOAWAY; the client dials again at its next call),
+// and every connection is asked to go after MaxConnectionAge (gRPC adds up
+// to 10% of jitter), its calls given MaxConnectionAgeGrace to end before
+// it is closed.
+var keepaliveParams = keepalive.ServerParameters{
+	Time:                  10 * time.Second,
+	Timeout:               5 * time.Second,
+	MaxConnectionIdle:     connectionIdle,
+	MaxConnectionAge:      connectionAge,
+	MaxConnectionAgeGrace: connectionAgeGrace,
+}
 
 // keepalivePolicy lets clients ping every 5 s, with or without calls in
 // flight (a renderer between leases has none), and closes the connection
@@ -95,7 +107,7 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 		grpc.ForceServerCodecV2(edge.ServerCodec()),
 		// A call without a known token is refused from its headers,
 		// before its request is read (and counted and logged as refused).
-		grpc.InTapHandle(principals.InTapHandle(c.refusals.Early)),
+		grpc.InTapHandle(principals.InTapHandle(c.refusals.Early, c.conns.authenticated)),
 		grpc.ChainUnaryInterceptor(
 			srvMetrics.UnaryServerInterceptor(),
 			c.refusals.UnaryServerInterceptor(),
@@ -131,16 +143,6 @@ func (c *Coordinator) newGRPCServer(principals *auth.Set, reg *prometheus.Regist
 	reflection.Register(c.grpc)
 	srvMetrics.InitializeMetrics(c.grpc)
 	c.initHealth()
-}
-
-// connectionsFull logs, at most once a minute, that the gRPC listener has
-// as many connections open as it serves.
-func (c *Coordinator) connectionsFull() {
-	now, last := time.Now().UnixNano(), c.fullLogged.Load()
-	if now-last >= int64(time.Minute) && c.fullLogged.CompareAndSwap(last, now) {
-		c.log.Warn("gRPC connection limit reached: new connections wait until one closes",
-			"max_connections", cmp.Or(c.cfg.MaxConnections, edge.DefaultMaxConnections))
-	}
 }
 
 // tlsMode names the transport security for the log: "off", "tls" or

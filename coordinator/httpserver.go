@@ -12,9 +12,9 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/console"
+	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 )
 
 // httpLimits bound the metrics address's HTTP server (metrics, profiles,
@@ -24,9 +24,9 @@ type httpLimits struct {
 	// request, Write the response from the end of the headers on, Idle the
 	// wait for the next request on a kept-alive connection.
 	ReadHeader, Read, Write, Idle time.Duration
-	// MaxConns bounds the connections open at once; one more waits until
-	// one closes.
-	MaxConns int
+	// MaxConns bounds the connections open at once, PerAddress those of
+	// one source address; a connection past either is closed at once.
+	MaxConns, PerAddress int
 }
 
 // defaultHTTPLimits are the metrics address's limits. The console has no
@@ -34,25 +34,24 @@ type httpLimits struct {
 // every response; it is longer than the 30 s CPU profile /debug/pprof/
 // takes by default, and a profile or trace asked for longer than it is
 // refused by net/http/pprof itself. A browser opens about six connections
-// to a host and Prometheus one or two, so 256 leaves room for many of both.
+// to a host and Prometheus one or two, so 256 leaves room for many of both;
+// one address may hold 32 of them, so that a flood from one peer leaves the
+// kubelet's probes and Prometheus their connections. An idle kept-alive
+// connection is closed after a minute: the console's live parts refresh
+// more often than that, and Prometheus dials again at its next scrape.
 var defaultHTTPLimits = httpLimits{
 	ReadHeader: 10 * time.Second,
 	Read:       30 * time.Second,
 	Write:      2 * time.Minute,
-	Idle:       2 * time.Minute,
+	Idle:       time.Minute,
 	MaxConns:   256,
+	PerAddress: 32,
 }
 
 // newHTTPServer returns the server of the metrics address over h, with l's
 // timeouts.
 func newHTTPServer(h http.Handler, l httpLimits) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read, WriteTimeout: l.Write, IdleTimeout: l.Idle}
-}
-
-// limitConns returns lis accepting at most l.MaxConns connections at once.
-// It goes below TLS, so that a handshake holds a connection slot too.
-func limitConns(lis net.Listener, l httpLimits) net.Listener {
-	return netutil.LimitListener(lis, l.MaxConns)
 }
 
 // listenMetrics binds the metrics address, if any, with the console
@@ -78,7 +77,8 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 			"serve it on a loopback address or turn TLS on", lis.Addr())
 	}
 	limits := cmp.Or(c.cfg.httpLimits, &defaultHTTPLimits)
-	lis = limitConns(lis, *limits)
+	// Below TLS, so that a handshake holds a connection slot too.
+	lis = c.conns.listenHTTP(lis, *limits, reg)
 	if c.cfg.HTTPTLS != nil {
 		lis = tls.NewListener(lis, c.cfg.HTTPTLS)
 	}
@@ -108,7 +108,13 @@ func (c *Coordinator) listenMetrics(reg *prometheus.Registry, principals *auth.S
 		mux.Handle(console.Prefix, con)
 		mux.Handle("GET /{$}", con)
 	}
-	c.metricsSrv = newHTTPServer(mux, *limits)
+	// Metrics, health and profiles answer to the console's names alike: a
+	// web page rebound to this address reads none of them.
+	hosts, err := hostcheck.New(c.cfg.ConsoleHosts, "metrics address", c.log)
+	if err != nil {
+		return err
+	}
+	c.metricsSrv = newHTTPServer(hosts.Handler(mux), *limits)
 	return nil
 }
 

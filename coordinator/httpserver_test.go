@@ -7,47 +7,30 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/leasehold/leasehold/coordinator/internal/edge"
+	"github.com/leasehold/leasehold/internal/pipenet"
 )
 
-// pipeListener is an in-memory listener of net.Pipe connections, so that
+// pipeListener is an in-memory listener on the metrics address, so that
 // an HTTP server runs inside a synctest bubble on its fake clock.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
+type pipeListener struct{ *pipenet.Listener }
+
+func newPipeListener() pipeListener {
+	return pipeListener{pipenet.Listen(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7071})}
 }
 
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn, 16), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
+// dial returns the client end of a new connection, once accepted.
+func (l pipeListener) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := l.Dial(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7071} }
-
-// dial returns the client end of a new connection; the server end waits
-// to be accepted.
-func (l *pipeListener) dial() net.Conn {
-	server, client := net.Pipe()
-	l.conns <- server
-	return client
+	return c
 }
 
 // limitsHandler answers "/" with "ok", reads the body of "/upload" and
@@ -62,11 +45,12 @@ func limitsHandler() http.Handler {
 
 // serveLimited serves limitsHandler with the metrics address's server and
 // connection cap under l, until the bubble's test ends.
-func serveLimited(t *testing.T, l httpLimits) *pipeListener {
+func serveLimited(t *testing.T, l httpLimits) pipeListener {
 	lis := newPipeListener()
 	srv := newHTTPServer(limitsHandler(), l)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(limitConns(lis, l)) }()
+	conns := edge.NewConns(edge.ConnLimits{Max: l.MaxConns, PerAddress: l.PerAddress})
+	go func() { served <- srv.Serve(conns.Listen(lis)) }()
 	t.Cleanup(func() {
 		srv.Close()
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
@@ -102,14 +86,14 @@ func closedAfter(br io.Reader) time.Duration {
 // TestMetricsListenerLimits checks the metrics address's timeouts and
 // connection cap on the fake clock of a synctest bubble: a client too slow
 // or idle is cut off when its limit passes, and a connection past the cap
-// waits until another closes.
+// is closed at once, another being served once one closes.
 func TestMetricsListenerLimits(t *testing.T) {
 	t.Parallel()
 	l := defaultHTTPLimits
 
 	t.Run("Headers that never end are cut off after ReadHeader", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n")
 			if got := closedAfter(c); got != l.ReadHeader {
@@ -120,7 +104,7 @@ func TestMetricsListenerLimits(t *testing.T) {
 
 	t.Run("A body that never ends is cut off after Read", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			fmt.Fprint(c, "POST /upload HTTP/1.1\r\nHost: 127.0.0.1:7071\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nsome")
 			if got := closedAfter(c); got != l.Read {
@@ -131,7 +115,7 @@ func TestMetricsListenerLimits(t *testing.T) {
 
 	t.Run("A response the client does not read is cut off after Write", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n\r\n")
 			// The client reads nothing until the write timeout has passed
@@ -145,7 +129,7 @@ func TestMetricsListenerLimits(t *testing.T) {
 
 	t.Run("An idle connection is closed after Idle", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := serveLimited(t, l).dial()
+			c := serveLimited(t, l).dial(t)
 			defer c.Close()
 			br := bufio.NewReader(c)
 			if body := get(t, c, br, "/"); body != "ok" {
@@ -157,46 +141,31 @@ func TestMetricsListenerLimits(t *testing.T) {
 		})
 	})
 
-	t.Run("A connection past the cap waits until another closes", func(t *testing.T) {
+	t.Run("A connection past the cap is closed at once, and one is served again once another closed", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			capped := l
 			capped.MaxConns = 2
 			lis := serveLimited(t, capped)
 			var open []net.Conn
 			for range capped.MaxConns {
-				c := lis.dial()
+				c := lis.dial(t)
 				defer c.Close()
 				if body := get(t, c, bufio.NewReader(c), "/"); body != "ok" {
 					t.Fatalf("GET / = %q", body)
 				}
 				open = append(open, c)
 			}
-			extra := lis.dial()
+			extra := lis.dial(t)
 			defer extra.Close()
-			answered := make(chan string, 1)
-			go func() {
-				if _, err := fmt.Fprint(extra, "GET / HTTP/1.1\r\nHost: 127.0.0.1:7071\r\n\r\n"); err != nil {
-					answered <- err.Error()
-					return
-				}
-				resp, err := http.ReadResponse(bufio.NewReader(extra), nil)
-				if err != nil {
-					answered <- err.Error()
-					return
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				answered <- string(body)
-			}()
-			synctest.Wait()
-			select {
-			case got := <-answered:
-				t.Fatalf("a connection past the cap was served: %q", got)
-			default:
+			if got := closedAfter(extra); got != 0 {
+				t.Errorf("a connection past the cap was closed after %v, want at once", got)
 			}
 			open[0].Close()
-			if got := <-answered; !strings.Contains(got, "ok") {
-				t.Errorf("the waiting connection got %q once another closed, want ok", got)
+			synctest.Wait()
+			c := lis.dial(t)
+			defer c.Close()
+			if body := get(t, c, bufio.NewReader(c), "/"); body != "ok" {
+				t.Errorf("GET / once a connection closed = %q, want ok", body)
 			}
 		})
 	})
@@ -208,7 +177,8 @@ func TestMetricsServerHasTheLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{MetricsListen: "127.0.0.1:0", Console: true})
 	srv := b.c.metricsSrv
-	got := httpLimits{ReadHeader: srv.ReadHeaderTimeout, Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout, MaxConns: defaultHTTPLimits.MaxConns}
+	conns := b.c.conns.http.Limits()
+	got := httpLimits{ReadHeader: srv.ReadHeaderTimeout, Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout, MaxConns: conns.Max, PerAddress: conns.PerAddress}
 	if got != defaultHTTPLimits {
 		t.Errorf("metrics server limits = %+v, want %+v", got, defaultHTTPLimits)
 	}

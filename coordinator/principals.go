@@ -32,7 +32,9 @@ func (c *Coordinator) principals() (*auth.Set, error) {
 // ReloadPrincipals reads the principals file again (the command calls it
 // on SIGHUP): a valid file replaces the principals at once, for gRPC calls
 // and console sign-ins alike, so a token removed from it is refused from
-// its next call; an invalid one leaves the principals as they were. Either
+// its next call, and the streams in progress that the new principals no
+// longer allow end (see auth.Set.Replace); an invalid one leaves the
+// principals as they were. Either
 // way the log says what happened, and the error says why a reload failed.
 func (c *Coordinator) ReloadPrincipals() error {
 	if c.principalsFile == nil {

@@ -8,15 +8,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/security"
 )
 
 // TestOpenSSLRecipe runs the openssl commands of deploy/README.md's
 // "With openssl" and checks what they make: a certificate the CA signed
-// that verifies under every name a client or a peer uses, for server and
-// for client authentication, with its key. (The run test issues its
-// certificate from the README's cert-manager Certificate.) It needs
+// that verifies under every name a client uses, with its key; and a peer
+// certificate the peer CA (not the first) signed for both ends of a raft
+// connection, naming every voter. (The run test issues its certificates
+// from the README's cert-manager Certificates.) It needs
 // OpenSSL 3, as the README says, and skips without it.
 func TestOpenSSLRecipe(t *testing.T) {
 	t.Parallel()
@@ -71,8 +75,41 @@ func TestOpenSSLRecipe(t *testing.T) {
 			t.Errorf("the recipe's certificate, as a server %s: %v", name, err)
 		}
 	}
-	// A coordinator presents it when it dials a peer.
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		t.Errorf("the recipe's certificate, as a peer's client certificate: %v", err)
+	checkPeerRecipe(t, d, dir)
+}
+
+// checkPeerRecipe checks the recipe's peer certificate in dir: signed by
+// the peer CA, another than the clients', for both ends of a raft
+// connection, naming every voter.
+func checkPeerRecipe(t *testing.T, d *deployment, dir string) {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "peer.crt"), filepath.Join(dir, "peer.key"))
+	if err != nil {
+		t.Fatalf("the recipe's peer.crt and peer.key: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ca := range []struct {
+		file   string
+		passes bool
+	}{{"peer-ca.crt", true}, {caKey, false}} {
+		pem, err := os.ReadFile(filepath.Join(dir, ca.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{usage}}); (err == nil) != ca.passes {
+				t.Errorf("the recipe's peer certificate under %s for usage %v: %v, want verified %v", ca.file, usage, err, ca.passes)
+			}
+		}
+	}
+	for _, p := range d.peers {
+		if !slices.Contains(security.NodeIDs(leaf), p.id) {
+			t.Errorf("the recipe's peer certificate names %q, not voter %s", security.NodeIDs(leaf), p.id)
+		}
 	}
 }

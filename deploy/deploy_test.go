@@ -32,6 +32,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/leaderdial"
+	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -52,7 +53,7 @@ func TestMain(m *testing.M) {
 		code := 0
 		goleak.VerifyTestMain(m, goleak.Cleanup(func(c int) { code = c }))
 		return code
-	})
+	}, append(slices.Clone(testbin.Names), testbin.S3Server)...)
 }
 
 // Margins the grace periods keep beyond the programs' own timeouts: the
@@ -487,9 +488,11 @@ func TestManifests(t *testing.T) {
 		}
 	})
 
-	t.Run("Only the coordinators reach the raft port; anyone reaches gRPC and metrics", func(t *testing.T) {
+	t.Run("Only the coordinators reach the raft port, only the monitoring namespace the metrics port; anyone reaches gRPC", func(t *testing.T) {
 		raftPort := mustPort(t, d.coordCfg, "raft-listen")
+		metricsPort := mustPort(t, d.coordCfg, "metrics-listen")
 		open := map[int]bool{}
+		monitored := false
 		var policies int
 		for _, np := range d.policies {
 			if !selects(np.Spec.PodSelector.MatchLabels, coordLabels) || !slices.Contains(np.Spec.PolicyTypes, "Ingress") {
@@ -516,6 +519,18 @@ func TestManifests(t *testing.T) {
 						}
 					}
 				}
+				if len(rule.Ports) == 0 || slices.Contains(ports, metricsPort) {
+					if len(rule.From) == 0 {
+						t.Errorf("NetworkPolicy %s lets any pod reach the metrics port", np.Metadata.Name)
+					}
+					for _, from := range rule.From {
+						if from.PodSelector != nil || from.NamespaceSelector == nil || from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "" {
+							t.Errorf("NetworkPolicy %s lets more than one namespace reach the metrics port: %+v", np.Metadata.Name, from)
+						} else {
+							monitored = true
+						}
+					}
+				}
 				if len(rule.From) == 0 {
 					for _, p := range ports {
 						open[p] = true
@@ -526,10 +541,11 @@ func TestManifests(t *testing.T) {
 		if policies == 0 {
 			t.Error("no NetworkPolicy selects the coordinators: any pod may open the raft port, which mutual TLS alone then guards")
 		}
-		for _, flag := range []string{"listen", "metrics-listen"} {
-			if p := mustPort(t, d.coordCfg, flag); policies > 0 && !open[p] {
-				t.Errorf("no NetworkPolicy rule lets clients and Prometheus reach --%s's port %d", flag, p)
-			}
+		if p := mustPort(t, d.coordCfg, "listen"); policies > 0 && !open[p] {
+			t.Errorf("no NetworkPolicy rule lets clients reach --listen's port %d", p)
+		}
+		if policies > 0 && !monitored {
+			t.Errorf("no NetworkPolicy rule lets the monitoring namespace reach --metrics-listen's port %d", metricsPort)
 		}
 	})
 
@@ -767,8 +783,8 @@ func TestManifests(t *testing.T) {
 		if _, ok := d.coordCfg["tokens"]; !ok {
 			t.Error("the coordinator has no --tokens: it would use the public development tokens")
 		}
-		var tlsSecret string
-		for _, flag := range []string{"tls-cert", "tls-key"} {
+		var tlsSecrets []string
+		for _, flag := range []string{"tls-cert", "tls-key", "tls-peer-cert", "tls-peer-key"} {
 			s, ok := d.coordCfg[flag]
 			if !ok || s.value == "" {
 				t.Errorf("the coordinator has no --%s: it serves bearer tokens, and raft, in plaintext", flag)
@@ -788,10 +804,11 @@ func TestManifests(t *testing.T) {
 			if _, ok := sec.StringData[rel]; !ok {
 				t.Errorf("%s=%s: Secret %s has no key %s", s.source, s.value, name, rel)
 			}
-			tlsSecret = name
+			tlsSecrets = append(tlsSecrets, name)
 		}
-		// The CA is public: a ConfigMap. The coordinators verify their
-		// peers with it, the renderers the coordinators.
+		// A CA is public: a ConfigMap. The coordinators verify their
+		// peers with the peer CA, the renderers the coordinators with
+		// theirs, which must be another.
 		for _, c := range []struct {
 			w    *workload
 			ctr  *container
@@ -811,16 +828,22 @@ func TestManifests(t *testing.T) {
 				t.Errorf("%s %s=%s: ConfigMap %s has no key %s", c.w.Metadata.Name, ca.source, ca.value, name, rel)
 			}
 		}
+		if peerCA, clientCA := d.configMapOf(t, d.coord, d.coordC, d.coordCfg, "tls-peer-ca"), d.configMapOf(t, d.rend, d.rendC, d.rendCfg, "tls-ca"); peerCA == clientCA {
+			t.Errorf("the coordinators' --tls-peer-ca is ConfigMap %s, the CA the renderers trust: the peers need a CA of their own", peerCA)
+		}
+		if d.tlsSecretOf(t, "tls-cert") == d.tlsSecretOf(t, "tls-peer-cert") {
+			t.Error("the peer certificate is the coordinators' certificate: the peers need one of their own, from the peer CA")
+		}
 		for _, w := range d.workloads {
 			for _, v := range w.Spec.Template.Spec.Volumes {
-				if w != d.coord && v.Secret != nil && v.Secret.SecretName == tlsSecret {
-					t.Errorf("%s mounts Secret %s, the coordinators' private key", w.Metadata.Name, tlsSecret)
+				if w != d.coord && v.Secret != nil && slices.Contains(tlsSecrets, v.Secret.SecretName) {
+					t.Errorf("%s mounts Secret %s, a private key of the coordinators", w.Metadata.Name, v.Secret.SecretName)
 				}
 			}
 		}
 	})
 
-	t.Run("deploy/README.md says how to make a certificate for every name a client or a peer verifies", func(t *testing.T) {
+	t.Run("deploy/README.md says how to make a certificate for every name a client verifies, and a peer certificate of every voter", func(t *testing.T) {
 		readme, err := os.ReadFile("README.md")
 		if err != nil {
 			t.Fatal(err)
@@ -830,19 +853,27 @@ func TestManifests(t *testing.T) {
 				t.Errorf("deploy/README.md does not mention %s", name)
 			}
 		}
-		spec := readmeCertificate(t)
+		serving, peer := d.readmeCertificates(t)
 		for _, name := range d.certNames(t) {
-			if !slices.Contains(spec.DNSNames, name) {
+			if !slices.Contains(serving.DNSNames, name) {
 				t.Errorf("the README's Certificate does not carry %s", name)
 			}
 		}
-		for _, usage := range []string{"server auth", "client auth"} {
-			if !slices.Contains(spec.Usages, usage) {
-				t.Errorf("the README's Certificate has usages %v, want %q: the coordinators present it to clients and to each other", spec.Usages, usage)
+		if !slices.Contains(serving.Usages, "server auth") {
+			t.Errorf("the README's Certificate has usages %v, want server auth: the coordinators present it to clients", serving.Usages)
+		}
+		for _, p := range d.peers {
+			if !slices.Contains(peer.URIs, security.NodeURI(p.id)) {
+				t.Errorf("the README's peer Certificate does not carry %s, which the other voters check", security.NodeURI(p.id))
 			}
 		}
-		if tls := d.coord.secretVolume(mustVolumeOf(t, d.coord, d.coordC, d.coordCfg["tls-cert"].value)); spec.SecretName != tls {
-			t.Errorf("the README's Certificate writes Secret %s, the coordinators mount %s", spec.SecretName, tls)
+		for _, usage := range []string{"server auth", "client auth"} {
+			if !slices.Contains(peer.Usages, usage) {
+				t.Errorf("the README's peer Certificate has usages %v, want %q: a voter presents it when it dials and when it is dialled", peer.Usages, usage)
+			}
+		}
+		if serving.IssuerRef == peer.IssuerRef {
+			t.Errorf("both of the README's Certificates come from %s: the peer certificate needs a CA of its own", serving.IssuerRef.Name)
 		}
 	})
 
@@ -980,6 +1011,7 @@ type certificateSpec struct {
 		Name string `yaml:"name"`
 	} `yaml:"issuerRef"`
 	DNSNames   []string `yaml:"dnsNames"`
+	URIs       []string `yaml:"uris"`
 	Usages     []string `yaml:"usages"`
 	PrivateKey struct {
 		Algorithm string `yaml:"algorithm"`
@@ -987,15 +1019,17 @@ type certificateSpec struct {
 	} `yaml:"privateKey"`
 }
 
-// readmeCertificate returns the cert-manager Certificate deploy/README.md
-// shows, decoded strictly: the run test issues its certificate from it.
-func readmeCertificate(t *testing.T) certificateSpec {
+// readmeCertificates returns the cert-manager Certificates
+// deploy/README.md shows, decoded strictly: the coordinators' (the one
+// whose Secret --tls-cert is on) and the peers' (--tls-peer-cert's). The
+// run test issues its certificates from them.
+func (d *deployment) readmeCertificates(t *testing.T) (serving, peer certificateSpec) {
 	t.Helper()
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found []certificateSpec
+	found := map[string]certificateSpec{}
 	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(readme, -1) {
 		if !bytes.Contains(block[1], []byte("kind: Certificate\n")) {
 			continue
@@ -1009,12 +1043,32 @@ func readmeCertificate(t *testing.T) certificateSpec {
 		if err := decodeStrict(block[1], &c); err != nil {
 			t.Fatalf("the README's Certificate: %v", err)
 		}
-		found = append(found, c.Spec)
+		found[c.Spec.SecretName] = c.Spec
 	}
-	if len(found) != 1 {
-		t.Fatalf("deploy/README.md shows %d cert-manager Certificates, want one", len(found))
+	serving, ok := found[d.tlsSecretOf(t, "tls-cert")]
+	if !ok {
+		t.Fatalf("deploy/README.md shows no cert-manager Certificate writing Secret %s, which --tls-cert is on", d.tlsSecretOf(t, "tls-cert"))
 	}
-	return found[0]
+	peer, ok = found[d.tlsSecretOf(t, "tls-peer-cert")]
+	if !ok {
+		t.Fatalf("deploy/README.md shows no cert-manager Certificate writing Secret %s, which --tls-peer-cert is on", d.tlsSecretOf(t, "tls-peer-cert"))
+	}
+	if len(found) != 2 {
+		t.Fatalf("deploy/README.md shows %d cert-manager Certificates, want two", len(found))
+	}
+	return serving, peer
+}
+
+// tlsSecretOf returns the Secret the coordinator's flag names a file of.
+func (d *deployment) tlsSecretOf(t *testing.T, flag string) string {
+	t.Helper()
+	return d.coord.secretVolume(mustVolumeOf(t, d.coord, d.coordC, d.coordCfg[flag].value))
+}
+
+// configMapOf returns the ConfigMap w's flag names a file of.
+func (d *deployment) configMapOf(t *testing.T, w *workload, c *container, cfg config, flag string) string {
+	t.Helper()
+	return w.configMapVolume(mustVolumeOf(t, w, c, cfg[flag].value))
 }
 
 // mustVolumeOf returns the volume of w holding path.
@@ -1093,14 +1147,26 @@ func TestDockerfile(t *testing.T) {
 	text := string(data)
 	var froms, copies []string
 	var user, entrypoint string
+	args := map[string]string{}     // the ARG defaults before the first FROM
+	unpinnable := map[string]bool{} // FROM lines that name no ARG
 	for _, line := range strings.Split(text, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
 		switch strings.ToUpper(fields[0]) {
+		case "ARG":
+			if name, value, ok := strings.Cut(fields[1], "="); ok && len(froms) == 0 {
+				args[name] = value
+			}
 		case "FROM":
-			froms = append(froms, fields[1])
+			image := fields[1]
+			if name, ok := strings.CutPrefix(image, "${"); ok && strings.HasSuffix(name, "}") {
+				image = args[strings.TrimSuffix(name, "}")]
+			} else {
+				unpinnable[image] = true
+			}
+			froms = append(froms, image)
 		case "COPY":
 			if strings.HasPrefix(fields[1], "--from=") {
 				copies = append(copies, fields[2:]...)
@@ -1118,6 +1184,17 @@ func TestDockerfile(t *testing.T) {
 	if len(froms) < 2 {
 		t.Fatalf("want a multi-stage build, found FROM %v", froms)
 	}
+
+	t.Run("Every base image is a build argument with a tag that builds as it is, so that a build can pin its digest", func(t *testing.T) {
+		for image := range unpinnable {
+			t.Errorf("FROM %s names no ARG: a build cannot pin it by digest without editing the file", image)
+		}
+		for _, image := range froms {
+			if image == "" || strings.Contains(image, "@sha256:<") || strings.Contains(image, "<digest>") {
+				t.Errorf("base image default %q does not build as it is", image)
+			}
+		}
+	})
 
 	t.Run("The build stage uses the Go release of go.mod", func(t *testing.T) {
 		mod, err := os.ReadFile(filepath.Join(moduleRoot, "go.mod"))

@@ -207,7 +207,8 @@ type networkPolicy struct {
 		PolicyTypes []string      `yaml:"policyTypes"`
 		Ingress     []struct {
 			From []struct {
-				PodSelector *labelSelector `yaml:"podSelector"`
+				PodSelector       *labelSelector `yaml:"podSelector"`
+				NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
 			} `yaml:"from"`
 			Ports []struct {
 				Port any `yaml:"port"`

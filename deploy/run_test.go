@@ -37,7 +37,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/security/securitytest"
+	"github.com/leasehold/leasehold/internal/stack"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -88,11 +90,12 @@ func TestManifestsRun(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	spec := readmeCertificate(t)
+	serving, peerSpec := d.readmeCertificates(t)
 	joinPodNetwork(t, d)
 
 	ca := securitytest.NewCA(t, "leasehold deploy test CA")
-	r := newRun(t, d, ca, spec)
+	r := newRun(t, d, ca, securitytest.NewCA(t, "leasehold deploy test peer CA"), serving, peerSpec)
+	r.store = startArtifactStore(t, d)
 
 	// The first voter alone: alive, not ready, as it waits for a second.
 	first := d.coordPods[0]
@@ -157,21 +160,31 @@ func TestManifestsRun(t *testing.T) {
 		}
 	})
 
-	t.Run("Clients and peers verify the certificate under each name they use, and nothing is served in the clear", func(t *testing.T) {
+	t.Run("Clients and peers verify the certificates under each name they use, and nothing is served in the clear", func(t *testing.T) {
 		// The Service's names reach the pods' gRPC port; each pod's own
-		// name its gRPC and raft ports, as --peers lists them.
+		// name its gRPC port, as --peers lists it.
 		var addrs []string
 		for _, name := range d.serviceDNSNames(t) {
 			addrs = append(addrs, net.JoinHostPort(name, strconv.Itoa(mustPort(t, d.coordCfg, "listen"))))
 		}
 		for _, p := range d.peers {
-			addrs = append(addrs, p.raft, p.grpc)
+			addrs = append(addrs, p.grpc)
 		}
 		for _, addr := range addrs {
 			name, _, _ := net.SplitHostPort(addr)
-			c, err := (&tls.Dialer{Config: &tls.Config{RootCAs: ca.Pool(), ServerName: name, Certificates: []tls.Certificate{r.cert}}}).DialContext(r.bounded(t), "tcp", addr)
+			c, err := (&tls.Dialer{Config: &tls.Config{RootCAs: ca.Pool(), ServerName: name}}).DialContext(r.bounded(t), "tcp", addr)
 			if err != nil {
 				t.Errorf("TLS to %s, verifying %s: %v", addr, name, err)
+				continue
+			}
+			c.Close()
+		}
+		// Each raft port, as --peers lists it, shows the peer certificate
+		// naming its voter, under the peer CA.
+		for _, p := range d.peers {
+			c, err := (&tls.Dialer{Config: r.peerDial(p.id, &r.peerCert)}).DialContext(r.bounded(t), "tcp", p.raft)
+			if err != nil {
+				t.Errorf("TLS to the raft port %s, verifying %s under the peer CA: %v", p.raft, security.NodeURI(p.id), err)
 				continue
 			}
 			c.Close()
@@ -186,18 +199,18 @@ func TestManifestsRun(t *testing.T) {
 			t.Error("a plaintext health check was answered; the coordinator must serve TLS only")
 		}
 		// The raft port shows its certificate to anyone, and talks only
-		// to a peer that shows one the cluster CA signed.
+		// to a peer that shows one the peer CA signed for a voter.
 		lp, _ := d.peerOf(leader)
 		raftHost, _, _ := net.SplitHostPort(lp.raft)
 		stranger := securitytest.NewCA(t, "another CA")
-		// (A certificate the cluster CA made for client authentication
-		// passes, whatever it names: that CA must sign the coordinators'
-		// certificate alone, as deploy/README.md says.)
-		for what, certs := range map[string][]tls.Certificate{
-			"no certificate":                nil,
-			"a certificate another CA made": {stranger.IssueFor(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, raftHost)},
+		voter := []string{security.NodeURI(leader)}
+		for what, cert := range map[string]*tls.Certificate{
+			"no certificate": nil,
+			"a certificate another CA made for a voter":      ptr(stranger.IssueWithURIs(t, both, voter, raftHost)),
+			"a certificate the clients' CA made for a voter": ptr(ca.IssueWithURIs(t, both, voter, raftHost)),
+			"a peer CA certificate for a voter's host only":  ptr(r.peerCA.IssueFor(t, both, raftHost)),
 		} {
-			c, err := (&tls.Dialer{Config: &tls.Config{RootCAs: ca.Pool(), ServerName: raftHost, Certificates: certs}}).DialContext(r.bounded(t), "tcp", lp.raft)
+			c, err := (&tls.Dialer{Config: r.peerDial(leader, cert)}).DialContext(r.bounded(t), "tcp", lp.raft)
 			if err != nil {
 				t.Errorf("TLS to the raft port %s with %s: %v; want the handshake to verify the server, then a refusal", lp.raft, what, err)
 				continue
@@ -217,14 +230,27 @@ func TestManifestsRun(t *testing.T) {
 	// The one setting the test adds: the mock renderer takes a second per
 	// document (its own --latency), so that a leader stopped while a
 	// document renders is stopped while a lease is held.
+	// The mock's previews are padded above the inline threshold, so that
+	// they go to the shared store, from the renderer's pod, with presigned
+	// URLs.
 	rendPod := podNames(d.rend)[0]
-	r.start(d.rend, d.rendC, rendPod, "LEASEHOLD_LATENCY="+renderTime.String())
+	r.start(d.rend, d.rendC, rendPod, "LEASEHOLD_LATENCY="+renderTime.String(), "LEASEHOLD_PREVIEW_BYTES="+strconv.Itoa(previewBytes))
 	ps := d.principals(t)
 	submitter, operator := principalWithRole(t, ps, "submitter"), principalWithRole(t, ps, "operator")
 	var acked []string // batches acknowledged, each of which must end succeeded
 
 	t.Run("A submitter of the example principals gets a document rendered by the renderer, through the Service", func(t *testing.T) {
 		acked = append(acked, r.submit(t, submitter, true, "hello"))
+	})
+
+	t.Run("The preview went to the shared artifact store, and downloads through the Service", func(t *testing.T) {
+		if keys := r.store.objects(t); len(keys) != 1 || !strings.Contains(keys[0], "/sha256/") {
+			t.Errorf("objects in %s: %q; want the one preview, under <team>/sha256/", r.store, keys)
+		}
+		out := r.mustCLI(t, submitter.Token, "artifact", "j-1", "-f", filepath.Join(t.TempDir(), "j-1.png"))
+		if !strings.Contains(out, fmt.Sprintf("%d bytes", previewBytes)) {
+			t.Errorf("leasehold artifact j-1: %q; want the %d bytes of the preview, verified", out, previewBytes)
+		}
 	})
 
 	t.Run("The development tokens are refused", func(t *testing.T) {
@@ -542,10 +568,13 @@ type run struct {
 	t    *testing.T
 	d    *deployment
 	ca   *securitytest.CA
-	cert tls.Certificate // the coordinators' certificate
-	// certPEM and keyPEM are cert as the TLS Secret holds it.
-	certPEM, keyPEM []byte
-	mounts          map[string]string // volume key -> temporary directory
+	cert tls.Certificate // the coordinators' certificate, from ca
+	// peerCA signed peerCert, the voters' peer certificate.
+	peerCA   *securitytest.CA
+	peerCert tls.Certificate
+	// issued are the certificates by the TLS Secret that holds them.
+	issued map[string]issued
+	mounts map[string]string // volume key -> temporary directory
 
 	// ctx ends when a program exits that the test did not stop: every
 	// wait then fails at once, with the program's output.
@@ -555,6 +584,15 @@ type run struct {
 	exitMsg    string
 	mu         sync.Mutex
 	processes  map[string]*process // by pod
+	// store is the S3-compatible bucket the coordinators share.
+	store *artifactStore
+}
+
+// issued is a certificate and its key as a TLS Secret holds them, and
+// the CA that signed it.
+type issued struct {
+	certPEM, keyPEM []byte
+	ca              *securitytest.CA
 }
 
 // process is one pod's program.
@@ -568,29 +606,26 @@ type process struct {
 }
 
 // newRun issues the coordinators' certificate as the README's
-// Certificate asks for it, from ca.
-func newRun(t *testing.T, d *deployment, ca *securitytest.CA, spec certificateSpec) *run {
+// Certificate asks for it, from ca, and the peer certificate as its peer
+// Certificate asks, from peerCA.
+func newRun(t *testing.T, d *deployment, ca, peerCA *securitytest.CA, serving, peer certificateSpec) *run {
 	t.Helper()
-	var usages []x509.ExtKeyUsage
-	for _, u := range spec.Usages {
-		switch u {
-		case "server auth":
-			usages = append(usages, x509.ExtKeyUsageServerAuth)
-		case "client auth":
-			usages = append(usages, x509.ExtKeyUsageClientAuth)
-		case "digital signature", "key encipherment":
-			// Key usages, which the issued certificate carries anyway.
-		default:
-			t.Fatalf("the README's Certificate has usage %q, which this test cannot issue; teach it", u)
-		}
-	}
-	if len(spec.DNSNames) == 0 {
-		t.Fatal("the README's Certificate has no dnsNames")
+	if len(serving.DNSNames) == 0 || len(peer.URIs) == 0 {
+		t.Fatal("the README's Certificate has no dnsNames, or its peer Certificate no uris")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &run{t: t, d: d, ca: ca, cert: ca.IssueFor(t, usages, spec.DNSNames...), mounts: map[string]string{},
+	r := &run{t: t, d: d, ca: ca, peerCA: peerCA, cert: ca.IssueFor(t, usagesOf(t, serving), serving.DNSNames...),
+		peerCert: peerCA.IssueWithURIs(t, usagesOf(t, peer), peer.URIs, peer.DNSNames...),
+		issued:   map[string]issued{}, mounts: map[string]string{},
 		ctx: ctx, exitCancel: cancel, processes: map[string]*process{}}
-	r.certPEM, r.keyPEM = securitytest.KeyPairPEM(t, r.cert)
+	for _, i := range []struct {
+		secret string
+		cert   tls.Certificate
+		ca     *securitytest.CA
+	}{{serving.SecretName, r.cert, ca}, {peer.SecretName, r.peerCert, peerCA}} {
+		certPEM, keyPEM := securitytest.KeyPairPEM(t, i.cert)
+		r.issued[i.secret] = issued{certPEM: certPEM, keyPEM: keyPEM, ca: i.ca}
+	}
 	t.Cleanup(func() {
 		cancel()
 		r.mu.Lock()
@@ -606,6 +641,51 @@ func newRun(t *testing.T, d *deployment, ca *securitytest.CA, spec certificateSp
 	})
 	return r
 }
+
+// usagesOf returns the extended key usages a README Certificate asks for.
+func usagesOf(t *testing.T, spec certificateSpec) []x509.ExtKeyUsage {
+	t.Helper()
+	var usages []x509.ExtKeyUsage
+	for _, u := range spec.Usages {
+		switch u {
+		case "server auth":
+			usages = append(usages, x509.ExtKeyUsageServerAuth)
+		case "client auth":
+			usages = append(usages, x509.ExtKeyUsageClientAuth)
+		case "digital signature", "key encipherment":
+			// Key usages, which the issued certificate carries anyway.
+		default:
+			t.Fatalf("the README's Certificate has usage %q, which this test cannot issue; teach it", u)
+		}
+	}
+	return usages
+}
+
+// peerDial is the TLS of a peer dialling voter id's raft port, presenting
+// cert (none when nil): the server must chain to the peer CA and name id.
+func (r *run) peerDial(id string, cert *tls.Certificate) *tls.Config {
+	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12, //nolint:gosec // VerifyConnection verifies
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			leaf := cs.PeerCertificates[0]
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: r.peerCA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				return err
+			}
+			if !slices.Contains(security.NodeIDs(leaf), id) {
+				return fmt.Errorf("the raft port's certificate names %q, not %s", security.NodeIDs(leaf), id)
+			}
+			return nil
+		}}
+	if cert != nil {
+		// Presented whatever CAs the server asks for, as an attacker would.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
+	return cfg
+}
+
+// both are the extended key usages of a peer certificate.
+var both = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+
+func ptr[T any](v T) *T { return &v }
 
 // value maps one flag or variable value of pod's container: a path on a
 // volume to the volume's temporary directory; anything else, addresses
@@ -623,8 +703,9 @@ func (r *run) value(w *workload, c *container, pod, v string) string {
 // mount returns the temporary directory of a pod volume: empty for a
 // claim, the pod's own, which outlives the pod as a claim does; a
 // Secret's or a ConfigMap's keys as files. A TLS Secret holds the
-// certificate made here, and a ca.crt key the certificate of the CA that
-// signed it: the examples hold placeholders.
+// certificate made here for it, and a ca.crt key the certificate of the CA
+// that signed it (the peer CA in the ConfigMap of --tls-peer-ca): the
+// examples hold placeholders.
 func (r *run) mount(w *workload, pod, vol string) string {
 	r.t.Helper()
 	key := w.Metadata.Name + "/" + vol
@@ -636,6 +717,7 @@ func (r *run) mount(w *workload, pod, vol string) string {
 	}
 	dir := r.t.TempDir()
 	files := map[string]string{}
+	caPEM := r.ca.PEM() // the CA of a ca.crt key: the peer CA's where the volume is the peers'
 	switch {
 	case w.secretVolume(vol) != "":
 		name := w.secretVolume(vol)
@@ -647,7 +729,12 @@ func (r *run) mount(w *workload, pod, vol string) string {
 			files[k] = v
 		}
 		if s.Type == tlsSecretType {
-			files["tls.crt"], files["tls.key"] = string(r.certPEM), string(r.keyPEM)
+			is, ok := r.issued[name]
+			if !ok {
+				r.t.Fatalf("%s: TLS Secret %s is no Secret of the README's Certificates", w.Metadata.Name, name)
+			}
+			files["tls.crt"], files["tls.key"] = string(is.certPEM), string(is.keyPEM)
+			caPEM = is.ca.PEM()
 		}
 	case w.configMapVolume(vol) != "":
 		name := w.configMapVolume(vol)
@@ -658,11 +745,14 @@ func (r *run) mount(w *workload, pod, vol string) string {
 		for k, v := range cm.Data {
 			files[k] = v
 		}
+		if name == r.d.configMapOf(r.t, r.d.coord, r.d.coordC, r.d.coordCfg, "tls-peer-ca") {
+			caPEM = r.peerCA.PEM()
+		}
 	case !w.claimVolume(vol):
 		r.t.Fatalf("%s: this test knows no volume %s; teach it", w.Metadata.Name, vol)
 	}
 	if _, ok := files[caKey]; ok {
-		files[caKey] = string(r.ca.PEM())
+		files[caKey] = string(caPEM)
 	}
 	for k, v := range files {
 		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o400); err != nil {
@@ -674,7 +764,9 @@ func (r *run) mount(w *workload, pod, vol string) string {
 }
 
 // startCoordinator starts one pod of the coordinator's StatefulSet.
-func (r *run) startCoordinator(pod string) { r.start(r.d.coord, r.d.coordC, pod) }
+// The example Secret names a bucket on AWS; the test's store stands in for
+// it, reached with the same keys.
+func (r *run) startCoordinator(pod string) { r.start(r.d.coord, r.d.coordC, pod, r.store.env) }
 
 // start runs pod's container in a network namespace of its own, with the
 // pod's address, its arguments and environment as Kubernetes gives them
@@ -698,6 +790,12 @@ func (r *run) start(w *workload, c *container, pod string, extra ...string) {
 	environ := testbin.Env()
 	for _, e := range env {
 		environ = append(environ, e.name+"="+r.value(w, c, pod, e.value))
+	}
+	// A variable of extra replaces the container's: the environment of
+	// an exec keeps the first of two.
+	for _, e := range extra {
+		name, _, _ := strings.Cut(e, "=")
+		environ = slices.DeleteFunc(environ, func(v string) bool { return strings.HasPrefix(v, name+"=") })
 	}
 	environ = append(environ, extra...)
 	p := &process{out: &syncBuffer{}, done: make(chan struct{})}
@@ -817,19 +915,7 @@ func (r *run) waitHealth(t *testing.T, pod, service string, want healthpb.Health
 
 // watchFor watches a health entry until it reports want.
 func watchFor(ctx context.Context, conn *grpc.ClientConn, service string, want healthpb.HealthCheckResponse_ServingStatus) error {
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
-	if err != nil {
-		return err
-	}
-	for {
-		resp, err := w.Recv()
-		if err != nil {
-			return err
-		}
-		if resp.GetStatus() == want {
-			return nil
-		}
-	}
+	return stack.WatchHealth(ctx, healthpb.NewHealthClient(conn), service, want)
 }
 
 // leader waits until one of pods reports the Leader entry SERVING, and
@@ -863,6 +949,10 @@ func (r *run) leader(t *testing.T, pods []string) string {
 
 // renderTime is how long the renderer takes per document in the run.
 const renderTime = time.Second
+
+// previewBytes is the size of the renderer's previews in the run: above
+// the coordinators' inline threshold.
+const previewBytes = 65536
 
 // rendering submits one document as p with dispatch paused by operator,
 // watches its batch on the leader, resumes dispatch and returns once the

@@ -28,7 +28,8 @@
 // The loop applies each report and response as it comes and never waits
 // for a render or a peer: it hands the sender one request at a time, and
 // batches whatever is pending meanwhile into the next one, kept under a
-// byte budget. It keeps the heartbeat, backoff and drain timers, and
+// byte budget and, in each list, to Config.Capacity items (the coordinator
+// refuses a longer list). It keeps the heartbeat, backoff and drain timers, and
 // returns only once every goroutine it started has ended.
 //
 // # The session
@@ -64,6 +65,15 @@
 // logged as an error. Completions and hand-backs not answered when a
 // session breaks are sent again on the next one, in their order:
 // completion is idempotent for the same token and outcome.
+//
+// A completion answered UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE changed
+// nothing: the coordinator could not reach its artifact store. The worker
+// keeps the lease, heartbeating it and naming it in a new session's hello,
+// and sends the same completion again from Config.BackoffMin doubling up
+// to BackoffMax apart, until it is answered otherwise or the lease is
+// answered lost; a drain's timeout hands such leases back. Uploads to the
+// store (UploadArtifact, or a presigned PUT when the welcome says
+// presigned_uploads) are retried the same way while the lease lives.
 //
 // # Reconnecting and refusals
 //
@@ -140,6 +150,7 @@
 //	completed            job= token= outcome= phase= replayed= [class=]
 //	completion rejected  job= token= reason=
 //	lease lost           job= token= reason=
+//	the coordinator's artifact store is unavailable; keeping the lease  job= token= retry_in=
 //	cancel acknowledged  job= token=
 //	lease handed back    job= token= why=
 //	render paused        job= token=

@@ -51,13 +51,13 @@ func (o *outbox) take(z *sizer, req *leaseholdv1.SessionRequest) {
 	n := 0
 	for _, it := range o.pending {
 		if c := it.completion; c != nil {
-			if !z.take(c.msg) {
+			if len(req.Completions) >= z.items || !z.take(c.msg) {
 				break
 			}
 			req.Completions = append(req.Completions, c.msg)
 		} else {
 			ref := it.key.ref()
-			if !z.take(ref) {
+			if len(req.HandBacks) >= z.items || !z.take(ref) {
 				break
 			}
 			req.HandBacks = append(req.HandBacks, ref)
@@ -118,8 +118,10 @@ func (o *outbox) resend() {
 }
 
 // sizer adds up the encoded size of a request's repeated fields against a
-// budget.
-type sizer struct{ used, budget int }
+// budget, and bounds each list to items elements: the coordinator refuses
+// a message one of whose lists names more leases than the renderer's
+// capacity (TOO_MANY_LEASE_REFS), and what is left waits for the next.
+type sizer struct{ used, budget, items int }
 
 // take counts m as one more element of a repeated field and reports whether
 // it fits. The first element always fits, so that a request makes progress.
@@ -135,7 +137,7 @@ func (z *sizer) take(m proto.Message) bool {
 // takeRefs splits refs into those that fit and the rest.
 func (z *sizer) takeRefs(refs []*leaseholdv1.LeaseRef) (taken, rest []*leaseholdv1.LeaseRef) {
 	i := 0
-	for i < len(refs) && z.take(refs[i]) {
+	for i < len(refs) && i < z.items && z.take(refs[i]) {
 		i++
 	}
 	if i == len(refs) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -182,6 +183,8 @@ type Worker struct {
 	// leader finds the leader of Config.Coordinator, parsed: the
 	// connection's resolver, and the end of a session on a leader left.
 	leader *leaderdial.Leader
+	// http sends presigned uploads to the artifact store.
+	http *http.Client
 	// transport holds the dial options of the transport and the token.
 	transport []grpc.DialOption
 	// tracer starts the lease spans; nil when not tracing.
@@ -266,6 +269,7 @@ func New(cfg Config) (*Worker, error) {
 		metrics:   newMetrics(cfg.Capacity),
 		leader:    target.Leader(transport...),
 		transport: transport,
+		http:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}},
 		rendered:  make(chan rendered),
 		uploaded:  make(chan uploaded),
 		paused:    make(chan leaseKey),

@@ -143,6 +143,7 @@ func (l *loop) welcome(resp *leaseholdv1.SessionResponse) {
 		l.budget = m
 	}
 	l.inlineLimit = max(0, min(int(wel.GetMaxInlineArtifactBytes()), l.budget-inlineHeadroom))
+	l.presigned = wel.GetPresignedUploads()
 	s.welcomed = true
 	s.heartbeat = time.NewTimer(s.interval)
 	if k := wel.GetKeepaliveInterval().AsDuration(); k > 0 {
@@ -239,7 +240,7 @@ func (l *loop) sendPending() {
 // request, which follows as soon as this one is sent.
 func (l *loop) nextRequest(s *session) *leaseholdv1.SessionRequest {
 	req := &leaseholdv1.SessionRequest{}
-	z := &sizer{budget: l.budget}
+	z := &sizer{budget: l.budget, items: l.w.cfg.Capacity}
 	if l.draining && !s.drainSent {
 		req.Draining, s.drainSent = true, true
 		z.used += 2

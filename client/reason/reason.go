@@ -113,6 +113,8 @@ const (
 	InvalidInstanceID Reason = "INVALID_INSTANCE_ID"
 	// InvalidCapacity: a renderer's capacity is outside 1 to 4,096 or its credential's share.
 	InvalidCapacity Reason = "INVALID_CAPACITY"
+	// TooManyLeaseRefs: a renderer message names more leases in one list than its capacity.
+	TooManyLeaseRefs Reason = "TOO_MANY_LEASE_REFS"
 	// MissingHello: a renderer session did not begin with its hello.
 	MissingHello Reason = "MISSING_HELLO"
 	// MessageLimitTooSmall: the renderer accepts messages too small for one grant.
@@ -129,6 +131,17 @@ const (
 	DigestMismatch Reason = "DIGEST_MISMATCH"
 	// InvalidDigest: a digest is not a lower-case hex SHA-256.
 	InvalidDigest Reason = "INVALID_DIGEST"
+	// ArtifactStoreUnavailable: the artifact store did not answer (a
+	// completion naming a stored preview, an upload, a read); nothing
+	// changed: keep the lease and retry.
+	ArtifactStoreUnavailable Reason = "ARTIFACT_STORE_UNAVAILABLE"
+	// ArtifactStoreRequired: a cluster without a shared artifact store
+	// keeps previews inline, up to a cap; configure --artifact-store to
+	// take larger ones.
+	ArtifactStoreRequired Reason = "ARTIFACT_STORE_REQUIRED"
+	// PresignUnsupported: the artifact store cannot presign URLs (the
+	// coordinator's own directory): send the preview inline or upload it.
+	PresignUnsupported Reason = "PRESIGN_UNSUPPORTED"
 	// InvalidMemberID: a cluster member id is malformed.
 	InvalidMemberID Reason = "INVALID_MEMBER_ID"
 	// InvalidRaftAddress: a cluster member's raft address is malformed.

@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
 // Tokens of the principals files below.
@@ -96,4 +100,77 @@ func TestPrincipalsFile(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// Tokens of TestReloadEndsARevokedRenderer's principals file.
+const (
+	fileRenderA = "render-a-token-5f0e9d21"
+	fileRenderB = "render-b-token-8a7c6b43"
+)
+
+// TestReloadEndsARevokedRenderer runs two renderer processes under two
+// renderer credentials, revokes one in the principals file and sends the
+// coordinator SIGHUP: that renderer's session ends UNAUTHENTICATED at
+// once, the renderer stops, and every job submitted afterwards is
+// rendered by the other. Before a reload ended the streams it found, the
+// revoked renderer kept its session and went on taking work.
+func TestReloadEndsARevokedRenderer(t *testing.T) {
+	t.Parallel()
+	tokens := filepath.Join(t.TempDir(), "principals.json")
+	write := func(withA bool) {
+		t.Helper()
+		entries := []string{
+			`{"name": "portal", "token": "` + filePortalToken + `", "team": "portal", "roles": ["submitter"]}`,
+			`{"name": "render-b", "token": "` + fileRenderB + `", "roles": ["renderer"], "renderer_id_prefix": "b-"}`,
+		}
+		if withA {
+			entries = append(entries, `{"name": "render-a", "token": "`+fileRenderA+`", "roles": ["renderer"], "renderer_id_prefix": "a-"}`)
+		}
+		if err := os.WriteFile(tokens, []byte(`{"principals": [`+strings.Join(entries, ", ")+`]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(true)
+	c := startCoordinator(t, "--tokens", tokens)
+	a := startRenderer(t, c.Addr, "a-1", "--token", fileRenderA)
+	a.WaitFor("session started")
+	b := startRenderer(t, c.Addr, "b-1", "--token", fileRenderB)
+	b.WaitFor("session started")
+
+	write(false)
+	mark := c.Mark()
+	c.Signal(syscall.SIGHUP)
+	c.WaitFrom(mark, "principals file reloaded", "streams_ended=1")
+	c.WaitFrom(mark, "Session", "Unauthenticated")
+	select {
+	case <-a.Exited():
+	case <-time.After(waitTimeout): // a failsafe: the renderer stops at once
+		t.Fatalf("the revoked renderer is still running:\n%s", a.Tail(20))
+	}
+	if !strings.Contains(a.LogText(), "UNAUTHENTICATED") && !strings.Contains(a.LogText(), "Unauthenticated") {
+		t.Errorf("the revoked renderer's log does not say why it stopped:\n%s", a.Tail(20))
+	}
+
+	portal := dial(t, c.Addr, filePortalToken)
+	var docs []*leaseholdv1.Document
+	for i := range 10 {
+		docs = append(docs, doc(fmt.Sprintf("after-%d.pdf", i), "content"))
+	}
+	sub, err := portal.SubmitBatch(testContext(t), "portal", "after-reload", docs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitBatchDone(t, portal, sub.GetBatch().GetId())
+	if n := phaseCounts(done)[leaseholdv1.Phase_PHASE_SUCCEEDED]; n != 10 {
+		t.Errorf("succeeded %d of 10 after the reload: %v", n, phaseCounts(done))
+	}
+	aJobs, bJobs := a.recordedJobs(t), b.recordedJobs(t)
+	for _, id := range sub.GetBatch().GetJobIds() {
+		if aJobs[id] {
+			t.Errorf("the revoked renderer was granted %s after the reload", id)
+		}
+		if !bJobs[id] {
+			t.Errorf("%s was not rendered by the renderer kept", id)
+		}
+	}
 }

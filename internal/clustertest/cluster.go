@@ -342,17 +342,9 @@ func (c *Cluster) WaitLeader(exclude ...int) int {
 func (c *Cluster) AwaitServing(ctx context.Context, i int) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Procs.Timeout)
 	defer cancel()
-	w, err := healthpb.NewHealthClient(c.conns[i]).Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	err := stack.WatchHealth(ctx, healthpb.NewHealthClient(c.conns[i]), "", healthpb.HealthCheckResponse_SERVING)
 	if err == nil {
-		for {
-			var resp *healthpb.HealthCheckResponse
-			if resp, err = w.Recv(); err != nil {
-				break
-			}
-			if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-				return nil
-			}
-		}
+		return nil
 	}
 	return fmt.Errorf("%s not SERVING within %v: %w", c.nodes[i].ID, c.opts.Procs.Timeout, err)
 }

@@ -102,8 +102,9 @@ func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 // PeerTLS returns the mutual TLS of a replicated coordinator's raft
 // traffic: each node presents its own certificate (certFile, keyFile) when
 // it dials and when it is dialled, and verifies the other's against the
-// cluster CA in caFile, both ways. A peer's certificate must name the host
-// of its raft address, and be usable for client and server authentication.
+// peer CA in caFile, both ways. A peer's certificate must be usable for
+// client and server authentication; which member it names is the raft
+// transport's check.
 func PeerTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -120,6 +121,25 @@ func PeerTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS12,
 	}, nil
+}
+
+// nodeURIPrefix begins the URI a replicated coordinator's peer
+// certificate carries for each node id it may speak raft as.
+const nodeURIPrefix = "spiffe://leasehold/node/"
+
+// NodeURI returns the URI (a subject alternative name) by which a peer
+// certificate names the cluster node id: spiffe://leasehold/node/<id>.
+func NodeURI(id string) string { return nodeURIPrefix + id }
+
+// NodeIDs returns the node ids a certificate names as NodeURI does.
+func NodeIDs(c *x509.Certificate) []string {
+	var ids []string
+	for _, u := range c.URIs {
+		if id, ok := strings.CutPrefix(u.String(), nodeURIPrefix); ok && id != "" && !strings.Contains(id, "/") {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // LoadCertPool reads PEM certificates from path into a new pool. A file

@@ -413,8 +413,9 @@ func (s *Stack) Leader(nodes ...*Node) *Node {
 
 // FirstLeader watches the leasehold.v1.Leader health entry through each
 // of clients and returns the index of the first to say SERVING, or ctx's
-// error when none does before it ends. A watch that fails (a node down)
-// drops out; the others go on.
+// error when none does before it ends. A watch that breaks is opened again
+// (see WatchHealth); one that fails otherwise drops out, and the others go
+// on.
 func FirstLeader(ctx context.Context, clients []healthpb.HealthClient) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -424,19 +425,8 @@ func FirstLeader(ctx context.Context, clients []healthpb.HealthClient) (int, err
 	defer cancel()
 	for i, hc := range clients {
 		wg.Go(func() {
-			w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: leaderdial.HealthService}, grpc.WaitForReady(true))
-			if err != nil {
-				return
-			}
-			for {
-				resp, err := w.Recv()
-				if err != nil {
-					return
-				}
-				if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-					found <- i
-					return
-				}
+			if WatchHealth(ctx, hc, leaderdial.HealthService, healthpb.HealthCheckResponse_SERVING) == nil {
+				found <- i
 			}
 		})
 	}

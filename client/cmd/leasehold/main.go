@@ -8,8 +8,12 @@ import (
 	"os"
 
 	"github.com/leasehold/leasehold/client/internal/cli"
+	"github.com/leasehold/leasehold/internal/fdlimit"
 )
 
 func main() {
+	// The CLI holds a connection or a few; it raises its limit as the
+	// coordinator and the renderer do, so that the three start alike.
+	_, _ = fdlimit.Raise()
 	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,7 +32,8 @@ Against a running node, over gRPC with an operator token of scope "*"
   remove            remove a member (--id)
 
 On the data directory of a stopped node:
-  recover           make it a member of a cluster of --peers alone, after the quorum was lost
+  recover           make it a member of a cluster of --peers alone, after the quorum was lost;
+                    or, with --skip-entry alone, let it apply as nothing an entry it cannot apply
 
 Each takes --help.
 `
@@ -273,17 +275,23 @@ func clusterRemove(r *remote, fs *flag.FlagSet, args []string, stdout, stderr io
 }
 
 // clusterRecover runs "coordinator cluster recover --data-dir DIR
-// --node-id ID --peers ...": see coordinator.RecoverCluster.
+// --node-id ID --peers ... [--skip-entry INDEX]": see
+// coordinator.RecoverCluster; or, with --skip-entry alone, allows the
+// stopped node to skip entries it cannot apply (coordinator.SkipEntries).
 func clusterRecover(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("coordinator cluster recover", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "./data", "data directory of the stopped node; no coordinator may be running on it")
-	nodeID := fs.String("node-id", "", "the node's id (required)")
-	peers := fs.String("peers", "", "the new configuration, the same for every surviving node: id=raft_address[/grpc_address],... (required)")
+	nodeID := fs.String("node-id", "", "the node's id (required to recover a lost quorum)")
+	peers := fs.String("peers", "", "the new configuration, the same for every surviving node: id=raft_address[/grpc_address],... (required to recover a lost quorum)")
+	var skip indexList
+	fs.Var(&skip, "skip-entry", "the `index` of a committed entry the node cannot apply, to apply as nothing (repeat it or separate indexes with commas); "+
+		"alone, it changes no raft state; give every node the same")
 	source, err := parseWithEnv(fs, args, "coordinator cluster recover", stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stderr, "\nFor a cluster that lost its quorum for good. Run it on every surviving node, stopped, with the same --peers\n"+
 			"(the survivors), then start them with those --peers: the one holding the most of the log is elected.\n"+
-			"Entries a node holds are kept even if they were never committed. See docs/runbooks/cluster-operations.md.\n")
+			"Entries a node holds are kept even if they were never committed. With --skip-entry alone, for a node that\n"+
+			"stopped at an entry it cannot apply. See docs/runbooks/cluster-operations.md.\n")
 	}
 	if err != nil {
 		return err
@@ -291,6 +299,8 @@ func clusterRecover(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case strings.TrimSpace(*dataDir) == "":
 		return usagef("%s=\"\": want a directory", source["data-dir"])
+	case len(skip) > 0 && *nodeID == "" && *peers == "":
+		return skipEntries(*dataDir, skip, stdout)
 	case *nodeID == "":
 		return usagef("--node-id is required: the id of the node whose directory this is")
 	case *peers == "":
@@ -303,7 +313,7 @@ func clusterRecover(args []string, stdout, stderr io.Writer) error {
 	if err := checkPeers(list, *nodeID, source); err != nil {
 		return err
 	}
-	res, err := coordinator.RecoverCluster(*dataDir, *nodeID, list)
+	res, err := coordinator.RecoverCluster(*dataDir, *nodeID, list, skip)
 	if err != nil {
 		return err
 	}
@@ -314,6 +324,46 @@ func clusterRecover(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "recovered %s in %s: a cluster of %d voters (%s), from log index %d of term %d\n", *nodeID, res.RaftDir,
 		res.Voters, strings.Join(ids, ", "), res.LastIndex, res.LastTerm)
 	fmt.Fprintf(stdout, "start it with --peers %s\n", *peers)
+	return nil
+}
+
+// skipEntries runs "coordinator cluster recover --skip-entry INDEX"
+// without a new configuration.
+func skipEntries(dataDir string, skip indexList, stdout io.Writer) error {
+	res, err := coordinator.SkipEntries(dataDir, skip)
+	if err != nil {
+		return err
+	}
+	stopped := "it had not stopped at an entry"
+	if res.Halted != 0 {
+		stopped = fmt.Sprintf("it had stopped at entry %d", res.Halted)
+	}
+	fmt.Fprintf(stdout, "the node of %s applied the log up to entry %d and %s; it will apply entry %s as nothing if it cannot apply it: start it\n",
+		dataDir, res.Applied, stopped, skip.String())
+	return nil
+}
+
+// indexList is a flag of log indexes, repeatable and comma-separated.
+type indexList []uint64
+
+// String implements flag.Value.
+func (l *indexList) String() string {
+	var s []string
+	for _, i := range *l {
+		s = append(s, strconv.FormatUint(i, 10))
+	}
+	return strings.Join(s, ",")
+}
+
+// Set implements flag.Value: it adds each comma-separated index.
+func (l *indexList) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		i, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil || i == 0 {
+			return fmt.Errorf("%q is not a log index (a positive number)", f)
+		}
+		*l = append(*l, i)
+	}
 	return nil
 }
 

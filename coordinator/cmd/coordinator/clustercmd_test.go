@@ -9,6 +9,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/security/securitytest"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -27,6 +28,29 @@ func TestJoinFlag(t *testing.T) {
 	var uerr *usageError
 	if _, _, err := parseFlags([]string{"--dev", "--join"}, io.Discard); !errors.As(err, &uerr) {
 		t.Errorf("--join alone = %v, want a usage error", err)
+	}
+}
+
+// TestRaftPlaintextOptOut checks that the opt-out lets raft without TLS
+// listen off loopback, and that it excludes a certificate.
+func TestRaftPlaintextOptOut(t *testing.T) {
+	t.Parallel()
+	cfg, _, err := parseFlags([]string{"--dev", "--node-id", "n1", "--raft-listen", "0.0.0.0:7201",
+		"--peers", "n1=10.0.0.1:7201,n2=10.0.0.2:7201,n3=10.0.0.3:7201", "--raft-insecure-plaintext-trusted-network"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Cluster == nil || !cfg.Cluster.InsecurePlaintext || cfg.Cluster.TLS != nil {
+		t.Errorf("cluster = %+v, want plaintext by opt-out", cfg.Cluster)
+	}
+	dir := t.TempDir()
+	ca := securitytest.NewCA(t, "test CA")
+	cert, key := securitytest.WriteKeyPair(t, dir, "node", ca.Server(t))
+	_, _, err = parseFlags([]string{"--dev", "--tls-cert", cert, "--tls-key", key, "--tls-peer-ca", ca.File(t, dir), "--node-id", "n1",
+		"--raft-listen", "127.0.0.1:7201", "--peers", "n1=127.0.0.1:7201", "--raft-insecure-plaintext-trusted-network"}, io.Discard)
+	var uerr *usageError
+	if !errors.As(err, &uerr) || !strings.Contains(err.Error(), "excludes --tls-cert") {
+		t.Errorf("the opt-out with a certificate = %v, want a usage error", err)
 	}
 }
 

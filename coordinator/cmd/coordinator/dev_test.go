@@ -44,10 +44,10 @@ func TestPrincipalsAreExplicit(t *testing.T) {
 			"listen address 0.0.0.0:0 is not loopback"},
 		{"--dev with --tokens is refused", []string{"--dev", "--tokens", tokens, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, nil, 2,
 			"--dev and --tokens exclude each other"},
-		{"--console-host without the console is refused", []string{"--dev", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--console-host", "coord.example"}, nil, 2,
-			"--console-host needs --console"},
+		{"--console-host without a metrics address is refused", []string{"--dev", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--console-host", "coord.example"}, nil, 2,
+			"--console-host needs a metrics address (--metrics-listen)"},
 		{"A console host that is not a host is refused", []string{"--dev", "--listen", "127.0.0.1:0", "--console", "--console-host", "a:b:c"}, nil, 2,
-			`--console-host="a:b:c": console host "a:b:c" is not a host name or an IP address`},
+			`--console-host="a:b:c": host "a:b:c" is not a host name or an IP address`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

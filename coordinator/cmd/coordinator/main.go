@@ -19,16 +19,26 @@
 //
 // With --tls-cert and --tls-key the coordinator serves TLS only; with
 // --tls-client-ca as well, every client must present a certificate signed
-// by one of those CAs (mutual TLS). Logs are JSON lines unless stderr is a
+// by one of those CAs (mutual TLS). A cluster node (--node-id, --raft-listen,
+// --peers) with TLS speaks mutual TLS to its peers under a peer CA of its
+// own (--tls-peer-ca, never --tls-client-ca), with a peer certificate
+// naming its node id (--tls-peer-cert, by default --tls-cert); without TLS
+// its raft listener and peers must be on loopback, unless
+// --raft-insecure-plaintext-trusted-network says the network encrypts and
+// authenticates by itself. Logs are JSON lines unless stderr is a
 // terminal (--log-format). Traces are exported over OTLP when the standard
 // OTEL_* variables ask for it (see package internal/tracing).
 //
 // Three subcommands work on the data directory of a stopped coordinator,
 // and refuse one a running coordinator holds:
 //
-//	coordinator check [--data-dir DIR] [--json]     check the database, read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
+//	coordinator check [--data-dir DIR] [--artifact-store URL] [--json]
+//	                                                check the database and that the artifact store holds what it names,
+//	                                                read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
 //	coordinator compact --data-dir DIR              rewrite the database without its free pages
-//	coordinator restore --data-dir DIR --from FILE  put a backup (leasehold backup) in place
+//	coordinator restore --data-dir DIR --from FILE [--artifact-store URL]
+//	                                                put a backup (leasehold backup) in place, and say which
+//	                                                previews of the artifact store it cannot bring back
 //
 // and "coordinator cluster" operates a replicated cluster: status,
 // transfer-leader, add and remove call a running node over gRPC with an
@@ -55,11 +65,14 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/coordinator/internal/console"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
+	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/leasehold/leasehold/internal/fdlimit"
 	"github.com/leasehold/leasehold/internal/logformat"
 	"github.com/leasehold/leasehold/internal/security"
 	"github.com/leasehold/leasehold/internal/tracing"
@@ -142,6 +155,8 @@ func run(args []string, stderr io.Writer) error {
 	}
 	defer shutdownTracing(tr, log)
 	cfg.TracerProvider = tr.Provider
+	lim, err := fdlimit.Raise()
+	checkFileLimit(log, lim, err, cfg.FileDescriptors())
 
 	c, err := coordinator.New(cfg)
 	if err != nil {
@@ -170,6 +185,27 @@ func run(args []string, stderr io.Writer) error {
 			c.Close()
 			return err
 		}
+	}
+}
+
+// checkFileLimit logs the limit on open files that fdlimit.Raise left in
+// force, and warns when it is below need, the descriptors the
+// coordinator's connection caps may take (Config.FileDescriptors): past
+// the limit, accepting a connection fails with "too many open files",
+// whoever holds the others.
+func checkFileLimit(log *slog.Logger, lim fdlimit.Limit, err error, need int) {
+	switch {
+	case err != nil:
+		log.Warn("could not raise the open file limit", "err", err, "soft", lim.Soft, "hard", lim.Hard)
+	case lim.Hard == 0:
+		return // no such limit here
+	default:
+		log.Info("open file limit", "limit", lim.Soft)
+	}
+	if lim.Soft > 0 && lim.Soft < uint64(need) {
+		log.Warn("the open file limit is below what the connection caps may take: raise the hard limit "+
+			"(ulimit -Hn, systemd's LimitNOFILE, the container runtime's nofile) or lower --max-connections",
+			"limit", lim.Soft, "need", need)
 	}
 }
 
@@ -215,8 +251,9 @@ type flagValues struct {
 	tlsClientCA    string
 	dev            bool
 	// The cluster flags (see clusterConfig).
-	nodeID, raftListen, raftAdvertise, peers, grpcAdvertise, tlsPeerCA string
-	join                                                               bool
+	nodeID, raftListen, raftAdvertise, peers, grpcAdvertise string
+	tlsPeerCA, tlsPeerCert, tlsPeerKey                      string
+	join, raftInsecurePlaintext                             bool
 }
 
 // parseFlags turns flags (with LEASEHOLD_* defaults) into a Config and
@@ -238,7 +275,11 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON), read again on SIGHUP; required unless --dev")
 	fs.BoolVar(&fv.dev, "dev", false, "use the public development tokens (dev-alpha, dev-operator, ...) instead of --tokens: "+
 		"only on loopback addresses, the console's too, and only from this machine")
-	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; further clients wait until one closes")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; a connection past it is closed at once")
+	fs.IntVar(&cfg.MaxConnectionsPerAddress, "max-connections-per-address", 0,
+		"most gRPC connections of one source address (an IPv4 address or an IPv6 /64), at most --max-connections (0: an eighth of it); "+
+			"behind a proxy or sidecar that connects from one address for every client, raise it to --max-connections")
+	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", edge.DefaultAuthTimeout, "close a gRPC connection that has made no call with a known token within this long")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
 	fs.UintVar(&fv.maxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts per job cycle, including the first (at least 1)")
 	fs.DurationVar(&cfg.BackoffBase, "backoff-base", engine.DefaultBackoffBase, "retry backoff before the second attempt (doubles, with full jitter; at most --backoff-cap)")
@@ -253,14 +294,28 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.IntVar(&cfg.MaxTeamQueue, "max-team-queue", jobs.DefaultMaxTeamQueue, "most non-terminal jobs per team")
 	fs.Int64Var(&cfg.MaxArtifactBytes, "max-artifact-bytes", server.DefaultMaxArtifactBytes, "largest preview a renderer may upload")
 	fs.Int64Var(&cfg.MaxUploadBufferBytes, "max-upload-buffer-bytes", server.DefaultMaxUploadBufferBytes,
-		"most bytes all uploads in progress may buffer together, at least --max-artifact-bytes; an upload past it is refused RESOURCE_EXHAUSTED UPLOAD_BUDGET_EXHAUSTED")
+		"most bytes all uploads in progress may buffer together, at least --max-artifact-bytes, those of one renderer credential half of it; "+
+			"an upload past either is refused RESOURCE_EXHAUSTED UPLOAD_BUDGET_EXHAUSTED")
+	fs.StringVar(&cfg.Artifacts.Store, "artifact-store", "", "where previews above --inline-artifact-bytes go: empty for the directory "+
+		"<data-dir>/artifact-store (a single node), file:///path for another directory, or s3://bucket?endpoint=URL&region=NAME "+
+		"for an S3-compatible store shared by a cluster (credentials from the standard AWS environment and files); "+
+		"a store that does not answer at start refuses the start")
+	fs.IntVar(&cfg.Artifacts.InlineBytes, "inline-artifact-bytes", server.DefaultStoreAbove,
+		"previews up to this size stay inline in the job's records; larger ones go to the artifact store")
+	fs.IntVar(&cfg.Artifacts.InlineCap, "cluster-inline-cap-bytes", coordinator.DefaultClusterInlineCap,
+		"in a cluster without a shared artifact store: the largest preview kept inline; larger ones are refused ARTIFACT_STORE_REQUIRED")
+	fs.DurationVar(&cfg.Artifacts.SweepGrace, "artifact-sweep-grace", maintenance.SweepGraceDefault,
+		"how old an object of the artifact store that no job names must be before the sweep deletes it; longer than any render")
+	fs.DurationVar(&cfg.Artifacts.SweepInterval, "artifact-sweep-interval", maintenance.SweepIntervalDefault,
+		"how often the sweep of the artifact store runs")
 	fs.StringVar(&fv.teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the metrics address")
 	fs.BoolVar(&cfg.Console, "console", false, "serve the web console under /console/ on the metrics address (loopback only unless TLS is on)")
-	fs.Var((*hostList)(&cfg.ConsoleHosts), "console-host", "a `name` (host or host:port) the console answers to besides localhost and its listen address, "+
-		"as browsers reach it through DNS or a proxy; repeat it or separate names with commas (others are refused 421)")
+	fs.Var((*hostList)(&cfg.ConsoleHosts), "console-host", "a `name` (host or host:port) the metrics address (metrics, health, profiles, the console) answers to "+
+		"besides localhost and the address a request came in on, as browsers or Prometheus reach it through DNS or a proxy; "+
+		"repeat it or separate names with commas (others are refused 421)")
 	fs.BoolVar(&fv.runningCancel, "running-cancel", true, "allow cancelling LEASED jobs (their lease is revoked)")
 	fs.IntVar(&cfg.ReplayLimit, "replay-limit", engine.DefaultReplayLimit, "most jobs one operator replay may touch")
 	fs.StringVar(&fv.unsupported, "unsupported", strings.Join(jobs.DefaultUnsupported, ","), "comma-separated formats (extensions, MIME types) failed at submission as UNSUPPORTED_FORMAT")
@@ -279,7 +334,13 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&fv.raftAdvertise, "raft-advertise", "", "raft address peers dial (default: this node's address in --peers)")
 	fs.StringVar(&fv.peers, "peers", "", "every voter, the same on every node: id=raft_address[/grpc_address],... (1, 3 or 5 of them)")
 	fs.StringVar(&fv.grpcAdvertise, "grpc-advertise", "", "gRPC address this node announces when it leads, for followers to name (default: its gRPC address in --peers, or else --listen)")
-	fs.StringVar(&fv.tlsPeerCA, "tls-peer-ca", "", "PEM CA that signs every node's certificate: with --tls-cert, peers speak mutual TLS (default: --tls-client-ca)")
+	fs.StringVar(&fv.tlsPeerCA, "tls-peer-ca", "", "PEM CA of the nodes' peer certificates, required with --tls-cert in a cluster: peers speak mutual TLS under it; "+
+		"a CA of its own that signs nothing else, never --tls-client-ca")
+	fs.StringVar(&fv.tlsPeerCert, "tls-peer-cert", "", "PEM certificate this node presents to its peers (default: --tls-cert): signed by --tls-peer-ca, "+
+		"for client and server authentication, naming the URI spiffe://leasehold/node/<node-id>")
+	fs.StringVar(&fv.tlsPeerKey, "tls-peer-key", "", "PEM private key of --tls-peer-cert")
+	fs.BoolVar(&fv.raftInsecurePlaintext, cluster.InsecurePlaintextFlag, false, "without TLS, let raft listen and dial off loopback: only where the network "+
+		"encrypts and authenticates every peer by itself, since whoever reaches the raft port can write into the cluster's log; every start warns of it")
 	fs.BoolVar(&fv.join, "join", false, "with an empty data directory, wait to be added to a running cluster (coordinator cluster add) instead of bootstrapping one")
 
 	source, err := parseWithEnv(fs, args, "coordinator", stderr)
@@ -446,9 +507,16 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 		{"max-team-queue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 1, "at least 1"},
 		{"max-artifact-bytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 1, "at least 1"},
 		{"max-upload-buffer-bytes", cfg.MaxUploadBufferBytes, cfg.MaxUploadBufferBytes >= cfg.MaxArtifactBytes, "at least --max-artifact-bytes"},
+		{"inline-artifact-bytes", cfg.Artifacts.InlineBytes, cfg.Artifacts.InlineBytes >= 1, "at least 1"},
+		{"cluster-inline-cap-bytes", cfg.Artifacts.InlineCap, cfg.Artifacts.InlineCap >= 1, "at least 1"},
+		{"artifact-sweep-grace", cfg.Artifacts.SweepGrace, cfg.Artifacts.SweepGrace > 0, "a positive duration"},
+		{"artifact-sweep-interval", cfg.Artifacts.SweepInterval, cfg.Artifacts.SweepInterval > 0, "a positive duration"},
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
 		{"max-connections", cfg.MaxConnections, cfg.MaxConnections >= 1, "at least 1"},
+		{"max-connections-per-address", cfg.MaxConnectionsPerAddress, cfg.MaxConnectionsPerAddress >= 0, "0 (an eighth of --max-connections) or more"},
+		{"max-connections-per-address", cfg.MaxConnectionsPerAddress, cfg.MaxConnectionsPerAddress <= cfg.MaxConnections, "at most --max-connections"},
+		{"conn-auth-timeout", cfg.ConnAuthTimeout, cfg.ConnAuthTimeout >= 100*time.Millisecond, "at least 100ms"},
 		{"shutdown-timeout", cfg.ShutdownTimeout, cfg.ShutdownTimeout > 0, "a positive duration"},
 		{"retention", days(cfg.Retention), validRetention(cfg.Retention), retentionWant},
 		{"rejection-retention", days(cfg.RejectionRetention), validRetention(cfg.RejectionRetention), retentionWant},
@@ -465,17 +533,18 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 // checkAccess requires one source of principals: --tokens or --dev, not
 // both and not neither, so that the public development tokens are never
 // served by accident (a principals file that went missing from a
-// deployment's arguments). --console-host needs --console, and names.
+// deployment's arguments). --console-host needs a metrics address, and
+// names.
 func checkAccess(cfg coordinator.Config, fv flagValues, source map[string]string) error {
 	switch {
 	case fv.dev && cfg.TokensFile != "":
 		return usagef("%s and %s exclude each other: the development tokens or a principals file", source["dev"], source["tokens"])
 	case !fv.dev && cfg.TokensFile == "":
 		return usagef("no principals: pass --tokens FILE (a principals file), or --dev for the public development tokens on loopback")
-	case len(cfg.ConsoleHosts) > 0 && !cfg.Console:
-		return usagef("%s needs --console", source["console-host"])
+	case len(cfg.ConsoleHosts) > 0 && cfg.MetricsListen == "":
+		return usagef("%s needs a metrics address (--metrics-listen)", source["console-host"])
 	}
-	if err := console.CheckHosts(cfg.ConsoleHosts); err != nil {
+	if err := hostcheck.CheckHosts(cfg.ConsoleHosts); err != nil {
 		return usagef("%s=%q: %v", source["console-host"], strings.Join(cfg.ConsoleHosts, ","), err)
 	}
 	return nil
@@ -588,6 +657,8 @@ func runRestore(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("coordinator restore", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "./data", "data directory to restore into; no coordinator may be running on it")
 	from := fs.String("from", "", "the backup file, as written by leasehold backup (required)")
+	store := fs.String("artifact-store", "", "the coordinator's --artifact-store, where the restore looks for the objects the backup's "+
+		"pointers name (empty: the directory beside the database); S3 credentials from the standard AWS environment and files")
 	source, err := parseWithEnv(fs, args, "coordinator restore", stderr)
 	if err != nil {
 		return err
@@ -598,7 +669,9 @@ func runRestore(args []string, stderr io.Writer) error {
 	case *from == "":
 		return usagef("--from is required: the backup file to restore")
 	}
-	res, err := coordinator.Restore(*dataDir, *from, time.Now())
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	res, err := coordinator.Restore(ctx, *dataDir, *from, *store, time.Now())
 	if err != nil {
 		return err
 	}
@@ -606,5 +679,26 @@ func runRestore(args []string, stderr io.Writer) error {
 	if res.MovedAside != "" {
 		fmt.Fprintf(stderr, "the database that was there is kept as %s\n", res.MovedAside)
 	}
+	reportRestoredObjects(stderr, res)
 	return nil
+}
+
+// reportRestoredObjects says what the restore found of the objects of the
+// artifact store the backup names, and which previews it cannot bring
+// back.
+func reportRestoredObjects(w io.Writer, res coordinator.RestoreResult) {
+	switch {
+	case res.Objects == 0:
+	case res.ObjectsErr != nil:
+		fmt.Fprintf(w, "the backup names %d objects of the artifact store %s, which did not answer: %v; run coordinator check once it does\n",
+			res.Objects, res.ArtifactStore, res.ObjectsErr)
+	case len(res.MissingObjects) == 0:
+		fmt.Fprintf(w, "the artifact store %s holds all %d objects the backup names\n", res.ArtifactStore, res.Objects)
+	default:
+		fmt.Fprintf(w, "cannot bring back %d of the %d previews the backup names in the artifact store %s: their objects are missing\n",
+			len(res.MissingObjects), res.Objects, res.ArtifactStore)
+		for _, m := range res.MissingObjects {
+			fmt.Fprintf(w, "missing: %s (%d bytes), named by %d jobs: %s\n", m.Key, m.Size, m.Count, strings.Join(m.Jobs, " "))
+		}
+	}
 }

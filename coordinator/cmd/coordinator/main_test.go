@@ -170,6 +170,16 @@ func TestInvalidConfigurationExitsTwo(t *testing.T) {
 		{"a malformed number from the environment", nil, []string{"LEASEHOLD_MAX_ATTEMPTS=many"}, "LEASEHOLD_MAX_ATTEMPTS"},
 		{"a zero lease TTL from the environment", nil, []string{"LEASEHOLD_LEASE_TTL=0s"}, "LEASEHOLD_LEASE_TTL=0s"},
 		{"team weights from the environment", nil, []string{"LEASEHOLD_TEAM_WEIGHTS=alpha"}, "LEASEHOLD_TEAM_WEIGHTS="},
+		{"a plaintext raft listener on every interface", raftArgs("0.0.0.0:7201", "n1=127.0.0.1:7201"), nil,
+			"the raft listener 0.0.0.0:7201 is not on loopback; give the peers mutual TLS"},
+		{"a plaintext raft listener with no host", raftArgs(":7201", "n1=127.0.0.1:7201"), nil, "the raft listener :7201 is not on loopback"},
+		{"a plaintext raft listener on another address", raftArgs("192.0.2.1:7201", "n1=192.0.2.1:7201"), nil,
+			"--raft-insecure-plaintext-trusted-network where the network encrypts"},
+		{"a plaintext raft peer on another host", raftArgs("127.0.0.1:7201", "n1=127.0.0.1:7201,n2=192.0.2.2:7201,n3=127.0.0.1:7203"), nil,
+			"peer n2's raft address 192.0.2.2:7201 is not on loopback"},
+		{"a batch too large for one raft entry", append(raftArgs("127.0.0.1:7201", "n1=127.0.0.1:7201"), "--max-batch-inline-bytes", "33554432"), nil,
+			"--max-batch-inline-bytes=33554432, --max-documents=500, --max-artifact-bytes=8388608: in a cluster each writer group is one raft entry, at most 48 MiB"},
+		{"the plaintext opt-out alone", []string{"--raft-insecure-plaintext-trusted-network"}, nil, "needs --node-id, --raft-listen and --peers"},
 		{"a flag over a valid environment value is named as the flag", []string{"--replay-limit", "-3"}, []string{"LEASEHOLD_REPLAY_LIMIT=5"}, "--replay-limit=-3"},
 	}
 	for _, tc := range tests {
@@ -193,6 +203,11 @@ func TestInvalidConfigurationExitsTwo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// raftArgs are the flags of cluster node n1 listening for raft on listen.
+func raftArgs(listen, peers string) []string {
+	return []string{"--node-id", "n1", "--raft-listen", listen, "--peers", peers}
 }
 
 // runCommand runs the test binary as the command in dir with args and the

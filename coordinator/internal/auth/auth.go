@@ -137,6 +137,9 @@ func (p Principal) MayUseRendererID(id string) bool {
 // A Set must not be copied once used.
 type Set struct {
 	entries atomic.Pointer[[]entry]
+	// holds are the authenticated streams in progress, which Replace
+	// judges against the new principals.
+	holds holds
 }
 
 // entry is one principal with the SHA-256 of its token, so that lookups
@@ -152,7 +155,12 @@ func (s *Set) Lookup(token string) (Principal, bool) {
 	if s == nil || token == "" {
 		return Principal{}, false
 	}
-	d := sha256.Sum256([]byte(token))
+	return s.lookup(sha256.Sum256([]byte(token)))
+}
+
+// lookup returns the principal whose token's digest is d, comparing every
+// entry in constant time.
+func (s *Set) lookup(d [sha256.Size]byte) (Principal, bool) {
 	entries := s.load()
 	found := -1
 	for i := range entries {
@@ -176,10 +184,15 @@ func (s *Set) Len() int {
 
 // Replace gives s the principals of from, at once: a token only s knew
 // stops working at its next call, a token only from knows starts working.
-// Calls already authenticated keep the principal they were given.
-func (s *Set) Replace(from *Set) {
+// Unary calls already authenticated keep the principal they were given;
+// a stream in progress (see StreamServerInterceptor) whose token from does
+// not hold ends UNAUTHENTICATED, and one whose new principal may no longer
+// hold it (see HoldWhile) ends with the rule's refusal. It returns how many
+// streams it ended.
+func (s *Set) Replace(from *Set) int {
 	e := from.load()
 	s.entries.Store(&e)
+	return s.judgeAll(e)
 }
 
 // load returns the current entries.
@@ -449,16 +462,21 @@ func (s *Set) AuthFunc(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, unauthenticated("missing bearer token: send \"authorization: Bearer <token>\"")
 	}
-	p, ok := s.Lookup(token)
-	if !ok {
+	d := sha256.Sum256([]byte(token))
+	p, ok := s.lookup(d)
+	if token == "" || !ok {
 		return nil, unauthenticated("unknown bearer token")
 	}
 	if p.LoopbackOnly && !fromThisMachine(ctx) {
 		return nil, errNotLocal
 	}
 	record(ctx, p)
-	return NewContext(ctx, p), nil
+	return context.WithValue(NewContext(ctx, p), digestKey{}, d), nil
 }
+
+// digestKey is the context key of the SHA-256 of the token a call
+// authenticated with, by which a reload finds the call's new principal.
+type digestKey struct{}
 
 // Exempt reports whether a method needs no token: the health and
 // reflection services, which load balancers and grpcurl call without one.
@@ -478,9 +496,16 @@ func (s *Set) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 }
 
 // StreamServerInterceptor authenticates every streaming call except the
-// exempt ones and puts the principal in the stream's context.
+// exempt ones and puts the principal in the stream's context. The stream
+// then runs as long as its credential lets it: Replace ends it when its
+// token is gone or its new principal may no longer hold it (HoldWhile).
 func (s *Set) StreamServerInterceptor() grpc.StreamServerInterceptor {
-	return selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(s.AuthFunc), needsAuth)
+	authn := selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(s.AuthFunc), needsAuth)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return authn(srv, ss, info, func(srv any, ss grpc.ServerStream) error {
+			return s.holdStream(srv, ss, handler)
+		})
+	}
 }
 
 // The authorization predicates: every handler enforces these rules, and the

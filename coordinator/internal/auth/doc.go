@@ -39,6 +39,18 @@
 // swaps the principals at once, keeping the old ones if the new file is
 // invalid.
 //
+// # Streams and reloads
+//
+// A stream outlives the call that authenticated it, so the stream
+// interceptor holds every authenticated stream in its Set for as long as
+// it runs. When the principals are replaced, a stream whose token the new
+// set lacks ends UNAUTHENTICATED, and one whose new principal fails the
+// stream's rule ends with the rule's refusal: the handler states the rule
+// with HoldWhile (may this principal still use this renderer id, see this
+// team, ...); a stream without one ends when its principal lost a role it
+// had. The handler sees its context done, and the stream's status is the
+// reload's whatever the handler returns.
+//
 // # Renderer identity
 //
 // A renderer names itself with a renderer id on every call, and the id is

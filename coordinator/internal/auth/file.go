@@ -38,8 +38,9 @@ func OpenFile(path string, log *slog.Logger) (*File, error) {
 func (f *File) Set() *Set { return f.set }
 
 // Reload reads the file again. If it is readable and valid, the Set's
-// principals become the file's at once and Reload logs how many there
-// are; otherwise the Set keeps the principals it had, and Reload logs and
+// principals become the file's at once, the streams whose credential is
+// gone or no longer suffices end (see Set.Replace), and Reload logs how
+// many principals there are and how many streams ended; otherwise the Set keeps the principals it had, and Reload logs and
 // returns why. The coordinator calls it on SIGHUP.
 func (f *File) Reload() error {
 	f.mu.Lock()
@@ -49,8 +50,8 @@ func (f *File) Reload() error {
 		f.log.Error("reloading the principals file failed; the principals loaded before stay in force", "path", f.path, "err", err)
 		return err
 	}
-	f.set.Replace(s)
-	f.log.Info("principals file reloaded", "path", f.path, "principals", s.Len())
+	ended := f.set.Replace(s)
+	f.log.Info("principals file reloaded", "path", f.path, "principals", s.Len(), "streams_ended", ended)
 	return nil
 }
 

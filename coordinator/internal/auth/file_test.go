@@ -242,7 +242,8 @@ func TestReload(t *testing.T) {
 
 // TestInTapHandle checks the transport tap: a call without a known token
 // is refused UNAUTHENTICATED from its headers, and the refusal reported;
-// a known token and the exempt services pass.
+// a known token and the exempt services pass, and a known token is
+// reported as authenticated whatever the method.
 func TestInTapHandle(t *testing.T) {
 	t.Parallel()
 	type refusal struct {
@@ -250,9 +251,10 @@ func TestInTapHandle(t *testing.T) {
 		code   codes.Code
 	}
 	var refusals []refusal
+	var authenticated int
 	handle := DevPrincipals().InTapHandle(func(_ context.Context, method string, err error) {
 		refusals = append(refusals, refusal{method, status.Code(err)})
-	})
+	}, func(context.Context) { authenticated++ })
 	call := func(method, authz string) error {
 		md := metadata.MD{}
 		if authz != "" {
@@ -265,17 +267,23 @@ func TestInTapHandle(t *testing.T) {
 	for _, tc := range []struct {
 		name, method, authz string
 		want                codes.Code
+		authenticated       bool
 	}{
-		{"A known token passes", submit, "Bearer dev-alpha", codes.OK},
-		{"A missing token is refused", submit, "", codes.Unauthenticated},
-		{"An unknown token is refused", submit, "Bearer nope", codes.Unauthenticated},
-		{"Another scheme is refused", submit, "Basic dev-alpha", codes.Unauthenticated},
-		{"Health needs no token", "/grpc.health.v1.Health/Check", "", codes.OK},
-		{"Reflection needs no token", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "", codes.OK},
+		{"A known token passes", submit, "Bearer dev-alpha", codes.OK, true},
+		{"A missing token is refused", submit, "", codes.Unauthenticated, false},
+		{"An unknown token is refused", submit, "Bearer nope", codes.Unauthenticated, false},
+		{"Another scheme is refused", submit, "Basic dev-alpha", codes.Unauthenticated, false},
+		{"Health needs no token", "/grpc.health.v1.Health/Check", "", codes.OK, false},
+		{"Health with a known token authenticates", "/grpc.health.v1.Health/Watch", "Bearer dev-alpha", codes.OK, true},
+		{"Health with an unknown token passes unauthenticated", "/grpc.health.v1.Health/Watch", "Bearer nope", codes.OK, false},
+		{"Reflection needs no token", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "", codes.OK, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			refusals = nil
+			refusals, authenticated = nil, 0
 			err := call(tc.method, tc.authz)
+			if got := authenticated == 1; got != tc.authenticated {
+				t.Errorf("reported authenticated %d times, want %v", authenticated, tc.authenticated)
+			}
 			if got := status.Code(err); got != tc.want {
 				t.Fatalf("code = %v, want %v", got, tc.want)
 			}

@@ -17,14 +17,22 @@ import (
 // principal in the context. Exempt methods (health, reflection) pass.
 //
 // refused, when not nil, is told of each refusal, with the method and the
-// UNAUTHENTICATED error the caller gets; gRPC runs the tap on the
-// connection's reading goroutine, so refused must not block.
-func (s *Set) InTapHandle(refused func(ctx context.Context, fullMethod string, err error)) tap.ServerInHandle {
+// UNAUTHENTICATED error the caller gets. authenticated, when not nil, is
+// told of each call whose headers carry a token AuthFunc accepts, exempt
+// methods included (clients send their token on health checks too), with
+// the call's context, which names its peer: the coordinator closes a
+// connection that never makes one. gRPC runs the tap on the connection's
+// reading goroutine, so neither may block.
+func (s *Set) InTapHandle(refused func(ctx context.Context, fullMethod string, err error), authenticated func(ctx context.Context)) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if Exempt(info.FullMethodName) {
-			return ctx, nil
-		}
-		if _, err := s.AuthFunc(metadata.NewIncomingContext(ctx, info.Header)); err != nil {
+		_, err := s.AuthFunc(metadata.NewIncomingContext(ctx, info.Header))
+		switch {
+		case err == nil:
+			if authenticated != nil {
+				authenticated(ctx)
+			}
+		case Exempt(info.FullMethodName):
+		default:
 			if refused != nil {
 				refused(ctx, info.FullMethodName, err)
 			}

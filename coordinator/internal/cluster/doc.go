@@ -10,7 +10,13 @@
 // raft's leadership ends; the leader's work runs on a goroutine of its own
 // per leadership, off raft's notification channel. Reads are linearizable
 // through VerifyLeader, or stale on request. A node that cannot store or
-// apply the log stops (failStopLog, FSM.Fatal); Recover is the way out of
-// a lost quorum. Raft's errors become the engine's commit outcomes in
+// apply the log stops (failStopLog, FSM.Fatal); an entry it cannot apply
+// is recorded, so that it refuses to start until a release can apply it
+// or the operator allows the skip; Recover is the way out of a lost
+// quorum. The raft port (transport.go, inbound.go) speaks mutual TLS under
+// a peer CA, or plaintext on loopback only: it proves who a connection is
+// (within bounds of count, source address and time) before raft reads
+// from it, and passes an RPC only when it claims the member its
+// certificate names. Raft's errors become the engine's commit outcomes in
 // errors.go alone.
 package cluster

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -12,12 +14,48 @@ import (
 )
 
 // Entry kinds: the first byte of every command entry this code proposes.
-// A kind this code does not know is an entry from a newer release: the
-// node stops rather than skip it.
+// A kind this code does not know is an entry from a newer release (or
+// one no release wrote): the node stops rather than skip it, unless an
+// operator allowed that entry to be skipped (store.AllowSkip).
 const (
 	// entryWriteSet is one writer group's write set (storagev1.WriteSet).
 	entryWriteSet byte = 1
 )
+
+// errEntryKind is an entry whose kind this release does not know.
+var errEntryKind = errors.New("an entry of a kind this release does not know")
+
+// UnappliableError is a committed entry this node cannot apply: of a kind
+// this release does not know, or a malformed write set. Every node that
+// reaches it stops there (FSM.Fatal), having recorded it in its store
+// (store.Halt), and refuses to start again (FSM.CheckHalt) until a
+// release that can apply it runs, or the operator allows the entry to be
+// skipped on every node (coordinator cluster recover --skip-entry).
+type UnappliableError struct {
+	Index, Term uint64
+	Err         error
+}
+
+func (e *UnappliableError) Error() string {
+	fix := "if every node stopped at it, skip it on each (stopped): coordinator cluster recover --data-dir DIR --skip-entry " +
+		strconv.FormatUint(e.Index, 10) + ", then start them (see the cluster-operations runbook)"
+	if errors.Is(e.Err, errEntryKind) {
+		fix = "if the cluster runs a newer release, upgrade this node; otherwise " + fix
+	}
+	return fmt.Sprintf("replicated entry %d (term %d) cannot be applied by this node: %v; it stops there; %s", e.Index, e.Term, e.Err, fix)
+}
+
+// Unwrap returns why the entry cannot be applied.
+func (e *UnappliableError) Unwrap() error { return e.Err }
+
+// decodeEntry returns the write set an entry's data carries, or why it
+// carries none this release can apply.
+func decodeEntry(data []byte) ([]byte, error) {
+	if len(data) == 0 || data[0] != entryWriteSet {
+		return nil, fmt.Errorf("%w (%x)", errEntryKind, data[:min(len(data), 1)])
+	}
+	return data[1:], nil
+}
 
 // FSM is the raft state machine over the coordinator's store (raft.FSM and
 // raft.BatchingFSM): it applies every committed write set into the store's
@@ -43,9 +81,13 @@ type FSM struct {
 	// metrics time ApplyBatch; StartNode sets them before raft runs.
 	metrics *Metrics
 	// Fatal is called with an entry that cannot be applied (on the FSM
-	// goroutine) or a write the raft log refused (on raft's), and must not
-	// return: it stops the process. Nil panics.
+	// goroutine; an *UnappliableError when the entry itself is at fault)
+	// or a write the raft log refused (on raft's), and must not return: it
+	// stops the process. Nil panics.
 	Fatal func(error)
+	// Skipped, when set, is told of an entry applied as nothing because
+	// the operator allowed it to be skipped, on the FSM goroutine.
+	Skipped func(index uint64, why error)
 }
 
 // fatal stops the node on an entry it cannot apply or store.
@@ -113,39 +155,102 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // ApplyBatch implements raft.BatchingFSM: every write set of logs in one
 // store transaction. Each response is nil, or store.ErrStaleBase for a
-// write set evaluated on another base (it changed nothing).
+// write set evaluated on another base (it changed nothing). An entry that
+// cannot be applied stops the node there, the entries before it applied
+// (unappliable), unless it may be skipped.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	res := make([]any, len(logs))
-	entries := make([]store.Entry, 0, len(logs))
-	at := make([]int, 0, len(logs))
+	var pending []int // indexes in logs of write sets not yet applied
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		if len(l.Data) == 0 || l.Data[0] != entryWriteSet {
-			f.fatal(fmt.Errorf("replica: entry %d is of a kind this release does not know (%x); upgrade this node", l.Index, l.Data[:min(len(l.Data), 1)]))
+		if _, err := decodeEntry(l.Data); err != nil {
+			f.applyWriteSets(logs, pending, res)
+			pending = pending[:0]
+			f.unappliable(l, err)
+			continue
 		}
-		entries = append(entries, store.Entry{Index: l.Index, WriteSet: l.Data[1:]})
-		at = append(at, i)
+		pending = append(pending, i)
 	}
-	if len(entries) == 0 {
-		return res
-	}
-	start := time.Now()
-	defer func() { f.metrics.observeApply(time.Since(start)) }()
-	out, err := f.st.ApplyWriteSets(entries)
-	if err != nil {
-		f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", entries[0].Index, entries[len(entries)-1].Index, err))
-	}
-	for j, e := range out {
-		if e != nil {
-			res[at[j]] = e
-		}
-	}
-	if err := f.load(); err != nil {
-		f.fatal(fmt.Errorf("replica: %w", err))
-	}
+	f.applyWriteSets(logs, pending, res)
 	return res
+}
+
+// applyWriteSets applies the write sets of logs[i] for each i of pending,
+// in order, and sets their responses in res. A malformed one is
+// unappliable; the ones after it are applied once it was skipped.
+func (f *FSM) applyWriteSets(logs []*raft.Log, pending []int, res []any) {
+	for len(pending) > 0 {
+		entries := make([]store.Entry, len(pending))
+		for j, i := range pending {
+			entries[j] = store.Entry{Index: logs[i].Index, WriteSet: logs[i].Data[1:]}
+		}
+		start := time.Now()
+		out, err := f.st.ApplyWriteSets(entries)
+		f.metrics.observeApply(time.Since(start))
+		var bad *store.EntryError
+		if err != nil && !errors.As(err, &bad) {
+			f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", entries[0].Index, entries[len(entries)-1].Index, err))
+		}
+		for j, e := range out {
+			if e != nil {
+				res[pending[j]] = e
+			}
+		}
+		if err := f.load(); err != nil {
+			f.fatal(fmt.Errorf("replica: %w", err))
+		}
+		if bad == nil {
+			return
+		}
+		at := slices.IndexFunc(entries, func(e store.Entry) bool { return e.Index == bad.Index })
+		f.unappliable(logs[pending[at]], bad.Err)
+		pending = pending[at+1:]
+	}
+}
+
+// unappliable handles l, an entry this release cannot apply: applied as
+// nothing when the operator allowed it to be skipped, else recorded in the
+// store and the node stopped (Fatal) with an *UnappliableError naming it.
+func (f *FSM) unappliable(l *raft.Log, why error) {
+	skipped, err := f.st.SkipEntry(l.Index)
+	if err != nil {
+		f.fatal(fmt.Errorf("replica: skipping entry %d: %w", l.Index, err))
+	}
+	if skipped {
+		if err := f.load(); err != nil {
+			f.fatal(fmt.Errorf("replica: %w", err))
+		}
+		if f.Skipped != nil {
+			f.Skipped(l.Index, why)
+		}
+		return
+	}
+	uerr := &UnappliableError{Index: l.Index, Term: l.Term, Err: why}
+	if err := f.st.Halt(store.HaltedEntry{Index: l.Index, Term: l.Term, Data: l.Data}); err != nil {
+		f.fatal(errors.Join(uerr, fmt.Errorf("recording it in the store: %w", err)))
+	}
+	f.fatal(uerr)
+}
+
+// CheckHalt refuses to start a node that stopped at an entry it could not
+// apply (an *UnappliableError naming it) unless this release can apply it
+// now, or the operator allowed it to be skipped; either forgets the halt,
+// and raft then gives the entry to the FSM again.
+func (f *FSM) CheckHalt() error {
+	h, ok, err := f.st.Halted()
+	if err != nil || !ok {
+		return err
+	}
+	ws, err := decodeEntry(h.Data)
+	if err == nil {
+		err = f.st.CheckWriteSet(h.Index, ws)
+	}
+	if err != nil {
+		return &UnappliableError{Index: h.Index, Term: h.Term, Err: err}
+	}
+	return f.st.ClearHalt()
 }
 
 // Snapshot implements raft.FSM: a read transaction of the whole store,

@@ -5,37 +5,49 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
 
-// hclogOf adapts l for raft, which logs through hclog: every line raft
-// writes becomes one record of l, at raft's level.
+// hclogOf adapts l for raft and raft-wal, which log through hclog: every
+// line they write becomes one record of l at its own level (an error at
+// ERROR, a warning at WARN), its message the line without the level:
+// "raft: failed to make requestVote RPC: target=...". hclog writes no
+// time, so that each line begins with its level.
 func hclogOf(l *slog.Logger) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
-		Name:       "raft",
-		Level:      hclog.Info,
-		Output:     &slogWriter{l: l},
-		JSONFormat: false,
-		TimeFn:     func() time.Time { return time.Time{} },
+		Name:        "raft",
+		Level:       hclog.Info,
+		Output:      &slogWriter{l: l},
+		DisableTime: true,
 	})
 }
 
 // slogWriter turns hclog's text lines into slog records.
 type slogWriter struct{ l *slog.Logger }
 
+// hclogLevels are the level prefixes of hclog's lines and slog's levels.
+var hclogLevels = []struct {
+	prefix string
+	level  slog.Level
+}{
+	{"[ERROR]", slog.LevelError},
+	{"[WARN]", slog.LevelWarn},
+	{"[INFO]", slog.LevelInfo},
+	{"[DEBUG]", slog.LevelDebug},
+	{"[TRACE]", slog.LevelDebug},
+}
+
+// Write implements io.Writer: one record a line.
 func (w *slogWriter) Write(p []byte) (int, error) {
 	for line := range bytes.SplitSeq(bytes.TrimRight(p, "\n"), []byte("\n")) {
 		msg := strings.TrimSpace(string(line))
 		level := slog.LevelInfo
-		switch {
-		case strings.HasPrefix(msg, "[ERROR]"):
-			level = slog.LevelError
-		case strings.HasPrefix(msg, "[WARN]"):
-			level = slog.LevelWarn
-		case strings.HasPrefix(msg, "[DEBUG]"), strings.HasPrefix(msg, "[TRACE]"):
-			level = slog.LevelDebug
+		for _, l := range hclogLevels {
+			if rest, ok := strings.CutPrefix(msg, l.prefix); ok {
+				msg, level = strings.TrimSpace(rest), l.level
+				break
+			}
 		}
 		w.l.Log(context.Background(), level, msg)
 	}

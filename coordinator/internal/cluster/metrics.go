@@ -18,6 +18,8 @@ type Metrics struct {
 	apply  prometheus.Histogram
 	// stuck counts the step-downs of a leader that could not commit.
 	stuck prometheus.Counter
+	// refused counts the raft listener's refusals by cause.
+	refused *prometheus.CounterVec
 	// node is the node the gauges read, once StartNode has set it.
 	node atomic.Pointer[Node]
 
@@ -45,6 +47,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		muted: prometheus.NewDesc("leasehold_raft_muted",
 			"1 while this node sends nothing to its peers because, leading, it could not commit; else 0.", nil, nil),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_raft_connections_refused_total",
+			Help: "Connections to the raft port closed, and RPCs on it refused, by cause: total and per_address (too many connections proving " +
+				"themselves, in all or from one address), handshake (no proof within 5 s: no TLS handshake, or no first byte), not_a_member " +
+				"(a certificate naming no member, an RPC claiming another member or address), established (too many proven connections).",
+		}, []string{"cause"}),
 		leader: prometheus.NewDesc("leasehold_raft_leader",
 			"1 while this node is the raft leader (the writer runs here), else 0.", nil, nil),
 		term: prometheus.NewDesc("leasehold_raft_term", "This node's current raft term.", nil, nil),
@@ -60,7 +68,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		contact: prometheus.NewDesc("leasehold_raft_follower_last_contact_seconds",
 			"On the leader: seconds since a follower last answered it (since it began to lead, for one that has not).", []string{"follower"}, nil),
 	}
-	reg.MustRegister(m.commit, m.apply, m.stuck, m)
+	for _, c := range []string{causeTotal, causePerAddress, causeHandshake, causeNotAMember, causeEstablished} {
+		m.refused.WithLabelValues(c)
+	}
+	reg.MustRegister(m.commit, m.apply, m.refused, m.stuck, m)
 	return m
 }
 
@@ -83,6 +94,13 @@ func (m *Metrics) observeStuck() {
 func (m *Metrics) observeApply(d time.Duration) {
 	if m != nil {
 		m.apply.Observe(d.Seconds())
+	}
+}
+
+// refusedConn counts a refusal of the raft listener; m may be nil.
+func (m *Metrics) refusedConn(cause string) {
+	if m != nil {
+		m.refused.WithLabelValues(cause).Inc()
 	}
 }
 

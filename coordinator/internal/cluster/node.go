@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	walfs "github.com/hashicorp/raft-wal/fs"
@@ -50,7 +51,15 @@ type NodeConfig struct {
 	Dir string
 	// TLS, when set, is mutual TLS between peers: it must hold this node's
 	// certificate and verify peers' against the cluster CA both ways.
+	// Without it raft is plaintext, and its listener, advertised address
+	// and peers must be on loopback (CheckPlaintext) unless
+	// InsecurePlaintext is set.
 	TLS *tls.Config
+	// InsecurePlaintext lets raft without TLS listen and dial off
+	// loopback, for a network that encrypts and authenticates by itself:
+	// whoever reaches the raft port can then write into the cluster's log.
+	// Every start logs a warning.
+	InsecurePlaintext bool
 	// Transport replaces the network transport (tests: raft's in-memory
 	// transport); Listen, Advertise and TLS are then unused.
 	Transport raft.Transport
@@ -140,6 +149,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout
 	rc.SnapshotThreshold, rc.TrailingLogs = cfg.SnapshotThreshold, cfg.TrailingLogs
 	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = maxAppendEntries
 	// The FSM's store records what it applied, in the same transaction as
 	// the writes: restoring the last snapshot at start-up would only throw
 	// that away.
@@ -183,21 +193,17 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		return nil, err
 	}
 	n.trans = cfg.Transport
-	var stream *streamLayer
+	var peers *peerTransport
 	if n.trans == nil {
 		advertise := cmp.Or(cfg.Advertise, cfg.Peers[self].RaftAddr)
-		sl, err := listen(cfg.Listen, advertise, cfg.TLS)
+		pt, err := n.listen(advertise, hl.Named("net"))
 		if err != nil {
 			n.closeStores()
 			return nil, err
 		}
-		sl.setMembers(func() []raft.ServerAddress { return peerAddrs(cfg.Peers) })
-		stream = sl
-		nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: sl, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl.Named("net"),
-		})
-		n.trans = nt
-		n.closers = append(n.closers, nt)
+		peers = pt
+		n.trans = pt
+		n.closers = append(n.closers, pt)
 	}
 	n.raw = n.trans
 	n.trans = observe(n.trans, n.progress, &n.muted)
@@ -211,10 +217,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		n.log.Info("raft: no state yet; waiting for the cluster's leader to add this node")
 	}
 	if !existing && !cfg.Join {
-		var servers []raft.Server
-		for _, p := range cfg.Peers {
-			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-		}
+		servers := peerServers(cfg.Peers)
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("bootstrapping: %w", err)
@@ -231,13 +234,13 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	n.Raft = r
-	if stream != nil {
-		stream.setMembers(func() []raft.ServerAddress {
-			addrs := peerAddrs(cfg.Peers)
-			for _, s := range r.GetConfiguration().Configuration().Servers {
-				addrs = append(addrs, s.Address)
+	if peers != nil {
+		peers.setMembers(func() []raft.Server {
+			servers := peerServers(cfg.Peers)
+			if f := r.GetConfiguration(); f.Error() == nil {
+				servers = append(servers, f.Configuration().Servers...)
 			}
-			return addrs
+			return servers
 		})
 	}
 	n.watchLeaders()
@@ -245,6 +248,30 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		cfg.Metrics.node.Store(n)
 	}
 	return n, nil
+}
+
+// listen opens the raft listener as cfg says, refusing plaintext off
+// loopback without the opt-out, and says on which address it listens and
+// how the traffic is protected.
+func (n *Node) listen(advertise string, logger hclog.Logger) (*peerTransport, error) {
+	cfg := n.cfg
+	if cfg.TLS == nil && !cfg.InsecurePlaintext {
+		if err := CheckPlaintext(cfg.Listen, cfg.Advertise, cfg.Peers); err != nil {
+			return nil, err
+		}
+	}
+	t, err := newPeerTransport(transportConfig{Listen: cfg.Listen, Advertise: advertise, TLS: cfg.TLS, AnyHost: cfg.InsecurePlaintext,
+		Members: func() []raft.Server { return peerServers(cfg.Peers) }, Logger: logger, Log: n.log, Metrics: cfg.Metrics})
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("raft listening", "addr", t.lis.Addr().String(), "advertise", t.advertise.String(), "protection", t.protection())
+	if cfg.TLS == nil && cfg.InsecurePlaintext {
+		n.log.Warn("raft runs without TLS off loopback (--"+InsecurePlaintextFlag+"): whoever reaches "+
+			"the raft port can vote, take leadership and write into the cluster's log; the network must encrypt "+
+			"and authenticate every peer by itself", "addr", t.lis.Addr().String())
+	}
+	return t, nil
 }
 
 // Shutdown stops raft and closes the log, the snapshots and the

@@ -48,11 +48,12 @@ func ParsePeers(s string) ([]Peer, error) {
 	return peers, nil
 }
 
-// peerAddrs returns the raft addresses of peers.
-func peerAddrs(peers []Peer) []raft.ServerAddress {
-	addrs := make([]raft.ServerAddress, len(peers))
+// peerServers returns peers as raft's servers: their ids and raft
+// addresses.
+func peerServers(peers []Peer) []raft.Server {
+	servers := make([]raft.Server, len(peers))
 	for i, p := range peers {
-		addrs[i] = raft.ServerAddress(p.RaftAddr)
+		servers[i] = raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)}
 	}
-	return addrs
+	return servers
 }

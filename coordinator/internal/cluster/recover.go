@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
@@ -26,9 +27,13 @@ type RecoverResult struct {
 // store (committed or not: a node cannot tell), a snapshot of the store
 // is taken under the new configuration, and the log is emptied.
 //
+// An entry the store cannot apply (UnappliableError) ends the recovery
+// before anything of the raft state is rewritten, with an error naming it,
+// unless skip lists its index: it is then applied as nothing.
+//
 // The caller holds fsm's store open, which is what tells it that no node
 // runs on the directory.
-func Recover(dir, id string, peers []Peer, fsm *FSM) (RecoverResult, error) {
+func Recover(dir, id string, peers []Peer, fsm *FSM, skip []uint64) (RecoverResult, error) {
 	if _, err := os.Stat(filepath.Join(dir, "wal")); err != nil {
 		return RecoverResult{}, fmt.Errorf("no raft log in %s: %w", dir, err)
 	}
@@ -47,11 +52,12 @@ func Recover(dir, id string, peers []Peer, fsm *FSM) (RecoverResult, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
 	rc.Logger = quiet
-	var conf raft.Configuration
-	for _, p := range peers {
-		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-	}
-	if err := raft.RecoverCluster(rc, recoverFSM{fsm}, w, w, snaps, trans, conf); err != nil {
+	conf := raft.Configuration{Servers: peerServers(peers)}
+	rf := &recoverFSM{FSM: fsm, skip: skip}
+	if err := raft.RecoverCluster(rc, rf, w, w, snaps, trans, conf); err != nil {
+		if rf.failed != nil {
+			return RecoverResult{}, fmt.Errorf("recovering the cluster: %w", rf.failed)
+		}
 		return RecoverResult{}, fmt.Errorf("recovering the cluster: %w", err)
 	}
 	list, err := snaps.List()
@@ -61,13 +67,52 @@ func Recover(dir, id string, peers []Peer, fsm *FSM) (RecoverResult, error) {
 	return RecoverResult{LastIndex: list[0].Index, LastTerm: list[0].Term, Voters: len(peers)}, nil
 }
 
-// recoverFSM is the FSM as RecoverCluster is given it: RecoverCluster
+// recoverFSM is the FSM as RecoverCluster is given it. An entry it cannot
+// apply and may not skip fails the recovery rather than stop the process:
+// it and every entry after it are left alone, and Snapshot then fails, so
+// that RecoverCluster rewrites none of the raft state. RecoverCluster
 // persists the snapshot it takes but never releases it, and the store
 // cannot close while the snapshot's read transaction lives.
-type recoverFSM struct{ *FSM }
+type recoverFSM struct {
+	*FSM
+	// skip are the entries that may be applied as nothing. They are not
+	// read from the store: RecoverCluster first restores the latest
+	// snapshot, which replaces the store's file.
+	skip []uint64
+	// failed is the first entry that could not be applied.
+	failed *UnappliableError
+}
 
-// Snapshot implements raft.FSM: a snapshot released once persisted.
-func (f recoverFSM) Snapshot() (raft.FSMSnapshot, error) {
+// Apply implements raft.FSM.
+func (f *recoverFSM) Apply(l *raft.Log) any {
+	if f.failed != nil {
+		return nil
+	}
+	ws, err := decodeEntry(l.Data)
+	if err == nil {
+		err = f.st.CheckWriteSet(l.Index, ws)
+	}
+	switch {
+	case err == nil:
+		return f.FSM.Apply(l)
+	case slices.Contains(f.skip, l.Index):
+		// Applied as nothing: only its index is recorded.
+		if err := f.st.AllowSkip(l.Index); err != nil {
+			f.failed = &UnappliableError{Index: l.Index, Term: l.Term, Err: err}
+			return nil
+		}
+		return f.FSM.Apply(l)
+	}
+	f.failed = &UnappliableError{Index: l.Index, Term: l.Term, Err: err}
+	return nil
+}
+
+// Snapshot implements raft.FSM: a snapshot released once persisted, or
+// the entry that could not be applied.
+func (f *recoverFSM) Snapshot() (raft.FSMSnapshot, error) {
+	if f.failed != nil {
+		return nil, f.failed
+	}
 	sn, err := f.FSM.Snapshot()
 	if err != nil {
 		return nil, err

@@ -16,6 +16,36 @@ import (
 // sent to every follower and kept in every log.
 const MaxGroupBytes = 4 << 20
 
+// MaxEntryBytes bounds the raft entry a writer group makes from requests:
+// what it gathers (MaxGroupBytes, checked as commands arrive, so one
+// command past it) and its largest command (CommandBytes). A coordinator
+// whose limits would let a request make a larger entry refuses to start
+// (CheckEntryBound). With maxAppendEntries to a message, an AppendEntries
+// carries at most 384 MiB, and under a steady load a few MiB.
+const MaxEntryBytes = 48 << 20
+
+// maxAppendEntries is how many entries one AppendEntries carries
+// (raft.Config.MaxAppendEntries; raft's default of 64 entries of
+// MaxEntryBytes would make a message of 3 GiB).
+const maxAppendEntries = 8
+
+// CheckEntryBound refuses limits under which one request could make an
+// entry over MaxEntryBytes: recvBytes is the largest gRPC message the
+// coordinator receives, artifactBytes the largest preview.
+func CheckEntryBound(recvBytes, artifactBytes int64) error {
+	if n := MaxGroupBytes + CommandBytes(recvBytes, artifactBytes); n > MaxEntryBytes {
+		return fmt.Errorf("in a cluster each writer group is one raft entry, at most %d MiB: the largest request (%d MiB) or preview (%d MiB) "+
+			"would make one of up to %d MiB; lower the batch limits or the largest preview", MaxEntryBytes>>20, recvBytes>>20, artifactBytes>>20, n>>20)
+	}
+	return nil
+}
+
+// CommandBytes bounds the entry bytes of one command: its request, which
+// gRPC bounds at recvBytes (a batch, a renderer's session message), or a
+// preview uploaded whole, of at most artifactBytes, and the records the
+// writer derives from it, which carry its bytes about once more.
+func CommandBytes(recvBytes, artifactBytes int64) int64 { return 2 * max(recvBytes, artifactBytes) }
+
 // Config configures a Replica.
 type Config struct {
 	// Node is this node's raft: its id, listener, peers, directory and
@@ -30,8 +60,10 @@ type Config struct {
 	// Registerer, when set, receives the replica's metrics.
 	Registerer prometheus.Registerer
 	// Failed is called, and must not return, when this node cannot store
-	// or apply the replicated log (a full disk, an entry of a newer
-	// release): it stops the process, and the other nodes go on.
+	// or apply the replicated log (a full disk; an entry it cannot apply,
+	// an *UnappliableError): it stops the process, and the other nodes go
+	// on. Start refuses a node that stopped at an entry it still cannot
+	// apply (FSM.CheckHalt).
 	Failed func(error)
 	// Logger receives the replica's own lines (leadership); raft's go to
 	// Node.Logger.
@@ -81,14 +113,22 @@ func Start(st *store.Store, cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := fsm.CheckHalt(); err != nil {
+		return nil, err
+	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	fsm.Fatal = cfg.Failed
+	fsm.Skipped = func(index uint64, why error) {
+		log.Warn("applied a replicated entry as nothing, as the operator allowed (coordinator cluster recover --skip-entry)",
+			"index", index, "why", why)
+	}
 	node, err := StartNode(nc, fsm)
 	if err != nil {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	r := &Replica{
 		node: node, fsm: fsm, committer: NewCommitter(node, fsm, 0),
-		log:       cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		log:       log,
 		advertise: cmp.Or(cfg.GRPCAdvertise, selfGRPC(nc), cfg.GRPCListen),
 		live:      max(3*nc.HeartbeatTimeout, time.Second),
 	}

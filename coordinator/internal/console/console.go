@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,7 +52,7 @@ type Config struct {
 	// Principals are the bearer tokens sign-in accepts.
 	Principals *auth.Set
 	// Hosts are the names, besides localhost and the listener's own
-	// address, that the console answers to (see Console.checkHost): a host
+	// address, that the console answers to (see package hostcheck): a host
 	// name or address, with a port or without one.
 	Hosts []string
 	// Secure says the console is served over TLS: the session cookie is
@@ -74,10 +75,12 @@ type Console struct {
 	svc      clients
 	log      *slog.Logger
 	pages    *templates
-	hosts    []hostName
+	hosts    *hostcheck.Guard
 	sessions *sessions
-	throttle *throttle
-	handler  http.Handler
+	// byAddr and byToken count failed sign-ins per remote address and per
+	// presented token.
+	byAddr, byToken *throttle
+	handler         http.Handler
 }
 
 // New returns the console over cfg.Conn.
@@ -85,7 +88,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Conn == nil || cfg.Principals == nil {
 		return nil, errors.New("console: Config.Conn and Config.Principals are required")
 	}
-	hosts, err := parseHosts(cfg.Hosts)
+	hosts, err := hostcheck.New(cfg.Hosts, "console", cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +109,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{cfg: cfg, svc: newClients(cfg.Conn), log: cfg.Logger, pages: pages, hosts: hosts,
-		sessions: newSessions(cfg.SessionTTL, cfg.IdleTimeout, cfg.Now), throttle: newThrottle(cfg.Now)}
+		sessions: newSessions(cfg.SessionTTL, cfg.IdleTimeout, cfg.Now), byAddr: newThrottle(cfg.Now), byToken: newThrottle(cfg.Now)}
 	c.handler = c.routes()
 	return c, nil
 }
@@ -150,7 +153,7 @@ func (c *Console) routes() http.Handler {
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		c.render(w, r, http.StatusForbidden, "error", nil, errorView{Title: "Refused", Message: "The request came from another site."})
 	}))
-	return c.hostGuard(securityHeaders(cop.Handler(mux)))
+	return c.hosts.Handler(securityHeaders(cop.Handler(mux)))
 }
 
 // securityHeaders sets the headers every console response carries: no
@@ -386,7 +389,7 @@ func (c *Console) cookieName(r *http.Request) string {
 		name = "__Host-" + name
 	}
 	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		if port := portOf(local); port != "" {
+		if port := hostcheck.Port(local); port != "" {
 			name += "-" + port
 		}
 	}
@@ -424,19 +427,16 @@ type signInView struct {
 // id must not stay valid after its cookie is replaced, under whatever
 // principal it was.
 //
-// Failed sign-ins are counted per remote address: past MaxFailedSignIns
-// in SignInWindow the address is refused (429) without the token being
-// looked at, until the window has passed. A development token
-// (LoopbackOnly) signs in only from a browser on this machine.
+// Failed sign-ins are counted per remote address and per presented token
+// (its SHA-256): past MaxFailedSignIns in SignInWindow, a wrong token from
+// that address, or that wrong token from any address, is refused 429
+// until the window has passed. A right token signs in whatever others
+// failed from its address (a proxy's, or this machine's, which every local
+// process shares): the throttle keeps wrong tokens' refusals cheap and
+// quiet, and a token's length (at least 16 bytes) is what makes guessing
+// one hopeless. A development token (LoopbackOnly) signs in only from a
+// browser on this machine, and counts as a failure from elsewhere.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
-	addr := remoteIP(r)
-	if left, blocked := c.throttle.blocked(addr); blocked {
-		c.log.Info("console: refused a sign-in from an address with too many failures", "remote", r.RemoteAddr)
-		w.Header().Set("Retry-After", fmt.Sprint(int(left.Round(time.Second).Seconds())))
-		c.render(w, r, http.StatusTooManyRequests, "signin", nil, signInView{Next: safeNext(r.URL.Query().Get("next")),
-			Error: fmt.Sprintf("Too many failed sign-ins from this address; try again in %s.", roundDuration(left))})
-		return
-	}
 	if err := r.ParseForm(); err != nil {
 		c.render(w, r, http.StatusBadRequest, "signin", nil, signInView{Error: "The form could not be read."})
 		return
@@ -444,17 +444,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostFormValue("next"))
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	p, ok := c.cfg.Principals.Lookup(token)
-	if ok && p.LoopbackOnly && !auth.LocalHostPort(r.RemoteAddr) {
-		c.throttle.fail(addr)
-		c.log.Info("console: refused a development token from another machine", "principal", p.Name, "remote", r.RemoteAddr)
-		c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next,
-			Error: "That is a public development token: it signs in only from a browser on the coordinator's machine."})
-		return
-	}
-	if !ok {
-		c.throttle.fail(addr)
-		c.log.Info("console: sign-in with an unknown token", "remote", r.RemoteAddr)
-		c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next, Error: "Unknown token."})
+	notHere := ok && p.LoopbackOnly && !auth.LocalHostPort(r.RemoteAddr)
+	if !ok || notHere {
+		c.signInFailed(w, r, token, next, p, notHere)
 		return
 	}
 	if old := c.sessions.get(r, c.cookieName(r), false); old != nil {
@@ -464,6 +456,33 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	c.setCookie(w, r, sess)
 	c.log.Info("console: signed in", "principal", p.Name)
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// signInFailed answers a sign-in with an unknown token, or with a
+// development token from another machine (notHere, p its principal):
+// 429 while the address or the token has used up its failures, else 401;
+// the failure is counted under both.
+func (c *Console) signInFailed(w http.ResponseWriter, r *http.Request, token, next string, p auth.Principal, notHere bool) {
+	addr, key := remoteIP(r), tokenKey(token)
+	leftAddr, addrBlocked := c.byAddr.blocked(addr)
+	leftToken, tokenBlocked := c.byToken.blocked(key)
+	c.byAddr.fail(addr)
+	c.byToken.fail(key)
+	if addrBlocked || tokenBlocked {
+		left := max(leftAddr, leftToken)
+		w.Header().Set("Retry-After", fmt.Sprint(int(left.Round(time.Second).Seconds())))
+		c.render(w, r, http.StatusTooManyRequests, "signin", nil, signInView{Next: next,
+			Error: fmt.Sprintf("Too many failed sign-ins; try again in %s.", roundDuration(left))})
+		return
+	}
+	if notHere {
+		c.log.Info("console: refused a development token from another machine", "principal", p.Name, "remote", r.RemoteAddr)
+		c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next,
+			Error: "That is a public development token: it signs in only from a browser on the coordinator's machine."})
+		return
+	}
+	c.log.Info("console: sign-in with an unknown token", "remote", r.RemoteAddr)
+	c.render(w, r, http.StatusUnauthorized, "signin", nil, signInView{Next: next, Error: "Unknown token."})
 }
 
 // signOut ends the session.

@@ -27,8 +27,8 @@
 // refused when the browser says it comes from another origin
 // (Sec-Fetch-Site, Origin; net/http's CrossOriginProtection).
 //
-// The console answers only requests whose Host names it (see
-// Console.checkHost), against DNS rebinding; any other is refused 421.
+// The console answers only requests whose Host names it (see package
+// hostcheck), against DNS rebinding; any other is refused 421.
 //
 // Pages are usable by keyboard, with landmarks, labels and polite live
 // regions, and readable 360 px wide. Assets, htmx included, are embedded:

@@ -2,7 +2,9 @@ package console
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"slices"
@@ -132,36 +134,40 @@ func (s *sessions) closeLocked(sess *session) {
 
 // Sign-in throttling.
 const (
-	// MaxFailedSignIns is how many failed sign-ins one remote address may
-	// make within SignInWindow; past it, sign-in from that address is
-	// refused, whatever token it sends, until the window has passed.
+	// MaxFailedSignIns is how many failed sign-ins one remote address,
+	// and one presented token, may make within SignInWindow; past it, a
+	// wrong token from that address, or that wrong token from anywhere, is
+	// refused 429 until the window has passed. A right token is never.
 	MaxFailedSignIns = 10
 	// SignInWindow is the window MaxFailedSignIns counts in, from the
 	// first failure.
 	SignInWindow = 10 * time.Minute
-	// maxThrottled bounds the addresses the throttle remembers; past it
-	// the one whose window started first is forgotten.
+	// maxThrottled bounds the keys one throttle remembers; past it the one
+	// whose window started first is forgotten. Addresses and tokens have a
+	// throttle each, so that a flood of distinct wrong tokens cannot push
+	// an address's failures out.
 	maxThrottled = 10_000
 )
 
-// throttle counts failed sign-ins per remote address (its IP; a proxy in
-// front of the console is one address for all its users).
+// throttle counts failed sign-ins per key: a remote address (its IP; a
+// proxy in front of the console is one address for all its users), or the
+// SHA-256 of a presented token.
 type throttle struct {
 	now func() time.Time
 
-	mu     sync.Mutex
-	byAddr map[string]*failures
+	mu    sync.Mutex
+	byKey map[string]*failures
 }
 
-// failures are one address's failed sign-ins in the window that started
-// at start.
+// failures are one key's failed sign-ins in the window that started at
+// start.
 type failures struct {
 	start time.Time
 	n     int
 }
 
 func newThrottle(now func() time.Time) *throttle {
-	return &throttle{now: now, byAddr: make(map[string]*failures)}
+	return &throttle{now: now, byKey: make(map[string]*failures)}
 }
 
 // remoteIP is the address the throttle counts r under.
@@ -172,55 +178,62 @@ func remoteIP(r *http.Request) string {
 	return r.RemoteAddr
 }
 
-// blocked reports whether addr has used up its failed sign-ins, and if so
+// tokenKey is the key a presented token is counted under: its SHA-256,
+// so that the throttle holds no token.
+func tokenKey(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(d[:])
+}
+
+// blocked reports whether key has used up its failed sign-ins, and if so
 // for how much longer.
-func (t *throttle) blocked(addr string) (time.Duration, bool) {
+func (t *throttle) blocked(key string) (time.Duration, bool) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	f := t.byAddr[addr]
+	f := t.byKey[key]
 	if f == nil {
 		return 0, false
 	}
 	left := f.start.Add(SignInWindow).Sub(now)
 	if left <= 0 {
-		delete(t.byAddr, addr)
+		delete(t.byKey, key)
 		return 0, false
 	}
 	return left, f.n >= MaxFailedSignIns
 }
 
-// fail counts a failed sign-in from addr.
-func (t *throttle) fail(addr string) {
+// fail counts a failed sign-in under key.
+func (t *throttle) fail(key string) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	f := t.byAddr[addr]
+	f := t.byKey[key]
 	if f != nil && !f.start.Add(SignInWindow).After(now) {
 		f = nil
 	}
 	if f == nil {
-		if len(t.byAddr) >= maxThrottled {
+		if len(t.byKey) >= maxThrottled {
 			t.forgetLocked(now)
 		}
 		f = &failures{start: now}
-		t.byAddr[addr] = f
+		t.byKey[key] = f
 	}
 	f.n++
 }
 
-// forgetLocked drops the addresses whose window has passed, or, when none
-// has, the one whose window started first. t.mu must be held.
+// forgetLocked drops the keys whose window has passed, or, when none has,
+// the one whose window started first. t.mu must be held.
 func (t *throttle) forgetLocked(now time.Time) {
 	var oldest string
-	for a, f := range t.byAddr {
+	for k, f := range t.byKey {
 		if !f.start.Add(SignInWindow).After(now) {
-			delete(t.byAddr, a)
-		} else if oldest == "" || f.start.Before(t.byAddr[oldest].start) {
-			oldest = a
+			delete(t.byKey, k)
+		} else if oldest == "" || f.start.Before(t.byKey[oldest].start) {
+			oldest = k
 		}
 	}
-	if len(t.byAddr) >= maxThrottled && oldest != "" {
-		delete(t.byAddr, oldest)
+	if len(t.byKey) >= maxThrottled && oldest != "" {
+		delete(t.byKey, oldest)
 	}
 }

@@ -26,7 +26,33 @@ var (
 	// ErrReplaced is the end of a session that a newer session of the same
 	// renderer process replaced.
 	ErrReplaced = errors.New("session replaced by a newer one of the same renderer")
+	// ErrTooManyLeaseRefs refuses a session's opening or message with a
+	// list of lease references (or completions) longer than MaxLeaseRefs
+	// allows it; nothing of it is applied.
+	ErrTooManyLeaseRefs = errors.New("a renderer message names more leases than its capacity")
 )
+
+// MaxLeaseRefs is the most leases one list of a session's opening or
+// message may name (SessionOpen.Holding; SessionInput's Received,
+// Heartbeats, Completions, HandBacks and Acks, each): the capacity the
+// renderer declared, the most leases it works on at once, or, for a
+// stream that declared none, the capacity its credential may declare;
+// never more than maxCredit nor less than 1. It bounds what one writer
+// command of a session costs, whatever the message's bytes would allow.
+func MaxLeaseRefs(capacity int, r Renderer) int {
+	n := capacity
+	if n <= 0 {
+		n = r.MaxCapacity
+	}
+	return min(max(n, 1), maxCredit)
+}
+
+// Within reports whether every list of in names at most n leases (its
+// Undelivered excepted: those are grants the server itself hands back).
+func (in SessionInput) Within(n int) bool {
+	return len(in.Received) <= n && len(in.Heartbeats) <= n && len(in.Completions) <= n &&
+		len(in.HandBacks) <= n && len(in.Acks) <= n
+}
 
 // SubmitRequest is one SubmitBatch.
 type SubmitRequest struct {
@@ -88,10 +114,17 @@ type LeaseStatus struct {
 // CompleteRequest is one completion. A success either carries Preview
 // (stored in the commit that records it) or names, in Completion.Digest,
 // a preview uploaded under the same lease.
+//
+// A success with Completion.Stored names an object of the artifact store
+// that the caller found, off the writer, with the digest and size named,
+// after reading the object clock at Seen (Engine.ObjectClock); the writer
+// sets the pointer unless the sweep may have deleted the object since
+// (store.Tx.ObjectMissing).
 type CompleteRequest struct {
 	Job uint64
 	jobs.Completion
 	Preview *jobs.Preview
+	Seen    uint64
 }
 
 // CompleteResult is the job after a completion; Replayed is set when the
@@ -105,11 +138,18 @@ type CompleteResult struct {
 
 // StageRequest stores a preview uploaded under a lease, fenced like a
 // completion.
+//
+// With Stored, the caller put the preview in the artifact store after
+// reading the object clock at Seen (Preview.Content is then not kept) and
+// Size is its length: the writer records the upload without its bytes.
 type StageRequest struct {
 	Job      uint64
 	Token    uint64
 	Renderer string
 	Preview  jobs.Preview
+	Stored   bool
+	Size     int64
+	Seen     uint64
 }
 
 // SessionOpen opens a renderer session (Engine.Open).

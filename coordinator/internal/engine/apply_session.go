@@ -26,6 +26,9 @@ import (
 // and refuse one likewise; a newer heartbeat stream (a session with
 // neither instance nor credit) replaces an older one, which is most
 // likely a dead connection not yet noticed.
+//
+// An opening whose Holding names more leases than MaxLeaseRefs allows is
+// refused with ErrTooManyLeaseRefs, and changes nothing.
 func (e *Engine) Open(ctx context.Context, req SessionOpen) (*Conn, []LeaseStatus, error) {
 	c := &openCmd{req: req}
 	err := e.do(ctx, c)
@@ -49,7 +52,12 @@ func (c *openCmd) text() error {
 func (c *openCmd) evaluate(g *group) error {
 	e := g.e
 	r := c.req.Renderer
-	conn := &Conn{renderer: r, instance: c.req.Instance, credit: min(c.req.Credits, maxCredit), budget: -1}
+	conn := &Conn{renderer: r, instance: c.req.Instance, credit: min(c.req.Credits, maxCredit), budget: -1,
+		maxRefs: MaxLeaseRefs(c.req.Capacity, r)}
+	if len(c.req.Holding) > conn.maxRefs {
+		c.err = ErrTooManyLeaseRefs
+		return nil
+	}
 	conn.poll = conn.instance == "" && conn.credit > 0
 	var replaced *Conn
 	for _, old := range e.conns.byRenderer[r.ID] {
@@ -157,7 +165,10 @@ func (c *closeCmd) evaluate(g *group) error {
 // item is answered on its own; a refused completion does not stop the
 // others. Grants the new credits allow are made at the end of the same
 // group and published to the session's outbox. It fails with ErrReplaced
-// when the session was replaced or closed.
+// when the session was replaced or closed, and with ErrTooManyLeaseRefs,
+// applying nothing, when a list of the message names more leases than
+// MaxLeaseRefs allows the session (for in.Capacity when set, else for the
+// capacity the session declared last).
 //
 // With conn nil the message belongs to no session: a unary Complete, or
 // the hand-back of grants a unary reply could not carry. It is judged for
@@ -204,6 +215,15 @@ func (c *receiveCmd) evaluate(g *group) error {
 			c.err = ErrReplaced
 			return nil
 		}
+		limit := conn.maxRefs
+		if c.in.Capacity > 0 {
+			limit = MaxLeaseRefs(c.in.Capacity, conn.renderer)
+		}
+		if !c.in.Within(limit) {
+			c.err = ErrTooManyLeaseRefs
+			return nil
+		}
+		conn.maxRefs = limit
 		r = conn.renderer
 	}
 	renderer := r.ID

@@ -23,6 +23,9 @@ type Conn struct {
 	draining bool
 	// poll marks a unary Acquire's session (no instance, credit at open).
 	poll bool
+	// maxRefs is the most leases one list of its messages may name
+	// (MaxLeaseRefs of the capacity it declared last).
+	maxRefs int
 
 	// Outbox delivers what the writer publishes after each commit.
 	Outbox *Outbox

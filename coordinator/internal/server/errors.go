@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/client/reason"
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -64,6 +65,7 @@ const (
 	reasonRendererInUse         = string(reason.RendererIDInUse)
 	reasonSessionReplaced       = string(reason.SessionReplaced)
 	reasonMissingHello          = string(reason.MissingHello)
+	reasonTooManyLeaseRefs      = string(reason.TooManyLeaseRefs)
 	reasonMessageLimit          = string(reason.MessageLimitTooSmall)
 	reasonEmptyArtifact         = string(reason.EmptyArtifact)
 	reasonUploadTimeout         = string(reason.UploadTimeout)
@@ -90,6 +92,9 @@ const (
 	reasonOutcomeUnknown        = string(reason.OutcomeUnknown)
 	reasonInvalidDigest         = string(reason.InvalidDigest)
 	reasonInvalidRequestID      = string(reason.InvalidRequestID)
+	reasonStoreUnavailable      = string(reason.ArtifactStoreUnavailable)
+	reasonStoreRequired         = string(reason.ArtifactStoreRequired)
+	reasonPresignUnsupported    = string(reason.PresignUnsupported)
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -194,6 +199,7 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	jobs.ErrNotFound                NOT_FOUND NOT_FOUND (handlers choose JOB_/BATCH_NOT_FOUND)
 //	engine.ErrRendererInUse           ALREADY_EXISTS RENDERER_ID_IN_USE
 //	engine.ErrReplaced                ABORTED SESSION_REPLACED
+//	engine.ErrTooManyLeaseRefs        INVALID_ARGUMENT TOO_MANY_LEASE_REFS
 //	watch.ErrSlowWatcher             RESOURCE_EXHAUSTED SLOW_WATCHER
 //	reads.ErrBackupSpace             RESOURCE_EXHAUSTED BACKUP_NO_SPACE
 //	engine.ErrNotLeader               UNAVAILABLE NOT_LEADER leader_id, leader_addr
@@ -201,6 +207,7 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	ErrTransferFailed                 UNAVAILABLE LEADERSHIP_TRANSFER_FAILED
 //	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
+//	artifacts.ErrUnavailable          UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
 func toStatus(log *slog.Logger, err error) error {
 	if err == nil {
@@ -271,6 +278,9 @@ func toStatus(log *slog.Logger, err error) error {
 			"give each renderer process its own id", nil)
 	case errors.Is(err, engine.ErrReplaced):
 		return newStatus(codes.Aborted, reasonSessionReplaced, "a newer session of this renderer process replaced this one", nil)
+	case errors.Is(err, engine.ErrTooManyLeaseRefs):
+		return newStatus(codes.InvalidArgument, reasonTooManyLeaseRefs, "a list of the message names more leases than the renderer's capacity; "+
+			"nothing of it was applied", nil)
 	case errors.Is(err, watch.ErrSlowWatcher):
 		return newStatus(codes.ResourceExhausted, reasonSlowWatcher, "the watcher fell too far behind; watch again (resume from the last event seen)", nil)
 	case errors.Is(err, reads.ErrBackupSpace):
@@ -297,6 +307,9 @@ func toStatus(log *slog.Logger, err error) error {
 		return newStatus(codes.Unavailable, reasonStorageFull, "the coordinator's disk is full; it stopped taking writes and acknowledged nothing unsaved", nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):
 		return newStatus(codes.Unavailable, reasonStorageUnavailable, "the coordinator is not taking writes: "+err.Error(), nil)
+	case errors.Is(err, artifacts.ErrUnavailable):
+		return newStatus(codes.Unavailable, reasonStoreUnavailable, "the artifact store did not answer; nothing changed: "+
+			"keep the lease and retry", nil)
 	}
 	log.Error("internal error", "err", err)
 	return newStatus(codes.Internal, reasonInternal, "internal error", nil)

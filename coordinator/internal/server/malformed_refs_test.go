@@ -39,7 +39,7 @@ func TestMalformedLeaseReferences(t *testing.T) {
 		}
 		for range 2 {
 			b.clock.Advance(10 * time.Second)
-			resp := beat(&leaseholdv1.HeartbeatRequest{RendererId: "r-1", Capacity: 1,
+			resp := beat(&leaseholdv1.HeartbeatRequest{RendererId: "r-1", Capacity: 3,
 				Leases: []*leaseholdv1.LeaseRef{bad[0], ref(g), bad[1]}, HandBacks: bad[2:], CancelAcks: bad[:1]})
 			got := resp.GetLeases()
 			if len(got) != 4 || !lostInvalid(got[0], bad[0]) || got[1].GetState() != leaseholdv1.LeaseState_LEASE_STATE_HELD ||
@@ -66,7 +66,7 @@ func TestMalformedLeaseReferences(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		g := b.leaseOne(t)
-		sc := b.openSession(t, hello("r-1", "i-1", 1), 0)
+		sc := b.openSession(t, hello("r-1", "i-1", 2), 0)
 		for range 2 {
 			b.clock.Advance(10 * time.Second)
 			got := sc.call(&leaseholdv1.SessionRequest{Heartbeats: []*leaseholdv1.LeaseRef{bad[0], ref(g)}, HandBacks: bad[1:2],

@@ -148,6 +148,16 @@ func visible(notFound string) func(matrixCaller, string) outcome {
 	}
 }
 
+// overCapacity is the outcome of a renderer message naming more leases
+// than its capacity: refused INVALID_ARGUMENT TOO_MANY_LEASE_REFS to a
+// renderer, and to anyone else as the role requires.
+func overCapacity(c matrixCaller, team string) outcome {
+	if o := byRole(func(c matrixCaller) bool { return c.renderer })(c, team); o.code != codes.OK {
+		return o
+	}
+	return refused(codes.InvalidArgument, reasonTooManyLeaseRefs)
+}
+
 // cancelling is visible, with an operator's out-of-scope refusal audited.
 func cancelling(notFound string) func(matrixCaller, string) outcome {
 	return func(c matrixCaller, team string) outcome {
@@ -302,6 +312,31 @@ var matrixRPCs = []matrixRPC{
 				}
 			}
 			_, err = stream.CloseAndRecv()
+			return err
+		}},
+	// A renderer message naming more leases than the renderer's capacity is
+	// refused whole, whoever's leases they are, and changes nothing.
+	{name: "Session holding more leases than its capacity", perTeam: true, want: overCapacity,
+		call: func(ctx context.Context, t *testing.T, b *testBundle, f teamFixture) error {
+			stream, err := b.rend.Session(ctx)
+			if err != nil {
+				return err
+			}
+			h := hello("r-1", "i-9", 1)
+			h.Holding = []*leaseholdv1.LeaseRef{{JobId: f.leased, Token: f.token}, {JobId: f.leased, Token: f.token}}
+			_ = stream.Send(&leaseholdv1.SessionRequest{Hello: h})
+			_, err = stream.Recv()
+			return err
+		}},
+	{name: "Heartbeat naming more leases than its capacity", perTeam: true, want: overCapacity,
+		call: func(ctx context.Context, t *testing.T, b *testBundle, f teamFixture) error {
+			stream, err := b.rend.Heartbeat(ctx)
+			if err != nil {
+				return err
+			}
+			ref := &leaseholdv1.LeaseRef{JobId: f.leased, Token: f.token}
+			_ = stream.Send(&leaseholdv1.HeartbeatRequest{RendererId: "r-1", Capacity: 1, Leases: []*leaseholdv1.LeaseRef{ref, ref}})
+			_, err = stream.Recv()
 			return err
 		}},
 	{name: "Complete", perTeam: true, want: byRole(func(c matrixCaller) bool { return c.renderer }),

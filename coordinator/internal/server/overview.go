@@ -54,6 +54,16 @@ type teamScope struct {
 // covers reports whether the scope includes team.
 func (s teamScope) covers(team string) bool { return s.teams == nil || slices.Contains(s.teams, team) }
 
+// coversAll reports whether the scope includes every one of teams.
+func (s teamScope) coversAll(teams []string) bool {
+	for _, t := range teams {
+		if !s.covers(t) {
+			return false
+		}
+	}
+	return true
+}
+
 // scopeOf returns the teams p's answer covers: team alone when it is named
 // (PERMISSION_DENIED when p may not see it, as ListJobs answers), otherwise
 // every team p reads (readTeams, which refuses a caller with neither
@@ -169,6 +179,7 @@ func (s *OverviewServer) WatchOverview(req *leaseholdv1.WatchOverviewRequest, st
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdScope(ctx, req.GetTeam(), sc)
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {

@@ -232,6 +232,31 @@ func leaseRefs(in []*leaseholdv1.LeaseRef, field string) ([]engine.LeaseRef, err
 	return out, nil
 }
 
+// refList is one list of a renderer message: its field and how many
+// leases (or completions) it names.
+type refList struct {
+	field string
+	n     int
+}
+
+// checkLeaseRefs refuses a renderer message, or a session's opening, one
+// of whose lists names more than limit leases (engine.MaxLeaseRefs of the
+// renderer's capacity): INVALID_ARGUMENT TOO_MANY_LEASE_REFS naming the
+// first such list. The message is refused whole, before anything of it is
+// converted or applied, and its stream ends: a renderer names in one list
+// at most the leases it works on at once, so a longer one is a client
+// that does not follow the protocol, and answering each of its items
+// would cost the writer what the bound is there to stop.
+func checkLeaseRefs(limit int, lists ...refList) error {
+	for _, l := range lists {
+		if l.n > limit {
+			return invalidArg(l.field, reasonTooManyLeaseRefs, "%s names %d leases; a renderer names at most %d in one list of a message (its capacity)",
+				l.field, l.n, limit)
+		}
+	}
+	return nil
+}
+
 // leaseList is one list of lease references in a renderer's message: the
 // well-formed ones, for the writer, and an answer to each malformed one at
 // its position, so that one bad reference neither ends the stream nor
@@ -312,10 +337,17 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, r.ID)
 	if first.GetCapacity() > maxCapacity {
 		return s.status(invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity))
 	}
-	conn, _, err := s.e.Open(ctx, engine.SessionOpen{Renderer: r, Capacity: int(first.GetCapacity())})
+	// The most leases a message may name follows the capacity the stream
+	// declared last (engine.MaxLeaseRefs).
+	capacity := int(first.GetCapacity())
+	if err := checkLeaseRefs(engine.MaxLeaseRefs(capacity, r), heartbeatLists(first)...); err != nil {
+		return s.status(err)
+	}
+	conn, _, err := s.e.Open(ctx, engine.SessionOpen{Renderer: r, Capacity: capacity})
 	if err != nil {
 		return s.streamEnd(err)
 	}
@@ -324,7 +356,7 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			s.log.Debug("closing a heartbeat stream", "renderer", r.ID, "err", err)
 		}
 	}()
-	if err := s.answerHeartbeat(ctx, stream, conn, r, first); err != nil {
+	if err := s.answerHeartbeat(ctx, stream, conn, r, first, capacity); err != nil {
 		return s.streamEnd(err)
 	}
 	reqC, errC := receive(ctx, stream.Recv)
@@ -340,7 +372,10 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 			}
 			return s.streamEnd(err)
 		case m := <-reqC:
-			if err := s.answerHeartbeat(ctx, stream, conn, r, m); err != nil {
+			if c := int(m.GetCapacity()); c > 0 {
+				capacity = c
+			}
+			if err := s.answerHeartbeat(ctx, stream, conn, r, m, capacity); err != nil {
 				return s.streamEnd(err)
 			}
 		case <-conn.Outbox.Ready():
@@ -353,13 +388,17 @@ func (s *RendererServer) Heartbeat(stream leaseholdv1.RendererService_HeartbeatS
 
 // answerHeartbeat applies one HeartbeatRequest as a message of the
 // stream's session and sends its answer: the heartbeated leases, then the
-// hand-backs, in order.
-func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1.RendererService_HeartbeatServer, conn *engine.Conn, r engine.Renderer, m *leaseholdv1.HeartbeatRequest) error {
+// hand-backs, in order. capacity is the one the stream declared last.
+func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1.RendererService_HeartbeatServer, conn *engine.Conn, r engine.Renderer,
+	m *leaseholdv1.HeartbeatRequest, capacity int) error {
 	if id := m.GetRendererId(); id != "" && id != r.ID {
 		return invalidArg("renderer_id", reasonInvalidRendererID, "renderer_id changed from %q to %q on one stream", r.ID, id)
 	}
 	if m.GetCapacity() > maxCapacity {
 		return invalidArg("capacity", reasonInvalidCapacity, "capacity must be at most %d", maxCapacity)
+	}
+	if err := checkLeaseRefs(engine.MaxLeaseRefs(capacity, r), heartbeatLists(m)...); err != nil {
+		return err
 	}
 	// A malformed reference is answered LOST INVALID_ID in its place (an
 	// acknowledgement has no answer and is dropped); the rest are applied.
@@ -372,6 +411,11 @@ func (s *RendererServer) answerHeartbeat(ctx context.Context, stream leaseholdv1
 	}
 	resp := &leaseholdv1.HeartbeatResponse{Leases: append(leases.answers(res.Heartbeats), handBacks.answers(res.HandBacks)...)}
 	return stream.Send(resp)
+}
+
+// heartbeatLists are the lists of a HeartbeatRequest that name leases.
+func heartbeatLists(m *leaseholdv1.HeartbeatRequest) []refList {
+	return []refList{{"leases", len(m.GetLeases())}, {"hand_backs", len(m.GetHandBacks())}, {"cancel_acks", len(m.GetCancelAcks())}}
 }
 
 // forwardRevocations sends the revocations the writer published to a
@@ -463,6 +507,8 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		}
 		content := success.GetContent()
 		switch {
+		case c.previews.InlineCap > 0 && len(content) > c.previews.InlineCap:
+			return req, storeRequired("success.content", c.previews.InlineCap)
 		case len(content) > c.maxInline:
 			return req, invalidArg("success.content", reasonArtifactTooLarge, "an inline preview is at most %d bytes; upload larger ones with UploadArtifact", c.maxInline)
 		case len(content) > 0:
@@ -474,6 +520,10 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 			}
 		case req.Digest == "":
 			return req, invalidArg("success.content", reasonEmptyArtifact, "a success needs the preview inline or the digest of its upload")
+		case success.GetSizeBytes() != 0:
+			if err := c.namedObject(&req, success); err != nil {
+				return req, err
+			}
 		}
 	case failure != nil:
 		req.Class = jobs.FailureClass(failure.GetClass())
@@ -488,6 +538,33 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		return req, invalidArg("outcome", reasonMissingOutcome, "a completion needs success or failure")
 	}
 	return req, nil
+}
+
+// namedObject makes a success naming a digest and a size one that names
+// an object of the artifact store (a presigned upload), to be checked
+// there before the writer sees it. Without a store the size is only
+// checked to be sane and the digest names an upload under the lease.
+func (c *core) namedObject(req *engine.CompleteRequest, success *leaseholdv1.CompleteSuccess) error {
+	size := success.GetSizeBytes()
+	switch {
+	case size < 0 || size > c.maxBytes:
+		return invalidArg("success.size_bytes", reasonArtifactTooLarge, "size_bytes must be 1 to %d", c.maxBytes)
+	case c.previews.Store == nil:
+		return nil
+	}
+	ct, err := storedContentType(success.GetContentType())
+	if err != nil {
+		return err
+	}
+	req.Stored, req.Size, req.ContentType = true, size, ct
+	return nil
+}
+
+// storeRequired refuses a preview over the inline cap of a cluster
+// without a shared artifact store.
+func storeRequired(field string, limit int) error {
+	return invalidArg(field, reasonStoreRequired, "this cluster has no shared artifact store and keeps previews inline, "+
+		"at most %d bytes; configure --artifact-store s3://… to take larger ones", limit)
 }
 
 // Complete implements RendererService.Complete: one session message,
@@ -505,6 +582,11 @@ func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.Complete
 	if err != nil {
 		return nil, s.status(err)
 	}
+	reqs := []engine.CompleteRequest{cr}
+	if errs := s.resolve(ctx, s.e, reqs); errs != nil && errs[0] != nil {
+		return nil, s.status(errs[0])
+	}
+	cr = reqs[0]
 	out, err := s.e.Receive(ctx, nil, engine.SessionInput{Renderer: r, Completions: []engine.CompleteRequest{cr}})
 	if err == nil {
 		err = out.Completions[0].Err

@@ -51,6 +51,8 @@ type RendererEngine interface {
 	Close(ctx context.Context, conn *engine.Conn, undelivered []engine.LeaseRef) ([]engine.Grant, error)
 	Stage(ctx context.Context, req engine.StageRequest) error
 	Job(id uint64) (jobs.Job, error)
+	Record(id uint64) (jobs.Job, error)
+	ObjectClock() (uint64, error)
 	ReadContent(grants []engine.Grant) error
 	DispatchState() jobs.DispatchState
 	HeartbeatInterval() time.Duration
@@ -131,9 +133,13 @@ type Config struct {
 	MaxSessionMessageBytes int
 	// MaxUploadBufferBytes bounds the bytes all uploads in progress buffer
 	// together (default DefaultMaxUploadBufferBytes, at least
-	// MaxArtifactBytes).
+	// MaxArtifactBytes); the uploads of one credential may hold half of
+	// it, or MaxArtifactBytes when that is more.
 	MaxUploadBufferBytes int64
-	Logger               *slog.Logger
+	// Previews is where previews too large to keep inline go; the zero
+	// value keeps every preview inline, as a node without a store does.
+	Previews Previews
+	Logger   *slog.Logger
 }
 
 // core is the state the services share: limits, the log, the shutdown.
@@ -148,6 +154,8 @@ type core struct {
 	uploadTotal time.Duration
 	// uploads are the uploads in progress and their bytes.
 	uploads *uploads
+	// previews is the artifact store as the services use it.
+	previews Previews
 	// closing is closed by Shutdown: long polls answer at once and
 	// long-lived streams end, so that a graceful stop does not wait on them.
 	closing   chan struct{}
@@ -177,13 +185,14 @@ func New(cfg Config) (*Services, error) {
 
 		uploadIdle:  UploadIdleTimeout,
 		uploadTotal: UploadTimeout,
+		previews:    cfg.Previews.withDefaults(),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
-	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes))
-	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine}, Renderers: &RendererServer{core: c, e: cfg.Engine, keepalives: cfg.SessionKeepalives},
+	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes), c.maxBytes)
+	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine, denied: newDeniedAudits(cfg.Engine.RecordAudit, c.log)}, Renderers: &RendererServer{core: c, e: cfg.Engine, keepalives: cfg.SessionKeepalives},
 		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine},
 		Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil
 }
@@ -200,10 +209,14 @@ func (sv *Services) Register(s grpc.ServiceRegistrar) {
 // Shutdown makes pending and future Acquire long polls answer at once
 // without leases and ends Heartbeat, WatchBatch and WatchOverview streams with
 // UNAVAILABLE, so that a graceful stop of the gRPC server is not held up
-// by them. Unary calls keep working. It is safe to call more than once.
+// by them, and records the refused cancels counted and not yet recorded.
+// Unary calls keep working. It is safe to call more than once.
 func (sv *Services) Shutdown() {
 	c := sv.Jobs.core
-	c.closeOnce.Do(func() { close(c.closing) })
+	c.closeOnce.Do(func() {
+		close(c.closing)
+		sv.Jobs.denied.flushAll()
+	})
 }
 
 // errShuttingDown ends long-lived streams when the coordinator stops.

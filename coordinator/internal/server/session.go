@@ -22,6 +22,12 @@ import (
 // renderer back.
 const sessionQueue = 256
 
+// sessionStoreCalls bounds the requests of one session whose artifact
+// store work (puts of inline previews, checks of stored objects) runs at
+// once; past it the receiver waits. It bounds the preview bytes a session
+// holds on their way to the store, and the calls it makes there.
+const sessionStoreCalls = 8
+
 // Session implements RendererService.Session.
 //
 // Three goroutines serve one session. The receiver reads requests and
@@ -53,17 +59,30 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.status(err)
 	}
+	s.holdRenderer(ctx, open.Renderer.ID)
+	maxRefs := engine.MaxLeaseRefs(open.Capacity, open.Renderer)
+	if err := checkLeaseRefs(maxRefs, sessionLists(first)...); err != nil {
+		return s.status(err)
+	}
 	conn, holding, err := s.e.Open(ctx, open)
 	if err != nil {
 		return s.streamEnd(err)
 	}
-	sess := &session{s: s, stream: stream, conn: conn, budget: budget, renderer: open.Renderer.ID, who: open.Renderer}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, maxRefs: maxRefs, renderer: open.Renderer.ID, who: open.Renderer,
+		storeCalls: make(chan struct{}, sessionStoreCalls)}
 	defer sess.close()
 	welcome := &leaseholdv1.SessionWelcome{
 		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
 		LeaseTtl:               durationpb.New(s.e.LeaseTTL()),
 		MaxInlineArtifactBytes: uint32(s.maxInline),
 		MaxMessageBytes:        uint32(s.maxMsg),
+		MaxArtifactBytes:       uint32(s.maxBytes),
+	}
+	if s.previews.presigns() {
+		// Larger previews go straight to the store: neither their bytes
+		// nor a copy of them cross the coordinator.
+		welcome.PresignedUploads = true
+		welcome.MaxInlineArtifactBytes = uint32(min(s.maxInline, s.previews.StoreAbove))
 	}
 	if s.keepalives {
 		sess.keepalive = keepaliveInterval(s.e.HeartbeatInterval())
@@ -100,6 +119,9 @@ func (s *RendererServer) hello(p auth.Principal, m *leaseholdv1.SessionRequest) 
 	if err != nil {
 		return engine.SessionOpen{}, 0, err
 	}
+	if err := checkLeaseRefs(engine.MaxLeaseRefs(int(h.GetCapacity()), r), refList{"hello.holding", len(h.GetHolding())}); err != nil {
+		return engine.SessionOpen{}, 0, err
+	}
 	holding, err := leaseRefs(h.GetHolding(), "hello.holding")
 	if err != nil {
 		return engine.SessionOpen{}, 0, err
@@ -117,6 +139,9 @@ type session struct {
 	// session closed.
 	who    engine.Renderer
 	budget int
+	// maxRefs is the most leases one list of a message may name, and one
+	// writer command of the session (engine.MaxLeaseRefs of its capacity).
+	maxRefs int
 	// pending are grants taken from the outbox and not yet sent; they are
 	// handed back if the session ends first.
 	pending []engine.Grant
@@ -128,6 +153,9 @@ type session struct {
 	// keepalive when it runs out, and is reset by every send.
 	keepalive time.Duration
 	quiet     *time.Timer
+	// storeCalls holds a token per request whose store work runs
+	// (sessionStoreCalls).
+	storeCalls chan struct{}
 }
 
 // timerC returns t's channel, or nil (which never fires) for no timer.
@@ -170,15 +198,21 @@ type item struct {
 	// invalid answers the request's malformed heartbeat and hand-back
 	// references.
 	invalid []*leaseholdv1.LeaseStatus
+	// resolved, when not nil, is closed once the artifact store's part of
+	// the completions is done (resolveLater); forward reads the item only
+	// then. Requests that follow are received and resolved meanwhile, so
+	// a session's calls to the store overlap and its completions reach the
+	// writer together, in request order still.
+	resolved chan struct{}
 }
 
 func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	items := make(chan item, sessionQueue)
+	items := make(chan *item, sessionQueue)
 	recvErr := make(chan error, 1)
 	results := make(chan forwarded, 1)
-	items <- ss.convert(first)
+	items <- ss.convert(ctx, first)
 	go ss.receive(ctx, items, recvErr)
 	go ss.forward(ctx, items, results)
 	if ss.keepalive > 0 {
@@ -245,7 +279,7 @@ func leadershipEnd(err error) error {
 // receive reads requests until the stream ends, converting each. When the
 // renderer closes its side, it closes items, so that what was received is
 // still applied and answered before the session ends.
-func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- error) {
+func (ss *session) receive(ctx context.Context, items chan<- *item, errC chan<- error) {
 	for {
 		m, err := ss.stream.Recv()
 		if err == io.EOF {
@@ -256,34 +290,51 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 		if err == nil && m.GetHello() != nil {
 			err = invalidArg("hello", reasonMissingHello, "hello may be sent only in the first message")
 		}
+		if err == nil {
+			err = checkLeaseRefs(ss.maxRefs, sessionLists(m)...)
+		}
 		if err != nil {
 			errC <- err
 			return
 		}
 		select {
-		case items <- ss.convert(m):
+		case items <- ss.convert(ctx, m):
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// forward merges every received request into one writer command at a
-// time and hands the answers, in request order, to the sender. Once items
-// is closed and drained it closes results.
-func (ss *session) forward(ctx context.Context, items <-chan item, results chan<- forwarded) {
+// forward merges the received requests into one writer command at a
+// time and hands the answers, in request order, to the sender. A command
+// takes what was received so far, up to the session's maxRefs leases in
+// each list (a request that would take it past that waits for the next),
+// so that one command of a session costs the writer at most that much
+// however fast the renderer sends. A request is read only once the
+// artifact store's part of it is done (ready). Once items is closed and
+// drained it closes results.
+func (ss *session) forward(ctx context.Context, items <-chan *item, results chan<- forwarded) {
+	var carried *item
 	for {
-		var batch []item
-		select {
-		case it, ok := <-items:
-			if !ok {
-				close(results)
+		var batch []*item
+		if carried != nil {
+			batch, carried = append(batch, carried), nil
+		} else {
+			select {
+			case it, ok := <-items:
+				if !ok {
+					close(results)
+					return
+				}
+				if !it.ready(ctx) {
+					return
+				}
+				batch = append(batch, it)
+			case <-ctx.Done():
 				return
 			}
-			batch = append(batch, it)
-		case <-ctx.Done():
-			return
 		}
+		refs := countRefs(batch[0].in)
 	more:
 		for len(batch) < sessionQueue {
 			select {
@@ -291,6 +342,15 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 				if !ok {
 					break more
 				}
+				if !it.ready(ctx) {
+					return
+				}
+				next := refs.plus(countRefs(it.in))
+				if !next.within(ss.maxRefs) {
+					carried = it
+					break more
+				}
+				refs = next
 				batch = append(batch, it)
 			default:
 				break more
@@ -314,8 +374,57 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 	}
 }
 
+// ready waits until the artifact store's part of the item is done, if it
+// has one (resolveLater): until then a goroutine may still change it. It
+// reports false when ctx ended first.
+func (it *item) ready(ctx context.Context) bool {
+	if it.resolved == nil {
+		return true
+	}
+	select {
+	case <-it.resolved:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// refCount is how many leases each list of a session input names:
+// receipts, heartbeats, completions, hand-backs, acknowledgements.
+type refCount [5]int
+
+// countRefs counts in's lists.
+func countRefs(in engine.SessionInput) refCount {
+	return refCount{len(in.Received), len(in.Heartbeats), len(in.Completions), len(in.HandBacks), len(in.Acks)}
+}
+
+// plus adds two counts list by list.
+func (c refCount) plus(o refCount) refCount {
+	for i := range c {
+		c[i] += o[i]
+	}
+	return c
+}
+
+// within reports whether no list names more than n leases.
+func (c refCount) within(n int) bool {
+	for _, v := range c {
+		if v > n {
+			return false
+		}
+	}
+	return true
+}
+
+// sessionLists are the lists of a SessionRequest that name leases, and
+// its completions.
+func sessionLists(m *leaseholdv1.SessionRequest) []refList {
+	return []refList{{"heartbeats", len(m.GetHeartbeats())}, {"received", len(m.GetReceived())}, {"hand_backs", len(m.GetHandBacks())},
+		{"cancel_acks", len(m.GetCancelAcks())}, {"completions", len(m.GetCompletions())}}
+}
+
 // merge joins requests into one input, keeping every list in order.
-func merge(batch []item) (engine.SessionInput, []slot, []*leaseholdv1.LeaseStatus) {
+func merge(batch []*item) (engine.SessionInput, []slot, []*leaseholdv1.LeaseStatus) {
 	var in engine.SessionInput
 	var order []slot
 	var invalid []*leaseholdv1.LeaseStatus
@@ -378,8 +487,8 @@ func (ss *session) answers(in engine.SessionInput, order []slot, res engine.Sess
 // malformed receipt or acknowledgement dropped (they have no answer), a
 // completion with a bad id, a missing outcome or a preview over the limit
 // in its place among the results.
-func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
-	var it item
+func (ss *session) convert(ctx context.Context, m *leaseholdv1.SessionRequest) *item {
+	it := &item{}
 	heartbeats, handBacks := parseLeaseList(m.GetHeartbeats()), parseLeaseList(m.GetHandBacks())
 	it.in.Received = parseLeaseList(m.GetReceived()).refs
 	it.in.Heartbeats, it.in.HandBacks = heartbeats.refs, handBacks.refs
@@ -398,7 +507,55 @@ func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
 		it.order = append(it.order, slot{index: len(it.in.Completions)})
 		it.in.Completions = append(it.in.Completions, req)
 	}
+	ss.resolveLater(ctx, it)
 	return it
+}
+
+// resolveLater does the artifact store's part of the item's completions (see
+// core.resolve) on a goroutine of its own, closing it.resolved when done;
+// an item with no such part is left ready.
+func (ss *session) resolveLater(ctx context.Context, it *item) {
+	if !ss.s.needsStore(it.in.Completions) {
+		return
+	}
+	it.resolved = make(chan struct{})
+	select {
+	case ss.storeCalls <- struct{}{}:
+	case <-ctx.Done():
+		// The session is over: refuse what the store was to check, so
+		// that nothing unchecked can reach the writer.
+		it.refuse(ss.s.refuseStoreWork(it.in.Completions, ctx.Err()), ss.s.core)
+		close(it.resolved)
+		return
+	}
+	go func() {
+		defer func() { <-ss.storeCalls }()
+		defer close(it.resolved)
+		if errs := ss.s.resolve(ctx, ss.s.e, it.in.Completions); errs != nil {
+			it.refuse(errs, ss.s.core)
+		}
+	}()
+}
+
+// refuse answers in their places the completions the artifact store's
+// part refused (errs by index in in.Completions), and keeps the rest.
+func (it *item) refuse(errs []error, c *core) {
+	kept := it.in.Completions[:0:0]
+	for i, sl := range it.order {
+		if sl.invalid != nil {
+			continue
+		}
+		req := it.in.Completions[sl.index]
+		if err := errs[sl.index]; err != nil {
+			st := status.Convert(c.status(err))
+			it.order[i] = slot{invalid: &leaseholdv1.CompletionResult{JobId: JobID(req.Job), Token: req.Token,
+				Code: int32(st.Code()), Reason: reasonOf(st), Message: st.Message()}}
+			continue
+		}
+		it.order[i].index = len(kept)
+		kept = append(kept, req)
+	}
+	it.in.Completions = kept
 }
 
 // send sends one response, stamped with the dispatch switch, and puts

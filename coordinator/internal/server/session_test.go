@@ -179,7 +179,7 @@ func TestSession(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.submit(t, alpha, "alpha", "r", doc("a.pdf"), doc("b.pdf"), doc("c.pdf"))
-		sc := b.openSession(t, hello("r-s", "i-1", 3), 3)
+		sc := b.openSession(t, hello("r-s", "i-1", 4), 3)
 		sc.untilGrants(3)
 		g := sc.grants
 		stale := failed(g[1], g[1].GetLease().GetToken()+100, leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT)
@@ -419,10 +419,10 @@ func TestSessionAnswersStayWithinTheMessageLimit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *options) { o.engine = func(c *engine.Config) { c.Limits.MaxInlineBytes = 16 << 10 } })
 	const limit = 25_000
-	h := hello("r-s", "i-1", 1)
+	const n = 1000
+	h := hello("r-s", "i-1", n) // a message names at most its capacity's completions
 	h.MaxMessageBytes = limit
 	sc := b.openSession(t, h, 0, grpc.MaxCallRecvMsgSize(limit))
-	const n = 1000
 	req := &leaseholdv1.SessionRequest{}
 	for i := range n {
 		req.Completions = append(req.Completions, &leaseholdv1.SessionCompletion{JobId: fmt.Sprintf("x%04d", i), Token: 1,

@@ -103,7 +103,7 @@ func TestRefusalsToStrangersTellNothing(t *testing.T) {
 			}
 		}
 
-		sc := b.openSession(t, hello("r-1", "i-1", 1), 0)
+		sc := b.openSession(t, hello("r-1", "i-1", 2), 0)
 		resp := sc.call(&leaseholdv1.SessionRequest{
 			Completions: []*leaseholdv1.SessionCompletion{failed(held, held.GetLease().GetToken(), leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT)},
 			Heartbeats:  []*leaseholdv1.LeaseRef{ref(held), {JobId: queued, Token: 1}},

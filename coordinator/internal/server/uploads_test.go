@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
@@ -28,6 +29,21 @@ func (h *heldStage) Stage(ctx context.Context, req engine.StageRequest) error {
 		close(h.staged)
 		<-h.release
 	}
+	return h.Engine.Stage(ctx, req)
+}
+
+// heldStages is an engine whose every Stage signals arrived, then waits
+// until release is closed: each upload that made one is then in progress,
+// its bytes all received.
+type heldStages struct {
+	Engine
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (h *heldStages) Stage(ctx context.Context, req engine.StageRequest) error {
+	h.arrived <- struct{}{}
+	<-h.release
 	return h.Engine.Stage(ctx, req)
 }
 
@@ -119,10 +135,63 @@ func TestUploadsAreBounded(t *testing.T) {
 		}
 	})
 
+	t.Run("One credential's uploads hold at most half the budget, and another credential's upload goes through", func(t *testing.T) {
+		t.Parallel()
+		h := &heldStages{arrived: make(chan struct{}, 8), release: make(chan struct{})}
+		const otherToken = "other-renderer-token-0123"
+		principals := devPrincipalsWith(map[string]auth.Principal{otherToken: {Name: "other-renderers", Roles: []auth.Role{auth.RoleRenderer},
+			RendererIDs: []string{"r-2"}, MaxCapacity: auth.DefaultMaxCapacity}})
+		b := setup(t, func(o *options) {
+			o.wrap = func(e Engine) Engine { h.Engine = e; return h }
+			o.principals = principals
+			o.maxArtifactBytes = 1 << 20
+			o.server = func(c *Config) { c.MaxUploadBufferBytes = 2 << 20 } // a credential's share: 1 MiB
+		})
+		b.submit(t, alpha, "alpha", "r", doc("a.pdf"), doc("b.pdf"), doc("c.pdf"))
+		g := b.acquire(t, 2) // r-1, the development renderer's
+		other, err := b.rend.Acquire(as(t, otherToken), &leaseholdv1.AcquireRequest{RendererId: "r-2", MaxLeases: 1})
+		if err != nil || len(other.GetLeases()) != 1 {
+			t.Fatalf("Acquire as r-2 = %v, %v", other, err)
+		}
+		big := bytes.Repeat([]byte{7}, 600<<10)
+		done := make(chan error, 2)
+		go func() {
+			_, err := b.sendUpload(t, renderer, uploadMeta(g[0], g[0].GetLease().GetToken(), "r-1"), chunk(big))
+			done <- err
+		}()
+		var once sync.Once
+		release := func() { once.Do(func() { close(h.release) }) }
+		t.Cleanup(release) // before the server stops, which waits for its handlers
+		<-h.arrived        // r-1's first upload holds 600 KiB
+		second := make(chan error, 1)
+		go func() {
+			_, err := b.sendUpload(t, renderer, uploadMeta(g[1], g[1].GetLease().GetToken(), "r-1"), chunk(big))
+			second <- err
+		}()
+		select {
+		case err := <-second:
+			wantError(t, err, codes.ResourceExhausted, reasonUploadBudget)
+		case <-h.arrived:
+			t.Fatalf("r-1's second upload got its 600 KiB past its credential's share of 1 MiB")
+		}
+		og := other.GetLeases()[0]
+		go func() {
+			_, err := b.sendUpload(t, otherToken, uploadMeta(og, og.GetLease().GetToken(), "r-2"), chunk(big))
+			done <- err
+		}()
+		<-h.arrived // the other credential's upload got its bytes
+		release()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("an upload within its credential's share: %v", err)
+			}
+		}
+	})
+
 	t.Run("A buffer grows by doubling and is charged for what it allocates", func(t *testing.T) {
 		t.Parallel()
-		u := newUploads(100)
-		buf, err := u.begin(engine.LeaseRef{Job: 1, Token: 1})
+		u := newUploads(100, 80)
+		buf, err := u.begin(engine.LeaseRef{Job: 1, Token: 1}, "cred-a")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +203,7 @@ func TestUploadsAreBounded(t *testing.T) {
 				t.Errorf("after chunk %d: reserved %d, capacity %d; want %d", i, got, cap(buf.content), want)
 			}
 		}
-		other, err := u.begin(engine.LeaseRef{Job: 2, Token: 2})
+		other, err := u.begin(engine.LeaseRef{Job: 2, Token: 2}, "cred-b")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,11 +23,12 @@ func (s *JobServer) WatchBatch(req *leaseholdv1.WatchBatchRequest, stream leaseh
 	if err != nil {
 		return s.status(err)
 	}
-	bv, _, err := s.batch(p, req.GetBatchId())
+	bv, v, err := s.batch(p, req.GetBatchId())
 	if err != nil {
 		return s.status(err)
 	}
 	b := bv.Batch
+	s.holdTeam(ctx, b.Team, v)
 	resume := make(map[uint64]uint32, len(req.GetResume()))
 	for i, c := range req.GetResume() {
 		id, err := parseJobID(c.GetJobId(), "resume.job_id")

@@ -22,7 +22,7 @@ var bucketIDs = [][]byte{
 	1: bucketMeta, 2: bucketJobs, 3: bucketEvents, 4: bucketDocuments, 5: bucketArtifacts,
 	6: bucketBatches, 7: bucketRequests, 8: bucketUnfinished, 9: bucketTeamJobs, 10: bucketTeamBatches,
 	11: bucketBatchCounts, 12: bucketTeamCounts, 13: bucketRejections, 14: bucketAudit,
-	15: bucketReplays, 16: bucketTokens, 17: bucketFinished,
+	15: bucketReplays, 16: bucketTokens, 17: bucketFinished, 18: bucketObjectRefs, 19: bucketObjectTombs,
 }
 
 // bucketReplica holds a replica's own bookkeeping (replicaApplied,
@@ -252,16 +252,36 @@ type Entry struct {
 	WriteSet []byte
 }
 
+// EntryError is a replicated write set the store cannot apply as
+// written (Err wraps ErrWriteSet), and the index of its entry.
+type EntryError struct {
+	Index uint64
+	Err   error
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("entry %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the reason, which wraps ErrWriteSet.
+func (e *EntryError) Unwrap() error { return e.Err }
+
 // ApplyWriteSets applies entries in order, each as ApplyWriteSet does, in
 // one transaction: one commit for a replica catching up on many. The
-// result holds each entry's outcome (nil or ErrStaleBase). An error means
-// nothing was applied: a malformed write set (ErrWriteSet) or the store's
-// own failure.
+// result holds each entry's outcome (nil or ErrStaleBase). A malformed
+// write set ends the run there: the entries before it are applied and
+// committed (their outcomes in the result), it and the ones after it are
+// not, and the error is an *EntryError naming it. Any other error is the
+// store's own, and nothing was applied.
 func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
 	res := make([]error, len(entries))
+	var malformed *EntryError
 	err := s.update(func(tx *bbolt.Tx) error {
 		for i, e := range entries {
 			stale, err := applyWriteSet(tx, e.Index, e.WriteSet)
+			if errors.Is(err, ErrWriteSet) {
+				// It wrote nothing: what came before it commits.
+				malformed = &EntryError{Index: e.Index, Err: err}
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.Index, err)
 			}
@@ -274,21 +294,101 @@ func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
 	if err != nil {
 		return nil, err
 	}
+	if malformed != nil {
+		return res, malformed
+	}
 	return res, nil
 }
 
-// applyWriteSet applies ws at index in tx; it reports a stale base.
+// CheckWriteSet reports whether the write set ws of the entry at index
+// could be applied onto the store as it is now: an error wrapping
+// ErrWriteSet when it is malformed, nil when applying it would apply it,
+// or change nothing (an entry at or below the applied index, or one
+// evaluated on another base). It writes nothing.
+func (s *Store) CheckWriteSet(index uint64, ws []byte) error {
+	return s.view(func(tx *bbolt.Tx) error {
+		rs := readReplicaState(tx)
+		if index <= rs.Applied {
+			return nil
+		}
+		_, err := checkWriteSet(tx, rs, ws)
+		return err
+	})
+}
+
+// checkWriteSet decodes ws and checks every write before any is made, so
+// that a malformed write set is refused whole (decodeWriteSet), and, when
+// it was evaluated on the state tx holds (its base is the last write set
+// applied), that no sequence moves backwards: every sequence of the schema
+// only grows, so a write set that lowers one was evaluated on a state this
+// store never had. A write set of another base is applied as nothing
+// whatever its sequences say.
+func checkWriteSet(tx *bbolt.Tx, rs ReplicaState, ws []byte) (*storagev1.WriteSet, error) {
+	m, err := decodeWriteSet(tx, ws)
+	if err != nil || m.GetBase() != rs.Group {
+		return m, err
+	}
+	seqs := map[uint32]uint64{}
+	for i, op := range m.GetOps() {
+		if op.GetKind() != storagev1.WriteOp_KIND_SET_SEQUENCE {
+			continue
+		}
+		id := op.GetBucket()
+		cur, ok := seqs[id]
+		if !ok {
+			cur = tx.Bucket(bucketIDs[id]).Sequence()
+		}
+		if op.GetSequence() < cur {
+			return nil, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
+				ErrWriteSet, i, bucketIDs[id], cur, op.GetSequence())
+		}
+		seqs[id] = op.GetSequence()
+	}
+	return m, nil
+}
+
+// decodeWriteSet decodes ws and checks the form of every write: the
+// format, each bucket and operation, and each key's and value's size as
+// bbolt takes them.
+func decodeWriteSet(tx *bbolt.Tx, ws []byte) (*storagev1.WriteSet, error) {
+	var m storagev1.WriteSet
+	if err := proto.Unmarshal(ws, &m); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWriteSet, err)
+	}
+	if m.GetVersion() != WriteSetVersion {
+		return nil, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.GetVersion(), WriteSetVersion)
+	}
+	for i, op := range m.GetOps() {
+		id := op.GetBucket()
+		if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
+			return nil, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
+		}
+		if tx.Bucket(bucketIDs[id]) == nil {
+			return nil, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
+		}
+		switch op.GetKind() {
+		case storagev1.WriteOp_KIND_PUT, storagev1.WriteOp_KIND_DELETE:
+			if k := len(op.GetKey()); k == 0 || k > bbolt.MaxKeySize || int64(len(op.GetValue())) > bbolt.MaxValueSize {
+				return nil, fmt.Errorf("%w: write %d has a key of %d bytes and a value of %d", ErrWriteSet, i, k, len(op.GetValue()))
+			}
+		case storagev1.WriteOp_KIND_SET_SEQUENCE:
+		default:
+			return nil, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.GetKind())
+		}
+	}
+	return &m, nil
+}
+
+// applyWriteSet applies ws at index in tx; it reports a stale base. A
+// malformed write set (ErrWriteSet) writes nothing.
 func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error) {
 	rs := readReplicaState(tx)
 	if index <= rs.Applied {
 		return false, nil
 	}
-	var m storagev1.WriteSet
-	if err := proto.Unmarshal(ws, &m); err != nil {
-		return false, fmt.Errorf("%w: %w", ErrWriteSet, err)
-	}
-	if m.GetVersion() != WriteSetVersion {
-		return false, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.GetVersion(), WriteSetVersion)
+	m, err := checkWriteSet(tx, rs, ws)
+	if err != nil {
+		return false, err
 	}
 	rb, err := tx.CreateBucketIfNotExists(bucketReplica)
 	if err != nil {
@@ -298,14 +398,7 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 		return true, rb.Put(keyReplicaApplied, itob(index))
 	}
 	for i, op := range m.GetOps() {
-		id := op.GetBucket()
-		if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
-			return false, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
-		}
-		b := tx.Bucket(bucketIDs[id])
-		if b == nil {
-			return false, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
-		}
+		b := tx.Bucket(bucketIDs[op.GetBucket()])
 		switch op.GetKind() {
 		case storagev1.WriteOp_KIND_PUT:
 			b.FillPercent = appendFill
@@ -313,13 +406,7 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 		case storagev1.WriteOp_KIND_DELETE:
 			err = b.Delete(op.GetKey())
 		case storagev1.WriteOp_KIND_SET_SEQUENCE:
-			if op.GetSequence() < b.Sequence() {
-				return false, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
-					ErrWriteSet, i, bucketIDs[id], b.Sequence(), op.GetSequence())
-			}
 			err = b.SetSequence(op.GetSequence())
-		default:
-			return false, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.GetKind())
 		}
 		if err != nil {
 			return false, fmt.Errorf("applying write %d: %w", i, err)

@@ -24,6 +24,7 @@ const (
 	RendererService_Heartbeat_FullMethodName      = "/leasehold.v1.RendererService/Heartbeat"
 	RendererService_UploadArtifact_FullMethodName = "/leasehold.v1.RendererService/UploadArtifact"
 	RendererService_Complete_FullMethodName       = "/leasehold.v1.RendererService/Complete"
+	RendererService_PrepareUpload_FullMethodName  = "/leasehold.v1.RendererService/PrepareUpload"
 )
 
 // RendererServiceClient is the client API for RendererService service.
@@ -97,9 +98,20 @@ type RendererServiceClient interface {
 	// them. Grants queued for a session that ends before they are sent are
 	// handed back at once without counting the attempt.
 	//
+	// Every list of lease references in a message (hello.holding,
+	// heartbeats, received, hand_backs, cancel_acks) and its completions name
+	// at most hello.capacity items each: a renderer never works on more
+	// leases at once. A message with a longer list is refused whole (nothing
+	// of it is applied, not even its well-formed items) and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS and a BadRequest naming the
+	// list. The coordinator applies what a session sent in writer commands
+	// of at most that many items per list, so that one session costs the
+	// writer a bounded amount per command however fast it sends.
+	//
 	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
 	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
-	// renderer cannot accept a grant of the largest inline document);
+	// renderer cannot accept a grant of the largest inline document),
+	// TOO_MANY_LEASE_REFS;
 	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
 	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
 	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
@@ -136,6 +148,12 @@ type RendererServiceClient interface {
 	// the leases beside it their extension. Session treats its heartbeats,
 	// hand_backs, received and cancel_acks the same way, answering the
 	// malformed ones after the others in SessionResponse.leases.
+	//
+	// Each of leases, hand_backs and cancel_acks names at most as many leases
+	// as the capacity the stream declared last (or, while it has declared
+	// none, its credential's max_capacity; at most 4,096). A longer list is
+	// refused whole, nothing of the message applied, and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS.
 	Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -151,8 +169,11 @@ type RendererServiceClient interface {
 	// One upload per lease runs at a time: another for the same lease while
 	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
 	// every upload in progress holds count against one budget of the
-	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
-	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default), of which
+	// the uploads of one renderer credential may hold half (or one preview
+	// of --max-artifact-bytes, when that is more), so that one credential
+	// never keeps the others out; a chunk that would take the total or the
+	// credential's part past its bound ends its upload RESOURCE_EXHAUSTED
 	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
 	// holding part of the budget never wait on each other. Both are
 	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
@@ -187,9 +208,37 @@ type RendererServiceClient interface {
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
 	// INVALID_DIGEST, INVALID_CONTENT_TYPE, INVALID_MESSAGE;
 	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
-	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
-	// RENDERER_ID_NOT_ALLOWED.
+	// the digest, or the artifact store holds no object of the digest and
+	// size named); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
+	// RENDERER_ID_NOT_ALLOWED; INVALID_ARGUMENT ARTIFACT_STORE_REQUIRED (a
+	// cluster without a shared artifact store keeps previews inline, up to
+	// its cap); UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE (the store did not
+	// answer the check of the named object: nothing changed, keep the lease
+	// by heartbeats and retry).
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
+	// PrepareUpload returns a presigned PUT URL with which the renderer
+	// stores a preview straight in the coordinator's artifact store (an
+	// S3-compatible one; SessionWelcome.presigned_uploads says so), so that
+	// the bytes cross neither the coordinator nor its replication log. The
+	// URL stores exactly size_bytes bytes hashing to sha256 under the key
+	// <team>/sha256/<sha256> of the lease's job and nothing else: the key,
+	// Content-Length and x-amz-checksum-sha256 are signed, and the store
+	// refuses a request that differs, or that comes after expires_at (a few
+	// minutes). The renderer sends headers as given, then completes naming
+	// the digest and size (CompleteSuccess.artifact_digest, size_bytes); the
+	// coordinator checks that the object exists with that size (and checksum)
+	// before the fenced completion may set the job's pointer to it.
+	//
+	// The lease must be the caller's (the same early check as
+	// UploadArtifact: fencing is decided by the completion). An upload that
+	// no completion claims is an orphan that the coordinator deletes after a
+	// grace period.
+	// Errors: ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND;
+	// INVALID_ARGUMENT INVALID_ID, INVALID_DIGEST, ARTIFACT_TOO_LARGE,
+	// EMPTY_ARTIFACT; FAILED_PRECONDITION PRESIGN_UNSUPPORTED (the store is
+	// the coordinator's own directory: send the preview inline or with
+	// UploadArtifact); PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED.
+	PrepareUpload(ctx context.Context, in *PrepareUploadRequest, opts ...grpc.CallOption) (*PrepareUploadResponse, error)
 }
 
 type rendererServiceClient struct {
@@ -253,6 +302,16 @@ func (c *rendererServiceClient) Complete(ctx context.Context, in *CompleteReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CompleteResponse)
 	err := c.cc.Invoke(ctx, RendererService_Complete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rendererServiceClient) PrepareUpload(ctx context.Context, in *PrepareUploadRequest, opts ...grpc.CallOption) (*PrepareUploadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrepareUploadResponse)
+	err := c.cc.Invoke(ctx, RendererService_PrepareUpload_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -330,9 +389,20 @@ type RendererServiceServer interface {
 	// them. Grants queued for a session that ends before they are sent are
 	// handed back at once without counting the attempt.
 	//
+	// Every list of lease references in a message (hello.holding,
+	// heartbeats, received, hand_backs, cancel_acks) and its completions name
+	// at most hello.capacity items each: a renderer never works on more
+	// leases at once. A message with a longer list is refused whole (nothing
+	// of it is applied, not even its well-formed items) and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS and a BadRequest naming the
+	// list. The coordinator applies what a session sent in writer commands
+	// of at most that many items per list, so that one session costs the
+	// writer a bounded amount per command however fast it sends.
+	//
 	// Errors (ending the stream): INVALID_ARGUMENT MISSING_HELLO,
 	// INVALID_RENDERER_ID, INVALID_CAPACITY, MESSAGE_LIMIT_TOO_SMALL (the
-	// renderer cannot accept a grant of the largest inline document);
+	// renderer cannot accept a grant of the largest inline document),
+	// TOO_MANY_LEASE_REFS;
 	// PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; ALREADY_EXISTS
 	// RENDERER_ID_IN_USE; RESOURCE_EXHAUSTED TOO_MANY_STREAMS; UNAVAILABLE
 	// SHUTTING_DOWN, STORAGE_UNAVAILABLE.
@@ -369,6 +439,12 @@ type RendererServiceServer interface {
 	// the leases beside it their extension. Session treats its heartbeats,
 	// hand_backs, received and cancel_acks the same way, answering the
 	// malformed ones after the others in SessionResponse.leases.
+	//
+	// Each of leases, hand_backs and cancel_acks names at most as many leases
+	// as the capacity the stream declared last (or, while it has declared
+	// none, its credential's max_capacity; at most 4,096). A longer list is
+	// refused whole, nothing of the message applied, and ends the stream
+	// with INVALID_ARGUMENT TOO_MANY_LEASE_REFS.
 	Heartbeat(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// UploadArtifact stores a preview too large to send inline, under the
 	// lease (job_id, token) it was rendered for, and returns its SHA-256
@@ -384,8 +460,11 @@ type RendererServiceServer interface {
 	// One upload per lease runs at a time: another for the same lease while
 	// one is in progress is RESOURCE_EXHAUSTED UPLOAD_IN_PROGRESS. The bytes
 	// every upload in progress holds count against one budget of the
-	// coordinator (--max-upload-buffer-bytes, 256 MiB by default); a chunk
-	// that would take the total past it ends its upload RESOURCE_EXHAUSTED
+	// coordinator (--max-upload-buffer-bytes, 256 MiB by default), of which
+	// the uploads of one renderer credential may hold half (or one preview
+	// of --max-artifact-bytes, when that is more), so that one credential
+	// never keeps the others out; a chunk that would take the total or the
+	// credential's part past its bound ends its upload RESOURCE_EXHAUSTED
 	// UPLOAD_BUDGET_EXHAUSTED at once, rather than waiting, so that uploads
 	// holding part of the budget never wait on each other. Both are
 	// RESOURCE_EXHAUSTED, not ABORTED: the lease is still the caller's, and
@@ -420,9 +499,37 @@ type RendererServiceServer interface {
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
 	// INVALID_DIGEST, INVALID_CONTENT_TYPE, INVALID_MESSAGE;
 	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
-	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
-	// RENDERER_ID_NOT_ALLOWED.
+	// the digest, or the artifact store holds no object of the digest and
+	// size named); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
+	// RENDERER_ID_NOT_ALLOWED; INVALID_ARGUMENT ARTIFACT_STORE_REQUIRED (a
+	// cluster without a shared artifact store keeps previews inline, up to
+	// its cap); UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE (the store did not
+	// answer the check of the named object: nothing changed, keep the lease
+	// by heartbeats and retry).
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
+	// PrepareUpload returns a presigned PUT URL with which the renderer
+	// stores a preview straight in the coordinator's artifact store (an
+	// S3-compatible one; SessionWelcome.presigned_uploads says so), so that
+	// the bytes cross neither the coordinator nor its replication log. The
+	// URL stores exactly size_bytes bytes hashing to sha256 under the key
+	// <team>/sha256/<sha256> of the lease's job and nothing else: the key,
+	// Content-Length and x-amz-checksum-sha256 are signed, and the store
+	// refuses a request that differs, or that comes after expires_at (a few
+	// minutes). The renderer sends headers as given, then completes naming
+	// the digest and size (CompleteSuccess.artifact_digest, size_bytes); the
+	// coordinator checks that the object exists with that size (and checksum)
+	// before the fenced completion may set the job's pointer to it.
+	//
+	// The lease must be the caller's (the same early check as
+	// UploadArtifact: fencing is decided by the completion). An upload that
+	// no completion claims is an orphan that the coordinator deletes after a
+	// grace period.
+	// Errors: ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND;
+	// INVALID_ARGUMENT INVALID_ID, INVALID_DIGEST, ARTIFACT_TOO_LARGE,
+	// EMPTY_ARTIFACT; FAILED_PRECONDITION PRESIGN_UNSUPPORTED (the store is
+	// the coordinator's own directory: send the preview inline or with
+	// UploadArtifact); PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED.
+	PrepareUpload(context.Context, *PrepareUploadRequest) (*PrepareUploadResponse, error)
 	mustEmbedUnimplementedRendererServiceServer()
 }
 
@@ -447,6 +554,9 @@ func (UnimplementedRendererServiceServer) UploadArtifact(grpc.ClientStreamingSer
 }
 func (UnimplementedRendererServiceServer) Complete(context.Context, *CompleteRequest) (*CompleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
+}
+func (UnimplementedRendererServiceServer) PrepareUpload(context.Context, *PrepareUploadRequest) (*PrepareUploadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PrepareUpload not implemented")
 }
 func (UnimplementedRendererServiceServer) mustEmbedUnimplementedRendererServiceServer() {}
 func (UnimplementedRendererServiceServer) testEmbeddedByValue()                         {}
@@ -526,6 +636,24 @@ func _RendererService_Complete_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RendererService_PrepareUpload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrepareUploadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RendererServiceServer).PrepareUpload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RendererService_PrepareUpload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RendererServiceServer).PrepareUpload(ctx, req.(*PrepareUploadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RendererService_ServiceDesc is the grpc.ServiceDesc for RendererService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -540,6 +668,10 @@ var RendererService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Complete",
 			Handler:    _RendererService_Complete_Handler,
+		},
+		{
+			MethodName: "PrepareUpload",
+			Handler:    _RendererService_PrepareUpload_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -91,6 +92,27 @@ func (ca *CA) IssueFor(t testing.TB, usages []x509.ExtKeyUsage, names ...string)
 	return ca.issueWith(t, names[0], usages, names, nil)
 }
 
+// IssueWithURIs issues a certificate for the URIs given (subject
+// alternative names) and the DNS names given, with the extended key
+// usages given: a cluster node's peer certificate names the node ids it
+// may speak raft as in URIs (cluster.NodeURI).
+func (ca *CA) IssueWithURIs(t testing.TB, usages []x509.ExtKeyUsage, uris []string, names ...string) tls.Certificate {
+	t.Helper()
+	var us []*url.URL
+	for _, u := range uris {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatalf("URI %q: %v", u, err)
+		}
+		us = append(us, parsed)
+	}
+	cn := "peer"
+	if len(names) > 0 {
+		cn = names[0]
+	}
+	return ca.issueTmpl(t, cn, usages, names, nil, us)
+}
+
 // Client issues a client certificate with common name name.
 func (ca *CA) Client(t testing.TB, name string) tls.Certificate {
 	t.Helper()
@@ -112,6 +134,11 @@ func (ca *CA) issueFor(t testing.TB, name string, usage x509.ExtKeyUsage, dnsNam
 
 func (ca *CA) issueWith(t testing.TB, name string, usages []x509.ExtKeyUsage, dnsNames []string, ips []net.IP) tls.Certificate {
 	t.Helper()
+	return ca.issueTmpl(t, name, usages, dnsNames, ips, nil)
+}
+
+func (ca *CA) issueTmpl(t testing.TB, name string, usages []x509.ExtKeyUsage, dnsNames []string, ips []net.IP, uris []*url.URL) tls.Certificate {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
@@ -122,6 +149,7 @@ func (ca *CA) issueWith(t testing.TB, name string, usages []x509.ExtKeyUsage, dn
 		ExtKeyUsage:  usages,
 		DNSNames:     dnsNames,
 		IPAddresses:  ips,
+		URIs:         uris,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

@@ -1,25 +1,49 @@
-package console
+package hostcheck
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 )
 
-// loopbackNames are the names of this machine every console answers to,
+// loopbackNames are the names of this machine every guard answers to,
 // with its listener's port.
 var loopbackNames = []string{"localhost", "127.0.0.1", "::1"}
 
-// hostName is a name the console answers to: a host, and the port it must
-// come with, or "" for the listener's port or none.
+// hostName is a name a guard answers to: a host, and the port it must come
+// with, or "" for the listener's port or none.
 type hostName struct {
 	host, port string
 }
 
-// CheckHosts reports what is wrong with names as Config.Hosts, if
+// Guard checks the Host of requests. It is safe for concurrent use.
+type Guard struct {
+	hosts []hostName
+	log   *slog.Logger
+	// what names the server in the log and the refusal ("console", ...).
+	what string
+}
+
+// New returns a guard that answers to names besides the loopback names
+// and the address a request came in on (see the package documentation),
+// logging refusals on log as refusals of what. It fails when a name is
+// neither a host name nor an IP address, with or without a port.
+func New(names []string, what string, log *slog.Logger) (*Guard, error) {
+	hosts, err := parseHosts(names)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Guard{hosts: hosts, log: log, what: what}, nil
+}
+
+// CheckHosts reports what is wrong with names as a guard's names, if
 // anything: each must be a host name or IP address, with or without a
 // port.
 func CheckHosts(names []string) error {
@@ -27,8 +51,8 @@ func CheckHosts(names []string) error {
 	return err
 }
 
-// parseHosts checks the names of Config.Hosts: each a host name or IP
-// address, with or without a port.
+// parseHosts checks a guard's names: each a host name or IP address, with
+// or without a port.
 func parseHosts(names []string) ([]hostName, error) {
 	var out []hostName
 	for _, n := range names {
@@ -36,40 +60,27 @@ func parseHosts(names []string) ([]hostName, error) {
 		h := hostName{host: n}
 		if host, port, err := net.SplitHostPort(n); err == nil {
 			if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-				return nil, fmt.Errorf("console host %q: the port must be a number from 1 to 65535", n)
+				return nil, fmt.Errorf("host %q: the port must be a number from 1 to 65535", n)
 			}
 			h = hostName{host: host, port: port}
 		}
 		h.host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(h.host, "["), "]"))
 		if h.host == "" || (strings.ContainsAny(h.host, "/@?#:% ") && net.ParseIP(h.host) == nil) {
-			return nil, fmt.Errorf("console host %q is not a host name or an IP address", n)
+			return nil, fmt.Errorf("host %q is not a host name or an IP address", n)
 		}
 		out = append(out, h)
 	}
 	return out, nil
 }
 
-// errMisdirected refuses a request whose Host the console does not answer
+// errMisdirected refuses a request whose Host the guard does not answer
 // to.
 var errMisdirected = errors.New("misdirected request")
 
-// checkHost accepts r only when its Host names this console, so that a
-// page on another site cannot reach it by DNS rebinding (its own name
-// resolved to 127.0.0.1 gives it the console's content under its own
-// origin, where same-origin checks and SameSite cookies see no other
-// site). The console answers to:
-//
-//   - localhost, 127.0.0.1 and [::1], with the port of the listener the
-//     request came in on;
-//   - the address the request came in on (the bound address, or the
-//     interface's address under a wildcard bind): an IP address cannot be
-//     rebound;
-//   - the names of Config.Hosts, with the port given there, or with the
-//     listener's port or none when none was given (a proxy in front of the
-//     console on the scheme's default port).
-//
-// A Host without a port stands for the scheme's default port.
-func (c *Console) checkHost(r *http.Request) error {
+// check accepts r only when its Host names this server (see the package
+// documentation). A Host without a port stands for the scheme's default
+// port.
+func (g *Guard) check(r *http.Request) error {
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	host, port, hadPort := splitHost(r.Host)
 	if !hadPort {
@@ -78,12 +89,12 @@ func (c *Console) checkHost(r *http.Request) error {
 			port = "443"
 		}
 	}
-	for _, h := range c.hosts {
-		if h.host == host && (h.port == port || h.port == "" && (!hadPort || port == portOf(local))) {
+	for _, h := range g.hosts {
+		if h.host == host && (h.port == port || h.port == "" && (!hadPort || port == Port(local))) {
 			return nil
 		}
 	}
-	if local == nil || port != portOf(local) {
+	if local == nil || port != Port(local) {
 		return errMisdirected
 	}
 	for _, n := range loopbackNames {
@@ -108,8 +119,8 @@ func splitHost(hostport string) (host, port string, hadPort bool) {
 	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")), "", false
 }
 
-// portOf returns the port of a listener's address, or "".
-func portOf(a net.Addr) string {
+// Port returns the port of a listener's address, or "".
+func Port(a net.Addr) string {
 	if a == nil {
 		return ""
 	}
@@ -122,16 +133,16 @@ func portOf(a net.Addr) string {
 	return ""
 }
 
-// hostGuard wraps h with checkHost: a request for another host is answered
+// Handler wraps h with the check: a request for another host is answered
 // 421 Misdirected Request, with no page, no cookie and no redirect.
-func (c *Console) hostGuard(h http.Handler) http.Handler {
+func (g *Guard) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := c.checkHost(r); err != nil {
-			c.log.Info("console: refused a request for another host", "host", r.Host, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		if err := g.check(r); err != nil {
+			g.log.Info(g.what+": refused a request for another host", "host", r.Host, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("Cache-Control", "no-store")
 			w.WriteHeader(http.StatusMisdirectedRequest)
-			fmt.Fprintln(w, "This console does not answer to that host name. Open it by the address it listens on, "+
+			fmt.Fprintln(w, "This address does not answer to that host name. Open it by the address it listens on, "+
 				"or by localhost with its port, or name the host with the coordinator's --console-host.")
 			return
 		}

@@ -1,0 +1,187 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"sync"
+
+	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
+	"github.com/leasehold/leasehold/client/reason"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A hold is one authenticated stream in progress: what it authenticated
+// with, and the rule that says whether a principal may go on holding it.
+// Set.Replace judges every hold against the new principals and ends the
+// ones whose credential is gone or no longer may.
+type hold struct {
+	digest    [sha256.Size]byte
+	principal Principal
+	end       context.CancelCauseFunc
+
+	mu sync.Mutex
+	// may says whether a principal may go on holding the stream; nil is
+	// keepsRoles.
+	may func(Principal) error
+}
+
+// holds are a Set's streams in progress.
+type holds struct {
+	mu sync.Mutex
+	m  map[*hold]struct{}
+}
+
+// streamRevoked is the cause of a stream ended by a reload, carrying the
+// status the stream ends with.
+type streamRevoked struct{ err error }
+
+func (r *streamRevoked) Error() string { return r.err.Error() }
+
+// errCredentialRemoved ends a stream whose token the principals file no
+// longer holds.
+var errCredentialRemoved = unauthenticated("the token of this stream was removed from the principals file; the stream is over")
+
+// keepsRoles is the rule of a stream whose handler named none: the
+// principal still holds every role it held when the stream began.
+func keepsRoles(was Principal) func(Principal) error {
+	return func(p Principal) error {
+		for _, r := range was.Roles {
+			if !p.Can(r) {
+				return PermissionDenied(fmt.Sprintf("%s no longer has the %s role; the stream is over", p.Name, r))
+			}
+		}
+		return nil
+	}
+}
+
+// PermissionDenied returns the PERMISSION_DENIED status error with
+// ErrorInfo reason PERMISSION_DENIED, as the error table words it.
+func PermissionDenied(msg string) error {
+	st := status.New(codes.PermissionDenied, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason.PermissionDenied), Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// holdKey is the context key of a stream's hold.
+type holdKey struct{}
+
+// HoldWhile sets the rule by which the stream of ctx may go on after the
+// principals are replaced (a reload of the principals file): may returns
+// nil while the new principal of the stream's token may hold it, or the
+// status error the stream ends with (PERMISSION_DENIED, through the error
+// table). A stream that sets none ends when its principal lost a role it
+// had. The rule is judged at once too, against the principals in force
+// now, so that a reload between the stream's start and the call is not
+// missed. Handlers of long-lived streams call it once they know what the
+// stream needs (a renderer id, a team); outside a stream it does nothing.
+func HoldWhile(ctx context.Context, may func(Principal) error) {
+	h, _ := ctx.Value(holdKey{}).(*hold)
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.may = may
+	h.mu.Unlock()
+	if s, _ := ctx.Value(setKey{}).(*Set); s != nil {
+		s.judge(h, s.load())
+	}
+}
+
+// setKey is the context key of the Set that holds a stream.
+type setKey struct{}
+
+// judge ends h, and reports so, when the principals in entries no longer
+// let it go on.
+func (s *Set) judge(h *hold, entries []entry) bool {
+	i := slices.IndexFunc(entries, func(e entry) bool { return e.digest == h.digest })
+	if i < 0 {
+		h.end(&streamRevoked{errCredentialRemoved})
+		return true
+	}
+	h.mu.Lock()
+	may := h.may
+	h.mu.Unlock()
+	if may == nil {
+		may = keepsRoles(h.principal)
+	}
+	if err := may(entries[i].principal); err != nil {
+		h.end(&streamRevoked{err})
+		return true
+	}
+	return false
+}
+
+// judgeAll judges every stream in progress against entries and returns
+// how many it ended.
+func (s *Set) judgeAll(entries []entry) int {
+	s.holds.mu.Lock()
+	live := make([]*hold, 0, len(s.holds.m))
+	for h := range s.holds.m {
+		live = append(live, h)
+	}
+	s.holds.mu.Unlock()
+	ended := 0
+	for _, h := range live {
+		if s.judge(h, entries) {
+			ended++
+		}
+	}
+	return ended
+}
+
+// holdStream runs an authenticated stream's handler as a hold of s, on a
+// context that a reload ends: its handler sees the context done, and the
+// stream ends with the reload's status (UNAUTHENTICATED, or
+// PERMISSION_DENIED from the stream's rule) whatever the handler returns.
+// A stream without a principal (health, reflection) runs as it is.
+func (s *Set) holdStream(srv any, ss grpc.ServerStream, handler grpc.StreamHandler) error {
+	ctx, release, ok := s.hold(ss.Context())
+	if !ok {
+		return handler(srv, ss)
+	}
+	defer release()
+	ws := middleware.WrapServerStream(ss)
+	ws.WrappedContext = ctx
+	err := handler(srv, ws)
+	if r, ok := context.Cause(ctx).(*streamRevoked); ok {
+		return r.err
+	}
+	return err
+}
+
+// hold registers the stream of ctx, authenticated by AuthFunc, and returns
+// the context its handler runs in, which a reload ends, and the function
+// that forgets the stream when it is over. It reports false for a context
+// without a principal.
+func (s *Set) hold(ctx context.Context) (context.Context, func(), bool) {
+	p, ok := FromContext(ctx)
+	d, dok := ctx.Value(digestKey{}).([sha256.Size]byte)
+	if !ok || !dok {
+		return ctx, nil, false
+	}
+	ctx, end := context.WithCancelCause(ctx)
+	h := &hold{digest: d, principal: p, end: end}
+	s.holds.mu.Lock()
+	if s.holds.m == nil {
+		s.holds.m = make(map[*hold]struct{})
+	}
+	s.holds.m[h] = struct{}{}
+	s.holds.mu.Unlock()
+	// A reload between the authentication and the registration above
+	// did not see this stream: judge it against what is in force now.
+	s.judge(h, s.load())
+	release := func() {
+		s.holds.mu.Lock()
+		delete(s.holds.m, h)
+		s.holds.mu.Unlock()
+		end(nil)
+	}
+	return context.WithValue(context.WithValue(ctx, holdKey{}, h), setKey{}, s), release, true
+}
