@@ -82,12 +82,7 @@ func TestWorkerNotLeaderReconnectsAtOnce(t *testing.T) {
 		if got := b.waitLog(t, "completed").attrs["job"]; got != "job-done" {
 			t.Errorf("completed %q, want job-done", got)
 		}
-		synctest.Wait()
-		select {
-		case job := <-p.stopped:
-			t.Errorf("%s stopped, want it still rendering: the lease is held across the failover", job)
-		default:
-		}
+		p.stillRendering(t, "the failover")
 	})
 }
 
@@ -386,11 +381,18 @@ func TestWorkerLeavesASilentCoordinator(t *testing.T) {
 		if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-hold", 1)}, s2.hello.GetHello().GetHolding(), protocmp.Transform()); diff != "" {
 			t.Errorf("hello.holding after the silence (-want +got):\n%s", diff)
 		}
-		synctest.Wait()
-		select {
-		case job := <-p.stopped:
-			t.Errorf("%s stopped, want it still rendering: the lease is held across the new session", job)
-		default:
-		}
+		p.stillRendering(t, "the new session")
 	})
+}
+
+// stillRendering fails the test if a held render stopped: its lease is
+// held across what happened (across). It waits for the bubble to settle.
+func (p *gatedProvider) stillRendering(t *testing.T, across string) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case job := <-p.stopped:
+		t.Errorf("%s stopped, want it still rendering: the lease is held across %s", job, across)
+	default:
+	}
 }
