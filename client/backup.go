@@ -26,11 +26,17 @@ type BackupInfo struct {
 	TakenAt time.Time
 	// SHA256 is the lowercase hex SHA-256 of the file.
 	SHA256 string
+	// Objects are the keys (<team>/sha256/<digest>) of the objects of the
+	// coordinator's artifact store that the copy's jobs name: previews the
+	// copy does not hold, which a restore needs in the store.
+	Objects []string
 }
 
 // Backup streams a consistent copy of the coordinator's whole database into
 // w (OperatorService.Backup): a bbolt file a coordinator can be restored
-// from, every team's documents and previews included. It needs a token
+// from, every team's documents and inline previews included; the previews
+// kept in the coordinator's artifact store are named in Objects, not
+// copied. It needs a token
 // whose principal holds the backup role, which no operator scope implies
 // and no development token has; any other answers PERMISSION_DENIED. It counts and hashes the
 // bytes as they arrive and returns an error matching ErrDigestMismatch when
@@ -71,6 +77,8 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (BackupInfo, error) {
 			if _, err := w.Write(p.Chunk); err != nil {
 				return info, fmt.Errorf("backup: %w", err)
 			}
+		case *leaseholdv1.BackupResponse_Objects:
+			info.Objects = append(info.Objects, p.Objects.GetKeys()...)
 		case *leaseholdv1.BackupResponse_Trailer:
 			trailer = p.Trailer
 		}
@@ -79,7 +87,7 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (BackupInfo, error) {
 		return info, fmt.Errorf("backup: the stream ended after %d bytes without its header or trailer: %w", n, ErrDigestMismatch)
 	}
 	info = BackupInfo{SizeBytes: header.GetSizeBytes(), SchemaVersion: header.GetSchemaVersion(), LastToken: header.GetLastToken(),
-		SHA256: hex.EncodeToString(h.Sum(nil))}
+		SHA256: hex.EncodeToString(h.Sum(nil)), Objects: info.Objects}
 	if at := header.GetTakenAt(); at != nil {
 		info.TakenAt = at.AsTime()
 	}
@@ -88,6 +96,9 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (BackupInfo, error) {
 	}
 	if !strings.EqualFold(info.SHA256, trailer.GetSha256()) {
 		return info, fmt.Errorf("backup: received bytes hash to %s, want %s: %w", info.SHA256, trailer.GetSha256(), ErrDigestMismatch)
+	}
+	if uint64(len(info.Objects)) != header.GetObjects() {
+		return info, fmt.Errorf("backup: %d objects of the artifact store named, the header said %d: %w", len(info.Objects), header.GetObjects(), ErrDigestMismatch)
 	}
 	return info, nil
 }

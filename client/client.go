@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -9,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,11 +129,15 @@ func WithBatchLimits(l BatchLimits) Option {
 // addr is one "host:port" or any gRPC target naming one server, dialled
 // as it always was; or, for a cluster, the replicas' "host:port"
 // addresses separated by commas ("a:7070,b:7070,c:7070"), or a dns:///
-// target resolving to all of them. The client then keeps a connection to
-// each replica and sends its calls to the one that reports itself the
-// leader (gRPC health checking on leasehold.v1.Leader), moving to the new
-// leader when leadership moves, and retries a call that a failover
-// interrupted (see WithFailoverWait). Over TLS each listed address is
+// target resolving to all of them. The client then polls each replica's
+// health entry leasehold.v1.Leader (a Check every 250 ms, each within
+// 250 ms) and sends its calls to the one that answers SERVING, moving to
+// the new leader when leadership moves, even from a leader that stopped
+// answering at all (a frozen process keeps its connections open); and it
+// retries a call that a failover interrupted (see WithFailoverWait).
+// Streams made under a leader that the client has since left end with an
+// error matching ErrUnavailable, which FollowBatch resumes from. Options from WithDialOptions do not apply to the polls'
+// own connections. Over TLS each listed address is
 // verified against its own host, unless the tls.Config names a ServerName
 // for all of them; the bearer token rule holds for every address.
 //
@@ -155,11 +162,12 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator: %w", err)
 	}
-	dialOpts, err := cfg.security.DialOptions(target.Hosts()...)
+	transport, err := cfg.security.DialOptions(target.Hosts()...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}
-	dialOpts = append(dialOpts,
+	leader := target.Leader(transport...)
+	dialOpts := append(slices.Clone(transport),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes),
 			grpc.MaxCallSendMsgSize(int(max(DefaultMaxMessageBytes, cfg.limits.requestBytes()))),
@@ -178,11 +186,11 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		dialOpts = append(dialOpts, tracing.DialOption(cfg.tracer))
 	}
 	if target.Replicated() && cfg.failoverWait > 0 {
-		dialOpts = append(dialOpts, grpc.WithChainUnaryInterceptor(failoverInterceptor(cfg.failoverWait)))
+		dialOpts = append(dialOpts, grpc.WithChainUnaryInterceptor(failoverInterceptor(leader, cfg.failoverWait)))
 	}
 	dialOpts = append(dialOpts, cfg.dialOpts...)
 	c := &Client{limits: cfg.limits}
-	c.conn, err = grpc.NewClient(target.DialTarget(), append(target.DialOptions(), dialOpts...)...)
+	c.conn, err = grpc.NewClient(leader.DialTarget(), append(leader.DialOptions(), dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing coordinator %s: %w", addr, err)
 	}
@@ -282,15 +290,38 @@ func (c *Client) CancelBatch(ctx context.Context, batchID, reason string) (*leas
 	return resp, wrapError(err)
 }
 
+// DownloadOption changes how DownloadArtifact fetches a preview.
+type DownloadOption func(*downloadOptions)
+
+type downloadOptions struct {
+	presign bool
+	http    *http.Client
+}
+
+// Presigned asks for a short-lived URL where the preview is in an
+// artifact store that presigns (an S3-compatible one), and fetches the
+// bytes from the store with a plain GET: they do not cross the
+// coordinator. A preview kept in the coordinator's records is streamed
+// as without it. hc sends the GET; nil is http.DefaultClient.
+func Presigned(hc *http.Client) DownloadOption {
+	return func(o *downloadOptions) { o.presign, o.http = true, cmp.Or(hc, http.DefaultClient) }
+}
+
 // DownloadArtifact streams the preview of a SUCCEEDED job into w and returns
 // its metadata. It hashes the bytes as they arrive and returns an error
 // matching ErrDigestMismatch when their SHA-256 differs from the artifact's
 // digest (or their count from its size); w has then received bytes that
-// must not be trusted, so callers writing to a file should discard it.
-func (c *Client) DownloadArtifact(ctx context.Context, jobID string, w io.Writer) (*leaseholdv1.Artifact, error) {
+// must not be trusted, so callers writing to a file should discard it. The
+// check is the same whether the bytes came through the coordinator or,
+// with Presigned, from the artifact store.
+func (c *Client) DownloadArtifact(ctx context.Context, jobID string, w io.Writer, opts ...DownloadOption) (*leaseholdv1.Artifact, error) {
+	var o downloadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.Jobs.GetArtifact(ctx, &leaseholdv1.GetArtifactRequest{JobId: jobID})
+	stream, err := c.Jobs.GetArtifact(ctx, &leaseholdv1.GetArtifactRequest{JobId: jobID, Presign: o.presign})
 	if err != nil {
 		return nil, wrapError(err)
 	}
@@ -299,6 +330,7 @@ func (c *Client) DownloadArtifact(ctx context.Context, jobID string, w io.Writer
 		n   int64
 	)
 	h := sha256.New()
+	out := io.MultiWriter(h, w)
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -313,10 +345,15 @@ func (c *Client) DownloadArtifact(ctx context.Context, jobID string, w io.Writer
 				return nil, fmt.Errorf("downloading artifact of job %s: first message carries no artifact metadata", jobID)
 			}
 		}
+		if u := msg.GetUrl(); u != "" {
+			if n, err = fetchPresigned(ctx, o.http, u, msg.GetUrlHeaders(), art.GetSizeBytes(), out); err != nil {
+				return nil, fmt.Errorf("downloading artifact of job %s from the artifact store: %w", jobID, err)
+			}
+			continue
+		}
 		chunk := msg.GetChunk()
-		h.Write(chunk)
 		n += int64(len(chunk))
-		if _, err := w.Write(chunk); err != nil {
+		if _, err := out.Write(chunk); err != nil {
 			return nil, fmt.Errorf("downloading artifact of job %s: %w", jobID, err)
 		}
 	}
@@ -331,6 +368,31 @@ func (c *Client) DownloadArtifact(ctx context.Context, jobID string, w io.Writer
 		return art, fmt.Errorf("downloading artifact of job %s: received %d bytes, want %d: %w", jobID, n, art.GetSizeBytes(), ErrDigestMismatch)
 	}
 	return art, nil
+}
+
+// fetchPresigned GETs a presigned URL into w, reading at most one byte more
+// than size (so that a longer body shows as a size mismatch), and returns
+// how many bytes it wrote.
+func fetchPresigned(ctx context.Context, hc *http.Client, url string, headers map[string]string, size int64, w io.Writer) (int64, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("the store answered %s", resp.Status)
+	}
+	return io.Copy(w, io.LimitReader(resp.Body, size+1))
 }
 
 // ListRejectedCompletions returns one page of fenced-off completions, newest first.

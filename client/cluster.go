@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 )
 
 // DefaultFailoverWait is how long a call to a cluster keeps being retried
@@ -57,9 +58,14 @@ const (
 //   - UNAVAILABLE from the transport itself (no leader reported healthy,
 //     or the connection to it broke).
 //
-// The first attempt is sent as the caller asked; the retries wait for a
-// replica to report itself the leader (gRPC's WaitForReady), until the
-// wait runs out or ctx ends. Then the last of these errors is returned
+// Each attempt has its own deadline (a third of what is left of ctx's, at
+// least MinAttemptTimeout, DefaultAttemptTimeout without one) and ends
+// sooner when the client leaves the leader it went to: a call in flight on
+// a leader that froze is answered by the new leader, not when the old one
+// wakes. An attempt ended either way counts as UNAVAILABLE from the
+// transport. The first attempt is sent as the caller asked; the retries
+// wait for a replica to answer as the leader (gRPC's WaitForReady), until
+// the wait runs out or ctx ends. Then the last of these errors is returned
 // (ErrNotLeader, ErrOutcomeUnknown or ErrUnavailable), or ctx's. Every
 // other error, UNAVAILABLE STORAGE_FULL and STORAGE_UNAVAILABLE included,
 // is returned at once. Streams (WatchBatch, WatchOverview, GetArtifact,
@@ -128,11 +134,13 @@ func staleContext(ctx context.Context) context.Context {
 // failover wait runs out.
 var errFailoverWaitOver = errors.New("failover wait over")
 
-// failoverInterceptor retries unary calls that failed because leadership
-// moved, as WithFailoverWait describes, for at most wait.
-func failoverInterceptor(wait time.Duration) grpc.UnaryClientInterceptor {
+// failoverInterceptor sends each attempt of a unary call with its own
+// deadline and moves it off a leader the client has left (attempt), and
+// retries calls that failed because leadership moved, as WithFailoverWait
+// describes, for at most wait.
+func failoverInterceptor(leader *leaderdial.Leader, wait time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
+		err := attempt(ctx, leader, method, req, reply, cc, invoker, opts...)
 		if !failoverError(err) {
 			return err
 		}
@@ -148,14 +156,14 @@ func failoverInterceptor(wait time.Duration) grpc.UnaryClientInterceptor {
 			// The retry waits for a leader, but not beyond the failover
 			// wait: once it is over, a call still waiting (the channel is
 			// not ready) is cancelled. One already sent to a leader runs
-			// on under ctx alone.
+			// on under ctx and its own deadline.
 			attemptCtx, cancelAttempt := context.WithCancelCause(ctx)
 			stop := context.AfterFunc(waitCtx, func() {
 				if ctx.Err() == nil && cc.GetState() != connectivity.Ready {
 					cancelAttempt(errFailoverWaitOver)
 				}
 			})
-			attemptErr := invoker(attemptCtx, method, req, reply, cc, retryOpts...)
+			attemptErr := attempt(attemptCtx, leader, method, req, reply, cc, invoker, retryOpts...)
 			stop()
 			over := errors.Is(context.Cause(attemptCtx), errFailoverWaitOver)
 			cancelAttempt(nil)
@@ -168,6 +176,53 @@ func failoverInterceptor(wait time.Duration) grpc.UnaryClientInterceptor {
 			}
 		}
 	}
+}
+
+// The deadline of one attempt of a call to a cluster: a third of what is
+// left of the call's own, so that two more attempts fit after one that
+// went to a leader that stopped answering, but at least
+// MinAttemptTimeout; DefaultAttemptTimeout for a call with no deadline.
+// An attempt also ends, sooner, as soon as the client leaves the leader it
+// went to (another replica answers as the leader, that one says it is
+// not, or it stays silent for 3 s).
+const (
+	MinAttemptTimeout     = time.Second
+	DefaultAttemptTimeout = 10 * time.Second
+)
+
+// errAttemptOver ends an attempt at its own deadline.
+var errAttemptOver = errors.New("attempt deadline")
+
+// attemptTimeout returns the deadline of an attempt made under ctx.
+func attemptTimeout(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return DefaultAttemptTimeout
+	}
+	return max(time.Until(dl)/3, MinAttemptTimeout)
+}
+
+// attempt sends one attempt of a call under a context of its own, which
+// ends at the attempt's deadline or when the client leaves the leader it
+// went to. Either is answered UNAVAILABLE (without a coordinator's
+// reason), which the failover retries; ctx's own end is returned as it
+// came.
+func attempt(ctx context.Context, leader *leaderdial.Leader, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption,
+) error {
+	actx, release := leader.Attempt(ctx)
+	defer release()
+	d := attemptTimeout(ctx)
+	actx, cancel := context.WithTimeoutCause(actx, d, errAttemptOver)
+	defer cancel()
+	err := invoker(actx, method, req, reply, cc, opts...)
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return err
+	case errors.Is(context.Cause(actx), errAttemptOver) && status.Code(err) == codes.DeadlineExceeded:
+		return status.Errorf(codes.Unavailable, "no answer from the coordinator (%s) within the attempt's %v", leader.Describe(), d.Round(time.Millisecond))
+	}
+	return leaderdial.Moved(actx, err)
 }
 
 // failoverError reports whether err is one a leader change explains:

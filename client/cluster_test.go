@@ -149,30 +149,87 @@ func TestClusterWaitsForNewLeader(t *testing.T) {
 }
 
 // TestClusterRetriesNotLeader ensures a call that reaches a replica which
-// still looks like the leader but no longer is (its health not yet
-// updated) is refused with NOT_LEADER and sent again, to the leader, with
-// no error for the caller.
+// still looks like the leader but no longer is (it answers its health
+// checks SERVING a little after it stopped leading) is refused with
+// NOT_LEADER and sent again, to the new leader once the client finds it,
+// with no error for the caller.
 func TestClusterRetriesNotLeader(t *testing.T) {
 	t.Parallel()
 	b := setupCluster(t, 0)
-	b.cluster.SetHealth(1, true) // replica 1 looks healthy but refuses
 	batch := b.submit(t, "r-0")
-	deadline := time.Now().Add(clusterFailsafe)
-	for refused := false; !refused; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no call reached the stale replica within %v", clusterFailsafe)
-		}
-		if _, err := b.client.GetBatch(t.Context(), batch.GetId()); err != nil {
-			t.Fatalf("GetBatch: %v", err)
-		}
-		for _, c := range b.cluster.Calls() {
-			refused = refused || (c.Refused && c.Node == 1)
+	drain(b.attempts)
+	// Replica 1 leads; replica 0 refuses, still reporting SERVING.
+	b.cluster.SetServing(1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.client.GetBatch(t.Context(), batch.GetId())
+		done <- err
+	}()
+	recvT(t, b.attempts, "the first attempt")
+	// Its health catches up.
+	b.cluster.SetHealth(0, false)
+	b.cluster.SetHealth(1, true)
+	if err := recvT(t, done, "GetBatch to return"); err != nil {
+		t.Fatalf("GetBatch: %v", err)
+	}
+	refused := 0
+	for _, c := range b.cluster.Calls() {
+		if c.Refused && c.Node == 0 && c.Method == leaseholdv1.JobService_GetBatch_FullMethodName {
+			refused++
 		}
 	}
-	for _, n := range b.servedOn(leaseholdv1.JobService_GetBatch_FullMethodName) {
-		if n != 0 {
-			t.Errorf("GetBatch served by replica %d, want only the leader, 0", n)
-		}
+	if refused == 0 {
+		t.Error("no GetBatch was refused by the stale replica 0; the test proves nothing")
+	}
+	if diff := cmp.Diff([]int{1}, b.servedOn(leaseholdv1.JobService_GetBatch_FullMethodName)); diff != "" {
+		t.Errorf("replicas that served GetBatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestClusterLeavesAFrozenLeader ensures a call in flight on a leader that
+// freezes (it answers nothing, health checks included, and keeps its
+// connections open) is answered by the replica that then reports itself
+// the leader, well before the frozen one would wake (the test's end), and
+// well before the attempt's own deadline (a third of the call's minute).
+func TestClusterLeavesAFrozenLeader(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t, 0)
+	b.submit(t, "r-0")
+	drain(b.attempts)
+	b.cluster.Freeze(0)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err := b.client.SubmitBatch(ctx, "team-a", "r-1", []*leaseholdv1.Document{{Name: "a.pdf", Content: []byte("%PDF")}}, nil)
+		done <- err
+	}()
+	recvT(t, b.attempts, "the attempt on the frozen leader")
+	b.cluster.SetLeader(2)
+	if err := recvT(t, done, "SubmitBatch to return"); err != nil {
+		t.Fatalf("SubmitBatch across the freeze: %v", err)
+	}
+	if diff := cmp.Diff([]int{0, 2}, b.servedOn(submitMethod)); diff != "" {
+		t.Errorf("replicas that served the submits (-want +got):\n%s", diff)
+	}
+}
+
+// TestClusterAttemptDeadline ensures an attempt that its replica holds
+// while answering its health checks (a leader whose writer is stuck) ends
+// at the attempt's own deadline, a third of the call's, and is sent again
+// within the call's.
+func TestClusterAttemptDeadline(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t, 0)
+	batch := b.submit(t, "r-0")
+	b.cluster.HangNext(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+	defer cancel()
+	if _, err := b.client.GetBatch(ctx, batch.GetId()); err != nil {
+		t.Fatalf("GetBatch with its first attempt held: %v", err)
+	}
+	if n := len(b.servedOn(leaseholdv1.JobService_GetBatch_FullMethodName)); n != 2 {
+		t.Errorf("replica 0 took GetBatch %d times, want twice: the attempt it held, then the retry", n)
 	}
 }
 
@@ -347,29 +404,70 @@ func TestClusterStaleReads(t *testing.T) {
 }
 
 // TestClusterFollowBatchAcrossFailover ensures FollowBatch rides out a
-// watch ended by NOT_LEADER (its leader stepped down): it watches again on
-// the new leader and sees every job to its end once.
+// watch lost to a failover and watches again on the new leader, from the
+// last event seen, each job's success yielded once: a watch ended by
+// NOT_LEADER (its leader stepped down), and one on a leader that freezes
+// in the middle of it (its stream and its health checks go silent, and it
+// never says NOT_LEADER), which the client leaves once another replica
+// reports itself the leader.
 func TestClusterFollowBatchAcrossFailover(t *testing.T) {
 	t.Parallel()
-	b := setupCluster(t, 0)
-	resp, err := b.client.SubmitBatch(t.Context(), "team-a", "r-0",
-		[]*leaseholdv1.Document{{Name: "a.pdf"}, {Name: "b.pdf"}, {Name: "c.pdf"}}, nil)
-	if err != nil {
-		t.Fatalf("SubmitBatch: %v", err)
+	tests := []struct {
+		name string
+		// fault is what the leader's watch meets after its first message.
+		fault func(ctx context.Context, c *fakeserver.Cluster) error
+		// want is what lost the watch; served the replicas that served
+		// the watches.
+		want   error
+		served []int
+	}{
+		{"a watch ended by NOT_LEADER", func(_ context.Context, c *fakeserver.Cluster) error {
+			c.SetLeader(1)
+			return c.NotLeader()
+		}, client.ErrNotLeader, []int{0, 1}},
+		{"a leader frozen in the middle of a watch", func(ctx context.Context, c *fakeserver.Cluster) error {
+			c.Freeze(0)
+			c.SetLeader(2)
+			<-ctx.Done() // the stream stops with the process
+			return ctx.Err()
+		}, client.ErrUnavailable, []int{0, 2}},
 	}
-	b.fake.WatchFault = func(_ context.Context, call, msg int) error {
-		if call == 0 && msg == 1 {
-			b.cluster.SetLeader(1)
-			return b.cluster.NotLeader()
-		}
-		return nil
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupCluster(t, 0)
+			resp, err := b.client.SubmitBatch(t.Context(), "team-a", "r-0",
+				[]*leaseholdv1.Document{{Name: "a.pdf"}, {Name: "b.pdf"}, {Name: "c.pdf"}}, nil)
+			if err != nil {
+				t.Fatalf("SubmitBatch: %v", err)
+			}
+			b.fake.WatchFault = func(ctx context.Context, call, msg int) error {
+				if call == 0 && msg == 1 {
+					return tc.fault(ctx, b.cluster)
+				}
+				return nil
+			}
+			if err := b.followToTheEnd(t, resp.GetBatch().GetId()); !errors.Is(err, tc.want) {
+				t.Errorf("the watch was lost with %v, want %v", err, tc.want)
+			}
+			if diff := cmp.Diff(tc.served, b.servedOn(leaseholdv1.JobService_WatchBatch_FullMethodName)); diff != "" {
+				t.Errorf("replicas that served the watches (-want +got):\n%s", diff)
+			}
+		})
 	}
+}
+
+// followToTheEnd follows the batch of three jobs until it is done, checks
+// that each job's success was yielded once, and returns the error that
+// lost the last stream FollowBatch watched again after.
+func (b *clusterBundle) followToTheEnd(t *testing.T, batchID string) error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), clusterFailsafe)
 	defer cancel()
 	seen := map[string]int{}
 	var reconnectErr error
 	opts := client.FollowOptions{OnReconnect: func(err error, _ time.Duration) { reconnectErr = err }}
-	for u, err := range b.client.FollowBatch(ctx, resp.GetBatch().GetId(), opts) {
+	for u, err := range b.client.FollowBatch(ctx, batchID, opts) {
 		if err != nil {
 			t.Fatalf("FollowBatch: %v", err)
 		}
@@ -380,12 +478,7 @@ func TestClusterFollowBatchAcrossFailover(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"j-1": 1, "j-2": 1, "j-3": 1}, seen); diff != "" {
 		t.Errorf("jobs seen succeeding (-want +got):\n%s", diff)
 	}
-	if !errors.Is(reconnectErr, client.ErrNotLeader) {
-		t.Errorf("the watch was lost with %v, want ErrNotLeader", reconnectErr)
-	}
-	if diff := cmp.Diff([]int{0, 1}, b.servedOn(leaseholdv1.JobService_WatchBatch_FullMethodName)); diff != "" {
-		t.Errorf("replicas that served the watches (-want +got):\n%s", diff)
-	}
+	return reconnectErr
 }
 
 // unavailable is an UNAVAILABLE refusal with reason, as the coordinator

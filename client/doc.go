@@ -40,10 +40,15 @@
 //
 //	c, err := client.Dial("coord-0:7070,coord-1:7070,coord-2:7070", client.WithTLS(cfg))
 //
-// The client keeps a connection to each replica and sends calls only to
-// the one whose health entry leasehold.v1.Leader is SERVING (gRPC
-// client-side health checking); when leadership moves, calls follow it.
-// A unary call that the move interrupted is sent again, for up to
+// The client polls each replica's health entry leasehold.v1.Leader (a
+// Check every 250 ms, each within 250 ms) and sends calls only to the one
+// that answered SERVING; when leadership moves, calls follow it, from a
+// leader that stopped answering too (a frozen process, whose connections
+// stay open). Each attempt of a call has its own deadline, a third of
+// what is left of the call's (MinAttemptTimeout at least,
+// DefaultAttemptTimeout without one), and ends sooner once the client
+// leaves the leader it went to. A unary call that the move interrupted is
+// sent again, for up to
 // DefaultFailoverWait (WithFailoverWait), so that a failover is latency,
 // not an error; it is safe because every write is idempotent. What
 // surfaces:
@@ -56,13 +61,15 @@
 //   - at once, every other error, including ErrStorageFull and
 //     ErrStorageUnavailable;
 //   - for streams, which are never retried, the failover error that ended
-//     them; FollowBatch watches again by itself.
+//     them (ErrUnavailable for a stream the client ended itself because
+//     its leader was left); FollowBatch watches again by itself, from the
+//     last event seen.
 //
 // Reads are served by the leader and linearizable. WithStaleReads lets
 // those a follower can answer from its own store go to any replica, which
 // keeps them working during an election at the price of possibly missing
 // the latest writes. A single address is dialled as it always was: no
-// health checking, no retries.
+// polling, no retries.
 //
 // # Transport security
 //

@@ -1,11 +1,14 @@
 package coordinator
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
 
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
+	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -35,6 +38,26 @@ type CheckReport struct {
 	// the rest). None means the file is consistent.
 	Problems []string `json:"problems"`
 	Omitted  int      `json:"omitted,omitempty"`
+	// ArtifactStore names the store the pointers' objects were looked for
+	// in; StoredPointers counts the jobs whose preview is an object of it
+	// and Objects the objects they name. MissingObjects are those the store
+	// does not hold with the size named: previews that are lost (each is
+	// also a problem).
+	ArtifactStore  string          `json:"artifact_store"`
+	StoredPointers int             `json:"stored_pointers"`
+	Objects        int             `json:"objects"`
+	MissingObjects []MissingObject `json:"missing_objects"`
+}
+
+// MissingObject is an object of the artifact store that jobs' pointers
+// name and the store does not hold.
+type MissingObject struct {
+	// Key is <team>/sha256/<digest>; Size the size the pointers name.
+	Key  string `json:"key"`
+	Size int64  `json:"size_bytes"`
+	// Jobs are the first few jobs that name it, of Count.
+	Jobs  []string `json:"jobs"`
+	Count int      `json:"count"`
 }
 
 // OK reports whether the check found no problem.
@@ -49,12 +72,18 @@ func (r CheckReport) OK() bool { return len(r.Problems) == 0 && r.Omitted == 0 }
 // cluster's node, the raft index it applied. It opens the file read-only and changes nothing. Its cost
 // follows the whole store: it reads every job record.
 //
+// It then looks in the artifact store that artifactStore names (as
+// --artifact-store does: empty for the directory beside the database) for
+// every object a job's pointer names, and reports those missing: previews
+// lost. It changes nothing there either. A store that does not answer is a
+// problem of the report.
+//
 // What it finds wrong is listed in the report; the error is for a check
 // that could not run: no database in dataDir, or one that a coordinator
 // holds open (wrapping ErrDataDirInUse, after waiting a second for it).
-func Check(dataDir string) (CheckReport, error) {
+func Check(ctx context.Context, dataDir, artifactStore string) (CheckReport, error) {
 	path := filepath.Join(dataDir, DBFile)
-	rep := CheckReport{Path: path, Problems: []string{}}
+	rep := CheckReport{Path: path, Problems: []string{}, MissingObjects: []MissingObject{}}
 	st, err := store.OpenReadOnly(path)
 	if errors.Is(err, store.ErrLocked) {
 		return rep, fmt.Errorf("data directory %s: %w (its database %s is locked); stop it before checking", dataDir, ErrDataDirInUse, path)
@@ -79,5 +108,54 @@ func Check(dataDir string) (CheckReport, error) {
 	rep.Digest, rep.AppliedIndex = hex.EncodeToString(digest[:]), rs.Applied
 	rep.Problems = append(rep.Problems, sum.Problems...)
 	rep.Omitted = sum.Omitted
+	rep.Objects = len(sum.Pointers)
+	for _, p := range sum.Pointers {
+		rep.StoredPointers += p.Count
+	}
+	if len(sum.Pointers) == 0 {
+		return rep, nil
+	}
+	missing, where, err := missingObjects(ctx, dataDir, artifactStore, sum.Pointers)
+	rep.ArtifactStore = where
+	if err != nil {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the artifact store %s: %v: the %d objects pointers name were not looked for", where, err, len(sum.Pointers)))
+		return rep, nil
+	}
+	rep.MissingObjects = missing
+	for _, m := range missing {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("jobs %v (%d) point to %s, which the artifact store does not hold with %d bytes: their preview is lost",
+			m.Jobs, m.Count, m.Key, m.Size))
+	}
 	return rep, nil
+}
+
+// missingObjects looks in the store artifactStore names (beside dataDir
+// when empty) for the objects of pointers, without changing it, and
+// returns those it lacks and the store's name.
+func missingObjects(ctx context.Context, dataDir, artifactStore string, pointers []store.StoredPointer) ([]MissingObject, string, error) {
+	st, err := artifacts.OpenForReading(ctx, artifactStore, dataDir)
+	if err != nil {
+		return nil, artifactStore, err
+	}
+	wanted := make([]artifacts.Wanted, len(pointers))
+	byKey := make(map[artifacts.Key]store.StoredPointer, len(pointers))
+	for i, p := range pointers {
+		k := artifacts.Key{Team: p.Team, Digest: p.Digest}
+		wanted[i] = artifacts.Wanted{Key: k, Size: p.Size}
+		byKey[k] = p
+	}
+	lost, err := artifacts.FindMissing(ctx, st, wanted)
+	if err != nil {
+		return nil, st.String(), err
+	}
+	out := make([]MissingObject, 0, len(lost))
+	for _, w := range lost {
+		p := byKey[w.Key]
+		m := MissingObject{Key: w.Key.String(), Size: w.Size, Count: p.Count, Jobs: make([]string, len(p.Jobs))}
+		for i, id := range p.Jobs {
+			m.Jobs[i] = server.JobID(id)
+		}
+		out = append(out, m)
+	}
+	return out, st.String(), nil
 }

@@ -37,14 +37,14 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 
-	if _, err := Check(dir); !errors.Is(err, ErrDataDirInUse) {
+	if _, err := Check(t.Context(), dir, ""); !errors.Is(err, ErrDataDirInUse) {
 		t.Errorf("Check while the coordinator runs = %v, want ErrDataDirInUse", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 
-	got, err := Check(dir)
+	got, err := Check(t.Context(), dir, "")
 	if err != nil {
 		t.Fatalf("Check: %v", err)
 	}
@@ -56,11 +56,11 @@ func TestCheck(t *testing.T) {
 	if len(got.Digest) != 64 || got.AppliedIndex != 0 {
 		t.Errorf("Check() digest %q, applied index %d; want 64 hex digits and 0 on a single node", got.Digest, got.AppliedIndex)
 	}
-	if again, err := Check(dir); err != nil || again.Digest != got.Digest {
+	if again, err := Check(t.Context(), dir, ""); err != nil || again.Digest != got.Digest {
 		t.Errorf("a second Check() has digest %q (%v), want %q", again.Digest, err, got.Digest)
 	}
 
-	if _, err := Check(filepath.Join(t.TempDir(), "none")); err == nil {
+	if _, err := Check(t.Context(), filepath.Join(t.TempDir(), "none"), ""); err == nil {
 		t.Errorf("Check of a directory without a database = nil error, want one")
 	}
 }

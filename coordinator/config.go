@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client/limits"
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
@@ -131,6 +132,9 @@ type Config struct {
 	// together (default 256 MiB, at least MaxArtifactBytes); the uploads of
 	// one renderer credential may hold half of it.
 	MaxUploadBufferBytes int64
+	// Artifacts is where previews larger than the inline threshold go
+	// (see ArtifactConfig): by default a directory beside the data file.
+	Artifacts ArtifactConfig
 
 	// Retention is how long a terminal job is kept after it ended, with
 	// its history, previews, document and its batch once the batch's last
@@ -155,6 +159,9 @@ type Config struct {
 
 	// storeOptions are passed to store.Open; tests inject faults with them.
 	storeOptions []store.Option
+	// wrapStore, when set, wraps the artifact store; tests interleave its
+	// calls with it.
+	wrapStore func(artifacts.Store) artifacts.Store
 	// purgeEvery, when set, replaces maintenance.RetentionIntervalDefault.
 	purgeEvery time.Duration
 	// keepalive, when set, replaces keepaliveParams; tests shorten it.

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // refusalLog returns a logger that signals on the returned channel each
@@ -89,26 +90,32 @@ func TestConnectionFloodFromOneAddress(t *testing.T) {
 
 // TestConnectionsWithoutAuthenticatedCallsAreClosed checks the
 // authentication timeout: a connection that sends nothing is closed and
-// counted, while one that only watches the leader's health entry with its
-// token, as the Go client and the renderer do on every replica (gRPC
-// client-side health checking, the token sent as per-call credentials),
-// stays open.
+// counted, while one that only polls the leader's health entry with its
+// token, as the Go client and the renderer do on every replica (package
+// leaderdial, the token sent as per-call credentials), stays open.
 func TestConnectionsWithoutAuthenticatedCallsAreClosed(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	b := setup(t, Config{ConnAuthTimeout: timeout, MetricsListen: "127.0.0.1:0"})
 	conn, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(perCallToken("dev-renderer")), grpc.WithDefaultServiceConfig(leaderdial.ServiceConfig))
+		grpc.WithPerRPCCredentials(perCallToken("dev-renderer")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.Connect()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // a failsafe
 	defer cancel()
+	polled := make(chan error, 1)
+	go func() { polled <- pollLeader(ctx, conn, leaderdial.DefaultPollEvery) }()
+	defer func() {
+		cancel()
+		if err := <-polled; err != nil {
+			t.Errorf("polling the leader's health entry: %v", err)
+		}
+	}()
 	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
 		if !conn.WaitForStateChange(ctx, st) {
-			t.Fatalf("the health-checked connection never became ready (%v)", st)
+			t.Fatalf("the polling connection never became ready (%v)", st)
 		}
 	}
 	// Two connections in turn, each opened once the one before was
@@ -131,10 +138,32 @@ func TestConnectionsWithoutAuthenticatedCallsAreClosed(t *testing.T) {
 		t.Errorf("metrics lack %s:\n%s", want, grep(metrics, "leasehold_connections_"))
 	}
 	if got := conn.GetState(); got != connectivity.Ready {
-		t.Errorf("the health-checked connection is %v, want READY", got)
+		t.Errorf("the polling connection is %v, want READY", got)
 	}
 	if got := b.c.conns.grpc.Open(); got != 1 {
-		t.Errorf("open gRPC connections = %d, want 1 (the health-checked one)", got)
+		t.Errorf("open gRPC connections = %d, want 1 (the polling one)", got)
+	}
+}
+
+// pollLeader asks conn for the leader's health entry every period until
+// ctx ends, as leaderdial's polls do, and returns the first error other
+// than ctx's.
+func pollLeader(ctx context.Context, conn *grpc.ClientConn, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: leaderdial.HealthService})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/dispatch"
@@ -74,6 +75,14 @@ type Coordinator struct {
 	}
 	// purger is the retention service, nil with retention off.
 	purger *maintenance.Retention
+	// artifacts is the artifact store, nil when previews stay inline;
+	// storeHealth says whether it answered its last call.
+	artifacts   artifacts.Store
+	storeHealth *server.StoreHealth
+	// sweep deletes the store's unreferenced objects, and storeProbe asks a
+	// degraded store whether it answers again; nil without a store.
+	sweep      *maintenance.Sweep
+	storeProbe *storeProbe
 
 	closeOnce sync.Once
 	closeErr  error
@@ -123,13 +132,19 @@ func New(cfg Config) (*Coordinator, error) {
 	if err := c.startEngine(reg, &undo); err != nil {
 		return nil, err
 	}
+	previews, err := c.openArtifacts(reg)
+	if err != nil {
+		return nil, err
+	}
 	c.services, err = server.New(server.Config{
 		Engine:               c.eng,
+		Previews:             previews,
 		MaxArtifactBytes:     cfg.MaxArtifactBytes,
 		MaxUploadBufferBytes: cfg.MaxUploadBufferBytes,
 		// A session request can be as large as the transport receives.
 		MaxSessionMessageBytes: min(server.DefaultMaxSessionMessageBytes, cfg.MaxRecvMsgSize()),
 		Cluster:                c.clusterOps(),
+		SessionKeepalives:      c.replica != nil,
 		Logger:                 log.With("component", "server"),
 	})
 	if err != nil {
@@ -154,6 +169,10 @@ func New(cfg Config) (*Coordinator, error) {
 	if c.retention().On() {
 		c.purger = maintenance.NewRetention(maintenance.RetentionConfig{Purge: c.eng.Purge, Interval: c.cfg.purgeEvery, Logger: c.log})
 		c.background = append(c.background, c.purger)
+	}
+	if sw := c.newSweep(previews); sw != nil {
+		c.storeProbe = newStoreProbe(previews.Store, c.storeHealth)
+		c.background = append(c.background, sw, c.storeProbe)
 	}
 	for _, svc := range c.background {
 		svc.Start()

@@ -32,6 +32,7 @@ func (c *Coordinator) initHealth() {
 	}
 	c.health.SetServingStatus(leaderdial.HealthService, leader)
 	c.setDispatchHealth(c.eng.DispatchState().Paused)
+	c.reportStoreHealth()
 }
 
 // setDispatchHealth reports the dispatch switch on DispatchHealthName. It

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -53,6 +54,15 @@ type RestoreResult struct {
 	// MovedAside is where the database that was in place was kept, or ""
 	// when there was none.
 	MovedAside string
+	// Objects counts the objects of the artifact store that the restored
+	// jobs' pointers name (the backup holds the inline previews only);
+	// MissingObjects are those ArtifactStore does not hold: previews the
+	// restore cannot bring back. ObjectsErr, when set, says why they were
+	// not looked for (the store did not answer).
+	ArtifactStore  string
+	Objects        int
+	MissingObjects []MissingObject
+	ObjectsErr     error
 }
 
 // Restore puts the backup file from (written by OperatorService.Backup,
@@ -63,7 +73,14 @@ type RestoreResult struct {
 // database already in place is kept beside it as
 // leasehold.db.before-restore-<UTC time>. The restored coordinator grants
 // tokens and ids RestoreSkip above the backup's (see RestoreSkip).
-func Restore(dataDir, from string, now time.Time) (RestoreResult, error) {
+//
+// The backup holds the previews kept inline; those in the artifact store
+// are objects the backup only names. Restore then looks for them in the
+// store artifactStore names (as --artifact-store does; empty for the
+// directory beside the database) and reports those missing, whose
+// previews it cannot bring back; a store that does not answer is reported
+// in ObjectsErr, and the database is restored all the same.
+func Restore(ctx context.Context, dataDir, from, artifactStore string, now time.Time) (RestoreResult, error) {
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return RestoreResult{}, fmt.Errorf("creating data directory: %w", err)
 	}
@@ -72,7 +89,31 @@ func Restore(dataDir, from string, now time.Time) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, offlineErr(dataDir, path, err)
 	}
-	return RestoreResult{Path: path, Size: res.Size, LastToken: res.LastToken, NextToken: res.NextToken, MovedAside: res.MovedAside}, nil
+	out := RestoreResult{Path: path, Size: res.Size, LastToken: res.LastToken, NextToken: res.NextToken, MovedAside: res.MovedAside}
+	pointers, err := storedPointers(path)
+	if err != nil {
+		return out, err
+	}
+	out.Objects = len(pointers)
+	if len(pointers) > 0 {
+		out.MissingObjects, out.ArtifactStore, out.ObjectsErr = missingObjects(ctx, dataDir, artifactStore, pointers)
+	}
+	return out, nil
+}
+
+// storedPointers lists the objects of the artifact store that the jobs of
+// the database at path name.
+func storedPointers(path string) ([]store.StoredPointer, error) {
+	st, err := store.OpenReadOnly(path)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	sum, err := st.Verify()
+	if err != nil {
+		return nil, fmt.Errorf("reading the pointers of %s: %w", path, err)
+	}
+	return sum.Pointers, nil
 }
 
 // offlineErr says that the directory is in use when the store found its

@@ -180,7 +180,7 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	res, err := Restore(dir, path, time.Now())
+	res, err := Restore(ctx, dir, path, "", time.Now())
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
@@ -193,21 +193,7 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 	if diff := cmp.Diff(want, rc.allJobs(ctx, t), protocmp.Transform()); diff != "" {
 		t.Errorf("jobs after the restore (-backed up +restored):\n%s", diff)
 	}
-	stream, err := rc.jobs.GetArtifact(bearer(ctx, alphaToken), &leaseholdv1.GetArtifactRequest{JobId: grants[0].GetJobId()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("GetArtifact: %v", err)
-		}
-		got = append(got, msg.GetChunk()...)
-	}
+	got := rc.download(ctx, t, grants[0].GetJobId())
 	if !bytes.Equal(got, preview) {
 		t.Errorf("restored preview = %q, want %q", got, preview)
 	}

@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 		code := 0
 		goleak.VerifyTestMain(m, goleak.Cleanup(func(c int) { code = c }))
 		return code
-	})
+	}, append(slices.Clone(testbin.Names), testbin.S3Server)...)
 }
 
 // Margins the grace periods keep beyond the programs' own timeouts: the

@@ -95,6 +95,7 @@ func TestManifestsRun(t *testing.T) {
 
 	ca := securitytest.NewCA(t, "leasehold deploy test CA")
 	r := newRun(t, d, ca, securitytest.NewCA(t, "leasehold deploy test peer CA"), serving, peerSpec)
+	r.store = startArtifactStore(t, d)
 
 	// The first voter alone: alive, not ready, as it waits for a second.
 	first := d.coordPods[0]
@@ -229,14 +230,27 @@ func TestManifestsRun(t *testing.T) {
 	// The one setting the test adds: the mock renderer takes a second per
 	// document (its own --latency), so that a leader stopped while a
 	// document renders is stopped while a lease is held.
+	// The mock's previews are padded above the inline threshold, so that
+	// they go to the shared store, from the renderer's pod, with presigned
+	// URLs.
 	rendPod := podNames(d.rend)[0]
-	r.start(d.rend, d.rendC, rendPod, "LEASEHOLD_LATENCY="+renderTime.String())
+	r.start(d.rend, d.rendC, rendPod, "LEASEHOLD_LATENCY="+renderTime.String(), "LEASEHOLD_PREVIEW_BYTES="+strconv.Itoa(previewBytes))
 	ps := d.principals(t)
 	submitter, operator := principalWithRole(t, ps, "submitter"), principalWithRole(t, ps, "operator")
 	var acked []string // batches acknowledged, each of which must end succeeded
 
 	t.Run("A submitter of the example principals gets a document rendered by the renderer, through the Service", func(t *testing.T) {
 		acked = append(acked, r.submit(t, submitter, true, "hello"))
+	})
+
+	t.Run("The preview went to the shared artifact store, and downloads through the Service", func(t *testing.T) {
+		if keys := r.store.objects(t); len(keys) != 1 || !strings.Contains(keys[0], "/sha256/") {
+			t.Errorf("objects in %s: %q; want the one preview, under <team>/sha256/", r.store, keys)
+		}
+		out := r.mustCLI(t, submitter.Token, "artifact", "j-1", "-f", filepath.Join(t.TempDir(), "j-1.png"))
+		if !strings.Contains(out, fmt.Sprintf("%d bytes", previewBytes)) {
+			t.Errorf("leasehold artifact j-1: %q; want the %d bytes of the preview, verified", out, previewBytes)
+		}
 	})
 
 	t.Run("The development tokens are refused", func(t *testing.T) {
@@ -570,6 +584,8 @@ type run struct {
 	exitMsg    string
 	mu         sync.Mutex
 	processes  map[string]*process // by pod
+	// store is the S3-compatible bucket the coordinators share.
+	store *artifactStore
 }
 
 // issued is a certificate and its key as a TLS Secret holds them, and
@@ -748,7 +764,9 @@ func (r *run) mount(w *workload, pod, vol string) string {
 }
 
 // startCoordinator starts one pod of the coordinator's StatefulSet.
-func (r *run) startCoordinator(pod string) { r.start(r.d.coord, r.d.coordC, pod) }
+// The example Secret names a bucket on AWS; the test's store stands in for
+// it, reached with the same keys.
+func (r *run) startCoordinator(pod string) { r.start(r.d.coord, r.d.coordC, pod, r.store.env) }
 
 // start runs pod's container in a network namespace of its own, with the
 // pod's address, its arguments and environment as Kubernetes gives them
@@ -772,6 +790,12 @@ func (r *run) start(w *workload, c *container, pod string, extra ...string) {
 	environ := testbin.Env()
 	for _, e := range env {
 		environ = append(environ, e.name+"="+r.value(w, c, pod, e.value))
+	}
+	// A variable of extra replaces the container's: the environment of
+	// an exec keeps the first of two.
+	for _, e := range extra {
+		name, _, _ := strings.Cut(e, "=")
+		environ = slices.DeleteFunc(environ, func(v string) bool { return strings.HasPrefix(v, name+"=") })
 	}
 	environ = append(environ, extra...)
 	p := &process{out: &syncBuffer{}, done: make(chan struct{})}
@@ -925,6 +949,10 @@ func (r *run) leader(t *testing.T, pods []string) string {
 
 // renderTime is how long the renderer takes per document in the run.
 const renderTime = time.Second
+
+// previewBytes is the size of the renderer's previews in the run: above
+// the coordinators' inline threshold.
+const previewBytes = 65536
 
 // rendering submits one document as p with dispatch paused by operator,
 // watches its batch on the leader, resumes dispatch and returns once the

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 	testbin.Main("docs", func(root, dir string) int {
 		moduleRoot, binDir = root, dir
 		return m.Run()
-	})
+	}, append(slices.Clone(testbin.Names), testbin.S3Server)...)
 }
 
 // waitTimeout bounds every wait of the scripts' own commands; they end as
@@ -64,7 +65,7 @@ func TestMain(m *testing.M) {
 const waitTimeout = 30 * time.Second
 
 // programs are the binaries the pages show, run by the scripts with exec.
-var programs = []string{"leasehold", "coordinator", "renderer", "grpcurl"}
+var programs = []string{"leasehold", "coordinator", "renderer", "grpcurl", testbin.S3Server}
 
 // TestRunbooks runs testdata/runbooks/NAME.txtar for every
 // docs/runbooks/NAME.md, after checking that each script runs its page's
@@ -265,6 +266,7 @@ func params(files []string, certs map[string][]byte, setup func(*testscript.Env)
 		Condition: condition,
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){
 			"waithealth": cmdWaitHealth,
+			"waitlisten": cmdWaitListen,
 			"waitfor":    cmdWaitFor,
 			"httpget":    cmdHTTPGet,
 			"exitcode":   cmdExitCode,
@@ -405,6 +407,30 @@ func scriptTLS(ts *testscript.TestScript) *tls.Config {
 		ts.Fatalf("LEASEHOLD_TLS_CA=%s holds no certificate", caFile)
 	}
 	return &tls.Config{RootCAs: pool, ServerName: ts.Getenv("LEASEHOLD_TLS_SERVER_NAME")}
+}
+
+// cmdWaitListen waits until ADDR accepts TCP connections: a server started
+// in the background (the S3-compatible store) is up.
+//
+//	waitlisten ADDR
+func cmdWaitListen(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitlisten ADDR")
+	}
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := net.DialTimeout("tcp", args[0], time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s does not accept connections after %v: %v", args[0], waitTimeout, err)
+		}
+		<-tick.C
+	}
 }
 
 // cmdWaitFor starts CMD, reads its standard output line by line until a

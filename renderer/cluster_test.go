@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/leaderdial"
@@ -81,12 +82,7 @@ func TestWorkerNotLeaderReconnectsAtOnce(t *testing.T) {
 		if got := b.waitLog(t, "completed").attrs["job"]; got != "job-done" {
 			t.Errorf("completed %q, want job-done", got)
 		}
-		synctest.Wait()
-		select {
-		case job := <-p.stopped:
-			t.Errorf("%s stopped, want it still rendering: the lease is held across the failover", job)
-		default:
-		}
+		p.stillRendering(t, "the failover")
 	})
 }
 
@@ -118,24 +114,60 @@ func TestWorkerNotLeaderAgainBacksOff(t *testing.T) {
 }
 
 // replicaNode is one coordinator replica of a cluster test: a fake
-// RendererService on a loopback TCP listener with a real health server.
+// RendererService on a loopback TCP listener with a real health server,
+// whose checks block while the replica is frozen.
 type replicaNode struct {
 	fake    *fakeCoordinator
 	health  *health.Server
 	addr    string
 	refused atomic.Int32
+	frozen  atomic.Pointer[chan struct{}]
 }
 
-// TestWorkerFollowsLeader ensures a worker given every replica opens its
-// session on the one that reports itself the leader, sending nothing to
-// the others, and when leadership moves and the old leader ends the
-// session with NOT_LEADER, reopens it on the new leader holding its
-// leases, and sends the unanswered completions there. It runs on the real
-// clock, over loopback TCP: the channel's subchannels, one per replica,
-// and their health checks are what it tests.
-func TestWorkerFollowsLeader(t *testing.T) {
-	t.Parallel()
-	var leader atomic.Int32
+// Check implements healthpb.HealthServer: a frozen replica answers when
+// thawed, or never.
+func (n *replicaNode) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if thawed := n.frozen.Load(); thawed != nil {
+		select {
+		case <-*thawed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return n.health.Check(ctx, req)
+}
+
+// Watch implements healthpb.HealthServer.
+func (n *replicaNode) Watch(req *healthpb.HealthCheckRequest, s healthpb.Health_WatchServer) error {
+	return n.health.Watch(req, s)
+}
+
+// List implements healthpb.HealthServer.
+func (n *replicaNode) List(ctx context.Context, req *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	return n.health.List(ctx, req)
+}
+
+// freeze makes the replica's health checks wait until the test ends.
+func (n *replicaNode) freeze(t *testing.T) {
+	thawed := make(chan struct{})
+	n.frozen.Store(&thawed)
+	t.Cleanup(func() { close(thawed) })
+}
+
+// setLeading sets the replica's Leader health entry.
+func (n *replicaNode) setLeading(leads bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if leads {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	n.health.SetServingStatus(leaderdial.HealthService, st)
+}
+
+// startReplicas starts three replicas, of which the one leader names
+// serves sessions and the others refuse them with NOT_LEADER; replica 1
+// reports itself the leader.
+func startReplicas(t *testing.T, leader *atomic.Int32) []*replicaNode {
+	t.Helper()
 	leader.Store(1)
 	nodes := make([]*replicaNode, 3)
 	for i := range nodes {
@@ -159,12 +191,8 @@ func TestWorkerFollowsLeader(t *testing.T) {
 			return h(s, ss)
 		}))
 		leaseholdv1.RegisterRendererServiceServer(gs, n.fake)
-		healthpb.RegisterHealthServer(gs, n.health)
-		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if i == 1 {
-			st = healthpb.HealthCheckResponse_SERVING
-		}
-		n.health.SetServingStatus(leaderdial.HealthService, st)
+		healthpb.RegisterHealthServer(gs, n)
+		n.setLeading(i == 1)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -176,12 +204,13 @@ func TestWorkerFollowsLeader(t *testing.T) {
 		})
 		nodes[i] = n
 	}
-	// Replica 1 never answers completions: they are left for the next
-	// leader.
-	nodes[1].fake.answer = func(*leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult { return nil }
+	return nodes
+}
 
-	p := newGated(t)
-	p.hold("job-hold")
+// runWorker runs a worker given every replica's address until the test
+// ends, and returns its log records.
+func runWorker(t *testing.T, nodes []*replicaNode, p renderer.Provider) chan logEvent {
+	t.Helper()
 	logs := make(chan logEvent, 4096)
 	w, err := renderer.New(renderer.Config{
 		Coordinator: strings.Join([]string{nodes[0].addr, nodes[1].addr, nodes[2].addr}, ","),
@@ -206,6 +235,26 @@ func TestWorkerFollowsLeader(t *testing.T) {
 			t.Errorf("Run returned %v, want nil after cancellation", err)
 		}
 	})
+	return logs
+}
+
+// TestWorkerFollowsLeader ensures a worker given every replica opens its
+// session on the one that reports itself the leader, sending nothing to
+// the others, and when leadership moves and the old leader ends the
+// session with NOT_LEADER, reopens it on the new leader holding its
+// leases, and sends the unanswered completions there. It runs on the real
+// clock, over loopback TCP: the channel's polls of each replica are what
+// it tests.
+func TestWorkerFollowsLeader(t *testing.T) {
+	t.Parallel()
+	var leader atomic.Int32
+	nodes := startReplicas(t, &leader)
+	// Replica 1 never answers completions: they are left for the next
+	// leader.
+	nodes[1].fake.answer = func(*leaseholdv1.SessionCompletion) *leaseholdv1.CompletionResult { return nil }
+	p := newGated(t)
+	p.hold("job-hold")
+	logs := runWorker(t, nodes, p)
 
 	s1 := recv(t, nodes[1].fake.sessions, "a session on the leader")
 	if n0, n2 := nodes[0].refused.Load(), nodes[2].refused.Load(); n0 != 0 || n2 != 0 {
@@ -218,9 +267,9 @@ func TestWorkerFollowsLeader(t *testing.T) {
 	// first, then the new one SERVING, and the old leader ends its
 	// sessions with NOT_LEADER.
 	leader.Store(-1)
-	nodes[1].health.SetServingStatus(leaderdial.HealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	nodes[1].setLeading(false)
 	leader.Store(2)
-	nodes[2].health.SetServingStatus(leaderdial.HealthService, healthpb.HealthCheckResponse_SERVING)
+	nodes[2].setLeading(true)
 	s1.end <- notLeader(t, nodes[2].addr)
 
 	s2 := recv(t, nodes[2].fake.sessions, "a session on the new leader")
@@ -237,6 +286,34 @@ func TestWorkerFollowsLeader(t *testing.T) {
 	waitLogOn(t, logs, "completed")
 	if n := nodes[0].refused.Load(); n != 0 {
 		t.Errorf("replica 0 refused %d calls, want none sent to it", n)
+	}
+}
+
+// TestWorkerLeavesAFrozenLeader ensures a worker whose leader freezes (its
+// health checks go unanswered, its session sends nothing, and it never
+// says NOT_LEADER) moves its session to the replica that then reports
+// itself the leader, holding its leases, rather than waiting for the
+// frozen one to wake.
+func TestWorkerLeavesAFrozenLeader(t *testing.T) {
+	t.Parallel()
+	var leader atomic.Int32
+	nodes := startReplicas(t, &leader)
+	p := newGated(t)
+	p.hold("job-hold")
+	logs := runWorker(t, nodes, p)
+	s1 := recv(t, nodes[1].fake.sessions, "a session on the leader")
+	s1.grantNow(grant("job-hold", 1, pdf("a")))
+	recv(t, p.started, "the render")
+
+	nodes[1].freeze(t)
+	leader.Store(2)
+	nodes[2].setLeading(true)
+	s2 := recv(t, nodes[2].fake.sessions, "a session on the new leader")
+	if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-hold", 1)}, s2.hello.GetHello().GetHolding(), protocmp.Transform()); diff != "" {
+		t.Errorf("hello.holding on the new leader (-want +got):\n%s", diff)
+	}
+	if ev := waitLogOn(t, logs, "leader moved"); !strings.Contains(ev.attrs["err"], "leader moved") {
+		t.Errorf("log attrs = %v, want the error saying the leader moved", ev.attrs)
 	}
 }
 
@@ -258,5 +335,64 @@ func waitLogOn(t *testing.T, events <-chan logEvent, msg string) logEvent {
 		case <-deadline:
 			t.Fatalf("timed out waiting for log %q", msg)
 		}
+	}
+}
+
+// TestWorkerLeavesASilentCoordinator ensures a session whose coordinator
+// sends nothing, not even a keepalive, for three keepalive intervals is
+// ended by the worker and opened again at once, holding the leases in
+// progress; and that a coordinator quiet but sending its keepalives is
+// not left.
+func TestWorkerLeavesASilentCoordinator(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		p := newGated(t)
+		p.hold("job-hold")
+		b := setup(t, renderer.Config{Provider: p, Capacity: 1, BackoffMin: time.Hour, BackoffMax: time.Hour}, func(f *fakeCoordinator) {
+			f.welcome.KeepaliveInterval = durationpb.New(time.Second)
+		})
+		s1 := b.session(t)
+		s1.grantNow(grant("job-hold", 1, pdf("a")))
+		recv(t, p.started, "the render")
+		recv(t, b.srv.hellos, "the first hello")
+
+		// Quiet, with keepalives: kept for ten intervals.
+		for range 10 {
+			time.Sleep(time.Second)
+			s1.push <- &leaseholdv1.SessionResponse{Keepalive: true}
+		}
+		synctest.Wait()
+		select {
+		case h := <-b.srv.hellos:
+			t.Fatalf("the worker opened another session (%v) on a coordinator sending keepalives", h)
+		default:
+		}
+
+		// Silent from here.
+		last := time.Now()
+		ev := b.waitLog(t, "coordinator silent")
+		s2 := b.session(t)
+		if got := time.Since(last); got != 3*time.Second {
+			t.Errorf("left the silent coordinator after %v, want 3 s (three keepalive intervals)", got)
+		}
+		if ev.attrs["holding"] != "1" {
+			t.Errorf("log attrs = %v, want holding=1", ev.attrs)
+		}
+		if diff := cmp.Diff([]*leaseholdv1.LeaseRef{ref("job-hold", 1)}, s2.hello.GetHello().GetHolding(), protocmp.Transform()); diff != "" {
+			t.Errorf("hello.holding after the silence (-want +got):\n%s", diff)
+		}
+		p.stillRendering(t, "the new session")
+	})
+}
+
+// stillRendering fails the test if a held render stopped: its lease is
+// held across what happened (across). It waits for the bubble to settle.
+func (p *gatedProvider) stillRendering(t *testing.T, across string) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case job := <-p.stopped:
+		t.Errorf("%s stopped, want it still rendering: the lease is held across %s", job, across)
+	default:
 	}
 }

@@ -66,6 +66,15 @@
 // session breaks are sent again on the next one, in their order:
 // completion is idempotent for the same token and outcome.
 //
+// A completion answered UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE changed
+// nothing: the coordinator could not reach its artifact store. The worker
+// keeps the lease, heartbeating it and naming it in a new session's hello,
+// and sends the same completion again from Config.BackoffMin doubling up
+// to BackoffMax apart, until it is answered otherwise or the lease is
+// answered lost; a drain's timeout hands such leases back. Uploads to the
+// store (UploadArtifact, or a presigned PUT when the welcome says
+// presigned_uploads) are retried the same way while the lease lives.
+//
 // # Reconnecting and refusals
 //
 // The connection redials from 100 ms up to 1 s apart and a Session waits
@@ -76,14 +85,27 @@
 // SESSION_REPLACED is reopened at once.
 //
 // Given every replica of a coordinator cluster (Config.Coordinator), the
-// connection keeps a subchannel to each and a Session goes to the one
-// whose leasehold.v1.Leader health is SERVING. A leader that steps down
+// connection polls each replica's leasehold.v1.Leader health entry (a
+// Check every 250 ms, each within 250 ms; package leaderdial) and a
+// Session goes to the one that answers SERVING. A leader that steps down
 // ends its sessions with UNAVAILABLE NOT_LEADER: the worker reopens at
-// once, the Session waits for the new leader's health, and its hello holds
-// the leases in progress, which the new leader keeps (it extends every
-// live lease when it takes over); completions left unanswered are sent
-// again. A NOT_LEADER again before a welcome is retried from 10 ms up to
-// BackoffMax apart. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
+// once, the Session waits for the new leader, and its hello holds the
+// leases in progress, which the new leader keeps (it extends every live
+// lease when it takes over); completions left unanswered are sent again.
+// A NOT_LEADER again before a welcome is retried from 10 ms up to
+// BackoffMax apart.
+//
+// A leader that hangs says nothing, so the worker also leaves one on its
+// own evidence, and reopens at once, holding its leases as above: when
+// another replica answers SERVING while its own leader does not (or its
+// leader answers NOT_SERVING, or no answer came for 3 s), the session ends
+// with leaderdial.ErrLeaderMoved ("leader moved"); and when a replicated
+// coordinator has sent nothing, not even the keepalive it sends at a third
+// of the heartbeat interval, for three keepalive intervals (a heartbeat
+// interval, 5 s by default), the worker ends the session itself
+// ("coordinator silent"), unless it was the one stopped meanwhile (its
+// timer fired far behind its time). A leader merely slow is not left: one
+// missed poll only keeps new calls off it. UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT and
 // UNIMPLEMENTED end Run with an error. ALREADY_EXISTS RENDERER_ID_IN_USE is
 // logged as an error and retried from 1 s up to 30 s apart, without end: the
 // usual cause is this pod's previous process, whose session the coordinator
@@ -121,11 +143,14 @@
 //	session started      instance= heartbeat_interval= lease_ttl= ...
 //	session ended        err= retry_in=
 //	coordinator not the leader  err= leader= retry_in=
+//	leader moved         err=
+//	coordinator silent   silent_for= holding=
 //	lease acquired       job= token= attempt= team=
 //	render done          job= token= digest= bytes=
 //	completed            job= token= outcome= phase= replayed= [class=]
 //	completion rejected  job= token= reason=
 //	lease lost           job= token= reason=
+//	the coordinator's artifact store is unavailable; keeping the lease  job= token= retry_in=
 //	cancel acknowledged  job= token=
 //	lease handed back    job= token= why=
 //	render paused        job= token=

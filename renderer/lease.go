@@ -1,12 +1,14 @@
 package renderer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"unicode"
@@ -75,6 +77,9 @@ type completion struct {
 	uploadRefused string
 	// span is the lease's completion span, ended with the answer.
 	span trace.Span
+	// storeBackoff paces sending it again while the coordinator's artifact
+	// store is unavailable.
+	storeBackoff *backoff
 }
 
 // rendered is what a lease's render goroutine reports when the render
@@ -194,7 +199,7 @@ func (l *loop) renderDone(r rendered) {
 			}},
 		}})
 	default:
-		go l.w.upload(l.w.spanContext(ls.ctx, ls.span), l.client, ls.key, r.out, r.digest)
+		go l.w.upload(l.w.spanContext(ls.ctx, ls.span), l.client, ls.key, r.out, r.digest, l.presigned)
 	}
 }
 
@@ -248,6 +253,10 @@ func (l *loop) lose(st *leaseholdv1.LeaseStatus, revoked bool) {
 	}
 	if revoked {
 		l.cancelAcks = append(l.cancelAcks, key.ref())
+	}
+	if l.dropStoreWait(key) {
+		log.Info("lease lost", "job", key.jobID, "token", key.token, "reason", reason, "waiting_for", "artifact store")
+		return
 	}
 	if c := l.outbox.dropPending(key); c != nil {
 		endDropped(c.span, errLeaseLost)
@@ -356,9 +365,16 @@ func failureMessage(msg string) string {
 // that is where a stale completion is refused and recorded. An upload that
 // fails otherwise completes as a TRANSIENT failure. ctx is the lease's
 // context, carrying the completion span.
-func (w *Worker) upload(ctx context.Context, client leaseholdv1.RendererServiceClient, key leaseKey, out Output, digest string) {
+//
+// With presigned, the preview goes straight to the coordinator's artifact
+// store with a presigned PUT, and the completion names its digest and size.
+func (w *Worker) upload(ctx context.Context, client leaseholdv1.RendererServiceClient, key leaseKey, out Output, digest string, presigned bool) {
 	var c *completion
-	stored, err := w.store(ctx, client, key, out, digest)
+	once := w.uploadOnce
+	if presigned {
+		once = w.putPresigned
+	}
+	stored, err := w.store(ctx, key, func(ctx context.Context) (string, error) { return once(ctx, client, key, out, digest) })
 	switch {
 	case errors.Is(err, errDropped):
 	case err != nil && !errors.Is(err, errUploadRefused):
@@ -369,7 +385,11 @@ func (w *Worker) upload(ctx context.Context, client leaseholdv1.RendererServiceC
 			c.uploadRefused = reasonOf(errors.Unwrap(err))
 			stored = digest
 		}
-		c.msg.Outcome = &leaseholdv1.SessionCompletion_Success{Success: &leaseholdv1.CompleteSuccess{ArtifactDigest: stored}}
+		success := &leaseholdv1.CompleteSuccess{ArtifactDigest: stored}
+		if presigned {
+			success.SizeBytes, success.ContentType = int64(len(out.Content)), out.ContentType
+		}
+		c.msg.Outcome = &leaseholdv1.SessionCompletion_Success{Success: success}
 	}
 	w.uploaded <- uploaded{key: key, c: c}
 }
@@ -388,10 +408,10 @@ func (e *uploadError) Is(target error) bool {
 // those retrying cannot fix. It returns errDropped when the lease is gone,
 // and an error matching errUploadRefused, wrapping the status, when the
 // upload is ABORTED.
-func (w *Worker) store(ctx context.Context, client leaseholdv1.RendererServiceClient, key leaseKey, out Output, digest string) (string, error) {
+func (w *Worker) store(ctx context.Context, key leaseKey, once func(context.Context) (string, error)) (string, error) {
 	bo := w.newBackoff()
 	for attempt := 1; ; attempt++ {
-		stored, err := w.uploadOnce(ctx, client, key, out, digest)
+		stored, err := once(ctx)
 		if err == nil {
 			return stored, nil
 		}
@@ -455,4 +475,36 @@ func (w *Worker) uploadOnce(ctx context.Context, client leaseholdv1.RendererServ
 		return "", err
 	}
 	return resp.GetDigest(), nil
+}
+
+// putPresigned stores the preview with one presigned PUT: PrepareUpload
+// for the URL, then the request with exactly the signed headers. A store
+// that refuses the request (expired URL, a changed header) is UNAVAILABLE
+// for the retry loop: the next attempt asks for a new URL.
+func (w *Worker) putPresigned(ctx context.Context, client leaseholdv1.RendererServiceClient, key leaseKey, out Output, digest string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	ps, err := client.PrepareUpload(ctx, &leaseholdv1.PrepareUploadRequest{JobId: key.jobID, Token: key.token, RendererId: w.cfg.ID,
+		Sha256: digest, SizeBytes: int64(len(out.Content))}, grpc.WaitForReady(true))
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, ps.GetMethod(), ps.GetUrl(), bytes.NewReader(out.Content))
+	if err != nil {
+		return "", status.Errorf(codes.Internal, "presigned request: %v", err)
+	}
+	for k, v := range ps.GetHeaders() {
+		req.Header.Set(k, v)
+	}
+	req.ContentLength = int64(len(out.Content))
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return "", status.Errorf(codes.Unavailable, "artifact store: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return "", status.Errorf(codes.Unavailable, "artifact store answered %s", resp.Status)
+	}
+	return digest, nil
 }

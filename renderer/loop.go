@@ -54,6 +54,11 @@ type loop struct {
 	leases map[leaseKey]*lease
 	// outbox holds the completions and hand-backs until they are answered.
 	outbox outbox
+	// storeWaits are the completions answered ARTIFACT_STORE_UNAVAILABLE,
+	// to be sent again once due (storeretry.go); storeTimer fires at the
+	// earliest.
+	storeWaits map[leaseKey]*storeWait
+	storeTimer *time.Timer
 	// credits counts the slots freed since the last request of the session.
 	credits uint32
 	// received and cancelAcks wait for the next request.
@@ -67,6 +72,9 @@ type loop struct {
 	// inlineLimit is the largest preview sent inline, and budget the largest
 	// request, both from the latest welcome.
 	inlineLimit, budget int
+	// presigned says larger previews go straight to the coordinator's
+	// artifact store (PrepareUpload), not through UploadArtifact.
+	presigned bool
 
 	// opened counts the sessions opened.
 	opened int
@@ -129,9 +137,14 @@ func (l *loop) run(ctx context.Context) error {
 		case <-timerC(l.redial):
 			l.redial = nil
 			l.connect()
+		case <-timerC(l.storeTimer):
+			l.storeTimer = nil
+			l.storeWaitsDue()
 		case <-l.heartbeatC():
 			l.sess.heartbeatDue = true
 			l.sess.heartbeat.Reset(l.sess.interval)
+		case <-l.silenceC():
+			l.silenced()
 		case r := <-l.w.rendered:
 			l.renderDone(r)
 		case u := <-l.w.uploaded:
@@ -141,6 +154,7 @@ func (l *loop) run(ctx context.Context) error {
 		case resp := <-l.w.welcomed:
 			l.welcome(resp)
 		case resp := <-l.w.responses:
+			l.heard()
 			l.handle(resp)
 		case s := <-l.w.sent:
 			l.sentDone(s)
@@ -197,7 +211,7 @@ func (l *loop) drain() {
 func (l *loop) progress() {
 	for {
 		switch {
-		case l.phase == phaseDraining && len(l.leases) == 0 && l.outbox.empty():
+		case l.phase == phaseDraining && len(l.leases) == 0 && len(l.storeWaits) == 0 && l.outbox.empty():
 			l.endDrainWait()
 		case l.phase == phaseAnswering && l.outbox.empty():
 			l.close()
@@ -221,7 +235,7 @@ func (l *loop) deadlinePassed() {
 // answerWait for the answers.
 func (l *loop) endDrainWait() {
 	l.deadline = stopTimer(l.deadline)
-	n := l.handBackAll()
+	n := l.handBackAll() + l.handBackStoreWaits()
 	l.w.log.Info("drain wait over", "handed_back", n)
 	l.phase = phaseAnswering
 	l.deadline = time.NewTimer(answerWait)
@@ -250,6 +264,7 @@ func (l *loop) stop() {
 	l.phase = phaseStopping
 	l.deadline = stopTimer(l.deadline)
 	l.redial = stopTimer(l.redial)
+	l.storeTimer = stopTimer(l.storeTimer)
 	l.cancelWork()
 }
 
@@ -295,6 +310,8 @@ func (l *loop) result(r *leaseholdv1.CompletionResult) {
 		reason := cmp.Or(r.GetReason(), code.String())
 		l.w.metrics.rejected.WithLabelValues(reason).Inc()
 		log.Warn("completion rejected", "job", key.jobID, "token", key.token, "reason", reason)
+	case code == codes.Unavailable && r.GetReason() == reasonStoreUnavailable && l.phase < phaseClosing:
+		l.waitForStore(key, c)
 	case c.uploadRefused != "":
 		// Without its artifact the completion cannot succeed; the upload's
 		// refusal was the fencing answer.
@@ -322,14 +339,18 @@ func (l *loop) leaseStatus(st *leaseholdv1.LeaseStatus) {
 }
 
 // working returns the leases being worked on, sorted: not lost, not handed
-// back and not in a simulated stall. They are the ones heartbeated and
-// listed in hello.holding.
+// back and not in a simulated stall, and those whose completion waits for
+// the artifact store. They are the ones heartbeated and listed in
+// hello.holding.
 func (l *loop) working() []*leaseholdv1.LeaseRef {
-	refs := make([]*leaseholdv1.LeaseRef, 0, len(l.leases))
+	refs := make([]*leaseholdv1.LeaseRef, 0, len(l.leases)+len(l.storeWaits))
 	for _, ls := range l.leases {
 		if ls.ctx.Err() == nil && !ls.paused {
 			refs = append(refs, ls.key.ref())
 		}
+	}
+	for key := range l.storeWaits {
+		refs = append(refs, key.ref())
 	}
 	slices.SortFunc(refs, func(a, b *leaseholdv1.LeaseRef) int {
 		return cmp.Or(strings.Compare(a.GetJobId(), b.GetJobId()), cmp.Compare(a.GetToken(), b.GetToken()))

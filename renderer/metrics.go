@@ -21,6 +21,8 @@ type metrics struct {
 	rejected   *prometheus.CounterVec
 	reconnects prometheus.Counter
 	handBacks  prometheus.Counter
+	// storeRetries counts completions held for the artifact store.
+	storeRetries prometheus.Counter
 }
 
 func newMetrics(capacity int) *metrics {
@@ -45,9 +47,11 @@ func newMetrics(capacity int) *metrics {
 		rejected:   counterVec("completions_rejected_total", "Completions the coordinator refused, by reason.", "reason"),
 		reconnects: counter("stream_reconnects_total", "Sessions reopened after one ended."),
 		handBacks:  counter("hand_backs_total", "Leases handed back unfinished."),
+		storeRetries: counter("completions_store_unavailable_total",
+			"Completions answered ARTIFACT_STORE_UNAVAILABLE, kept with their lease and sent again."),
 	}
 	m.reg.MustRegister(m.leasesHeld, m.capacity, m.connected, m.draining, m.renders, m.failures,
-		m.rejected, m.reconnects, m.handBacks)
+		m.rejected, m.reconnects, m.handBacks, m.storeRetries)
 	m.capacity.Set(float64(capacity))
 	return m
 }

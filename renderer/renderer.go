@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -98,10 +99,11 @@ type Config struct {
 	// Coordinator is the coordinator's address: one gRPC target, such as
 	// "127.0.0.1:7070"; or, for a cluster, every replica's host:port
 	// separated by commas, or a dns:/// target resolving to all of them.
-	// With replicas the worker keeps a connection to each and opens its
-	// session on the one that reports itself the leader (health checking
-	// on leasehold.v1.Leader); over TLS each listed replica is verified
-	// against its own host unless TLS.ServerName names one for all.
+	// With replicas the worker polls each one's leasehold.v1.Leader health
+	// entry and opens its session on the one that answers SERVING, leaving
+	// it for another that does (see the package documentation); over TLS
+	// each listed replica is verified against its own host unless
+	// TLS.ServerName names one for all.
 	Coordinator string
 	// ID names this renderer: 1 to 128 bytes of [A-Za-z0-9._-], allowed for
 	// Token's principal and used by one live process at a time.
@@ -178,8 +180,11 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	// target is Config.Coordinator, parsed.
-	target leaderdial.Target
+	// leader finds the leader of Config.Coordinator, parsed: the
+	// connection's resolver, and the end of a session on a leader left.
+	leader *leaderdial.Leader
+	// http sends presigned uploads to the artifact store.
+	http *http.Client
 	// transport holds the dial options of the transport and the token.
 	transport []grpc.DialOption
 	// tracer starts the lease spans; nil when not tracing.
@@ -262,8 +267,9 @@ func New(cfg Config) (*Worker, error) {
 		cfg:       cfg,
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 		metrics:   newMetrics(cfg.Capacity),
-		target:    target,
+		leader:    target.Leader(transport...),
 		transport: transport,
+		http:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}},
 		rendered:  make(chan rendered),
 		uploaded:  make(chan uploaded),
 		paused:    make(chan leaseKey),
@@ -304,7 +310,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		record = f
 		defer f.Close()
 	}
-	conn, err := grpc.NewClient(w.target.DialTarget(), w.dialOptions()...)
+	conn, err := grpc.NewClient(w.leader.DialTarget(), w.dialOptions()...)
 	if err != nil {
 		return fmt.Errorf("renderer: connecting to %s: %w", w.cfg.Coordinator, err)
 	}
@@ -326,7 +332,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) dialOptions() []grpc.DialOption {
 	bo := grpcbackoff.DefaultConfig
 	bo.BaseDelay, bo.MaxDelay = connectBaseDelay, connectMaxDelay
-	opts := append(w.target.DialOptions(), w.transport...)
+	opts := append(w.leader.DialOptions(), w.transport...)
 	opts = append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: minConnectTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(w.cfg.MaxReceiveBytes)),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/client/reason"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/leaderdial"
 )
 
 // Reasons the worker acts on.
@@ -52,6 +53,14 @@ type session struct {
 	interval     time.Duration
 	heartbeat    *time.Timer
 	heartbeatDue bool
+	// silenceAfter is how long the coordinator may send nothing (three of
+	// the keepalive intervals its welcome named; 0 for a coordinator that
+	// sends no keepalives); silence fires then, unless a response came
+	// meanwhile. silent is set once it fired: the session is being ended.
+	silenceAfter time.Duration
+	silence      *time.Timer
+	silenceDue   time.Time
+	silent       bool
 	// busy is set while the sender holds a request not yet sent.
 	busy bool
 	// broken is set once a send failed; the session is ending.
@@ -134,8 +143,14 @@ func (l *loop) welcome(resp *leaseholdv1.SessionResponse) {
 		l.budget = m
 	}
 	l.inlineLimit = max(0, min(int(wel.GetMaxInlineArtifactBytes()), l.budget-inlineHeadroom))
+	l.presigned = wel.GetPresignedUploads()
 	s.welcomed = true
 	s.heartbeat = time.NewTimer(s.interval)
+	if k := wel.GetKeepaliveInterval().AsDuration(); k > 0 {
+		s.silenceAfter = silentKeepalives * k
+		s.silence = time.NewTimer(s.silenceAfter)
+		s.silenceDue = time.Now().Add(s.silenceAfter)
+	}
 	l.w.connected.Store(true)
 	l.w.metrics.connected.Set(1)
 	l.w.log.Info("session started", "instance", cfg.InstanceID, "heartbeat_interval", s.interval,
@@ -147,6 +162,49 @@ func (l *loop) welcome(resp *leaseholdv1.SessionResponse) {
 		}
 	}
 	l.handle(resp)
+}
+
+// silentKeepalives is how many keepalive intervals of silence make the
+// worker leave a coordinator: with the coordinator's keepalive at a third
+// of the heartbeat interval, a heartbeat interval (5 s by default), well
+// past an election, so that a coordinator merely slow is not left.
+const silentKeepalives = 3
+
+// heard notes that the coordinator sent something: its silence starts
+// again.
+func (l *loop) heard() {
+	if s := l.sess; s != nil && s.silence != nil && !s.silent {
+		s.silence.Reset(s.silenceAfter)
+		s.silenceDue = time.Now().Add(s.silenceAfter)
+	}
+}
+
+// silenceC returns the channel of the session's silence timer, nil while
+// none runs.
+func (l *loop) silenceC() <-chan time.Time {
+	if l.sess == nil || l.sess.silent {
+		return nil
+	}
+	return timerC(l.sess.silence)
+}
+
+// silenced ends a session whose coordinator sent nothing, not even a
+// keepalive, for silenceAfter: it is stalled (a frozen process, a path
+// that stopped carrying its messages), and the next session goes wherever
+// the leader is then, holding the leases.
+func (l *loop) silenced() {
+	s := l.sess
+	if late := time.Since(s.silenceDue); late > s.silenceAfter/2 {
+		// The timer fired far behind its time: this process was the one
+		// stopped, and what the coordinator sent meanwhile waits to be
+		// read. The coordinator gets the whole bound again.
+		s.silence.Reset(s.silenceAfter)
+		s.silenceDue = time.Now().Add(s.silenceAfter)
+		return
+	}
+	s.silent = true
+	l.w.log.Warn("coordinator silent", "silent_for", s.silenceAfter, "holding", len(l.working()))
+	s.cancel()
 }
 
 // heartbeatC returns the channel of the session's heartbeat timer, nil
@@ -233,7 +291,9 @@ func (l *loop) sentDone(r sent) {
 // session the coordinator has not yet seen die, and that resolves itself;
 // a genuine duplicate shows in the error log and in /readyz staying 503.
 // ABORTED SESSION_REPLACED (a newer session of this same process took over)
-// is reopened at once. So is UNAVAILABLE NOT_LEADER, the end of a session
+// is reopened at once, and so is a session the worker ended itself because
+// its coordinator fell silent, or that ended because the connection's
+// leader discovery left the replica it was on (leaderdial.ErrLeaderMoved). So is UNAVAILABLE NOT_LEADER, the end of a session
 // whose coordinator stopped leading its cluster: the new session waits
 // for the channel to find the new leader, and holds the same leases. A
 // NOT_LEADER again before any welcome waits a short backoff, from 10 ms
@@ -246,6 +306,7 @@ func (l *loop) sessionEnded(e ended) {
 	s.cancel()
 	if s.welcomed {
 		s.heartbeat.Stop()
+		stopTimer(s.silence)
 		l.outbox.resend()
 		l.w.connected.Store(false)
 		l.w.metrics.connected.Set(0)
@@ -274,6 +335,10 @@ func (l *loop) sessionEnded(e ended) {
 	case code == codes.AlreadyExists:
 		d = l.inUse.next()
 		log.Error("renderer id in use", "id", l.w.cfg.ID, "err", err, "retry_in", d)
+	case s.silent:
+		// Logged when it fell silent; the next session waits for a leader.
+	case errors.Is(err, leaderdial.ErrLeaderMoved):
+		log.Warn("leader moved", "err", err)
 	case code == codes.Aborted && reason == reasonSessionReplaced:
 		log.Warn("session replaced", "err", err)
 	case code == codes.Unavailable && reason == reasonNotLeader:

@@ -131,6 +131,17 @@ const (
 	DigestMismatch Reason = "DIGEST_MISMATCH"
 	// InvalidDigest: a digest is not a lower-case hex SHA-256.
 	InvalidDigest Reason = "INVALID_DIGEST"
+	// ArtifactStoreUnavailable: the artifact store did not answer (a
+	// completion naming a stored preview, an upload, a read); nothing
+	// changed: keep the lease and retry.
+	ArtifactStoreUnavailable Reason = "ARTIFACT_STORE_UNAVAILABLE"
+	// ArtifactStoreRequired: a cluster without a shared artifact store
+	// keeps previews inline, up to a cap; configure --artifact-store to
+	// take larger ones.
+	ArtifactStoreRequired Reason = "ARTIFACT_STORE_REQUIRED"
+	// PresignUnsupported: the artifact store cannot presign URLs (the
+	// coordinator's own directory): send the preview inline or upload it.
+	PresignUnsupported Reason = "PRESIGN_UNSUPPORTED"
 	// InvalidMemberID: a cluster member id is malformed.
 	InvalidMemberID Reason = "INVALID_MEMBER_ID"
 	// InvalidRaftAddress: a cluster member's raft address is malformed.

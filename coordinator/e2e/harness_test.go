@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,11 +47,11 @@ const waitTimeout = 45 * time.Second
 
 // bins holds the absolute paths of the binaries under test.
 var bins struct {
-	coordinator, renderer, cli, grpcurl string
+	coordinator, renderer, cli, grpcurl, versitygw string
 }
 
 func TestMain(m *testing.M) {
-	proctest.Main(m, "e2e", testbin.Names, setBins)
+	proctest.Main(m, "e2e", append(slices.Clone(testbin.Names), testbin.S3Server), setBins)
 }
 
 func setBins(dir string) {
@@ -58,6 +59,7 @@ func setBins(dir string) {
 	bins.renderer = filepath.Join(dir, "renderer")
 	bins.cli = filepath.Join(dir, "leasehold")
 	bins.grpcurl = filepath.Join(dir, "grpcurl")
+	bins.versitygw = filepath.Join(dir, testbin.S3Server)
 }
 
 // procs starts the processes under test.

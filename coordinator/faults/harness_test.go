@@ -4,11 +4,12 @@
 // internal/tcpproxy), renderers frozen with SIGSTOP past their lease TTL
 // while others work, a coordinator whose disk fills up, and one whose
 // disk freezes (fsfreeze) for longer than the TTL while renderers hold
-// leases; and a cluster of three, one of whose followers fills its disk,
+// leases; a cluster of three, one of whose followers fills its disk,
 // restarted one node at a time with its leadership handed on while
-// renderers hold leases.
+// renderers hold leases; and a cluster whose S3-compatible artifact store
+// (versitygw) hangs and then goes away in the middle of a drain.
 //
-// TestMain builds bin/coordinator and bin/renderer once into a temporary
+// TestMain builds bin/coordinator, bin/renderer and bin/versitygw once into a temporary
 // directory, or uses those in $LEASEHOLD_BIN (relative to the module root,
 // or absolute). Every test starts its own processes on free ports with
 // their own data directories (on a tmpfs where the test may mount one, so
@@ -39,6 +40,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/stack"
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 var long = flag.Bool("long", false, "measure over hundreds of leases and pauses instead of tens")
@@ -55,12 +57,13 @@ const (
 const waitTimeout = 60 * time.Second
 
 // bins holds the absolute paths of the binaries under test.
-var bins struct{ coordinator, renderer string }
+var bins struct{ coordinator, renderer, versitygw string }
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	proctest.Main(m, "faults", []string{"coordinator", "renderer"}, func(dir string) {
+	proctest.Main(m, "faults", []string{"coordinator", "renderer", testbin.S3Server}, func(dir string) {
 		bins.coordinator, bins.renderer = filepath.Join(dir, "coordinator"), filepath.Join(dir, "renderer")
+		bins.versitygw = filepath.Join(dir, testbin.S3Server)
 	})
 }
 

@@ -1,18 +1,15 @@
 package faults
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/frozenfs"
 	"github.com/leasehold/leasehold/internal/proctest"
 )
 
@@ -54,7 +51,7 @@ const (
 // losetup, mkfs.ext4 or fsfreeze, the test is skipped.
 func TestStorageStall(t *testing.T) {
 	t.Parallel()
-	mnt := mountExt4(t, 64<<20)
+	mnt := frozenfs.Mount(t, 64<<20)
 	coord := startCoordinator(t, "127.0.0.1:0", filepath.Join(mnt, "data"), "--lease-ttl", stallTTL.String(),
 		"--backoff-base", "50ms", "--backoff-cap", "200ms")
 	// Two renderers whose capacity the first batch fills, so that the
@@ -106,7 +103,7 @@ func TestStorageStall(t *testing.T) {
 	// Freeze the disk, and have the writer commit on it: the submit's
 	// group holds the writer until the thaw.
 	stalledMark := coord.Mark()
-	thaw := freezeFS(t, mnt)
+	thaw := frozenfs.Freeze(t, mnt)
 	frozenAt := time.Now()
 	type submitted struct {
 		at  time.Time
@@ -220,93 +217,4 @@ type stoppedRenderer struct {
 // lease returns the parts of a log line naming r's lease.
 func (r *stoppedRenderer) lease() []string {
 	return []string{"job=" + r.job + " ", fmt.Sprintf("token=%d ", r.token)}
-}
-
-// mountExt4 creates an ext4 filesystem of size bytes in an image file,
-// attaches it to a loop device and mounts it on a new temporary
-// directory, which it returns. When the test ends, after the processes
-// started later (which use it) are killed, it is unmounted and the loop
-// device detached. Without root, the tools or a free loop device the test
-// is skipped.
-func mountExt4(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a loop device and fsfreeze need root; run as root to test a storage stall")
-	}
-	for _, tool := range []string{"losetup", "mkfs.ext4", "fsfreeze"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (%v); it is needed to test a storage stall", tool, err)
-		}
-	}
-	dir := t.TempDir()
-	img := filepath.Join(dir, "ext4.img")
-	f, err := os.Create(img)
-	if err == nil {
-		err = f.Truncate(size)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		t.Fatalf("creating the filesystem image: %v", err)
-	}
-	// Initialise the inode tables and journal now: lazy initialisation
-	// would write in the background after the mount.
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
-	if err != nil {
-		t.Skipf("no loop device to attach the image to (losetup: %v: %s); a storage stall needs one", err, bytes.TrimSpace(out))
-	}
-	dev := strings.TrimSpace(string(out))
-	// Cleanups run last registered first: the detach after the unmount.
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
-			t.Errorf("detaching %s: %v\n%s", dev, err, out)
-		}
-	})
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount(dev, mnt, "ext4", 0, ""); err != nil {
-		t.Skipf("cannot mount %s as ext4 on %s (%v); a storage stall needs it", dev, mnt, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmounting %s: %v", mnt, err)
-			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	// Find out now, before any process starts, whether it can be frozen.
-	if out, err := exec.Command("fsfreeze", "--freeze", mnt).CombinedOutput(); err != nil {
-		t.Skipf("fsfreeze cannot freeze %s (%v: %s); a storage stall needs it", mnt, err, bytes.TrimSpace(out))
-	}
-	if out, err := exec.Command("fsfreeze", "--unfreeze", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("thawing %s: %v\n%s", mnt, err, out)
-	}
-	return mnt
-}
-
-// freezeFS freezes the filesystem mounted on mnt with fsfreeze: every
-// write to it blocks until the thaw. It returns the thaw, which a cleanup
-// also runs if the test ends first: a process blocked on a frozen disk
-// cannot die, so this cleanup, registered after the processes', must run
-// before their kills.
-func freezeFS(t *testing.T, mnt string) (thaw func()) {
-	t.Helper()
-	if out, err := exec.Command("fsfreeze", "--freeze", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("freezing %s: %v\n%s", mnt, err, out)
-	}
-	var once sync.Once
-	thaw = func() {
-		once.Do(func() {
-			if out, err := exec.Command("fsfreeze", "--unfreeze", mnt).CombinedOutput(); err != nil {
-				t.Errorf("thawing %s: %v\n%s", mnt, err, out)
-			}
-		})
-	}
-	t.Cleanup(thaw)
-	return thaw
 }

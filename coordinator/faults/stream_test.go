@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/coordinator/faults/internal/tcpproxy"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/internal/tcpproxy"
 )
 
 // The lease TTL of the stream tests, and the heartbeat interval the

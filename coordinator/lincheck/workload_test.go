@@ -167,7 +167,8 @@ func run(t testing.TB, addr string, opts options) *workload {
 	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
 	var wg sync.WaitGroup
 	for i := range opts.clients {
-		conn, err := grpc.NewClient(target.DialTarget(), append(target.DialOptions(), plain)...)
+		leader := target.Leader(plain)
+		conn, err := grpc.NewClient(leader.DialTarget(), append(leader.DialOptions(), plain)...)
 		if err != nil {
 			t.Error(err)
 			break

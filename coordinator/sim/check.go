@@ -402,8 +402,8 @@ func (c *checker) record(tx *store.Tx, j jobs.Job) {
 		if a.Token != t.success || a.Renderer != t.successBy || a.Digest != digest {
 			w.failf("job %d SUCCEEDED under %d by %s with artifact %+v, want digest %s", j.ID, t.success, t.successBy, a, digest)
 		}
-		if d, _, _, err := tx.ArtifactDigest(j.ID, a.Token); err != nil || d != digest {
-			w.failf("job %d: stored preview of token %d has digest %q (%v), want %s", j.ID, a.Token, d, err, digest)
+		if st, err := tx.Staged(j.ID, a.Token); err != nil || st.Digest != digest {
+			w.failf("job %d: stored preview of token %d has digest %q (%v), want %s", j.ID, a.Token, st.Digest, err, digest)
 		}
 	}
 }

@@ -65,9 +65,13 @@ func (r nodeRaft) Leader() (id, grpcAddr string) {
 func (r nodeRaft) Term() uint64 { return r.c.term }
 
 // LeaderChanges and LeaderObserved are not read: the oracle calls the
-// leadership's steps itself.
+// leadership's steps itself. Mute and HandOff belong to the watch of a
+// leader that cannot commit, a goroutine on a timer the simulator does
+// not run (the oracle's leaders always commit or lose leadership).
 func (nodeRaft) LeaderChanges() <-chan bool      { return nil }
 func (nodeRaft) LeaderObserved() <-chan struct{} { return nil }
+func (nodeRaft) Mute(bool)                       {}
+func (nodeRaft) HandOff() (string, error)        { return "", cluster.ErrRaftNotLeader }
 
 // steppedEngine is the writer as the leadership sees it (cluster.Engine),
 // driven by the node's Stepper: the announcement is queued for the next
@@ -93,6 +97,7 @@ func (e steppedEngine) Demote() {
 const pRaced = 0.25
 
 func (e steppedEngine) Leading() bool         { return e.c.e.Leading() }
+func (e steppedEngine) Busy() time.Duration   { return e.c.e.Busy() }
 func (e steppedEngine) Lost() <-chan struct{} { return e.c.e.Lost() }
 
 func (e steppedEngine) Announce(_ context.Context, id, addr string) error {

@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/stack"
+	"github.com/leasehold/leasehold/internal/tcpproxy"
 	"github.com/leasehold/leasehold/internal/testbin"
 )
 
@@ -46,13 +47,26 @@ type Options struct {
 	Procs proctest.Options
 	// Env is added to every node's environment.
 	Env []string
+	// DataDirs are the nodes' data directories, by index (a filesystem
+	// of their own each, to freeze one); a missing or empty one is a new
+	// temporary directory.
+	DataDirs []string
+	// Unexpected, if not nil, is called when a node's process exits before
+	// the test stops or kills it (a node that fail-stopped).
+	Unexpected func(error)
+	// GRPCProxies puts a TCP proxy in front of each node's gRPC listener,
+	// which clients and renderers dial (Addrs), so that Blackhole can
+	// stall the path to one node's API while its raft traffic flows. The
+	// cluster's own health checks go to the listeners directly.
+	GRPCProxies bool
 }
 
 // Node is one voter of a cluster.
 type Node struct {
 	// ID is its --node-id: n1, n2, ...
 	ID string
-	// GRPCAddr is its --listen address, which clients and renderers dial.
+	// GRPCAddr is its --listen address, which clients and renderers dial
+	// unless it is behind a proxy (Options.GRPCProxies; see Addrs).
 	GRPCAddr string
 	// RaftAddr is the address the peers list names for it (its proxy),
 	// and RaftListen its --raft-listen, where the proxy forwards.
@@ -71,6 +85,9 @@ type Cluster struct {
 	nodes []*Node
 	net   *partition
 	conns []*grpc.ClientConn
+	// grpc are the proxies in front of the gRPC listeners, by node; nil
+	// without Options.GRPCProxies.
+	grpc []*tcpproxy.Proxy
 }
 
 // Start picks loopback addresses and a data directory for each node,
@@ -89,7 +106,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		o.Procs.Timeout = time.Minute
 	}
 	c := &Cluster{t: t, opts: o}
-	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs, Env: o.Env})
+	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs, DataDirs: o.DataDirs,
+		Unexpected: o.Unexpected, Env: o.Env})
 	var targets []string
 	for _, n := range c.st.Coordinators {
 		c.nodes = append(c.nodes, &Node{ID: n.ID, GRPCAddr: n.Addr, RaftListen: n.Raft, Dir: n.DataDir})
@@ -100,6 +118,9 @@ func Start(t testing.TB, o Options) *Cluster {
 		t.Fatalf("raft proxies: %v", err)
 	}
 	c.net = pn
+	if o.GRPCProxies {
+		c.grpc = c.proxyGRPC()
+	}
 	for i, nd := range c.nodes {
 		nd.RaftAddr = pn.addrs[i]
 		c.st.Coordinators[i].RaftPeer = pn.addrs[i]
@@ -129,6 +150,40 @@ func Start(t testing.TB, o Options) *Cluster {
 // not follow the leader would be.
 func (c *Cluster) Conn(i int) *grpc.ClientConn { return c.conns[i] }
 
+// proxyGRPC starts a proxy in front of each node's gRPC listener, closed
+// when the test ends, and names it in the peers list and Addrs.
+func (c *Cluster) proxyGRPC() []*tcpproxy.Proxy {
+	c.t.Helper()
+	var ps []*tcpproxy.Proxy
+	for i, n := range c.st.Coordinators {
+		p, err := tcpproxy.Listen(n.Addr, uint64(i))
+		if err != nil {
+			c.t.Fatalf("gRPC proxy of %s: %v", n.ID, err)
+		}
+		c.t.Cleanup(func() { _ = p.Close() })
+		n.GRPCPeer = p.Addr()
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// Blackhole stalls the path to node i's gRPC listener both ways: its
+// proxy delivers nothing and closes nothing, and what was sent waits in
+// it (then in the senders' TCP windows) until Unblackhole, as across a
+// path that stopped carrying packets. Its raft traffic flows on. It needs
+// Options.GRPCProxies, and may be called from any goroutine.
+func (c *Cluster) Blackhole(i int) { c.setGRPCPath(i, tcpproxy.Blackhole) }
+
+// Unblackhole lets node i's gRPC path carry what it held, in order, and
+// whatever follows.
+func (c *Cluster) Unblackhole(i int) { c.setGRPCPath(i, tcpproxy.Forward) }
+
+func (c *Cluster) setGRPCPath(i int, m tcpproxy.Mode) {
+	p := c.grpc[i]
+	p.Set(tcpproxy.ToServer, m)
+	p.Set(tcpproxy.ToClient, m)
+}
+
 // N is the number of nodes.
 func (c *Cluster) N() int { return len(c.nodes) }
 
@@ -141,8 +196,9 @@ func (c *Cluster) Proc(i int) *proctest.Proc { return c.st.Coordinators[i].Proc 
 // Peers is the --peers value every node gets: id=raft_address/grpc_address.
 func (c *Cluster) Peers() string { return c.st.Peers() }
 
-// Addrs is every node's gRPC address, comma-separated, as renderers, the
-// CLI and the client library take them.
+// Addrs is every node's gRPC address (its proxy's, with
+// Options.GRPCProxies), comma-separated, as renderers, the CLI and the
+// client library take them.
 func (c *Cluster) Addrs() string { return c.st.Addrs() }
 
 // Running reports whether node i has a process (paused or not).

@@ -15,12 +15,20 @@
 // it and refuses new ones; its gRPC listener stays reachable, so that
 // clients and renderers still talk to a deposed leader.
 //
+// With Options.GRPCProxies each node's gRPC listener sits behind a TCP
+// proxy (package tcpproxy), which clients and renderers dial, so that
+// Blackhole can stall the path to one node's API both ways while its raft
+// traffic flows; the cluster's own health checks go to the listeners
+// directly. Options.DataDirs puts the nodes' data on directories of the
+// test's choosing, such as filesystems it can freeze (package frozenfs).
+//
 // A stopped node's store is read with "coordinator check --json": its
 // consistency, its digest over every record and the raft index it
 // applied, so that a test can compare the nodes' stores once the cluster
 // is quiet.
 //
 // It is imported by tests only. Methods that fail the test they were
-// started with must be called from its goroutine; Isolate, Heal, Check,
-// Leader, AwaitLeader and AwaitServing may be called from any.
+// started with must be called from its goroutine; Isolate, Heal,
+// Blackhole, Unblackhole, Check, Leader, AwaitLeader and AwaitServing may
+// be called from any.
 package clustertest

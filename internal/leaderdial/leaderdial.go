@@ -1,27 +1,3 @@
-// Package leaderdial turns a coordinator address into the gRPC target and
-// dial options that reach the coordinator's leader. The client library, the
-// CLI and the renderer share it, so that they all read an address the same
-// way.
-//
-// An address is one of:
-//
-//   - one host:port, or any gRPC target that names a single server
-//     (passthrough:///..., unix:...): dialled as it always was, with no
-//     health checking, so that a single node behaves as before;
-//   - a comma-separated list of host:port, one per replica ("a:7070,
-//     b:7070,c:7070");
-//   - a dns:/// target whose name resolves to every replica, such as a
-//     Kubernetes headless Service.
-//
-// With a list or a dns target the channel keeps one subchannel per replica
-// and uses gRPC client-side health checking (gRFC A17) on the health entry
-// HealthService, which only the leader reports SERVING: calls go to the
-// leader alone, and move by themselves when another replica reports it.
-// The listed addresses come from a resolver of this package's own for the
-// one channel (no global registration), each with its own host as the TLS
-// server name, so that every replica's certificate is verified against the
-// name it was listed under. A dns target is verified against the name it
-// resolves, which every replica's certificate must then carry.
 package leaderdial
 
 import (
@@ -31,7 +7,6 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	_ "google.golang.org/grpc/health" // client-side health checking
 	"google.golang.org/grpc/resolver"
 )
 
@@ -39,14 +14,14 @@ import (
 // leads; a single node always leads.
 const HealthService = "leasehold.v1.Leader"
 
-// ServiceConfig is the service config of a channel to several replicas:
-// a subchannel per address (round_robin) and, among them, only those whose
-// HealthService is SERVING take calls.
-const ServiceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":"` + HealthService + `"}}`
+// anyReplicaConfig is the service config of a replicated channel: a
+// subchannel per address the resolver gives, calls spread over those that
+// are up. A leader channel's resolver gives the leader alone.
+const anyReplicaConfig = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 
-// scheme is the resolver scheme of a listed target. The resolver is given
-// to each channel with grpc.WithResolvers, so the scheme is never
-// registered globally.
+// scheme is the resolver scheme of a listed target's any-replica channel.
+// The resolver is given to each channel with grpc.WithResolvers, so the
+// scheme is never registered globally.
 const scheme = "leasehold-replicas"
 
 // ErrBadAddress is wrapped by Parse's errors.
@@ -99,7 +74,7 @@ func Parse(addr string) (Target, error) {
 func (t Target) String() string { return t.raw }
 
 // Replicated reports whether the target names several replicas (a list or
-// a dns target): the channel then follows the leader's health.
+// a dns target): a channel to its leader then polls them (Leader).
 func (t Target) Replicated() bool { return t.listed != nil || t.dns }
 
 // Hosts returns what the bearer token rule must check: each listed
@@ -111,7 +86,9 @@ func (t Target) Hosts() []string {
 	return []string{t.raw}
 }
 
-// DialTarget returns the target to give grpc.NewClient with DialOptions.
+// DialTarget returns the target of a channel to any replica, to give
+// grpc.NewClient with AnyReplicaOptions; a channel to the leader takes
+// Leader's.
 func (t Target) DialTarget() string {
 	if t.listed != nil {
 		return scheme + ":///" + t.raw
@@ -119,27 +96,15 @@ func (t Target) DialTarget() string {
 	return t.raw
 }
 
-// DialOptions returns the options a channel to t needs besides transport
-// security: for a replicated target, the resolver of a list and the
-// leader-following service config, which a resolver's own service config
-// (a DNS TXT record) may not replace; for a single server, none.
-func (t Target) DialOptions() []grpc.DialOption {
-	return t.dialOptions(ServiceConfig)
-}
-
 // AnyReplicaOptions returns the options of a channel that spreads calls
 // over every replica that is up, leader or not: for reads that any replica
 // may serve. For a single server there are none.
 func (t Target) AnyReplicaOptions() []grpc.DialOption {
-	return t.dialOptions(`{"loadBalancingConfig":[{"round_robin":{}}]}`)
-}
-
-func (t Target) dialOptions(serviceConfig string) []grpc.DialOption {
 	if !t.Replicated() {
 		return nil
 	}
 	opts := []grpc.DialOption{
-		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithDefaultServiceConfig(anyReplicaConfig),
 		grpc.WithDisableServiceConfig(),
 	}
 	if t.listed != nil {

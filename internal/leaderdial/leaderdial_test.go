@@ -52,8 +52,8 @@ func TestParse(t *testing.T) {
 		if diff := cmp.Diff(tc.hosts, got.Hosts()); diff != "" {
 			t.Errorf("Parse(%q).Hosts() (-want +got):\n%s", tc.addr, diff)
 		}
-		if got.Replicated() != (len(got.DialOptions()) > 0) {
-			t.Errorf("Parse(%q): replicated %v with %d dial options", tc.addr, got.Replicated(), len(got.DialOptions()))
+		if n := len(got.Leader().DialOptions()); got.Replicated() != (n > 0) {
+			t.Errorf("Parse(%q): replicated %v with %d dial options", tc.addr, got.Replicated(), n)
 		}
 	}
 	for _, bad := range []string{"", " ", "a:1,", ",a:1", "a:1,,b:2", "a:1,b", "a:1,:2", "a:1,b:", "a:1,dns:///b:2", "a:1,b:2,a:1"} {
@@ -121,7 +121,9 @@ func TestListVerifiesEachReplica(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", port))
 	})
 	creds := credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12})
-	conn, err := grpc.NewClient(target.DialTarget(), append(target.DialOptions(), grpc.WithTransportCredentials(creds), toLoopback)...)
+	transport := []grpc.DialOption{grpc.WithTransportCredentials(creds), toLoopback}
+	leader := target.Leader(transport...)
+	conn, err := grpc.NewClient(leader.DialTarget(), append(leader.DialOptions(), transport...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +138,9 @@ func TestListVerifiesEachReplica(t *testing.T) {
 			}
 			r.health.SetServingStatus(leaderdial.HealthService, st)
 		}
-		// The channel learns of the move from each replica's health
-		// stream, with no event to wait on from here: ask until the new
-		// leader answers, within a deadline.
+		// The channel learns of the move from its polls, with no event to
+		// wait on from here: ask until the new leader answers, within a
+		// deadline.
 		want := replicas[leader].name
 		deadline := time.Now().Add(20 * time.Second)
 		for {

@@ -14,6 +14,7 @@ package proctest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -356,6 +357,46 @@ func (p *Proc) Signal(sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.fail("sending %v to %s: %v", sig, p.spec.Name, err)
 	}
+}
+
+// Freeze stops the process with SIGSTOP and returns once every thread of
+// it is stopped, as /proc shows (a signal is delivered to each thread on
+// its own, after kill returns): a request sent afterwards finds it frozen.
+// Signal(SIGCONT) thaws it.
+func (p *Proc) Freeze() {
+	p.helper()
+	p.Signal(syscall.SIGSTOP)
+	deadline := time.Now().Add(p.spec.Timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !allStopped(p.Pid()) {
+		if time.Now().After(deadline) {
+			p.fail("%s did not stop within %v of SIGSTOP", p.spec.Name, p.spec.Timeout)
+			return
+		}
+		<-tick.C
+	}
+}
+
+// allStopped reports whether every thread of pid is stopped (state T), as
+// far as /proc tells; false when it cannot tell.
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // WaitExit waits for the process to exit on its own and returns its exit

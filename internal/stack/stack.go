@@ -127,8 +127,10 @@ type Node struct {
 	// MetricsAddr its metrics address (with Options.Metrics).
 	Addr, Raft, MetricsAddr string
 	// RaftPeer, if set, is the address the peers list names for it in
-	// place of Raft: a proxy in front of its raft listener.
-	RaftPeer string
+	// place of Raft: a proxy in front of its raft listener. GRPCPeer,
+	// likewise, is the address the peers list and Addrs name in place of
+	// Addr: a proxy in front of its gRPC listener.
+	RaftPeer, GRPCPeer string
 	// DataDir is its data directory.
 	DataDir string
 	// Proc is its current process.
@@ -231,7 +233,7 @@ func freeAddr(tb proctest.TB) string {
 func (s *Stack) Peers() string {
 	var items []string
 	for _, n := range s.Coordinators {
-		items = append(items, n.ID+"="+cmpOr(n.RaftPeer, n.Raft)+"/"+n.Addr)
+		items = append(items, n.ID+"="+cmpOr(n.RaftPeer, n.Raft)+"/"+cmpOr(n.GRPCPeer, n.Addr))
 	}
 	return strings.Join(items, ",")
 }
@@ -347,12 +349,12 @@ func (s *Stack) Kill(i int) {
 	s.Coordinators[i].Kill()
 }
 
-// Addrs is every coordinator's gRPC address, comma-separated, as
-// renderers and clients take them.
+// Addrs is every coordinator's gRPC address (its GRPCPeer, when set),
+// comma-separated, as renderers and clients take them.
 func (s *Stack) Addrs() string {
 	var a []string
 	for _, n := range s.Coordinators {
-		a = append(a, n.Addr)
+		a = append(a, cmpOr(n.GRPCPeer, n.Addr))
 	}
 	return strings.Join(a, ",")
 }

@@ -16,8 +16,14 @@ import (
 	"strings"
 )
 
-// Names are the binaries Prepare provides, as named in the directory.
+// Names are the binaries Prepare provides by default, as named in the
+// directory.
 var Names = []string{"coordinator", "renderer", "leasehold", "grpcurl"}
+
+// S3Server is the S3-compatible server the artifact store's tests run
+// (versitygw with its posix backend), which Prepare builds from its own
+// pinned module, scripts/s3server, when asked for it.
+const S3Server = "versitygw"
 
 // packages are the main packages of the module's own binaries, by name;
 // grpcurl comes from the tools module.
@@ -60,12 +66,16 @@ func Prepare(moduleRoot string, names ...string) (dir string, cleanup func(), er
 			own = append(own, pkg)
 			continue
 		}
-		if name != "grpcurl" {
+		switch name {
+		case "grpcurl":
+			builds = append(builds, []string{"-C", filepath.Join(moduleRoot, "scripts", "tools"), "build", "-o", out,
+				"github.com/fullstorydev/grpcurl/cmd/grpcurl"})
+		case S3Server:
+			builds = append(builds, []string{"-C", filepath.Join(moduleRoot, "scripts", "s3server"), "build", "-o", out + S3Server, "."})
+		default:
 			cleanup()
 			return "", func() {}, fmt.Errorf("no binary named %q", name)
 		}
-		builds = append(builds, []string{"-C", filepath.Join(moduleRoot, "scripts", "tools"), "build", "-o", out,
-			"github.com/fullstorydev/grpcurl/cmd/grpcurl"})
 	}
 	if len(own) > 0 {
 		builds = append([][]string{append([]string{"-C", moduleRoot, "build", "-o", out}, own...)}, builds...)

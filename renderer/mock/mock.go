@@ -95,6 +95,12 @@ type Config struct {
 	Unsupported []string
 	// Seed seeds every random decision.
 	Seed uint64
+	// PreviewBytes, when larger than a preview, pads it to this many bytes
+	// with incompressible bytes in a private ancillary chunk (padChunk),
+	// drawn from the document and the lease: previews of realistic size,
+	// still valid PNGs, the same for the same document under the same
+	// lease. 0 leaves previews as drawn (about 0.4 KiB).
+	PreviewBytes int
 	// Exit ends the process on a crash; nil means os.Exit. Tests replace it.
 	Exit func(code int)
 }
@@ -111,6 +117,9 @@ type Provider struct {
 func New(cfg Config) (*Provider, error) {
 	if cfg.Latency < 0 || cfg.LatencyJitter < 0 || cfg.PauseBeforeComplete < 0 {
 		return nil, fmt.Errorf("mock: durations must not be negative")
+	}
+	if cfg.PreviewBytes < 0 || cfg.PreviewBytes > MaxPreviewBytes {
+		return nil, fmt.Errorf("mock: preview bytes %d is not between 0 and %d", cfg.PreviewBytes, MaxPreviewBytes)
 	}
 	if cfg.FailRate < 0 || cfg.FailRate > 1 {
 		return nil, fmt.Errorf("mock: fail rate %v is not between 0 and 1", cfg.FailRate)
@@ -163,7 +172,7 @@ func (p *Provider) Render(ctx context.Context, in renderer.Input) (renderer.Outp
 	if p.cfg.FailRate > 0 && rng.Float64() < p.cfg.FailRate {
 		return renderer.Output{}, &renderer.Failure{Class: leaseholdv1.FailureClass_FAILURE_CLASS_TRANSIENT, Message: "injected transient fault"}
 	}
-	img := renderPNG(in)
+	img := pad(renderPNG(in), p.cfg.PreviewBytes, in)
 	if p.cfg.PauseBeforeComplete > 0 {
 		if in.OnPause != nil {
 			in.OnPause()

@@ -2,6 +2,7 @@ package mock_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -432,5 +433,40 @@ func BenchmarkRenderInlineDocument(b *testing.B) {
 		if _, err := p.Render(ctx, in); err != nil {
 			b.Fatalf("Render: %v", err)
 		}
+	}
+}
+
+func TestPreviewBytesPadsAValidPNG(t *testing.T) {
+	t.Parallel()
+	p, err := mock.New(mock.Config{PreviewBytes: 131072})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := renderer.Input{JobID: "j-1", Token: 7, RendererID: "r", Document: renderer.Document{Name: "a.pdf", Content: []byte("doc")}}
+	out, err := p.Render(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Content) != 131072 {
+		t.Fatalf("preview is %d bytes, want 131072", len(out.Content))
+	}
+	if _, err := png.Decode(bytes.NewReader(out.Content)); err != nil {
+		t.Fatalf("the padded preview is not a valid PNG: %v", err)
+	}
+	again, _ := p.Render(context.Background(), in)
+	if !bytes.Equal(again.Content, out.Content) {
+		t.Error("the same document under the same lease gave other bytes")
+	}
+	in.Token = 8
+	other, _ := p.Render(context.Background(), in)
+	if bytes.Equal(other.Content, out.Content) {
+		t.Error("another lease gave the same bytes")
+	}
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write(out.Content)
+	zw.Close()
+	if z.Len() < len(out.Content)*9/10 {
+		t.Errorf("the padding compresses to %d of %d bytes", z.Len(), len(out.Content))
 	}
 }

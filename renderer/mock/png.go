@@ -207,3 +207,35 @@ func TextChunks(b []byte) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// padChunk is the type of the padding chunk: ancillary (lower-case first
+// letter), private (lower-case second), safe to copy; viewers skip it.
+const padChunk = "lhPd"
+
+// MaxPreviewBytes bounds Config.PreviewBytes.
+const MaxPreviewBytes = 8 << 20
+
+// pad returns img padded to n bytes with a padChunk before IEND, its data
+// drawn from the document's hash and the lease, so that the bytes do not
+// compress and the same render under the same lease gives the same bytes.
+// An image already n bytes or longer, or too short a gap for a chunk, is
+// returned as it is.
+func pad(img []byte, n int, in renderer.Input) []byte {
+	const iend = chunkOverhead
+	if n-len(img) < chunkOverhead {
+		return img
+	}
+	data := n - len(img) - chunkOverhead
+	seed := documentSeed(in.Document)
+	binary.BigEndian.PutUint64(seed[:8], binary.BigEndian.Uint64(seed[:8])^in.Token)
+	out := make([]byte, 0, n)
+	out = append(out, img[:len(img)-iend]...)
+	out = binary.BigEndian.AppendUint32(out, uint32(data))
+	start := len(out)
+	out = append(out, padChunk...)
+	body := len(out)
+	out = out[:body+data]
+	_, _ = rand.NewChaCha8(seed).Read(out[body:])
+	out = binary.BigEndian.AppendUint32(out, crc32.ChecksumIEEE(out[start:]))
+	return append(out, img[len(img)-iend:]...)
+}

@@ -122,13 +122,8 @@ func terminal(k leaseholdv1.EventKind) bool {
 type summary struct {
 	faults     map[fault][]faultResult
 	faultsTook time.Duration
-	ev         *evidence
+	invariants
 
-	acked, ackedJobs int
-	lost             []string // acknowledged jobs missing or not terminal
-	tokensReused     []string
-	unpublished      []string // grants a renderer received that the store does not hold
-	doubleTerminal   []string
 	held, kept       map[fault]int // leases held at a fault, and those kept
 	undelivered      int           // leases at a kill that no renderer had received
 	lostLeases       []string
@@ -148,12 +143,106 @@ const failoverBound = 10 * time.Second
 // keptGoal is the share of the leases held at a fault that must be kept.
 const keptGoal = 0.999
 
+// invariants is what every campaign checks of the evidence: the
+// guarantees of a failover, whatever the fault.
+type invariants struct {
+	ev               *evidence
+	acked, ackedJobs int
+	lost             []string // acknowledged jobs missing or not terminal
+	tokensReused     []string
+	unpublished      []string // grants a renderer received that the store does not hold
+	doubleTerminal   []string
+}
+
 // summarize checks the evidence against the guarantees.
 func summarize(results []faultResult, ev *evidence) *summary {
-	s := &summary{faults: map[fault][]faultResult{}, ev: ev}
+	s := &summary{faults: map[fault][]faultResult{}, invariants: checkInvariants(ev)}
 	for _, r := range results {
 		s.faults[r.kind] = append(s.faults[r.kind], r)
 	}
+	s.leasesKept(ev)
+	probes := map[string]bool{}
+	for _, f := range []fault{faultIsolate, faultPause} {
+		for _, r := range s.faults[f] {
+			for _, m := range r.missing {
+				s.notLeaderMissing = append(s.notLeaderMissing, fmt.Sprintf("%s of n%d: %s", f, r.leader+1, m))
+			}
+			for _, a := range r.answered {
+				s.deposedAnswers = append(s.deposedAnswers, fmt.Sprintf("%s of n%d, %s", f, r.leader+1, a))
+			}
+			for _, p := range r.probes {
+				probes[p+".txt"] = true
+			}
+		}
+	}
+	for id, j := range ev.jobs {
+		if name := j.GetDocument().GetName(); probes[name] {
+			s.deposedAnswers = append(s.deposedAnswers, fmt.Sprintf("job %s of the probe %s sent to a deposed leader is stored", id, name))
+		}
+	}
+	for _, r := range results {
+		if r.kind != faultApply && r.failover >= failoverBound {
+			s.slow = append(s.slow, fmt.Sprintf("%s of n%d: %v", r.kind, r.leader+1, r.failover.Round(time.Millisecond)))
+		}
+	}
+	return s
+}
+
+// leasesKept counts the leases held at each fault: those leased when it
+// struck that a renderer had received (a grant the dead leader committed
+// but never sent is held by no one; it is re-queued once its lease runs
+// out, and counted apart). A lease is kept when it ended by its holder's
+// own completion, not by expiry or a fenced completion.
+func (s *summary) leasesKept(ev *evidence) {
+	s.held, s.kept = map[fault]int{}, map[fault]int{}
+	received := receivedGrants(ev)
+	undelivered := map[grant]bool{}
+	for _, f := range []fault{faultKill, faultIsolate, faultPause} {
+		for _, r := range s.faults[f] {
+			for id, tok := range r.held {
+				if !received[grant{job: id, token: tok}] {
+					undelivered[grant{job: id, token: tok}] = true
+					continue
+				}
+				s.held[f]++
+				if why := leaseEnd(ev.jobs[id], tok); why == "" {
+					s.kept[f]++
+				} else {
+					s.lostLeases = append(s.lostLeases, fmt.Sprintf("job %s token %d (%s of n%d): %s", id, tok, f, r.leader+1, why))
+				}
+			}
+		}
+	}
+	s.undelivered = len(undelivered)
+}
+
+// keptShare is the share of the leases held at any fault that were kept
+// (1 when none was held).
+func (s *summary) keptShare() float64 {
+	held, kept := 0, 0
+	for f, n := range s.held {
+		held, kept = held+n, kept+s.kept[f]
+	}
+	if held == 0 {
+		return 1
+	}
+	return float64(kept) / float64(held)
+}
+
+// receivedGrants returns the leases some renderer recorded receiving.
+func receivedGrants(ev *evidence) map[grant]bool {
+	received := map[grant]bool{}
+	for _, g := range ev.grants {
+		received[grant{job: g.job, token: g.token}] = true
+	}
+	return received
+}
+
+// checkInvariants checks the evidence against the guarantees every
+// failover keeps: no acknowledged job lost, no token reused, no grant
+// published before its entry committed, no double terminal transition.
+func checkInvariants(ev *evidence) invariants {
+	s := invariants{ev: ev}
 	// No acknowledged job lost: present, and ended.
 	for _, a := range ev.acks {
 		s.acked++
@@ -208,76 +297,7 @@ func summarize(results []faultResult, ev *evidence) *summary {
 			s.unpublished = append(s.unpublished, fmt.Sprintf("%s received job %s under token %d, which the store never leased", g.renderer, g.job, g.token))
 		}
 	}
-	s.leasesKept(ev)
-	probes := map[string]bool{}
-	for _, f := range []fault{faultIsolate, faultPause} {
-		for _, r := range s.faults[f] {
-			for _, m := range r.missing {
-				s.notLeaderMissing = append(s.notLeaderMissing, fmt.Sprintf("%s of n%d: %s", f, r.leader+1, m))
-			}
-			for _, a := range r.answered {
-				s.deposedAnswers = append(s.deposedAnswers, fmt.Sprintf("%s of n%d, %s", f, r.leader+1, a))
-			}
-			for _, p := range r.probes {
-				probes[p+".txt"] = true
-			}
-		}
-	}
-	for id, j := range ev.jobs {
-		if name := j.GetDocument().GetName(); probes[name] {
-			s.deposedAnswers = append(s.deposedAnswers, fmt.Sprintf("job %s of the probe %s sent to a deposed leader is stored", id, name))
-		}
-	}
-	for _, r := range results {
-		if r.kind != faultApply && r.failover >= failoverBound {
-			s.slow = append(s.slow, fmt.Sprintf("%s of n%d: %v", r.kind, r.leader+1, r.failover.Round(time.Millisecond)))
-		}
-	}
 	return s
-}
-
-// leasesKept counts the leases held at each fault: those leased when it
-// struck that a renderer had received (a grant the dead leader committed
-// but never sent is held by no one; it is re-queued once its lease runs
-// out, and counted apart). A lease is kept when it ended by its holder's
-// own completion, not by expiry or a fenced completion.
-func (s *summary) leasesKept(ev *evidence) {
-	s.held, s.kept = map[fault]int{}, map[fault]int{}
-	received := map[grant]bool{}
-	for _, g := range ev.grants {
-		received[grant{job: g.job, token: g.token}] = true
-	}
-	undelivered := map[grant]bool{}
-	for _, f := range []fault{faultKill, faultIsolate, faultPause} {
-		for _, r := range s.faults[f] {
-			for id, tok := range r.held {
-				if !received[grant{job: id, token: tok}] {
-					undelivered[grant{job: id, token: tok}] = true
-					continue
-				}
-				s.held[f]++
-				if why := leaseEnd(ev.jobs[id], tok); why == "" {
-					s.kept[f]++
-				} else {
-					s.lostLeases = append(s.lostLeases, fmt.Sprintf("job %s token %d (%s of n%d): %s", id, tok, f, r.leader+1, why))
-				}
-			}
-		}
-	}
-	s.undelivered = len(undelivered)
-}
-
-// keptShare is the share of the leases held at any fault that were kept
-// (1 when none was held).
-func (s *summary) keptShare() float64 {
-	held, kept := 0, 0
-	for f, n := range s.held {
-		held, kept = held+n, kept+s.kept[f]
-	}
-	if held == 0 {
-		return 1
-	}
-	return float64(kept) / float64(held)
 }
 
 // lastKind is the kind of a job's last terminal event, or of its last
@@ -326,9 +346,46 @@ func leaseEnd(j *leaseholdv1.Job, tok uint64) string {
 // were kept (keptGoal), and every failover took less than failoverBound.
 // The timing goals are printed and compared, not part of the verdict.
 func (s *summary) passed() bool {
-	return len(s.lost) == 0 && len(s.tokensReused) == 0 && len(s.unpublished) == 0 && len(s.doubleTerminal) == 0 &&
-		len(s.ev.stuck) == 0 && s.ev.storeErr == nil && len(s.notLeaderMissing) == 0 && len(s.deposedAnswers) == 0 &&
+	return s.invariants.passed() && len(s.notLeaderMissing) == 0 && len(s.deposedAnswers) == 0 &&
 		s.keptShare() >= keptGoal && len(s.slow) == 0
+}
+
+// passed reports whether the invariants held, and every job ended and
+// the stores agree.
+func (s *invariants) passed() bool {
+	return len(s.lost) == 0 && len(s.tokensReused) == 0 && len(s.unpublished) == 0 && len(s.doubleTerminal) == 0 &&
+		len(s.ev.stuck) == 0 && s.ev.storeErr == nil
+}
+
+// row prints one check and up to five of what it found.
+func row(w io.Writer, name string, bad []string) {
+	fmt.Fprintf(w, "%-44s %d", name, len(bad))
+	for i, b := range bad {
+		if i == 5 {
+			fmt.Fprintf(w, "\n    ... %d more", len(bad)-5)
+			break
+		}
+		fmt.Fprintf(w, "\n    %s", b)
+	}
+	fmt.Fprintln(w)
+}
+
+// print writes the invariants' rows and the stores' reports.
+func (s *invariants) print(w io.Writer) {
+	fmt.Fprintf(w, "%-44s %s\n", "check", "result")
+	row(w, "acknowledged jobs lost", s.lost)
+	row(w, "tokens reused", s.tokensReused)
+	row(w, "grants received but never stored", s.unpublished)
+	row(w, "double terminal", s.doubleTerminal)
+	row(w, "stuck after quiesce", s.ev.stuck)
+	storeNote := "equal digests, coordinator check passes on each"
+	if s.ev.storeErr != nil {
+		storeNote = s.ev.storeErr.Error()
+	}
+	fmt.Fprintf(w, "%-44s %s\n", "stores", storeNote)
+	for i, r := range s.ev.reports {
+		fmt.Fprintf(w, "    n%d: %d jobs, last token %d, applied index %d, digest %.16s\n", i+1, r.Jobs, r.LastToken, r.AppliedIndex, r.Digest)
+	}
 }
 
 // quantile returns the q-quantile of ds (nearest rank).
@@ -359,34 +416,10 @@ func (s *summary) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "load: %d submits acknowledged (%d jobs), retried refusals %v; drained in %v\n", s.acked, s.ackedJobs,
 		s.ev.errs, s.ev.drained.Round(time.Millisecond))
-	fmt.Fprintf(w, "%-44s %s\n", "check", "result")
-	row := func(name string, bad []string) {
-		fmt.Fprintf(w, "%-44s %d", name, len(bad))
-		for i, b := range bad {
-			if i == 5 {
-				fmt.Fprintf(w, "\n    ... %d more", len(bad)-5)
-				break
-			}
-			fmt.Fprintf(w, "\n    %s", b)
-		}
-		fmt.Fprintln(w)
-	}
-	row("acknowledged jobs lost", s.lost)
-	row("tokens reused", s.tokensReused)
-	row("grants received but never stored", s.unpublished)
-	row("double terminal", s.doubleTerminal)
-	row("stuck after quiesce", s.ev.stuck)
-	row("deposed leader's sessions without NOT_LEADER", s.notLeaderMissing)
-	row("deposed leader's answers as the leader", s.deposedAnswers)
-	row(fmt.Sprintf("failovers of %v or more", failoverBound), s.slow)
-	storeNote := "equal digests, coordinator check passes on each"
-	if s.ev.storeErr != nil {
-		storeNote = s.ev.storeErr.Error()
-	}
-	fmt.Fprintf(w, "%-44s %s\n", "stores", storeNote)
-	for i, r := range s.ev.reports {
-		fmt.Fprintf(w, "    n%d: %d jobs, last token %d, applied index %d, digest %.16s\n", i+1, r.Jobs, r.LastToken, r.AppliedIndex, r.Digest)
-	}
+	s.invariants.print(w)
+	row(w, "deposed leader's sessions without NOT_LEADER", s.notLeaderMissing)
+	row(w, "deposed leader's answers as the leader", s.deposedAnswers)
+	row(w, fmt.Sprintf("failovers of %v or more", failoverBound), s.slow)
 	held, kept := 0, 0
 	for f, n := range s.held {
 		held, kept = held+n, kept+s.kept[f]
@@ -429,7 +462,7 @@ func (s *summary) print(w io.Writer) {
 			fmt.Fprintf(w, "%-8s %5d %9s %9s %9s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(quantile(ds, 1)))
 		}
 	}
-	fmt.Fprintf(w, "\n%-8s %5s %9s %9s %9s   %s\n", "NOT_LEADER", "n", "p50", "p99", "max", "after the cut or the SIGCONT; goal within the leader lease ("+leaderLease.String()+")")
+	fmt.Fprintf(w, "\n%-8s %5s %9s %9s %9s   %s\n", "sessions", "n", "p50", "p99", "max", "a deposed leader's renderer sessions ended")
 	for _, f := range []fault{faultIsolate, faultPause} {
 		var ds []time.Duration
 		for _, r := range s.faults[f] {
@@ -439,15 +472,25 @@ func (s *summary) print(w io.Writer) {
 			continue
 		}
 		mx := quantile(ds, 1)
-		fmt.Fprintf(w, "%-10s %3d %9s %9s %9s   %s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(mx), verdict(mx <= leaderLease))
+		goal := "from the SIGSTOP, leaving the stopped leader or told NOT_LEADER after the SIGCONT"
+		if f == faultIsolate {
+			goal = "NOT_LEADER from the cut; goal within the leader lease (" + leaderLease.String() + "): " + verdict(mx <= leaderLease)
+		}
+		fmt.Fprintf(w, "%-10s %3d %9s %9s %9s   %s\n", f, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(mx), goal)
 	}
+	printCPU(w, len(s.ev.jobs))
+}
+
+// printCPU writes the CPU time spent per 1,000 of n documents, in the
+// child processes and in the test itself.
+func printCPU(w io.Writer, n int) {
 	var self, children syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
 	cpu := func(r syscall.Rusage) float64 {
 		return float64(r.Utime.Sec+r.Stime.Sec) + float64(r.Utime.Usec+r.Stime.Usec)/1e6
 	}
-	if n := len(s.ev.jobs); n > 0 {
+	if n > 0 {
 		fmt.Fprintf(w, "\ncpu: %d documents; %.2f CPU-s per 1,000 documents in the processes (coordinators, renderers, checks), %.2f in the test's load\n",
 			n, 1000*cpu(children)/float64(n), 1000*cpu(self)/float64(n))
 	}

@@ -6,12 +6,17 @@
 // peers and healed, or SIGSTOPped for -pause-for and resumed. Its test,
 // TestFailoverCampaign, checks the guarantees of a failover afterwards
 // and prints its figures against their goals; docs/failover.md describes
-// it and its last large run.
+// it and its last large run. TestHungLeaderCampaign hangs the leader
+// instead: SIGSTOPped, its data filesystem frozen, or its gRPC path
+// blackholed, each for -hang-for, after a run with no fault that must
+// change no leader.
 //
 // Usage, from the repository root:
 //
-//	go test -v ./tests/failover                                    # 3 kills, 1 isolation, 1 pause
-//	go test -v -timeout 60m ./tests/failover -kills 100 -isolations 20 -pauses 20
+//	go test -v -run FailoverCampaign ./tests/failover              # 3 kills, 1 isolation, 1 pause
+//	go test -v -timeout 60m -run FailoverCampaign ./tests/failover -kills 100 -isolations 20 -pauses 20
+//	go test -v -run HungLeader ./tests/failover                    # 1 of each hang, 30 s with no fault
+//	go test -v -timeout 65m -run HungLeader ./tests/failover -stops 20 -freezes 20 -blackholes 20 -quiet 10m -burn 2
 //
 // With -short the campaign is skipped.
 package failover

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 
 // Leader lease timeout of the nodes (raft's default in the coordinator):
 // the bound within which a deposed leader's renderer sessions must end.
-const leaderLease = 250 * time.Millisecond
+const leaderLease = 500 * time.Millisecond
 
 // fault is one step of the schedule.
 type fault string
@@ -108,10 +109,7 @@ func TestFailoverCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the failover campaign runs real processes for tens of seconds; not with -short")
 	}
-	s := *seed
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
+	s := campaignSeed()
 	rng := rand.New(rand.NewPCG(s, 2))
 	var schedule []fault
 	for range *kills {
@@ -133,49 +131,12 @@ func TestFailoverCampaign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bins.coordinator, err = testbin.FailpointsCoordinator(t.Context(), root, bins.coordinator, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	procs := proctest.Options{Timeout: time.Minute, Tail: 30}
-	cl := clustertest.Start(t, clustertest.Options{Coordinator: bins.coordinator, Procs: procs,
-		Args: []string{"--lease-ttl", leaseTTL.String(), "--backoff-base", "20ms", "--backoff-cap", "200ms"}})
-	cl.WaitLeader()
-
-	dir := t.TempDir()
-	var rs []*proctest.Proc
-	for i := range *renderers {
-		rs = append(rs, cl.StartRenderer(t, bins.renderer, fmt.Sprintf("fo-%d", i+1), "--token", "dev-renderer",
-			"--capacity", "8", "--record", filepath.Join(dir, fmt.Sprintf("fo-%d.record", i+1)),
-			"--latency", "10ms", "--latency-jitter", "40ms", "--fail-rate", "0.05",
-			"--seed", strconv.FormatUint(s+uint64(i), 10), "--log-level", "info"))
-	}
-	for _, r := range rs {
-		r.WaitFor("session started")
-	}
-
-	c, err := client.Dial(cl.Addrs(), client.WithToken("dev-alpha"))
+	withFailpoints, err := testbin.FailpointsCoordinator(t.Context(), root, bins.coordinator, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	op, err := client.Dial(cl.Addrs(), client.WithToken("dev-operator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer op.Close()
-
-	ld := newLoad(c, *submitEvery, s)
-	loadCtx, stopLoad := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	wg.Go(func() { ld.run(loadCtx) })
-	defer func() {
-		stopLoad()
-		wg.Wait()
-	}()
-	ctx := t.Context()
-	if err := ld.waitAcks(ctx, 0, *settleAcks); err != nil {
-		t.Fatal(err)
-	}
+	cp := startCampaign(t, clustertest.Options{Coordinator: withFailpoints, Args: []string{"--lease-ttl", leaseTTL.String()}}, s)
+	cl, rs, op, ld, ctx := cp.cl, cp.rs, cp.op, cp.ld, t.Context()
 
 	started := time.Now()
 	var results []faultResult
@@ -197,9 +158,8 @@ func TestFailoverCampaign(t *testing.T) {
 	}
 	faultsTook := time.Since(started)
 
-	stopLoad()
-	wg.Wait()
-	ev, err := gather(t, ctx, cl, op, ld, rs, dir)
+	cp.stopLoad()
+	ev, err := gather(t, ctx, cl, op, ld, rs, cp.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +171,74 @@ func TestFailoverCampaign(t *testing.T) {
 	if !sum.passed() {
 		t.Fatalf("the campaign failed (seed %d): see the summary above", s)
 	}
+}
+
+// campaignSeed is -seed, or one from the clock.
+func campaignSeed() uint64 {
+	if *seed != 0 {
+		return *seed
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// campaign is a cluster under steady load: renderer processes given
+// every node, the submitter's load on the client library, and an
+// operator's client.
+type campaign struct {
+	cl *clustertest.Cluster
+	rs []*proctest.Proc
+	op *client.Client
+	ld *load
+	// dir holds the renderers' --record files.
+	dir string
+	// stopLoad stops the load and waits for it; it is safe twice.
+	stopLoad func()
+}
+
+// startCampaign starts the cluster o describes (the binary, the timeouts,
+// and retry backoffs of 20 to 200 ms after o.Args, are the campaign's),
+// -renderers renderers (capacity 8, renders of 10 to 50 ms, 5% failing
+// as transient), the load and the clients, and returns once the load has
+// had -settle-acks submits acknowledged. Everything stops when the test
+// ends.
+func startCampaign(t *testing.T, o clustertest.Options, seed uint64) *campaign {
+	t.Helper()
+	o.Coordinator = cmp.Or(o.Coordinator, bins.coordinator)
+	o.Procs = proctest.Options{Timeout: time.Minute, Tail: 30}
+	o.Args = append(o.Args, "--backoff-base", "20ms", "--backoff-cap", "200ms")
+	cp := &campaign{cl: clustertest.Start(t, o), dir: t.TempDir()}
+	cp.cl.WaitLeader()
+	for i := range *renderers {
+		cp.rs = append(cp.rs, cp.cl.StartRenderer(t, bins.renderer, fmt.Sprintf("fo-%d", i+1), "--token", "dev-renderer",
+			"--capacity", "8", "--record", filepath.Join(cp.dir, fmt.Sprintf("fo-%d.record", i+1)),
+			"--latency", "10ms", "--latency-jitter", "40ms", "--fail-rate", "0.05",
+			"--seed", strconv.FormatUint(seed+uint64(i), 10), "--log-level", "info"))
+	}
+	for _, r := range cp.rs {
+		r.WaitFor("session started")
+	}
+	dial := func(token string) *client.Client {
+		c, err := client.Dial(cp.cl.Addrs(), client.WithToken(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	cp.op = dial("dev-operator")
+	cp.ld = newLoad(dial("dev-alpha"), *submitEvery, seed)
+	loadCtx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { cp.ld.run(loadCtx) })
+	cp.stopLoad = func() {
+		cancel()
+		wg.Wait()
+	}
+	t.Cleanup(cp.stopLoad)
+	if err := cp.ld.waitAcks(t.Context(), 0, *settleAcks); err != nil {
+		t.Fatal(err)
+	}
+	return cp
 }
 
 // runFault strikes the leader with f, measures the failover, undoes the
@@ -261,7 +289,10 @@ func runFault(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cl
 		}
 		cl.Resume(leader)
 		res.silent(ctx, cl, leader, ld, k, "at the SIGCONT")
-		res.notLeader, res.missing = sessionEnds(rs, marks, time.Now(), 10*time.Second)
+		// The renderers leave the stopped leader once another answers as
+		// the leader, before it resumes (leader moved), or learn it from
+		// its NOT_LEADER once it runs again: timed from the SIGSTOP.
+		res.notLeader, res.missing = sessionEnds(rs, marks, struck, 10*time.Second)
 	}
 	if !<-probed {
 		t.Fatalf("no submit sent after the %s of n%d was acknowledged", f, leader+1)
@@ -441,17 +472,18 @@ func leasedJobs(t *testing.T, ctx context.Context, op *client.Client) map[string
 
 // sessionEnds waits, up to limit, for each renderer's first line after its
 // mark that says its session ended, and returns how long after from each
-// ended with NOT_LEADER, and for the others why not.
+// ended with NOT_LEADER or by leaving a leader its polls found gone
+// ("leader moved"), and for the others why not.
 func sessionEnds(rs []*proctest.Proc, marks []int, from time.Time, limit time.Duration) ([]time.Duration, []string) {
 	var got []time.Duration
 	var missing []string
 	deadline := time.Now().Add(limit)
 	for i, r := range rs {
-		line, ok := r.Await(marks[i], deadline, []string{"coordinator not the leader"}, []string{"session ended"})
+		line, ok := r.Await(marks[i], deadline, []string{"coordinator not the leader"}, []string{"msg=\"leader moved\""}, []string{"session ended"})
 		switch {
 		case !ok:
 			missing = append(missing, fmt.Sprintf("fo-%d: no session end within %v", i+1, limit))
-		case !strings.Contains(line, "coordinator not the leader"):
+		case !strings.Contains(line, "coordinator not the leader") && !strings.Contains(line, "leader moved"):
 			missing = append(missing, fmt.Sprintf("fo-%d: %s", i+1, proctest.LogAttr(line, "err")))
 		default:
 			at, err := time.Parse(time.RFC3339Nano, proctest.LogAttr(line, "time"))

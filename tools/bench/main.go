@@ -93,6 +93,16 @@
 // index of that moment. The report gives p50 and max, every sample, and
 // the restarts.
 //
+// With -preview-bytes N, the renderers pad their previews to N bytes of
+// incompressible data (--preview-bytes), so that the figures are those of
+// realistic previews: above the coordinator's inline threshold (16 KiB by
+// default; -coordinator-flags --inline-artifact-bytes moves it) they go to
+// the artifact store the docs recommend for each shape. The single node
+// uses its default, the directory beside its data file; -cluster starts
+// an S3-compatible server for its nodes (versitygw, from -bin, built there
+// from scripts/s3server when missing) and reports its CPU time and bytes
+// written beside the coordinators'.
+//
 // With -compare DIR, the phases run -rounds times (default 3) with the
 // coordinator and renderer in DIR (another build: check it out and run
 // scripts/build there, or go build -o DIR ./coordinator/cmd/coordinator
@@ -230,6 +240,9 @@ type config struct {
 	// fairness scenario, so that every other figure is the cost of
 	// coordination.
 	renderLatency time.Duration
+	// previewBytes is the renderers' --preview-bytes (0: not passed, the
+	// mock's 0.4 KiB previews).
+	previewBytes int
 }
 
 // allPhases are the phases of a run without -store, in the order they run.
@@ -284,6 +297,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.failoverKills, "failover-kills", 5, "leader kills of the failover phase (-cluster)")
 	fs.IntVar(&cfg.failoverInflight, "failover-inflight", 8, "batches of -steady-batch kept in flight during the failover phase")
 	fs.DurationVar(&cfg.failoverGap, "failover-gap", 2*time.Second, "load before each leader kill of the failover phase")
+	fs.IntVar(&cfg.previewBytes, "preview-bytes", 0, "the renderers' --preview-bytes: previews padded to this size with incompressible bytes (0: the mock's 0.4 KiB, and the flag not passed)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./tools/bench [flags]   (go doc ./tools/bench explains the figures)")
 		fmt.Fprintln(fs.Output(), "       go run ./tools/bench fairness [flags]   (fair dispatch against FIFO; fairness -h for its flags)")
@@ -354,6 +368,8 @@ func (c config) validate() error {
 		return errors.New("-compare needs -rounds of at least 1 and takes neither -store nor -json")
 	case c.latencyRate < 0:
 		return errors.New("-latency-rate must not be negative")
+	case c.previewBytes < 0:
+		return errors.New("-preview-bytes must not be negative")
 	case c.store == 0 && c.has("latency") && !c.has("steady") && c.latencyRate == 0:
 		return errors.New("the latency phase without the steady phase needs -latency-rate")
 	}

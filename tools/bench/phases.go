@@ -128,6 +128,10 @@ type cpuSample struct {
 	written, coordWritten int64
 	// nodes are a cluster's nodes one by one, the leader first.
 	nodes []nodeSample
+	// store and storeWritten are the S3-compatible store server's CPU
+	// time and bytes written (a cluster's; zero without one).
+	store        time.Duration
+	storeWritten int64
 }
 
 // nodeSample is one cluster node's CPU time and bytes written so far.
@@ -177,6 +181,14 @@ func (r *runner) sampleCPU() (cpuSample, error) {
 	if s.nodes, err = r.sampleNodes(); err != nil {
 		return s, err
 	}
+	if pid := r.st.storePid(); pid != 0 {
+		if s.store, err = cpuTime(pid); err != nil {
+			return s, fmt.Errorf("reading the store server's CPU time: %w", err)
+		}
+		if s.storeWritten, err = writeBytes(pid); err != nil {
+			return s, fmt.Errorf("reading the bytes the store server wrote: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -207,6 +219,11 @@ func cpuBetween(a, b cpuSample, docs int, wall time.Duration) *cpuResult {
 		res.CoordinatorWrittenPerDoc = float64(b.coordWritten-a.coordWritten) / float64(docs)
 		res.WrittenPerDoc = float64(b.written-a.written) / float64(docs)
 		res.Nodes = nodesBetween(a.nodes, b.nodes, docs)
+		if st := b.store - a.store; st > 0 || b.storeWritten > a.storeWritten {
+			res.StoreSeconds, res.StorePer1000 = st.Seconds(), per1000(st)
+			res.StoreWrittenPerDoc = float64(b.storeWritten-a.storeWritten) / float64(docs)
+			res.TotalMicrosPerDoc += float64(st.Microseconds()) / float64(docs)
+		}
 	}
 	return res
 }

@@ -35,6 +35,8 @@ type setup struct {
 	Coordinator string `json:"coordinator_binary"`
 	Renderer    string `json:"renderer_binary"`
 	DocumentLen int    `json:"document_bytes"`
+	// PreviewBytes is the renderers' --preview-bytes (0: the mock's own).
+	PreviewBytes int `json:"preview_bytes,omitempty"`
 	// LoadBefore and LoadAfter are the one-minute load averages when the
 	// run started and ended: other work on the machine skews every figure.
 	LoadBefore float64 `json:"load_average_before"`
@@ -141,6 +143,13 @@ type cpuResult struct {
 	WrittenPerDoc            float64 `json:"written_bytes_per_doc"`
 	// Nodes are a cluster's nodes one by one, the leader first.
 	Nodes []nodeUsage `json:"nodes,omitempty"`
+	// StoreSeconds, StorePer1000 and StoreWrittenPerDoc are the
+	// S3-compatible artifact store server's (-cluster), counted in
+	// TotalMicrosPerDoc too; a single node's directory store is the
+	// coordinator's own I/O.
+	StoreSeconds       float64 `json:"store_server_seconds,omitempty"`
+	StorePer1000       float64 `json:"store_server_seconds_per_1000_docs,omitempty"`
+	StoreWrittenPerDoc float64 `json:"store_server_written_bytes_per_doc,omitempty"`
 }
 
 // nodeUsage is one cluster node's share of a CPU window.
@@ -248,13 +257,14 @@ func newReport(cfg config, bins binaries) *report {
 	return &report{
 		Started: time.Now().UTC().Truncate(time.Second),
 		Setup: setup{
-			Renderers:   cfg.renderers,
-			Capacity:    cfg.capacity,
-			CPUs:        numCPU,
-			Coordinator: bins.coordinator,
-			Renderer:    bins.renderer,
-			DocumentLen: documentSize,
-			LoadBefore:  load,
+			Renderers:    cfg.renderers,
+			Capacity:     cfg.capacity,
+			CPUs:         numCPU,
+			Coordinator:  bins.coordinator,
+			Renderer:     bins.renderer,
+			DocumentLen:  documentSize,
+			LoadBefore:   load,
+			PreviewBytes: cfg.previewBytes,
 		},
 	}
 }
@@ -344,8 +354,12 @@ func writeText(w io.Writer, r *report) error {
 		return ""
 	}
 	s := r.Setup
-	fmt.Fprintf(w, "leasehold bench %s: %d renderers × %d slots, %d CPUs (load average %.1f before, %.1f after), %s\n",
-		r.Started.Format(time.RFC3339), s.Renderers, s.Capacity, s.CPUs, s.LoadBefore, s.LoadAfter, s.Coordinator)
+	previews := "the mock's previews"
+	if s.PreviewBytes > 0 {
+		previews = fmt.Sprintf("previews of %s bytes", count(s.PreviewBytes))
+	}
+	fmt.Fprintf(w, "leasehold bench %s: %d renderers × %d slots, %s, %d CPUs (load average %.1f before, %.1f after), %s\n",
+		r.Started.Format(time.RFC3339), s.Renderers, s.Capacity, previews, s.CPUs, s.LoadBefore, s.LoadAfter, s.Coordinator)
 	if x := r.Idle; x != nil {
 		line("idle wake-up", fmt.Sprintf("p50 %s  p99 %s", msText(x.P50MS), msText(x.P99MS)),
 			fmt.Sprintf("%s samples, max %s; SubmitBatch ack → grant line in a renderer's --record file%s", count(x.Samples), msText(x.MaxMS), failedText(x.Failed)),
@@ -451,11 +465,27 @@ func drainLine(line func(name, value, detail, target string), name string, x *dr
 // cpuLine writes the line of one CPU window.
 func cpuLine(line func(name, value, detail, target string), name string, c *cpuResult, window, target string) {
 	line(name, fmt.Sprintf("%.0f µs/doc", c.TotalMicrosPerDoc),
-		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f%s, renderers %.3f, generator %.3f (%s docs, %s; 10 ms ticks); "+
-			"written to disk per doc: coordinator %s, all %s%s",
-			c.CoordinatorPer1000, followersText(c), c.RenderersPer1000, c.GeneratorPer1000, count(c.Documents), window,
-			bytesText(c.CoordinatorWrittenPerDoc), bytesText(c.WrittenPerDoc), nodesText(c.Nodes)),
+		fmt.Sprintf("CPU-s per 1,000 docs: coordinator %.3f%s, renderers %.3f, generator %.3f%s (%s docs, %s; 10 ms ticks); "+
+			"written to disk per doc: coordinator %s, all %s%s%s",
+			c.CoordinatorPer1000, followersText(c), c.RenderersPer1000, c.GeneratorPer1000, storeCPUText(c), count(c.Documents), window,
+			bytesText(c.CoordinatorWrittenPerDoc), bytesText(c.WrittenPerDoc), storeWrittenText(c), nodesText(c.Nodes)),
 		target)
+}
+
+// storeCPUText is the store server's share of a CPU line's CPU.
+func storeCPUText(c *cpuResult) string {
+	if c.StoreSeconds == 0 && c.StoreWrittenPerDoc == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", artifact store server %.3f", c.StorePer1000)
+}
+
+// storeWrittenText is the store server's share of a CPU line's bytes.
+func storeWrittenText(c *cpuResult) string {
+	if c.StoreSeconds == 0 && c.StoreWrittenPerDoc == 0 {
+		return ""
+	}
+	return ", artifact store server " + bytesText(c.StoreWrittenPerDoc)
 }
 
 // nodesText is a cluster's nodes' share of a CPU line, one by one.

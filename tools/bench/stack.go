@@ -94,6 +94,9 @@ type stack struct {
 	// nodes are a cluster's nodes, leader the one coord runs.
 	nodes  []*lstack.Node
 	leader *lstack.Node
+	// store is a cluster's S3-compatible artifact store, nil on a single
+	// node (whose directory store is inside the coordinator).
+	store *storeServer
 
 	// ctx ends when the run must stop: the caller's context, or a child
 	// exiting unexpectedly (its cause says which).
@@ -130,6 +133,13 @@ func newStack(ctx context.Context, cfg config, bins binaries, lg *logger, extraF
 	}
 	if cfg.logLevel != "" {
 		opts.Args = append(opts.Args, "--log-level", cfg.logLevel)
+	}
+	if nodes > 1 {
+		args, env, err := s.startStoreServer(ctx)
+		if err != nil {
+			return nil, err
+		}
+		opts.Args, opts.Env = append(opts.Args, args...), env
 	}
 	opts.Args = slices.Concat(opts.Args, extraFlags, cfg.coordinatorFlags)
 	if err := s.prog.Run(func() { s.procs = lstack.New(s.prog, opts) }); err != nil {
@@ -214,8 +224,11 @@ func (s *stack) recordPath(i int) string {
 // their capacity (when its metrics expose it).
 func (s *stack) startRenderers(record bool) error {
 	for i := 1; i <= s.cfg.renderers; i++ {
-		r := lstack.Renderer{ID: fmt.Sprintf("bench-%d", i),
-			Args: append([]string{"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", s.cfg.renderLatency.String()}, s.cfg.rendererFlags...)}
+		args := []string{"--capacity", strconv.Itoa(s.cfg.capacity), "--latency", s.cfg.renderLatency.String()}
+		if s.cfg.previewBytes > 0 {
+			args = append(args, "--preview-bytes", strconv.Itoa(s.cfg.previewBytes))
+		}
+		r := lstack.Renderer{ID: fmt.Sprintf("bench-%d", i), Args: append(args, s.cfg.rendererFlags...)}
 		if record {
 			r.Record = s.recordPath(i)
 		}

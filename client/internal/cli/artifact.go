@@ -9,19 +9,23 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
 // artifactOpts are the options of "leasehold artifact JOB".
 type artifactOpts struct {
-	args  []string
-	JobID string
-	File  string
+	args    []string
+	JobID   string
+	File    string
+	Presign bool
 }
 
 func (o *artifactOpts) flags(fs *flag.FlagSet, _ Env) {
 	fs.StringVar(&o.File, "f", "", "write the preview to `FILE` (default ./<job id>.png; - for stdout)")
 	fs.StringVar(&o.File, "file", "", "same as -f")
+	fs.BoolVar(&o.Presign, "presign", false, "fetch a preview kept in an S3-compatible artifact store straight from the store, "+
+		"with a short-lived URL the coordinator signs; the digest is checked either way")
 }
 
 func (o *artifactOpts) setArgs(args []string) {
@@ -44,7 +48,7 @@ func (o *artifactOpts) Validate() error {
 
 func (o *artifactOpts) run(ctx context.Context, a *app) error {
 	if o.File == "-" {
-		art, err := a.c.DownloadArtifact(ctx, o.JobID, a.out)
+		art, err := a.c.DownloadArtifact(ctx, o.JobID, a.out, o.downloadOptions()...)
 		if err != nil {
 			return err
 		}
@@ -68,6 +72,14 @@ func (o *artifactOpts) run(ctx context.Context, a *app) error {
 	return err
 }
 
+// downloadOptions are the client's options for --presign.
+func (o *artifactOpts) downloadOptions() []client.DownloadOption {
+	if !o.Presign {
+		return nil
+	}
+	return []client.DownloadOption{client.Presigned(nil)}
+}
+
 // download writes the artifact to a temporary file next to o.File and
 // renames it into place only once the digest has been verified, so a
 // corrupt or partial download never appears under the requested name.
@@ -82,7 +94,7 @@ func (o *artifactOpts) download(ctx context.Context, a *app) (_ *leaseholdv1.Art
 			_ = os.Remove(f.Name())
 		}
 	}()
-	art, err := a.c.DownloadArtifact(ctx, o.JobID, f)
+	art, err := a.c.DownloadArtifact(ctx, o.JobID, f, o.downloadOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -24,7 +25,11 @@ const backupCredential = `The token (--token, LEASEHOLD_TOKEN) must be one whose
 backup role in the coordinator's principals file, for example
   {"name": "nightly-backup", "token": "sha256:<hex>", "roles": ["backup"]}
 An operator's scope, even "*", does not imply it, and no development token
-has it: the file holds every team's documents and previews.`
+has it: the file holds every team's documents and previews.
+
+Previews kept in the coordinator's artifact store are not in the file: when
+there are any, FILE.objects lists their keys (<team>/sha256/<digest>), which
+the store's own tools back up.`
 
 func (o *backupOpts) flags(fs *flag.FlagSet, _ Env) {
 	fs.StringVar(&o.File, "f", "", "write the backup to `FILE` (required)")
@@ -55,6 +60,13 @@ func (o *backupOpts) run(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
+	objects := ""
+	if len(info.Objects) > 0 {
+		objects = o.File + objectsSuffix
+		if err := writeObjects(objects, info.Objects); err != nil {
+			return err
+		}
+	}
 	if a.jsonOutput() {
 		return a.printJSONValue(map[string]any{
 			"path":           o.File,
@@ -63,11 +75,48 @@ func (o *backupOpts) run(ctx context.Context, a *app) error {
 			"schema_version": info.SchemaVersion,
 			"last_token":     info.LastToken,
 			"taken_at":       info.TakenAt.UTC().Format(time.RFC3339Nano),
+			"objects":        len(info.Objects),
+			"objects_path":   objects,
 		})
 	}
 	_, err = fmt.Fprintf(a.out, "%s\tsha256 %s, %d bytes, schema %d, last token %d, taken at %s\n",
 		o.File, info.SHA256, info.SizeBytes, info.SchemaVersion, info.LastToken, info.TakenAt.UTC().Format(time.RFC3339))
+	if err == nil && objects != "" {
+		_, err = fmt.Fprintf(a.out, "%s\t%d objects of the artifact store, not in the backup: copy them with the store's own tools\n",
+			objects, len(info.Objects))
+	}
 	return err
+}
+
+// objectsSuffix names the file beside a backup that lists the objects of
+// the artifact store it needs.
+const objectsSuffix = ".objects"
+
+// writeObjects writes keys to path, one a line, through a temporary file
+// renamed into place.
+func writeObjects(path string, keys []string) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), ".leasehold-objects-*")
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	w := bufio.NewWriter(f)
+	for _, k := range keys {
+		w.WriteString(k)
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // download writes the backup to a temporary file next to o.File, syncs it

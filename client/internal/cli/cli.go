@@ -217,7 +217,7 @@ var commands = []command{
 	{"get", "JOB", "Show a job: phase, attempt, lease, terminal reason and history.", func() subcommand { return &getOpts{} }, false},
 	{"list", "[--batch B] [--team T] [--phase P] [--limit N]", "List jobs in id order.", func() subcommand { return &listOpts{} }, false},
 	{"watch", "BATCH", "Print a batch's job events until every job is terminal, across coordinator restarts.", func() subcommand { return &watchOpts{} }, false},
-	{"artifact", "JOB [-f FILE]", "Download a job's preview and verify its SHA-256 digest.", func() subcommand { return &artifactOpts{} }, false},
+	{"artifact", "JOB [-f FILE] [--presign]", "Download a job's preview and verify its SHA-256 digest.", func() subcommand { return &artifactOpts{} }, false},
 	{"cancel", "JOB | --batch B [--reason R]", "Cancel a job or every unfinished job of a batch.", func() subcommand { return &cancelOpts{} }, false},
 	{"replay", "(--job J ... | --batch B [--terminal-reason R]) --reason TEXT [--include-permanent] [--yes] [--request-id ID]", "Re-queue FAILED jobs: always a dry run first; --yes performs it.", func() subcommand { return &replayOpts{} }, false},
 	{"rejections", "[--job J] [--renderer R] [--since RFC3339] [--limit N]", "List completions refused by the fencing check, newest first.", func() subcommand { return &rejectionsOpts{} }, false},

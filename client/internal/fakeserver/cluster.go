@@ -2,11 +2,13 @@ package fakeserver
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -44,6 +46,7 @@ var staleReads = map[string]bool{
 // one Server: its state is what the cluster replicates. Its methods are
 // safe for concurrent use.
 type Cluster struct {
+	t     testing.TB
 	s     *Server
 	nodes []*clusterNode
 
@@ -61,6 +64,23 @@ type clusterNode struct {
 	srv    *grpc.Server
 	health *health.Server
 	done   chan struct{}
+	// thawed is closed when a frozen replica thaws; nil while it runs.
+	thawed atomic.Pointer[chan struct{}]
+}
+
+// wait holds a call while the replica is frozen, until it thaws or the
+// call ends.
+func (n *clusterNode) wait(ctx context.Context) error {
+	thawed := n.thawed.Load()
+	if thawed == nil {
+		return nil
+	}
+	select {
+	case <-*thawed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Call is one call to the fake's services that a replica took.
@@ -78,7 +98,7 @@ type Call struct {
 // StartCluster serves s on n replicas until the test ends; replica 0 leads.
 func StartCluster(t testing.TB, s *Server, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{s: s, faults: map[int][]error{}}
+	c := &Cluster{t: t, s: s, faults: map[int][]error{}}
 	for i := range n {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -87,12 +107,19 @@ func StartCluster(t testing.TB, s *Server, n int) *Cluster {
 		node := &clusterNode{addr: lis.Addr().String(), health: health.NewServer(), done: make(chan struct{})}
 		node.srv = s.newGRPCServer(
 			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if err := node.wait(ctx); err != nil {
+					return nil, err
+				}
 				if healthMethod(info.FullMethod) {
 					return h(ctx, req)
 				}
 				fault, err := c.admit(ctx, i, info.FullMethod, grpc.SetHeader)
 				if err != nil {
 					return nil, err
+				}
+				if fault == errHang {
+					<-ctx.Done()
+					return nil, ctx.Err()
 				}
 				resp, err := h(ctx, req)
 				if fault != nil {
@@ -101,6 +128,9 @@ func StartCluster(t testing.TB, s *Server, n int) *Cluster {
 				return resp, err
 			}),
 			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				if err := node.wait(ss.Context()); err != nil {
+					return err
+				}
 				if healthMethod(info.FullMethod) {
 					return h(srv, ss)
 				}
@@ -205,6 +235,15 @@ func (c *Cluster) SetLeader(i int) {
 	}
 }
 
+// SetServing makes replica i (-1: none) the one that serves calls,
+// without touching any replica's health: a replica's health can lag its
+// leadership.
+func (c *Cluster) SetServing(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leader = i
+}
+
 // SetHealth sets replica i's leaderdial.HealthService alone, without moving
 // leadership: a replica can look like the leader a little after it stopped
 // leading.
@@ -223,6 +262,33 @@ func (c *Cluster) FailNext(i int, errs ...error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.faults[i] = append(c.faults[i], errs...)
+}
+
+// errHang, among a replica's faults, holds the call until it ends.
+var errHang = errors.New("hang")
+
+// HangNext makes replica i hold its next unary call until the call ends,
+// answering health checks all the same: a leader whose writer is stuck.
+func (c *Cluster) HangNext(i int) {
+	c.FailNext(i, errHang)
+}
+
+// Freeze makes replica i hold every call it takes from now on, health
+// checks included, until Thaw or the call's end: a stopped process, whose
+// connections stay open and which answers nothing. The test's end thaws
+// it.
+func (c *Cluster) Freeze(i int) {
+	thawed := make(chan struct{})
+	if c.nodes[i].thawed.CompareAndSwap(nil, &thawed) {
+		c.t.Cleanup(func() { c.Thaw(i) })
+	}
+}
+
+// Thaw lets a frozen replica i answer again.
+func (c *Cluster) Thaw(i int) {
+	if thawed := c.nodes[i].thawed.Swap(nil); thawed != nil {
+		close(*thawed)
+	}
 }
 
 // Stop stops replica i, as a killed process: its connections close and its

@@ -32,9 +32,13 @@
 // Three subcommands work on the data directory of a stopped coordinator,
 // and refuse one a running coordinator holds:
 //
-//	coordinator check [--data-dir DIR] [--json]     check the database, read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
+//	coordinator check [--data-dir DIR] [--artifact-store URL] [--json]
+//	                                                check the database and that the artifact store holds what it names,
+//	                                                read-only; exit 0 when consistent, 1 otherwise (see coordinator.Check)
 //	coordinator compact --data-dir DIR              rewrite the database without its free pages
-//	coordinator restore --data-dir DIR --from FILE  put a backup (leasehold backup) in place
+//	coordinator restore --data-dir DIR --from FILE [--artifact-store URL]
+//	                                                put a backup (leasehold backup) in place, and say which
+//	                                                previews of the artifact store it cannot bring back
 //
 // and "coordinator cluster" operates a replicated cluster: status,
 // transfer-leader, add and remove call a running node over gRPC with an
@@ -66,6 +70,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/internal/fdlimit"
 	"github.com/leasehold/leasehold/internal/logformat"
@@ -291,6 +296,18 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.Int64Var(&cfg.MaxUploadBufferBytes, "max-upload-buffer-bytes", server.DefaultMaxUploadBufferBytes,
 		"most bytes all uploads in progress may buffer together, at least --max-artifact-bytes, those of one renderer credential half of it; "+
 			"an upload past either is refused RESOURCE_EXHAUSTED UPLOAD_BUDGET_EXHAUSTED")
+	fs.StringVar(&cfg.Artifacts.Store, "artifact-store", "", "where previews above --inline-artifact-bytes go: empty for the directory "+
+		"<data-dir>/artifact-store (a single node), file:///path for another directory, or s3://bucket?endpoint=URL&region=NAME "+
+		"for an S3-compatible store shared by a cluster (credentials from the standard AWS environment and files); "+
+		"a store that does not answer at start refuses the start")
+	fs.IntVar(&cfg.Artifacts.InlineBytes, "inline-artifact-bytes", server.DefaultStoreAbove,
+		"previews up to this size stay inline in the job's records; larger ones go to the artifact store")
+	fs.IntVar(&cfg.Artifacts.InlineCap, "cluster-inline-cap-bytes", coordinator.DefaultClusterInlineCap,
+		"in a cluster without a shared artifact store: the largest preview kept inline; larger ones are refused ARTIFACT_STORE_REQUIRED")
+	fs.DurationVar(&cfg.Artifacts.SweepGrace, "artifact-sweep-grace", maintenance.SweepGraceDefault,
+		"how old an object of the artifact store that no job names must be before the sweep deletes it; longer than any render")
+	fs.DurationVar(&cfg.Artifacts.SweepInterval, "artifact-sweep-interval", maintenance.SweepIntervalDefault,
+		"how often the sweep of the artifact store runs")
 	fs.StringVar(&fv.teamWeights, "team-weights", "", `dispatch weights per team, as "alpha=3,beta=1" (others weigh 1)`)
 	fs.Float64Var(&cfg.TeamShare, "team-share", 0.75, "share of live renderer capacity one team may hold while another waits, above 0 and at most 1 (1 disables the cap)")
 	fs.BoolVar(&cfg.FIFO, "fifo", false, "dispatch in global arrival order (fairness off)")
@@ -490,6 +507,10 @@ func checkFlags(cfg coordinator.Config, fv flagValues, source map[string]string)
 		{"max-team-queue", cfg.MaxTeamQueue, cfg.MaxTeamQueue >= 1, "at least 1"},
 		{"max-artifact-bytes", cfg.MaxArtifactBytes, cfg.MaxArtifactBytes >= 1, "at least 1"},
 		{"max-upload-buffer-bytes", cfg.MaxUploadBufferBytes, cfg.MaxUploadBufferBytes >= cfg.MaxArtifactBytes, "at least --max-artifact-bytes"},
+		{"inline-artifact-bytes", cfg.Artifacts.InlineBytes, cfg.Artifacts.InlineBytes >= 1, "at least 1"},
+		{"cluster-inline-cap-bytes", cfg.Artifacts.InlineCap, cfg.Artifacts.InlineCap >= 1, "at least 1"},
+		{"artifact-sweep-grace", cfg.Artifacts.SweepGrace, cfg.Artifacts.SweepGrace > 0, "a positive duration"},
+		{"artifact-sweep-interval", cfg.Artifacts.SweepInterval, cfg.Artifacts.SweepInterval > 0, "a positive duration"},
 		{"team-share", cfg.TeamShare, cfg.TeamShare > 0 && cfg.TeamShare <= 1, "a share above 0 and at most 1"},
 		{"replay-limit", cfg.ReplayLimit, cfg.ReplayLimit >= 1, "at least 1"},
 		{"max-connections", cfg.MaxConnections, cfg.MaxConnections >= 1, "at least 1"},
@@ -636,6 +657,8 @@ func runRestore(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("coordinator restore", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "./data", "data directory to restore into; no coordinator may be running on it")
 	from := fs.String("from", "", "the backup file, as written by leasehold backup (required)")
+	store := fs.String("artifact-store", "", "the coordinator's --artifact-store, where the restore looks for the objects the backup's "+
+		"pointers name (empty: the directory beside the database); S3 credentials from the standard AWS environment and files")
 	source, err := parseWithEnv(fs, args, "coordinator restore", stderr)
 	if err != nil {
 		return err
@@ -646,7 +669,9 @@ func runRestore(args []string, stderr io.Writer) error {
 	case *from == "":
 		return usagef("--from is required: the backup file to restore")
 	}
-	res, err := coordinator.Restore(*dataDir, *from, time.Now())
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	res, err := coordinator.Restore(ctx, *dataDir, *from, *store, time.Now())
 	if err != nil {
 		return err
 	}
@@ -654,5 +679,26 @@ func runRestore(args []string, stderr io.Writer) error {
 	if res.MovedAside != "" {
 		fmt.Fprintf(stderr, "the database that was there is kept as %s\n", res.MovedAside)
 	}
+	reportRestoredObjects(stderr, res)
 	return nil
+}
+
+// reportRestoredObjects says what the restore found of the objects of the
+// artifact store the backup names, and which previews it cannot bring
+// back.
+func reportRestoredObjects(w io.Writer, res coordinator.RestoreResult) {
+	switch {
+	case res.Objects == 0:
+	case res.ObjectsErr != nil:
+		fmt.Fprintf(w, "the backup names %d objects of the artifact store %s, which did not answer: %v; run coordinator check once it does\n",
+			res.Objects, res.ArtifactStore, res.ObjectsErr)
+	case len(res.MissingObjects) == 0:
+		fmt.Fprintf(w, "the artifact store %s holds all %d objects the backup names\n", res.ArtifactStore, res.Objects)
+	default:
+		fmt.Fprintf(w, "cannot bring back %d of the %d previews the backup names in the artifact store %s: their objects are missing\n",
+			len(res.MissingObjects), res.Objects, res.ArtifactStore)
+		for _, m := range res.MissingObjects {
+			fmt.Fprintf(w, "missing: %s (%d bytes), named by %d jobs: %s\n", m.Key, m.Size, m.Count, strings.Join(m.Jobs, " "))
+		}
+	}
 }

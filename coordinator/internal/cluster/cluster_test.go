@@ -281,6 +281,51 @@ func TestCluster(t *testing.T) {
 	})
 }
 
+// TestMutedLeader ensures a leader muted to its peers, as one that cannot
+// commit mutes itself, hands off to a follower past the mute and is
+// replaced; what it proposes is not committed; and, heard again, it
+// follows the new leader and holds what it commits.
+func TestMutedLeader(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	l1 := c.leader()
+	if _, err := c.submit(l1, 1); err != nil {
+		t.Fatal(err)
+	}
+	l1.node.Mute(true)
+	to, err := l1.node.HandOff()
+	if err != nil || to == l1.id {
+		t.Fatalf("HandOff = %q, %v; want a follower asked to stand", to, err)
+	}
+	var rest []*member
+	for _, m := range c.members {
+		if m != l1 {
+			rest = append(rest, m)
+		}
+	}
+	l2 := c.leader(rest...)
+	if _, err := c.submit(l1, 2); !errors.Is(err, engine.ErrNotLeader) && !errors.Is(err, engine.ErrOutcomeUnknown) {
+		t.Fatalf("a write on the muted leader: %v, want NOT_LEADER or OUTCOME_UNKNOWN", err)
+	}
+	l1.node.Mute(false)
+	if _, err := c.submit(l2, 3); err != nil {
+		t.Fatalf("a write on the new leader: %v", err)
+	}
+	c.converge(l2)
+	err = l1.st.View(func(tx *store.Tx) error {
+		if _, found, _ := tx.Job(2); found {
+			return errors.New("the muted leader's write is stored")
+		}
+		if _, found, _ := tx.Job(3); !found {
+			return errors.New("the new leader's write is missing")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
 func TestFSM(t *testing.T) {
 	t.Parallel()
 

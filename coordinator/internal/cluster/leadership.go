@@ -23,6 +23,9 @@ type Engine interface {
 	// current one ended by itself, because a commit lost leadership.
 	Leading() bool
 	Lost() <-chan struct{}
+	// Busy is how long the writer has been on its current group, waiting
+	// for its commit; 0 while it waits for work.
+	Busy() time.Duration
 	// Announce records through the writer that this node (id, at the gRPC
 	// address addr) leads.
 	Announce(ctx context.Context, id, addr string) error
@@ -72,6 +75,10 @@ type leadership struct {
 	// repromote is how long a leader whose writer is down waits before
 	// it tries again to promote it (an election timeout).
 	repromote time.Duration
+	// stuckAfter is how long the writer may wait for one group's commit
+	// before this node, leading, steps down (watchCommits); 0 never.
+	stuckAfter time.Duration
+	metrics    *Metrics
 
 	done     chan struct{}
 	stopOnce sync.Once
@@ -136,12 +143,16 @@ type leaderWork struct {
 	stop, done chan struct{}
 }
 
-// startLeading starts the leader's work of a new leadership.
+// startLeading starts the leader's work of a new leadership: its
+// promotions (lead) and the watch over its commits (watchCommits).
 func (l *leadership) startLeading() *leaderWork {
 	w := &leaderWork{stop: make(chan struct{}), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Go(func() { l.lead(w.stop) })
+	wg.Go(func() { l.watchCommits(w.stop) })
 	go func() {
-		defer close(w.done)
-		l.lead(w.stop)
+		wg.Wait()
+		close(w.done)
 	}()
 	return w
 }
@@ -185,6 +196,68 @@ func (l *leadership) lead(stop <-chan struct{}) {
 			l.demote()
 		}
 	}
+}
+
+// watchCommits steps this node down when, leading, its writer has waited
+// for one group's commit for longer than stuckAfter: a frozen disk under
+// its store or its raft log, a log that stores nothing. Either is the same
+// failure: the group's commit is the raft log's append and fsync here, a
+// quorum's, and the apply to the store here.
+//
+// raft cannot be asked to step down: its own leader loop may be the thing
+// blocked (in the log's append), so neither a leadership transfer nor its
+// leader lease check runs, while its heartbeats, sent from goroutines of
+// their own, keep the followers from electing another leader. So the node
+// reports its Leader health entry NOT_SERVING at once (clients and
+// renderers leave it), mutes itself (every request raft sends to a peer
+// fails unsent, so that it commits nothing more and its heartbeats stop),
+// and hands off: it tells the follower most up to date with its log to
+// stand for election at once (HandOff). Should that fail, the followers
+// elect a leader after their heartbeat timeout all the same. raft here,
+// once it runs again, finds that no follower answered within its leader
+// lease (or hears of the later term) and steps down, and its writer's
+// commands are answered NOT_LEADER or OUTCOME_UNKNOWN. The node is heard
+// again once raft no longer leads here. Nothing it acknowledged
+// is lost: it acknowledges only what a quorum committed, and a muted node
+// commits nothing more.
+func (l *leadership) watchCommits(stop <-chan struct{}) {
+	if l.stuckAfter <= 0 {
+		return
+	}
+	tick := time.NewTicker(max(l.stuckAfter/10, time.Millisecond))
+	defer tick.Stop()
+	muted := false
+	defer func() {
+		if muted {
+			l.unmute()
+		}
+	}()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		switch busy := l.eng.Busy(); {
+		case muted && !l.raft.IsLeader():
+			l.unmute()
+			muted = false
+		case !muted && busy > l.stuckAfter && l.raft.IsLeader():
+			l.health.SetLeading(false)
+			l.raft.Mute(true)
+			muted = true
+			l.metrics.observeStuck()
+			to, err := l.raft.HandOff()
+			l.log.Error("leader cannot commit: stepping down", "waited", busy.Round(time.Millisecond),
+				"bound", l.stuckAfter, "node", l.id, "term", l.raft.Term(), "handed_to", to, "hand_off_err", err)
+		}
+	}
+}
+
+// unmute lets the node speak to its peers again, once it no longer leads.
+func (l *leadership) unmute() {
+	l.raft.Mute(false)
+	l.log.Info("stepped down after it could not commit; heard by its peers again", "node", l.id)
 }
 
 // promote makes the engine the writer once every entry of earlier terms

@@ -29,6 +29,8 @@ type fakeRaft struct {
 
 	leaderC   chan bool
 	observedC chan struct{}
+	muted     bool
+	handOffs  int
 }
 
 func newFakeRaft() *fakeRaft {
@@ -73,6 +75,25 @@ func (r *fakeRaft) Leader() (string, string) {
 	return "", ""
 }
 
+func (r *fakeRaft) Mute(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.muted = on
+}
+
+func (r *fakeRaft) HandOff() (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handOffs++
+	return "n2", nil
+}
+
+func (r *fakeRaft) isMuted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.muted
+}
+
 func (r *fakeRaft) Term() uint64                    { return 1 }
 func (r *fakeRaft) LeaderChanges() <-chan bool      { return r.leaderC }
 func (r *fakeRaft) LeaderObserved() <-chan struct{} { return r.observedC }
@@ -92,6 +113,28 @@ type fakeEngine struct {
 	log               []string
 	// hold, when set, holds Promote until it is closed.
 	hold chan struct{}
+	// busySince is when the group the writer waits on began; zero while
+	// it waits for work.
+	busySince time.Time
+}
+
+func (e *fakeEngine) Busy() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.busySince.IsZero() {
+		return 0
+	}
+	return time.Since(e.busySince)
+}
+
+// setBusy starts (or ends) a group whose commit does not return.
+func (e *fakeEngine) setBusy(busy bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.busySince = time.Time{}
+	if busy {
+		e.busySince = time.Now()
+	}
 }
 
 func (e *fakeEngine) Promote(time.Duration, time.Time) error {
@@ -179,7 +222,7 @@ func (fakeState) AnnouncedLeader() (string, string) { return "", "" }
 // and health; it stops following when the test ends.
 func following(t *testing.T, r *fakeRaft) (*fakeEngine, *fakeHealth) {
 	l := &leadership{raft: r, state: fakeState{}, log: slog.New(slog.DiscardHandler), id: "n1", advertise: "n1:7070",
-		extend: time.Second, repromote: 500 * time.Millisecond}
+		extend: time.Second, repromote: 500 * time.Millisecond, stuckAfter: time.Second}
 	eng, health := &fakeEngine{}, &fakeHealth{}
 	l.follow(eng, health)
 	t.Cleanup(l.stopFollowing)
@@ -324,5 +367,50 @@ func TestLeadership(t *testing.T) {
 				t.Fatal("the notification that follows was not read")
 			}
 		})
+	})
+}
+
+// TestLeaderThatCannotCommitStepsDown ensures a leader whose writer has
+// waited for one group's commit for longer than the stuck bound reports
+// its Leader entry NOT_SERVING, mutes itself to its peers and hands off to
+// a follower (raft's own loop may be the one blocked), not before; and is
+// heard again once raft no longer leads here.
+func TestLeaderThatCannotCommitStepsDown(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newFakeRaft()
+		eng, health := following(t, r)
+		leading(r)
+		if !health.isLeading() {
+			t.Fatal("the Leader entry is not SERVING after the promotion")
+		}
+		eng.setBusy(true)
+		time.Sleep(900 * time.Millisecond)
+		synctest.Wait()
+		if !health.isLeading() || r.isMuted() {
+			t.Fatalf("after a commit held 0.9 s (bound 1 s): Leader SERVING %v, muted %v; want SERVING and heard", health.isLeading(), r.isMuted())
+		}
+		time.Sleep(300 * time.Millisecond)
+		synctest.Wait()
+		if health.isLeading() || !r.isMuted() {
+			t.Fatalf("after a commit held 1.2 s (bound 1 s): Leader SERVING %v, muted %v; want NOT_SERVING and muted", health.isLeading(), r.isMuted())
+		}
+		r.mu.Lock()
+		handOffs := r.handOffs
+		r.mu.Unlock()
+		if handOffs != 1 {
+			t.Errorf("%d hand-offs to a follower, want 1", handOffs)
+		}
+		// raft steps down once it runs again; its notification follows.
+		r.setLeading(false)
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		if r.isMuted() {
+			t.Error("still muted once raft no longer leads here")
+		}
+		if !notify(r, false) {
+			t.Fatal("the leadership did not read raft's notification")
+		}
+		eng.setBusy(false)
 	})
 }

@@ -16,12 +16,14 @@ import (
 type Metrics struct {
 	commit prometheus.Histogram
 	apply  prometheus.Histogram
+	// stuck counts the step-downs of a leader that could not commit.
+	stuck prometheus.Counter
 	// refused counts the raft listener's refusals by cause.
 	refused *prometheus.CounterVec
 	// node is the node the gauges read, once StartNode has set it.
 	node atomic.Pointer[Node]
 
-	leader, term, commitIndex, appliedIndex, changes, lag, contact *prometheus.Desc
+	leader, term, commitIndex, appliedIndex, changes, lag, contact, muted *prometheus.Desc
 }
 
 // NewMetrics returns a node's metrics, registered with reg; give them to
@@ -38,6 +40,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time the state machine takes to apply one batch of committed entries to this node's store (one transaction).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		stuck: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_raft_stuck_stepdowns_total",
+			Help: "Times this node, leading, had a writer group wait for its commit longer than the stuck bound " +
+				"(a frozen disk under its store or raft log) and stepped down: Leader health NOT_SERVING, and muted to its peers until raft's leadership ended.",
+		}),
+		muted: prometheus.NewDesc("leasehold_raft_muted",
+			"1 while this node sends nothing to its peers because, leading, it could not commit; else 0.", nil, nil),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasehold_raft_connections_refused_total",
 			Help: "Connections to the raft port closed, and RPCs on it refused, by cause: total and per_address (too many connections proving " +
@@ -62,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, c := range []string{causeTotal, causePerAddress, causeHandshake, causeNotAMember, causeEstablished} {
 		m.refused.WithLabelValues(c)
 	}
-	reg.MustRegister(m.commit, m.apply, m.refused, m)
+	reg.MustRegister(m.commit, m.apply, m.refused, m.stuck, m)
 	return m
 }
 
@@ -70,6 +79,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) observeCommit(d time.Duration) {
 	if m != nil {
 		m.commit.Observe(d.Seconds())
+	}
+}
+
+// observeStuck counts one step-down of a leader that could not commit; m
+// may be nil.
+func (m *Metrics) observeStuck() {
+	if m != nil {
+		m.stuck.Inc()
 	}
 }
 
@@ -89,7 +106,7 @@ func (m *Metrics) refusedConn(cause string) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact} {
+	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact, m.muted} {
 		ch <- d
 	}
 }
@@ -119,6 +136,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.commitIndex, prometheus.GaugeValue, float64(st.CommitIndex))
 	ch <- prometheus.MustNewConstMetric(m.appliedIndex, prometheus.GaugeValue, float64(st.AppliedIndex))
 	ch <- prometheus.MustNewConstMetric(m.changes, prometheus.CounterValue, float64(n.LeaderChangesSeen()))
+	muted := 0.0
+	if n.muted.Load() {
+		muted = 1
+	}
+	ch <- prometheus.MustNewConstMetric(m.muted, prometheus.GaugeValue, muted)
 	if !st.Leading {
 		return
 	}

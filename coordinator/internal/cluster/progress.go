@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -95,24 +97,43 @@ func (p *progress) of(id raft.ServerID, term uint64) (match uint64, contact time
 }
 
 // observedTransport is raft's transport with every answer of a follower
-// recorded in a progress; everything else goes to the transport it wraps.
+// recorded in a progress; everything else goes to the transport it wraps,
+// unless the node is muted: then every request it would send fails at
+// once, unsent (errMuted).
 type observedTransport struct {
 	raft.Transport
-	p *progress
+	p     *progress
+	muted *atomic.Bool
 }
 
-// observe wraps t. The result offers pre-vote exactly when t does, as
-// raft asks the transport whether it can.
-func observe(t raft.Transport, p *progress) raft.Transport {
-	o := &observedTransport{Transport: t, p: p}
+// errMuted is what a muted node's requests to its peers fail with.
+var errMuted = errors.New("this node is muted: it cannot commit, and sends nothing to its peers until it stops leading")
+
+// observe wraps t; muted, when set, mutes it. The result offers pre-vote
+// exactly when t does, as raft asks the transport whether it can.
+func observe(t raft.Transport, p *progress, muted *atomic.Bool) raft.Transport {
+	o := &observedTransport{Transport: t, p: p, muted: muted}
 	if _, ok := t.(raft.WithPreVote); ok {
 		return &observedPreVoteTransport{o}
 	}
 	return o
 }
 
-// AppendEntries implements raft.Transport.
+// mutedErr is errMuted while the node is muted, else nil.
+func (t *observedTransport) mutedErr() error {
+	if t.muted.Load() {
+		return errMuted
+	}
+	return nil
+}
+
+// AppendEntries implements raft.Transport. raft's heartbeats to each
+// follower, which its own goroutines send whatever its leader loop does,
+// come this way too.
 func (t *observedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if err := t.mutedErr(); err != nil {
+		return err
+	}
 	if err := t.Transport.AppendEntries(id, target, req, resp); err != nil {
 		return err
 	}
@@ -125,6 +146,9 @@ func (t *observedTransport) AppendEntries(id raft.ServerID, target raft.ServerAd
 func (t *observedTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, req *raft.InstallSnapshotRequest,
 	resp *raft.InstallSnapshotResponse, data io.Reader,
 ) error {
+	if err := t.mutedErr(); err != nil {
+		return err
+	}
 	if err := t.Transport.InstallSnapshot(id, target, req, resp, data); err != nil {
 		return err
 	}
@@ -132,14 +156,33 @@ func (t *observedTransport) InstallSnapshot(id raft.ServerID, target raft.Server
 	return nil
 }
 
+// RequestVote implements raft.Transport.
+func (t *observedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, req *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if err := t.mutedErr(); err != nil {
+		return err
+	}
+	return t.Transport.RequestVote(id, target, req, resp)
+}
+
+// TimeoutNow implements raft.Transport.
+func (t *observedTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, req *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	if err := t.mutedErr(); err != nil {
+		return err
+	}
+	return t.Transport.TimeoutNow(id, target, req, resp)
+}
+
 // AppendEntriesPipeline implements raft.Transport: the pipeline's answers
 // are recorded as raft reads them.
 func (t *observedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	if err := t.mutedErr(); err != nil {
+		return nil, err
+	}
 	inner, err := t.Transport.AppendEntriesPipeline(id, target)
 	if err != nil {
 		return nil, err
 	}
-	op := &observedPipeline{AppendPipeline: inner, id: id, p: t.p,
+	op := &observedPipeline{AppendPipeline: inner, id: id, p: t.p, muted: t.muted,
 		out: make(chan raft.AppendFuture), stop: make(chan struct{}), done: make(chan struct{})}
 	go op.run()
 	return op, nil
@@ -162,6 +205,9 @@ type observedPreVoteTransport struct{ *observedTransport }
 func (t *observedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, req *raft.RequestPreVoteRequest,
 	resp *raft.RequestPreVoteResponse,
 ) error {
+	if err := t.mutedErr(); err != nil {
+		return err
+	}
 	return t.Transport.(raft.WithPreVote).RequestPreVote(id, target, req, resp)
 }
 
@@ -169,12 +215,13 @@ func (t *observedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.
 // order, after recording the answers they carry.
 type observedPipeline struct {
 	raft.AppendPipeline
-	id   raft.ServerID
-	p    *progress
-	out  chan raft.AppendFuture
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	id    raft.ServerID
+	p     *progress
+	muted *atomic.Bool
+	out   chan raft.AppendFuture
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
 }
 
 func (op *observedPipeline) run() {
@@ -195,6 +242,16 @@ func (op *observedPipeline) run() {
 			return
 		}
 	}
+}
+
+// AppendEntries implements raft.AppendPipeline: a muted node sends
+// nothing down a pipeline opened before, and raft falls back to single
+// requests, which fail too.
+func (op *observedPipeline) AppendEntries(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	if op.muted.Load() {
+		return nil, errMuted
+	}
+	return op.AppendPipeline.AppendEntries(req, resp)
 }
 
 // Consumer implements raft.AppendPipeline.

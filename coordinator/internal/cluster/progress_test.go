@@ -1,6 +1,11 @@
 package cluster
 
 import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +83,75 @@ func TestProgress(t *testing.T) {
 	p.answered(id, 4, 4, true, 50)
 	if match, _, _ := p.of(id, 4); match != 50 {
 		t.Errorf("after a snapshot up to 50: match %d", match)
+	}
+}
+
+// TestMutedTransport ensures a muted node sends nothing to its peers:
+// heartbeats and appends, pipelined or not, votes, pre-votes, snapshots
+// and transfers fail unsent with errMuted, and go through again once it
+// is heard again.
+func TestMutedTransport(t *testing.T) {
+	t.Parallel()
+	_, a := raft.NewInmemTransport("a")
+	_, b := raft.NewInmemTransport("b")
+	a.Connect("b", b)
+	var muted atomic.Bool
+	tr := observe(a, newProgress(), &muted)
+	// b answers every request it gets.
+	got := make(chan string, 16)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case rpc := <-b.Consumer():
+				got <- fmt.Sprintf("%T", rpc.Command)
+				rpc.Respond(&raft.AppendEntriesResponse{}, nil) // only appends get through
+			case <-done:
+				return
+			}
+		}
+	})
+	defer func() {
+		close(done)
+		wg.Wait()
+		a.Close()
+		b.Close()
+	}()
+	pipe, err := tr.AppendEntriesPipeline("b", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.Close()
+	muted.Store(true)
+	sends := map[string]func() error{
+		"AppendEntries": func() error {
+			return tr.AppendEntries("b", "b", &raft.AppendEntriesRequest{}, &raft.AppendEntriesResponse{})
+		},
+		"the pipeline's AppendEntries": func() error {
+			_, err := pipe.AppendEntries(&raft.AppendEntriesRequest{}, &raft.AppendEntriesResponse{})
+			return err
+		},
+		"AppendEntriesPipeline": func() error { _, err := tr.AppendEntriesPipeline("b", "b"); return err },
+		"RequestVote":           func() error { return tr.RequestVote("b", "b", &raft.RequestVoteRequest{}, &raft.RequestVoteResponse{}) },
+		"RequestPreVote": func() error {
+			return tr.(raft.WithPreVote).RequestPreVote("b", "b", &raft.RequestPreVoteRequest{}, &raft.RequestPreVoteResponse{})
+		},
+		"TimeoutNow": func() error { return tr.TimeoutNow("b", "b", &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{}) },
+		"InstallSnapshot": func() error {
+			return tr.InstallSnapshot("b", "b", &raft.InstallSnapshotRequest{}, &raft.InstallSnapshotResponse{}, strings.NewReader(""))
+		},
+	}
+	for name, send := range sends {
+		if err := send(); !errors.Is(err, errMuted) {
+			t.Errorf("muted %s = %v, want errMuted", name, err)
+		}
+	}
+	muted.Store(false)
+	if err := sends["AppendEntries"](); err != nil {
+		t.Fatalf("AppendEntries once heard again: %v", err)
+	}
+	if first := <-got; first != "*raft.AppendEntriesRequest" {
+		t.Errorf("the peer got %s first, want the AppendEntries sent once heard again: nothing while muted", first)
 	}
 }

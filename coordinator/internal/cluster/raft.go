@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/mutation"
@@ -39,6 +40,15 @@ type Raft interface {
 	// LeaderObserved receives after the leader this node knows changes
 	// (changes close together may be told once).
 	LeaderObserved() <-chan struct{}
+	// Mute stops, or lets go again, every request this node sends to its
+	// peers, heartbeats included: a leader that cannot commit is muted so
+	// that its followers stop hearing it and elect another, whatever
+	// raft's own leader loop is blocked on.
+	Mute(on bool)
+	// HandOff asks the follower most up to date with this leader's log to
+	// stand for election at once, without raft's leader loop, and returns
+	// its id.
+	HandOff() (string, error)
 }
 
 var _ Raft = (*Node)(nil)
@@ -86,6 +96,46 @@ func (n *Node) LeaderChanges() <-chan bool { return n.leaderC }
 
 // LeaderObserved implements Raft.
 func (n *Node) LeaderObserved() <-chan struct{} { return n.observedC }
+
+// Mute implements Raft.
+func (n *Node) Mute(on bool) { n.muted.Store(on) }
+
+// errNoFollower refuses a hand-off when no follower answered lately.
+var errNoFollower = errors.New("no follower has answered this leader lately")
+
+// HandOff implements Raft: it sends raft's TimeoutNow (what a leadership
+// transfer ends with: the follower starts an election at once, which the
+// other voters take although they know a leader) to the voter that holds
+// most of this leader's log among those that answered it within two
+// heartbeat timeouts. It is sent from here, past the mute, because raft's
+// own leader loop, which a transfer needs, may be the thing blocked.
+func (n *Node) HandOff() (string, error) {
+	term := n.Raft.CurrentTerm()
+	var best raft.Server
+	var bestMatch uint64
+	found := false
+	for _, s := range n.Raft.GetConfiguration().Configuration().Servers {
+		if string(s.ID) == n.cfg.ID || s.Suffrage != raft.Voter {
+			continue
+		}
+		match, contact, ok := n.progress.of(s.ID, term)
+		if !ok || time.Since(contact) > 2*n.cfg.HeartbeatTimeout || (found && match <= bestMatch) {
+			continue
+		}
+		best, bestMatch, found = s, match, true
+	}
+	if !found {
+		return "", errNoFollower
+	}
+	self := raft.ServerID(n.cfg.ID)
+	req := &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: n.raw.EncodePeer(self, n.raw.LocalAddr()),
+	}}
+	if err := n.raw.TimeoutNow(best.ID, best.Address, req, &raft.TimeoutNowResponse{}); err != nil {
+		return string(best.ID), err
+	}
+	return string(best.ID), nil
+}
 
 // Done is closed when Shutdown begins.
 func (n *Node) Done() <-chan struct{} { return n.doneC }

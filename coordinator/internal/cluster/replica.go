@@ -68,6 +68,10 @@ type Config struct {
 	// Logger receives the replica's own lines (leadership); raft's go to
 	// Node.Logger.
 	Logger *slog.Logger
+	// StuckAfter is how long the leader's writer may wait for one group's
+	// commit before the node steps down (default two election timeouts;
+	// negative never); see leadership.watchCommits.
+	StuckAfter time.Duration
 }
 
 // Replica is this coordinator's member of the cluster: the raft node, its
@@ -134,6 +138,12 @@ func Start(st *store.Store, cfg Config) (*Replica, error) {
 		// to settle: live leases get both, on top of their TTL.
 		extend:    nc.HeartbeatTimeout + 2*nc.ElectionTimeout,
 		repromote: nc.ElectionTimeout,
+		// Two election timeouts: far above a group's commit on a healthy
+		// node (milliseconds), and short enough that a failover caused by
+		// a frozen disk costs about what one caused by a dead process does,
+		// plus this.
+		stuckAfter: cmp.Or(cfg.StuckAfter, 2*nc.ElectionTimeout),
+		metrics:    nc.Metrics,
 	}
 	return r, nil
 }

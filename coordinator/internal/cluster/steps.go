@@ -31,7 +31,9 @@ var (
 // follows a lost leadership, and VerifyLeader the read path's check. What
 // they leave out is the following of raft's notifications (the run and
 // lead goroutines, and their retry timer), which needs raft's own
-// goroutines; leadership_test.go tests it. r must answer at once.
+// goroutines, and the watch of a leader that cannot commit
+// (watchCommits, on a ticker); leadership_test.go tests both. r must
+// answer at once.
 type Steps struct{ l *leadership }
 
 // NewSteps returns the steps of the leadership of node id (gRPC address

@@ -114,10 +114,17 @@ type LeaseStatus struct {
 // CompleteRequest is one completion. A success either carries Preview
 // (stored in the commit that records it) or names, in Completion.Digest,
 // a preview uploaded under the same lease.
+//
+// A success with Completion.Stored names an object of the artifact store
+// that the caller found, off the writer, with the digest and size named,
+// after reading the object clock at Seen (Engine.ObjectClock); the writer
+// sets the pointer unless the sweep may have deleted the object since
+// (store.Tx.ObjectMissing).
 type CompleteRequest struct {
 	Job uint64
 	jobs.Completion
 	Preview *jobs.Preview
+	Seen    uint64
 }
 
 // CompleteResult is the job after a completion; Replayed is set when the
@@ -131,11 +138,18 @@ type CompleteResult struct {
 
 // StageRequest stores a preview uploaded under a lease, fenced like a
 // completion.
+//
+// With Stored, the caller put the preview in the artifact store after
+// reading the object clock at Seen (Preview.Content is then not kept) and
+// Size is its length: the writer records the upload without its bytes.
 type StageRequest struct {
 	Job      uint64
 	Token    uint64
 	Renderer string
 	Preview  jobs.Preview
+	Stored   bool
+	Size     int64
+	Seen     uint64
 }
 
 // SessionOpen opens a renderer session (Engine.Open).

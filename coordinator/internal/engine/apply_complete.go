@@ -32,19 +32,26 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 	if c.Success {
 		if p := req.Preview; p != nil {
 			c.Digest, c.ContentType, c.Size = p.Digest, p.ContentType, int64(len(p.Content))
+		} else if c.Stored {
+			tx, err := g.txn()
+			if err != nil {
+				return CompleteResult{}, err
+			}
+			c.ArtifactMissing = c.ArtifactMissing || tx.ObjectMissing(j.Team, c.Digest, req.Seen)
 		} else {
 			tx, err := g.txn()
 			if err != nil {
 				return CompleteResult{}, err
 			}
-			digest, ct, size, aerr := tx.ArtifactDigest(req.Job, c.Token)
+			st, aerr := tx.Staged(req.Job, c.Token)
 			switch {
-			case errors.Is(aerr, store.ErrArtifactNotFound) || (aerr == nil && digest != c.Digest):
+			case errors.Is(aerr, store.ErrArtifactNotFound) || (aerr == nil && st.Digest != c.Digest):
 				c.ArtifactMissing = true
 			case aerr != nil:
 				return CompleteResult{}, aerr
 			default:
-				c.ContentType, c.Size = ct, size
+				c.ContentType, c.Size, c.Stored = st.ContentType, st.Size, st.Stored
+				c.ArtifactMissing = st.Stored && tx.ObjectMissing(j.Team, c.Digest, st.Seen)
 			}
 		}
 	}
@@ -65,12 +72,8 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 	if replayed {
 		return res, nil
 	}
-	if p := req.Preview; c.Success && p != nil {
-		tx, err := g.txn()
-		if err != nil {
-			return res, err
-		}
-		if err := tx.PutArtifact(j.ID, c.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.Renderer}); err != nil {
+	if c.Success && (req.Preview != nil || c.Stored) {
+		if err := storePreview(g, j, c, req.Preview); err != nil {
 			return res, err
 		}
 	}
@@ -79,6 +82,26 @@ func (e *Engine) completeOne(g *group, req CompleteRequest) (CompleteResult, err
 	}
 	e.endLease(g, j, next)
 	return res, nil
+}
+
+// storePreview writes what a success sets besides the job's record: an
+// inline preview under (job, token), or one more reference to the stored
+// object the pointer names (and no tombstone of it: the object the
+// completion found is a new one).
+func storePreview(g *group, j jobs.Job, c jobs.Completion, p *jobs.Preview) error {
+	tx, err := g.txn()
+	if err != nil {
+		return err
+	}
+	if !c.Stored {
+		return tx.PutArtifact(j.ID, c.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.Renderer})
+	}
+	if _, ok := tx.Tomb(j.Team, c.Digest); ok {
+		if err := tx.DeleteTomb(j.Team, c.Digest); err != nil {
+			return err
+		}
+	}
+	return tx.RefObject(j.Team, c.Digest)
 }
 
 // recordRejection persists a refused completion: the job's new history
@@ -143,5 +166,9 @@ func (c *stageCmd) evaluate(g *group) error {
 		return err
 	}
 	p := c.req.Preview
-	return tx.PutArtifact(j.ID, c.req.Token, store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.req.Renderer})
+	a := store.Artifact{Digest: p.Digest, ContentType: p.ContentType, Content: p.Content, Renderer: c.req.Renderer}
+	if c.req.Stored {
+		a.Content, a.Stored, a.Size, a.Seen = nil, true, c.req.Size, c.req.Seen
+	}
+	return tx.PutArtifact(j.ID, c.req.Token, a)
 }

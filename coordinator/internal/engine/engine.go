@@ -220,6 +220,10 @@ type Engine struct {
 	// mutTokens is the token counter of a mutation (mutation.LocalToken).
 	mutTokens uint64
 
+	// busySince is when the writer began its current group, on the
+	// monotonic clock plus one, or 0 while it waits for work (Busy).
+	busySince atomic.Int64
+
 	// dispatch state is read by handlers (health, metrics) and written by
 	// the writer.
 	dispatchMu sync.RWMutex
@@ -410,6 +414,19 @@ func (e *Engine) FailErr() error {
 
 // LeaseTTL is how long a lease lives without a heartbeat.
 func (e *Engine) LeaseTTL() time.Duration { return e.cfg.LeaseTTL }
+
+// Busy reports how long the writer has been on its current group
+// (evaluating it and waiting for its commit), or 0 while it waits for
+// work. A group that stays busy is pending work whose commit makes no
+// progress (a frozen disk under the store or the raft log); the cluster's
+// leadership steps a leader down on it. Any goroutine may call it.
+func (e *Engine) Busy() time.Duration {
+	since := e.busySince.Load()
+	if since == 0 {
+		return 0
+	}
+	return max(e.cfg.Mono()-time.Duration(since-1), 0)
+}
 
 // HeartbeatInterval is how often renderers should heartbeat: a third of
 // the lease TTL.

@@ -229,3 +229,44 @@ func TestFollowerExportsNoWriterGauges(t *testing.T) {
 		t.Error("a promoted writer exports no leasehold_queue_depth")
 	}
 }
+
+// gatedCommitter commits in place once released: the group before waits
+// in Commit, as on a frozen disk. entered receives each group that waits.
+type gatedCommitter struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *gatedCommitter) Record() bool { return false }
+
+func (c *gatedCommitter) Commit(tx *store.Tx, _ time.Time) error {
+	c.entered <- struct{}{}
+	<-c.release
+	return tx.Commit()
+}
+
+// TestBusy ensures Busy tells how long the writer has been on the group
+// whose commit it waits for, on the monotonic clock, and 0 while it waits
+// for work: the signal a leader that cannot commit steps down on.
+func TestBusy(t *testing.T) {
+	t.Parallel()
+	gc := &gatedCommitter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b := setup(t, func(c *Config) { c.Committer = gc })
+	if got := b.e.Busy(); got != 0 {
+		t.Fatalf("Busy of an idle writer = %v, want 0", got)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.e.Submit(context.Background(), SubmitRequest{Team: "alpha", RequestID: "r1", Docs: docs("a.pdf")})
+		done <- err
+	}()
+	<-gc.entered
+	b.clock.Advance(2 * time.Second)
+	if got := b.e.Busy(); got != 2*time.Second {
+		t.Errorf("Busy with a commit held for 2 s = %v, want 2s", got)
+	}
+	close(gc.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

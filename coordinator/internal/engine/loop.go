@@ -406,7 +406,10 @@ func (e *Engine) run(t *term) {
 				break more
 			}
 		}
-		if err := e.runGroup(batch, wall, mono); err != nil {
+		e.busySince.Store(int64(mono) + 1)
+		err := e.runGroup(batch, wall, mono)
+		e.busySince.Store(0)
+		if err != nil {
 			if t.lost(err) {
 				e.lose(t)
 			} else {

@@ -313,6 +313,9 @@ func commandPrototypes() []command {
 		&pauseCmd{principal: "p", reason: "r"},
 		&auditCmd{rec: jobs.AuditRecord{Principal: "p", Action: "a", Reason: "r", RequestID: "q", Teams: []string{"t"}}},
 		&stageCmd{req: StageRequest{Renderer: "r", Preview: jobs.Preview{Digest: "d", ContentType: "c"}}},
+		&doomCmd{keys: []ObjectKey{{Team: "t", Digest: "d"}}},
+		&buryCmd{keys: []ObjectKey{{Team: "t", Digest: "d"}}},
+		&forgetTombsCmd{},
 		&openCmd{req: SessionOpen{Renderer: r, Instance: "i", Holding: one}},
 		// Outside any session a message's renderer is its own.
 		&receiveCmd{in: SessionInput{Renderer: r, Received: one, Heartbeats: one, Completions: []CompleteRequest{cr}, HandBacks: one, Acks: one, Undelivered: one}},

@@ -188,6 +188,10 @@ type Artifact struct {
 	ContentType string
 	Token       uint64
 	Renderer    string
+	// Stored says the preview is an object of the artifact store, under
+	// the job's team and Digest; otherwise it is inline in the coordinator's
+	// records, under (job, Token).
+	Stored bool
 }
 
 // Cancellation records who cancelled a job and what it interrupted.

@@ -193,6 +193,10 @@ type Completion struct {
 	// uploaded under this lease. It is judged after the fencing check, so a
 	// stale completion is refused as stale whatever it names.
 	ArtifactMissing bool
+	// Stored says the success names an object of the artifact store, which
+	// was found with Digest and Size off the writer, rather than an inline
+	// preview or an upload kept in the coordinator's records.
+	Stored bool
 }
 
 // Outcome returns the completion's idempotency outcome.
@@ -235,7 +239,7 @@ func (j Job) Complete(c Completion, now time.Time, jitter float64) (next Job, re
 	attempt := j.Attempt
 	switch {
 	case c.Success:
-		j.Artifact = Artifact{Digest: c.Digest, Size: c.Size, ContentType: c.ContentType, Token: c.Token, Renderer: c.Renderer}
+		j.Artifact = Artifact{Digest: c.Digest, Size: c.Size, ContentType: c.ContentType, Token: c.Token, Renderer: c.Renderer, Stored: c.Stored}
 		j = j.finish(PhaseSucceeded, ReasonSucceeded, "", now)
 		return j.withEvent(Event{Kind: EventSucceeded, Token: c.Token, Renderer: c.Renderer, Attempt: attempt, Message: c.Digest}, now), false, nil
 	case c.Class == ClassUnsupportedFormat || c.Class == ClassInvalidDocument:

@@ -42,6 +42,57 @@ func (r *Reader) Job(id uint64) (jobs.Job, error) {
 	return j, err
 }
 
+// Record reads a job's record without its history; jobs.ErrNotFound when
+// there is none. The renderer service reads it, off the writer, for the
+// team a preview of the job is stored under.
+func (r *Reader) Record(id uint64) (jobs.Job, error) {
+	var j jobs.Job
+	err := r.st.View(func(tx *store.Tx) error {
+		var found bool
+		var err error
+		j, found, err = tx.Job(id)
+		if err == nil && !found {
+			err = jobs.ErrNotFound
+		}
+		return err
+	})
+	return j, err
+}
+
+// ObjectRefs lists the artifact store's objects that pointers name, with
+// how many pointers name each (backup, check).
+func (r *Reader) ObjectRefs() ([]store.ObjectRef, error) {
+	var out []store.ObjectRef
+	err := r.st.View(func(tx *store.Tx) error {
+		out = tx.ObjectRefsList()
+		return nil
+	})
+	return out, err
+}
+
+// Tombs lists the tombstones of objects the sweep doomed.
+func (r *Reader) Tombs() ([]store.TombEntry, error) {
+	var out []store.TombEntry
+	err := r.st.View(func(tx *store.Tx) error {
+		out = tx.Tombs()
+		return nil
+	})
+	return out, err
+}
+
+// ObjectClock reads the object clock (store.Tx.ObjectClock): a caller
+// reads it before it checks or puts an object of the artifact store, and
+// hands the reading to the writer with the completion or upload that names
+// the object.
+func (r *Reader) ObjectClock() (uint64, error) {
+	var n uint64
+	err := r.st.View(func(tx *store.Tx) error {
+		n = tx.ObjectClock()
+		return nil
+	})
+	return n, err
+}
+
 // Events returns a job's events with seq above after, oldest first.
 func (r *Reader) Events(id uint64, after uint32) ([]jobs.Event, error) {
 	var evs []jobs.Event

@@ -95,6 +95,9 @@ var modes = map[string]mode{
 	"/leasehold.v1.RendererService/Heartbeat":      write,
 	"/leasehold.v1.RendererService/UploadArtifact": write,
 	"/leasehold.v1.RendererService/Complete":       write,
+	// PrepareUpload reads the job from the store to check the lease before
+	// it signs: off the leader that read may miss the grant.
+	"/leasehold.v1.RendererService/PrepareUpload": verified,
 
 	"/leasehold.v1.OperatorService/ListRejectedCompletions": read,
 	"/leasehold.v1.OperatorService/ReplayJobs":              write,

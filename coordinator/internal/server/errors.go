@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/client/reason"
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -91,6 +92,9 @@ const (
 	reasonOutcomeUnknown        = string(reason.OutcomeUnknown)
 	reasonInvalidDigest         = string(reason.InvalidDigest)
 	reasonInvalidRequestID      = string(reason.InvalidRequestID)
+	reasonStoreUnavailable      = string(reason.ArtifactStoreUnavailable)
+	reasonStoreRequired         = string(reason.ArtifactStoreRequired)
+	reasonPresignUnsupported    = string(reason.PresignUnsupported)
 )
 
 // requestError is a refusal a handler decides itself, before or after
@@ -203,6 +207,7 @@ func failedPrecondition(reason, format string, args ...any) error {
 //	ErrTransferFailed                 UNAVAILABLE LEADERSHIP_TRANSFER_FAILED
 //	engine.ErrStorageFull             UNAVAILABLE STORAGE_FULL
 //	engine.ErrStopped, ErrStorageFailed UNAVAILABLE STORAGE_UNAVAILABLE
+//	artifacts.ErrUnavailable          UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE
 //	anything else                     INTERNAL, logged
 func toStatus(log *slog.Logger, err error) error {
 	if err == nil {
@@ -302,6 +307,9 @@ func toStatus(log *slog.Logger, err error) error {
 		return newStatus(codes.Unavailable, reasonStorageFull, "the coordinator's disk is full; it stopped taking writes and acknowledged nothing unsaved", nil)
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrStorageFailed):
 		return newStatus(codes.Unavailable, reasonStorageUnavailable, "the coordinator is not taking writes: "+err.Error(), nil)
+	case errors.Is(err, artifacts.ErrUnavailable):
+		return newStatus(codes.Unavailable, reasonStoreUnavailable, "the artifact store did not answer; nothing changed: "+
+			"keep the lease and retry", nil)
 	}
 	log.Error("internal error", "err", err)
 	return newStatus(codes.Internal, reasonInternal, "internal error", nil)

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
@@ -12,6 +15,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/tracing"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // JobServer implements leasehold.v1.JobService.
@@ -295,6 +299,9 @@ func (s *JobServer) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leas
 	if j.Phase != jobs.PhaseSucceeded {
 		return s.status(failedPrecondition(reasonNotSucceeded, "job %s is %s, not SUCCEEDED", req.GetJobId(), j.Phase))
 	}
+	if j.Artifact.Stored {
+		return s.streamStored(stream, j, req.GetPresign())
+	}
 	a, err := s.e.Artifact(j)
 	if errors.Is(err, jobs.ErrArtifactNotFound) {
 		return s.status(&requestError{code: codes.NotFound, reason: reasonArtifactNotFound, msg: "the artifact of job " + req.GetJobId() + " is missing", err: err})
@@ -304,16 +311,68 @@ func (s *JobServer) GetArtifact(req *leaseholdv1.GetArtifactRequest, stream leas
 	}
 	meta := artifactToProto(j.Artifact)
 	meta.SizeBytes = int64(len(a.Content))
-	for first, rest := true, a.Content; first || len(rest) > 0; first = false {
-		n := min(len(rest), artifactChunkBytes)
-		msg := &leaseholdv1.GetArtifactResponse{Chunk: rest[:n]}
-		if first {
-			msg.Artifact = meta
+	return sendChunks(stream, meta, bytes.NewReader(a.Content))
+}
+
+// sendChunks sends a preview's bytes from r in chunks, meta on the first
+// message (which is sent even for no bytes).
+func sendChunks(stream leaseholdv1.JobService_GetArtifactServer, meta *leaseholdv1.Artifact, r io.Reader) error {
+	buf := make([]byte, artifactChunkBytes)
+	for first := true; ; first = false {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 || first {
+			msg := &leaseholdv1.GetArtifactResponse{Chunk: buf[:n]}
+			if first {
+				msg.Artifact = meta
+			}
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
 		}
-		if err := stream.Send(msg); err != nil {
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return nil
+		case err != nil:
 			return err
 		}
-		rest = rest[n:]
 	}
-	return nil
+}
+
+// streamStored answers GetArtifact for a preview in the artifact store:
+// a presigned URL when asked for and the store presigns, else the bytes
+// streamed from the store through the coordinator. The object is checked
+// against the pointer's size as it is read; the caller checks the digest.
+func (s *JobServer) streamStored(stream leaseholdv1.JobService_GetArtifactServer, j jobs.Job, presign bool) error {
+	ctx := stream.Context()
+	st := s.previews.Store
+	meta := artifactToProto(j.Artifact)
+	if st == nil {
+		return s.status(&requestError{code: codes.NotFound, reason: reasonArtifactNotFound,
+			msg: "the artifact of job " + JobID(j.ID) + " is in an artifact store this coordinator is not configured with"})
+	}
+	k := artifacts.Key{Team: j.Team, Digest: j.Artifact.Digest}
+	if presign {
+		ps, err := st.PresignGet(ctx, k, s.previews.PresignTTL)
+		if err == nil {
+			return stream.Send(&leaseholdv1.GetArtifactResponse{Artifact: meta, Url: ps.URL,
+				UrlExpiresAt: timestamppb.New(ps.Expires), UrlHeaders: headerMap(ps.Headers)})
+		}
+		if !errors.Is(err, artifacts.ErrNotSupported) {
+			return s.status(storeErr(err))
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, s.previews.Timeout)
+	defer cancel()
+	rc, info, err := st.Open(octx, k)
+	if errors.Is(s.previews.observe(err), artifacts.ErrNotFound) {
+		return s.status(&requestError{code: codes.NotFound, reason: reasonArtifactNotFound, msg: "the artifact of job " + JobID(j.ID) + " is missing from the store", err: err})
+	}
+	if err != nil {
+		return s.status(storeErr(err))
+	}
+	defer rc.Close()
+	if info.Size != j.Artifact.Size {
+		return s.status(&requestError{code: codes.NotFound, reason: reasonArtifactNotFound, msg: "the stored artifact of job " + JobID(j.ID) + " is not the one its pointer names"})
+	}
+	return sendChunks(stream, meta, io.LimitReader(rc, info.Size))
 }

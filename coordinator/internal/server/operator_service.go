@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"hash"
 
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/reads"
+	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -253,13 +255,19 @@ func (s *OperatorServer) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1
 		}
 		return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Chunk{Chunk: b}})
 	}, hash: sha256.New(), buf: make([]byte, 0, backupChunkBytes)}
+	var objects []store.ObjectRef
 	_, err := s.e.Backup(w, func(info reads.BackupInfo) error {
+		objects = info.Objects
 		return stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Header{Header: &leaseholdv1.BackupHeader{
 			SizeBytes: info.Size, SchemaVersion: info.Schema, LastToken: info.LastToken, TakenAt: ts(info.TakenAt),
+			Objects: uint64(len(objects)),
 		}}})
 	})
 	if err == nil {
 		err = w.flush()
+	}
+	if err == nil {
+		err = sendBackupObjects(stream, objects)
 	}
 	if err == nil {
 		err = stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Trailer{Trailer: &leaseholdv1.BackupTrailer{
@@ -271,6 +279,27 @@ func (s *OperatorServer) Backup(_ *leaseholdv1.BackupRequest, stream leaseholdv1
 		return s.status(cerr)
 	}
 	return s.status(err)
+}
+
+// backupObjectsBatch is how many keys one BackupObjects message names
+// (about 1 MiB of keys).
+const backupObjectsBatch = 10000
+
+// sendBackupObjects names the objects of the artifact store a backup's
+// pointers need, in batches.
+func sendBackupObjects(stream leaseholdv1.OperatorService_BackupServer, objects []store.ObjectRef) error {
+	for len(objects) > 0 {
+		n := min(len(objects), backupObjectsBatch)
+		keys := make([]string, n)
+		for i, o := range objects[:n] {
+			keys[i] = artifacts.Key{Team: o.Team, Digest: o.Digest}.String()
+		}
+		if err := stream.Send(&leaseholdv1.BackupResponse{Part: &leaseholdv1.BackupResponse_Objects{Objects: &leaseholdv1.BackupObjects{Keys: keys}}}); err != nil {
+			return err
+		}
+		objects = objects[n:]
+	}
+	return nil
 }
 
 // chunkWriter sends what is written to it in chunks of cap(buf) bytes,

@@ -24,6 +24,8 @@ type RendererServer struct {
 	leaseholdv1.UnimplementedRendererServiceServer
 	*core
 	e RendererEngine
+	// keepalives is Config.SessionKeepalives.
+	keepalives bool
 }
 
 var _ leaseholdv1.RendererServiceServer = (*RendererServer)(nil)
@@ -505,6 +507,8 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		}
 		content := success.GetContent()
 		switch {
+		case c.previews.InlineCap > 0 && len(content) > c.previews.InlineCap:
+			return req, storeRequired("success.content", c.previews.InlineCap)
 		case len(content) > c.maxInline:
 			return req, invalidArg("success.content", reasonArtifactTooLarge, "an inline preview is at most %d bytes; upload larger ones with UploadArtifact", c.maxInline)
 		case len(content) > 0:
@@ -516,6 +520,10 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 			}
 		case req.Digest == "":
 			return req, invalidArg("success.content", reasonEmptyArtifact, "a success needs the preview inline or the digest of its upload")
+		case success.GetSizeBytes() != 0:
+			if err := c.namedObject(&req, success); err != nil {
+				return req, err
+			}
 		}
 	case failure != nil:
 		req.Class = jobs.FailureClass(failure.GetClass())
@@ -530,6 +538,33 @@ func (c *core) completion(jobID string, token uint64, renderer string, success *
 		return req, invalidArg("outcome", reasonMissingOutcome, "a completion needs success or failure")
 	}
 	return req, nil
+}
+
+// namedObject makes a success naming a digest and a size one that names
+// an object of the artifact store (a presigned upload), to be checked
+// there before the writer sees it. Without a store the size is only
+// checked to be sane and the digest names an upload under the lease.
+func (c *core) namedObject(req *engine.CompleteRequest, success *leaseholdv1.CompleteSuccess) error {
+	size := success.GetSizeBytes()
+	switch {
+	case size < 0 || size > c.maxBytes:
+		return invalidArg("success.size_bytes", reasonArtifactTooLarge, "size_bytes must be 1 to %d", c.maxBytes)
+	case c.previews.Store == nil:
+		return nil
+	}
+	ct, err := storedContentType(success.GetContentType())
+	if err != nil {
+		return err
+	}
+	req.Stored, req.Size, req.ContentType = true, size, ct
+	return nil
+}
+
+// storeRequired refuses a preview over the inline cap of a cluster
+// without a shared artifact store.
+func storeRequired(field string, limit int) error {
+	return invalidArg(field, reasonStoreRequired, "this cluster has no shared artifact store and keeps previews inline, "+
+		"at most %d bytes; configure --artifact-store s3://… to take larger ones", limit)
 }
 
 // Complete implements RendererService.Complete: one session message,
@@ -547,6 +582,11 @@ func (s *RendererServer) Complete(ctx context.Context, req *leaseholdv1.Complete
 	if err != nil {
 		return nil, s.status(err)
 	}
+	reqs := []engine.CompleteRequest{cr}
+	if errs := s.resolve(ctx, s.e, reqs); errs != nil && errs[0] != nil {
+		return nil, s.status(errs[0])
+	}
+	cr = reqs[0]
 	out, err := s.e.Receive(ctx, nil, engine.SessionInput{Renderer: r, Completions: []engine.CompleteRequest{cr}})
 	if err == nil {
 		err = out.Completions[0].Err

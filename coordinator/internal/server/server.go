@@ -51,6 +51,8 @@ type RendererEngine interface {
 	Close(ctx context.Context, conn *engine.Conn, undelivered []engine.LeaseRef) ([]engine.Grant, error)
 	Stage(ctx context.Context, req engine.StageRequest) error
 	Job(id uint64) (jobs.Job, error)
+	Record(id uint64) (jobs.Job, error)
+	ObjectClock() (uint64, error)
 	ReadContent(grants []engine.Grant) error
 	DispatchState() jobs.DispatchState
 	HeartbeatInterval() time.Duration
@@ -114,6 +116,13 @@ type Config struct {
 	// Cluster is the raft node of a replicated coordinator, for
 	// ClusterService; nil on a single node.
 	Cluster Cluster
+	// SessionKeepalives has quiet renderer sessions sent a keepalive at a
+	// third of the heartbeat interval, named in the welcome, so that a
+	// renderer can leave a leader that stopped answering for the one that
+	// replaced it: the wiring sets it for a replicated coordinator. A
+	// single node has no other to move to, and a one-way path that still
+	// carries a renderer's heartbeats keeps its leases there.
+	SessionKeepalives bool
 	// MaxArtifactBytes bounds one preview (default 8 MiB).
 	MaxArtifactBytes int64
 	// MaxInlineArtifactBytes bounds a preview inline in a completion
@@ -127,7 +136,10 @@ type Config struct {
 	// MaxArtifactBytes); the uploads of one credential may hold half of
 	// it, or MaxArtifactBytes when that is more.
 	MaxUploadBufferBytes int64
-	Logger               *slog.Logger
+	// Previews is where previews too large to keep inline go; the zero
+	// value keeps every preview inline, as a node without a store does.
+	Previews Previews
+	Logger   *slog.Logger
 }
 
 // core is the state the services share: limits, the log, the shutdown.
@@ -142,6 +154,8 @@ type core struct {
 	uploadTotal time.Duration
 	// uploads are the uploads in progress and their bytes.
 	uploads *uploads
+	// previews is the artifact store as the services use it.
+	previews Previews
 	// closing is closed by Shutdown: long polls answer at once and
 	// long-lived streams end, so that a graceful stop does not wait on them.
 	closing   chan struct{}
@@ -171,13 +185,14 @@ func New(cfg Config) (*Services, error) {
 
 		uploadIdle:  UploadIdleTimeout,
 		uploadTotal: UploadTimeout,
+		previews:    cfg.Previews.withDefaults(),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.maxInline = min(c.maxInline, int(c.maxBytes))
 	c.uploads = newUploads(max(cmp.Or(cfg.MaxUploadBufferBytes, DefaultMaxUploadBufferBytes), c.maxBytes), c.maxBytes)
-	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine, denied: newDeniedAudits(cfg.Engine.RecordAudit, c.log)}, Renderers: &RendererServer{core: c, e: cfg.Engine},
+	return &Services{Jobs: &JobServer{core: c, e: cfg.Engine, denied: newDeniedAudits(cfg.Engine.RecordAudit, c.log)}, Renderers: &RendererServer{core: c, e: cfg.Engine, keepalives: cfg.SessionKeepalives},
 		Operators: &OperatorServer{core: c, e: cfg.Engine}, Overview: &OverviewServer{core: c, e: cfg.Engine},
 		Cluster: &ClusterServer{core: c, e: cfg.Engine, cl: cfg.Cluster}}, nil
 }

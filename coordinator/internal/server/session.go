@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
@@ -21,6 +22,12 @@ import (
 // renderer back.
 const sessionQueue = 256
 
+// sessionStoreCalls bounds the requests of one session whose artifact
+// store work (puts of inline previews, checks of stored objects) runs at
+// once; past it the receiver waits. It bounds the preview bytes a session
+// holds on their way to the store, and the calls it makes there.
+const sessionStoreCalls = 8
+
 // Session implements RendererService.Session.
 //
 // Three goroutines serve one session. The receiver reads requests and
@@ -29,7 +36,8 @@ const sessionQueue = 256
 // so that however fast the renderer sends, it costs one command per
 // commit. The handler's own goroutine sends: the answers in request order,
 // the grants the writer published (document content read after the commit,
-// packed under the renderer's message limit) and revocations. When the
+// packed under the renderer's message limit), revocations, and a keepalive
+// whenever it has sent nothing for the keepalive interval. When the
 // renderer closes its side, everything it sent is applied and answered, and
 // the stream then ends with OK. When the session ends, grants taken but not
 // sent, and grants never taken, are handed back without counting the
@@ -60,13 +68,25 @@ func (s *RendererServer) Session(stream leaseholdv1.RendererService_SessionServe
 	if err != nil {
 		return s.streamEnd(err)
 	}
-	sess := &session{s: s, stream: stream, conn: conn, budget: budget, maxRefs: maxRefs, renderer: open.Renderer.ID, who: open.Renderer}
+	sess := &session{s: s, stream: stream, conn: conn, budget: budget, maxRefs: maxRefs, renderer: open.Renderer.ID, who: open.Renderer,
+		storeCalls: make(chan struct{}, sessionStoreCalls)}
 	defer sess.close()
 	welcome := &leaseholdv1.SessionWelcome{
 		HeartbeatInterval:      durationpb.New(s.e.HeartbeatInterval()),
 		LeaseTtl:               durationpb.New(s.e.LeaseTTL()),
 		MaxInlineArtifactBytes: uint32(s.maxInline),
 		MaxMessageBytes:        uint32(s.maxMsg),
+		MaxArtifactBytes:       uint32(s.maxBytes),
+	}
+	if s.previews.presigns() {
+		// Larger previews go straight to the store: neither their bytes
+		// nor a copy of them cross the coordinator.
+		welcome.PresignedUploads = true
+		welcome.MaxInlineArtifactBytes = uint32(min(s.maxInline, s.previews.StoreAbove))
+	}
+	if s.keepalives {
+		sess.keepalive = keepaliveInterval(s.e.HeartbeatInterval())
+		welcome.KeepaliveInterval = durationpb.New(sess.keepalive)
 	}
 	for _, st := range holding {
 		welcome.Holding = append(welcome.Holding, leaseStatusToProto(st))
@@ -128,7 +148,35 @@ type session struct {
 	// halfClosed is set once the renderer closed its side: it is sent no
 	// more grants.
 	halfClosed atomic.Bool
+	// keepalive is the most time between two messages to the renderer (0:
+	// no keepalives, Config.SessionKeepalives): quiet, is sent a
+	// keepalive when it runs out, and is reset by every send.
+	keepalive time.Duration
+	quiet     *time.Timer
+	// storeCalls holds a token per request whose store work runs
+	// (sessionStoreCalls).
+	storeCalls chan struct{}
 }
+
+// timerC returns t's channel, or nil (which never fires) for no timer.
+func timerC(t *time.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
+}
+
+// keepaliveInterval is how often a session hears from the coordinator at
+// least: a third of the heartbeat interval, so that a renderer, which
+// takes three missed keepalives for a stalled coordinator, leaves it after
+// a heartbeat interval of silence (5 s by default): well past an election,
+// and well within a lease.
+func keepaliveInterval(heartbeat time.Duration) time.Duration {
+	return max(heartbeat/3, minKeepalive)
+}
+
+// minKeepalive bounds how often a quiet session is sent a keepalive.
+const minKeepalive = 100 * time.Millisecond
 
 // forwarded is the writer's answer to one merged command.
 type forwarded struct {
@@ -150,19 +198,33 @@ type item struct {
 	// invalid answers the request's malformed heartbeat and hand-back
 	// references.
 	invalid []*leaseholdv1.LeaseStatus
+	// resolved, when not nil, is closed once the artifact store's part of
+	// the completions is done (resolveLater); forward reads the item only
+	// then. Requests that follow are received and resolved meanwhile, so
+	// a session's calls to the store overlap and its completions reach the
+	// writer together, in request order still.
+	resolved chan struct{}
 }
 
 func (ss *session) run(ctx context.Context, first *leaseholdv1.SessionRequest) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	items := make(chan item, sessionQueue)
+	items := make(chan *item, sessionQueue)
 	recvErr := make(chan error, 1)
 	results := make(chan forwarded, 1)
-	items <- ss.convert(first)
+	items <- ss.convert(ctx, first)
 	go ss.receive(ctx, items, recvErr)
 	go ss.forward(ctx, items, results)
+	if ss.keepalive > 0 {
+		ss.quiet = time.NewTimer(ss.keepalive)
+		defer ss.quiet.Stop()
+	}
 	for {
 		select {
+		case <-timerC(ss.quiet):
+			if err := ss.send(&leaseholdv1.SessionResponse{Keepalive: true}); err != nil {
+				return err
+			}
 		case <-ss.s.closing:
 			return ss.s.status(errShuttingDown)
 		case <-ctx.Done():
@@ -217,7 +279,7 @@ func leadershipEnd(err error) error {
 // receive reads requests until the stream ends, converting each. When the
 // renderer closes its side, it closes items, so that what was received is
 // still applied and answered before the session ends.
-func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- error) {
+func (ss *session) receive(ctx context.Context, items chan<- *item, errC chan<- error) {
 	for {
 		m, err := ss.stream.Recv()
 		if err == io.EOF {
@@ -236,7 +298,7 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 			return
 		}
 		select {
-		case items <- ss.convert(m):
+		case items <- ss.convert(ctx, m):
 		case <-ctx.Done():
 			return
 		}
@@ -248,19 +310,23 @@ func (ss *session) receive(ctx context.Context, items chan<- item, errC chan<- e
 // takes what was received so far, up to the session's maxRefs leases in
 // each list (a request that would take it past that waits for the next),
 // so that one command of a session costs the writer at most that much
-// however fast the renderer sends. Once items is closed and drained it
-// closes results.
-func (ss *session) forward(ctx context.Context, items <-chan item, results chan<- forwarded) {
+// however fast the renderer sends. A request is read only once the
+// artifact store's part of it is done (ready). Once items is closed and
+// drained it closes results.
+func (ss *session) forward(ctx context.Context, items <-chan *item, results chan<- forwarded) {
 	var carried *item
 	for {
-		var batch []item
+		var batch []*item
 		if carried != nil {
-			batch, carried = append(batch, *carried), nil
+			batch, carried = append(batch, carried), nil
 		} else {
 			select {
 			case it, ok := <-items:
 				if !ok {
 					close(results)
+					return
+				}
+				if !it.ready(ctx) {
 					return
 				}
 				batch = append(batch, it)
@@ -276,9 +342,12 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 				if !ok {
 					break more
 				}
+				if !it.ready(ctx) {
+					return
+				}
 				next := refs.plus(countRefs(it.in))
 				if !next.within(ss.maxRefs) {
-					carried = &it
+					carried = it
 					break more
 				}
 				refs = next
@@ -302,6 +371,21 @@ func (ss *session) forward(ctx context.Context, items <-chan item, results chan<
 		if err != nil {
 			return
 		}
+	}
+}
+
+// ready waits until the artifact store's part of the item is done, if it
+// has one (resolveLater): until then a goroutine may still change it. It
+// reports false when ctx ended first.
+func (it *item) ready(ctx context.Context) bool {
+	if it.resolved == nil {
+		return true
+	}
+	select {
+	case <-it.resolved:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -340,7 +424,7 @@ func sessionLists(m *leaseholdv1.SessionRequest) []refList {
 }
 
 // merge joins requests into one input, keeping every list in order.
-func merge(batch []item) (engine.SessionInput, []slot, []*leaseholdv1.LeaseStatus) {
+func merge(batch []*item) (engine.SessionInput, []slot, []*leaseholdv1.LeaseStatus) {
 	var in engine.SessionInput
 	var order []slot
 	var invalid []*leaseholdv1.LeaseStatus
@@ -403,8 +487,8 @@ func (ss *session) answers(in engine.SessionInput, order []slot, res engine.Sess
 // malformed receipt or acknowledgement dropped (they have no answer), a
 // completion with a bad id, a missing outcome or a preview over the limit
 // in its place among the results.
-func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
-	var it item
+func (ss *session) convert(ctx context.Context, m *leaseholdv1.SessionRequest) *item {
+	it := &item{}
 	heartbeats, handBacks := parseLeaseList(m.GetHeartbeats()), parseLeaseList(m.GetHandBacks())
 	it.in.Received = parseLeaseList(m.GetReceived()).refs
 	it.in.Heartbeats, it.in.HandBacks = heartbeats.refs, handBacks.refs
@@ -423,14 +507,66 @@ func (ss *session) convert(m *leaseholdv1.SessionRequest) item {
 		it.order = append(it.order, slot{index: len(it.in.Completions)})
 		it.in.Completions = append(it.in.Completions, req)
 	}
+	ss.resolveLater(ctx, it)
 	return it
 }
 
-// send sends one response, stamped with the dispatch switch.
+// resolveLater does the artifact store's part of the item's completions (see
+// core.resolve) on a goroutine of its own, closing it.resolved when done;
+// an item with no such part is left ready.
+func (ss *session) resolveLater(ctx context.Context, it *item) {
+	if !ss.s.needsStore(it.in.Completions) {
+		return
+	}
+	it.resolved = make(chan struct{})
+	select {
+	case ss.storeCalls <- struct{}{}:
+	case <-ctx.Done():
+		// The session is over: refuse what the store was to check, so
+		// that nothing unchecked can reach the writer.
+		it.refuse(ss.s.refuseStoreWork(it.in.Completions, ctx.Err()), ss.s.core)
+		close(it.resolved)
+		return
+	}
+	go func() {
+		defer func() { <-ss.storeCalls }()
+		defer close(it.resolved)
+		if errs := ss.s.resolve(ctx, ss.s.e, it.in.Completions); errs != nil {
+			it.refuse(errs, ss.s.core)
+		}
+	}()
+}
+
+// refuse answers in their places the completions the artifact store's
+// part refused (errs by index in in.Completions), and keeps the rest.
+func (it *item) refuse(errs []error, c *core) {
+	kept := it.in.Completions[:0:0]
+	for i, sl := range it.order {
+		if sl.invalid != nil {
+			continue
+		}
+		req := it.in.Completions[sl.index]
+		if err := errs[sl.index]; err != nil {
+			st := status.Convert(c.status(err))
+			it.order[i] = slot{invalid: &leaseholdv1.CompletionResult{JobId: JobID(req.Job), Token: req.Token,
+				Code: int32(st.Code()), Reason: reasonOf(st), Message: st.Message()}}
+			continue
+		}
+		it.order[i].index = len(kept)
+		kept = append(kept, req)
+	}
+	it.in.Completions = kept
+}
+
+// send sends one response, stamped with the dispatch switch, and puts
+// off the next keepalive.
 func (ss *session) send(resp *leaseholdv1.SessionResponse) error {
 	resp.DispatchPaused = ss.s.e.DispatchState().Paused
 	if err := ss.stream.Send(resp); err != nil {
 		return ss.s.streamEnd(err)
+	}
+	if ss.quiet != nil {
+		ss.quiet.Reset(ss.keepalive)
 	}
 	return nil
 }

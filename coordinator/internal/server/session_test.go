@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -29,6 +30,9 @@ type sessionClient struct {
 	// answers are the responses to requests: neither grants nor
 	// revocations.
 	answers []*leaseholdv1.SessionResponse
+	// keepalives counts the keepalives received, which are none of the
+	// above.
+	keepalives int
 }
 
 // hello returns a session hello for renderer id of process instance.
@@ -74,6 +78,10 @@ func (b *testBundle) openSession(t *testing.T, h *leaseholdv1.SessionHello, cred
 // recv receives one message and files it.
 func (sc *sessionClient) recv() (*leaseholdv1.SessionResponse, error) {
 	m, err := sc.stream.Recv()
+	for err == nil && m.GetKeepalive() {
+		sc.keepalives++
+		m, err = sc.stream.Recv()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -507,5 +515,45 @@ func TestSessionHalfCloseAnswersWhatWasSent(t *testing.T) {
 				t.Errorf("handed-back job = %v attempt %d, want QUEUED attempt 0", j.GetPhase(), j.GetAttempt())
 			}
 		})
+	}
+}
+
+// TestSessionKeepalive ensures a quiet session of a coordinator that sends
+// keepalives (a replicated one) hears from it at the keepalive interval
+// its welcome names, a third of the heartbeat interval, by messages marked
+// keepalive that carry nothing else; and that one that does not names no
+// interval.
+func TestSessionKeepalive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *options) {
+		o.engine = func(c *engine.Config) { c.LeaseTTL = 900 * time.Millisecond }
+		o.server = func(c *Config) { c.SessionKeepalives = true }
+	})
+	sc := b.openSession(t, hello("r-k", "i-1", 1), 0)
+	if single := setup(t).openSession(t, hello("r-k", "i-1", 1), 0); single.welcome.GetKeepaliveInterval() != nil {
+		t.Errorf("a coordinator without keepalives named an interval of %v", single.welcome.GetKeepaliveInterval().AsDuration())
+	}
+	if got, want := sc.welcome.GetKeepaliveInterval().AsDuration(), 100*time.Millisecond; got != want {
+		t.Errorf("welcome.keepalive_interval = %v, want %v (a third of the 300ms heartbeat interval)", got, want)
+	}
+	// Bounded, so that a coordinator that never sends one fails the test.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	type received struct {
+		m   *leaseholdv1.SessionResponse
+		err error
+	}
+	got := make(chan received, 1)
+	go func() {
+		m, err := sc.stream.Recv()
+		got <- received{m, err}
+	}()
+	select {
+	case r := <-got:
+		if r.err != nil || !r.m.GetKeepalive() || proto.Size(r.m) != proto.Size(&leaseholdv1.SessionResponse{Keepalive: true}) {
+			t.Errorf("the quiet session got %v, %v; want a bare keepalive", r.m, r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a quiet session heard nothing for 10 s")
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"io"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // UploadArtifact implements RendererService.UploadArtifact. The lease is
@@ -86,6 +88,9 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 			return s.status(invalidArg("metadata", reasonMissingMetadata, "metadata may be sent only in the first message"))
 		}
 		chunk := m.GetChunk()
+		if cp := s.previews.InlineCap; cp > 0 && len(buf.content)+len(chunk) > cp {
+			return s.status(storeRequired("chunk", cp))
+		}
 		if int64(len(buf.content)+len(chunk)) > s.maxBytes {
 			return s.status(invalidArg("chunk", reasonArtifactTooLarge, "the artifact is larger than %d bytes", s.maxBytes))
 		}
@@ -104,7 +109,11 @@ func (s *RendererServer) UploadArtifact(stream leaseholdv1.RendererService_Uploa
 	if want := md.GetExpectedSha256(); want != "" && want != pv.Digest {
 		return s.status(invalidArg("metadata.expected_sha256", reasonDigestMismatch, "the uploaded bytes hash to %s, not %s", pv.Digest, want))
 	}
-	err = s.e.Stage(ctx, engine.StageRequest{Job: id, Token: md.GetToken(), Renderer: r.ID, Preview: *pv})
+	stage := engine.StageRequest{Job: id, Token: md.GetToken(), Renderer: r.ID, Preview: *pv}
+	if err := s.stageInStore(ctx, j.Team, &stage); err != nil {
+		return s.status(err)
+	}
+	err = s.e.Stage(ctx, stage)
 	if err != nil {
 		return s.status(notFound(err, reasonJobNotFound, "job %s not found", md.GetJobId()))
 	}
@@ -135,4 +144,70 @@ func (s *RendererServer) nextUpload(ctx context.Context, msgs <-chan *leaseholdv
 	case <-s.closing:
 		return nil, errShuttingDown
 	}
+}
+
+// stageInStore puts an uploaded preview larger than the inline threshold
+// in the artifact store, off the writer, so that the writer records only
+// that it was uploaded under the lease, not its bytes.
+func (s *RendererServer) stageInStore(ctx context.Context, team string, req *engine.StageRequest) error {
+	if s.previews.Store == nil || len(req.Preview.Content) <= s.previews.StoreAbove {
+		return nil
+	}
+	p := req.Preview
+	seen, err := s.putObject(ctx, s.e, artifacts.Key{Team: team, Digest: p.Digest}, p.Content)
+	if err != nil {
+		return err
+	}
+	req.Stored, req.Size, req.Seen = true, int64(len(p.Content)), seen
+	req.Preview.Content = nil
+	return nil
+}
+
+// PrepareUpload implements RendererService.PrepareUpload: a presigned PUT
+// of one key, its length and its checksum, for the caller's lease. The
+// lease is checked as UploadArtifact checks it when it starts; the
+// completion is what the writer fences.
+func (s *RendererServer) PrepareUpload(ctx context.Context, req *leaseholdv1.PrepareUploadRequest) (*leaseholdv1.PrepareUploadResponse, error) {
+	p, err := require(ctx, auth.RoleRenderer)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	r, err := rendererFor(p, req.GetRendererId())
+	if err != nil {
+		return nil, s.status(err)
+	}
+	id, err := parseJobID(req.GetJobId(), "job_id")
+	if err != nil {
+		return nil, s.status(err)
+	}
+	switch size := req.GetSizeBytes(); {
+	case req.GetSha256() == "":
+		return nil, s.status(invalidArg("sha256", reasonInvalidDigest, "sha256 is required"))
+	case size <= 0:
+		return nil, s.status(invalidArg("size_bytes", reasonEmptyArtifact, "size_bytes must be at least 1"))
+	case size > s.maxBytes:
+		return nil, s.status(invalidArg("size_bytes", reasonArtifactTooLarge, "the artifact is larger than %d bytes", s.maxBytes))
+	}
+	if err := checkDigest("sha256", req.GetSha256()); err != nil {
+		return nil, s.status(err)
+	}
+	if !s.previews.presigns() {
+		return nil, s.status(failedPrecondition(reasonPresignUnsupported, "this coordinator's artifact store does not take presigned uploads; "+
+			"send the preview inline or with UploadArtifact"))
+	}
+	j, err := s.e.Record(id)
+	if err != nil {
+		return nil, s.status(notFound(err, reasonJobNotFound, "job %s not found", req.GetJobId()))
+	}
+	// The early check of UploadArtifact: whether the lease is still live
+	// is the completion's to decide, on the writer's clock.
+	if err := j.CheckLease(req.GetToken(), r.ID, time.Time{}); err != nil {
+		return nil, s.status(err)
+	}
+	ps, err := s.previews.Store.PresignPut(ctx, artifacts.Key{Team: j.Team, Digest: req.GetSha256()}, req.GetSizeBytes(), s.previews.PresignTTL)
+	if err != nil {
+		return nil, s.status(storeErr(err))
+	}
+	return &leaseholdv1.PrepareUploadResponse{Url: ps.URL, Method: ps.Method, Headers: headerMap(ps.Headers),
+		ExpiresAt: timestamppb.New(ps.Expires)}, nil
 }

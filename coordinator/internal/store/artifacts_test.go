@@ -54,15 +54,15 @@ func TestArtifacts(t *testing.T) {
 		}
 		b.view(t, func(tx *store.Tx) error {
 			want := art(1, 2)
-			digest, ct, size, err := tx.ArtifactDigest(1, 2)
-			if err != nil || digest != want.Digest || ct != want.ContentType || size != int64(len(want.Content)) {
-				t.Errorf("ArtifactDigest(1, 2) = %q, %q, %d, %v; want %q, %q, %d", digest, ct, size, err, want.Digest, want.ContentType, len(want.Content))
+			st, err := tx.Staged(1, 2)
+			if err != nil || st.Digest != want.Digest || st.ContentType != want.ContentType || st.Size != int64(len(want.Content)) || st.Stored {
+				t.Errorf("Staged(1, 2) = %+v, %v; want %q, %q, %d", st, err, want.Digest, want.ContentType, len(want.Content))
 			}
 			if _, err := tx.Artifact(1, 4); !errors.Is(err, store.ErrArtifactNotFound) {
 				t.Errorf("Artifact(1, 4) err = %v, want ErrArtifactNotFound", err)
 			}
-			if _, _, _, err := tx.ArtifactDigest(3, 1); !errors.Is(err, store.ErrArtifactNotFound) {
-				t.Errorf("ArtifactDigest(3, 1) err = %v, want ErrArtifactNotFound", err)
+			if _, err := tx.Staged(3, 1); !errors.Is(err, store.ErrArtifactNotFound) {
+				t.Errorf("Staged(3, 1) err = %v, want ErrArtifactNotFound", err)
 			}
 			return nil
 		})

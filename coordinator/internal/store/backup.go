@@ -13,11 +13,14 @@ import (
 )
 
 // BackupInfo describes a backup as it starts: the size of the file it
-// copies, its schema and the largest fencing token granted in it.
+// copies, its schema and the largest fencing token granted in it, and the
+// objects of the artifact store its pointers name (which it does not
+// hold), as of the same read transaction.
 type BackupInfo struct {
 	Size      int64
 	Schema    uint64
 	LastToken uint64
+	Objects   []ObjectRef
 }
 
 // ErrBackupSpace is returned by WriteBackup when the file system of the
@@ -103,8 +106,11 @@ func (s *Store) spoolBackup() (*spoolFile, BackupInfo, error) {
 			return fmt.Errorf("%w: the copy takes %d bytes and must leave %d free, and %d are free",
 				ErrBackupSpace, info.Size, backupHeadroom(info.Size), free)
 		}
-		_, err := tx.WriteTo(f)
-		return err
+		if _, err := tx.WriteTo(f); err != nil {
+			return err
+		}
+		info.Objects = (&Tx{tx: tx}).ObjectRefsList()
+		return nil
 	})
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
@@ -344,7 +350,7 @@ func checkBackup(path string) error {
 	}
 	return db.View(func(tx *bbolt.Tx) error {
 		for _, b := range allBuckets {
-			if tx.Bucket(b) == nil {
+			if tx.Bucket(b) == nil && requiredBucket(b) {
 				return fmt.Errorf("the file has no %s bucket", b)
 			}
 		}

@@ -60,6 +60,7 @@ func fillJobRecord(r *storagev1.JobRecord, j jobs.Job) {
 		ArtifactContentType: j.Artifact.ContentType,
 		ArtifactToken:       j.Artifact.Token,
 		ArtifactRenderer:    j.Artifact.Renderer,
+		ArtifactStored:      j.Artifact.Stored,
 		CancelPrincipal:     j.Cancellation.Principal,
 		CancelAt:            ns(j.Cancellation.At),
 		CancelReason:        j.Cancellation.Reason,
@@ -127,7 +128,7 @@ func jobFromRecord(r *storagev1.JobRecord) jobs.Job {
 		FinishedAt:      tm(r.FinishedAt),
 		Artifact: jobs.Artifact{
 			Digest: r.ArtifactDigest, Size: r.ArtifactSize, ContentType: r.ArtifactContentType,
-			Token: r.ArtifactToken, Renderer: r.ArtifactRenderer,
+			Token: r.ArtifactToken, Renderer: r.ArtifactRenderer, Stored: r.ArtifactStored,
 		},
 		Cancellation: jobs.Cancellation{
 			Principal: r.CancelPrincipal, At: tm(r.CancelAt), Reason: r.CancelReason, FromPhase: jobs.Phase(r.CancelFromPhase),

@@ -22,9 +22,7 @@ func ScanQueued(v []byte) (QueuedJob, bool, error) { return scanQueued(0, v, map
 
 func ScanState(v []byte) (jobs.State, error) { return scanState(0, v) }
 
-func ScanArtifact(v []byte) (digest, contentType string, size int64, err error) {
-	return scanArtifact(0, v)
-}
+func ScanArtifact(v []byte) (Staged, error) { return scanArtifact(0, v) }
 
 // DeleteJobRecord deletes a job's record and nothing else, as a lost write
 // would leave the file.

@@ -25,7 +25,7 @@ func fullJob(id, batch uint64, team string) jobs.Job {
 		TerminalReason:  jobs.ReasonCancelled,
 		TerminalMessage: "wrong file",
 		FinishedAt:      t0.Add(2 * time.Minute),
-		Artifact:        jobs.Artifact{Digest: "d", Size: 99, ContentType: "image/png", Token: 40, Renderer: "r-0"},
+		Artifact:        jobs.Artifact{Digest: "d", Size: 99, ContentType: "image/png", Token: 40, Renderer: "r-0", Stored: true},
 		Cancellation: jobs.Cancellation{Principal: "alice", At: t0.Add(3 * time.Minute), Reason: "wrong file", FromPhase: jobs.PhaseLeased,
 			Renderer: "r-1", Token: 41, AckedAt: t0.Add(4 * time.Minute)},
 		Leases: []jobs.LeaseRecord{

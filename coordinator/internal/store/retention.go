@@ -108,6 +108,13 @@ func (t *Tx) PurgeJob(j jobs.Job) error {
 	if err := t.DeleteArtifacts(j.ID, 0); err != nil {
 		return err
 	}
+	// Pointers go before objects: the object is the sweep's to delete once
+	// no pointer of the team names it.
+	if j.Phase == jobs.PhaseSucceeded && j.Artifact.Stored {
+		if err := t.UnrefObject(j.Team, j.Artifact.Digest); err != nil {
+			return err
+		}
+	}
 	if err := t.DeleteDocument(j.ID); err != nil {
 		return err
 	}

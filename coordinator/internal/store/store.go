@@ -61,6 +61,11 @@ var (
 	bucketReplays     = []byte("replay_requests")
 	bucketTokens      = []byte("tokens")
 	bucketFinished    = []byte("finished")
+	// bucketObjectRefs and bucketObjectTombs (objects.go) came after schema
+	// 2: Open creates them in a file that lacks them, and a backup without
+	// them is still whole.
+	bucketObjectRefs  = []byte("artifact_refs")
+	bucketObjectTombs = []byte("artifact_tombs")
 	bucketsOfSchema2  = [][]byte{bucketEvents, bucketArtifacts, bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts, bucketFinished}
 	keySchema         = []byte("schema_version")
 	keyDispatch       = []byte("dispatch")
@@ -74,7 +79,10 @@ var (
 
 	allBuckets = [][]byte{bucketMeta, bucketJobs, bucketEvents, bucketDocuments, bucketArtifacts, bucketBatches, bucketRequests,
 		bucketUnfinished, bucketTeamJobs, bucketTeamBatches, bucketBatchCounts, bucketTeamCounts,
-		bucketRejections, bucketAudit, bucketReplays, bucketTokens, bucketFinished}
+		bucketRejections, bucketAudit, bucketReplays, bucketTokens, bucketFinished, bucketObjectRefs, bucketObjectTombs}
+	// laterBuckets are in allBuckets but not required of a schema 2 file
+	// or backup: Open creates them.
+	laterBuckets = [][]byte{bucketObjectRefs, bucketObjectTombs}
 )
 
 // Errors returned by Open and by transactions.

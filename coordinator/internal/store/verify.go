@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -48,11 +50,28 @@ type Summary struct {
 	// counts the ones left out. None means the store is consistent.
 	Problems []string
 	Omitted  int
+	// Pointers are the objects of the artifact store that jobs' pointers
+	// name, in key order.
+	Pointers []StoredPointer
 	// tokens maps every lease token to its job, and leasesTo counts the
-	// leases per renderer, for VerifySince.
+	// leases per renderer, for VerifySince; pointers collects Pointers.
 	tokens   map[uint64]uint64
 	leasesTo map[string]int
+	pointers map[[2]string]*StoredPointer
 }
+
+// StoredPointer is an object of the artifact store that succeeded jobs
+// name: <Team>/sha256/<Digest>, of Size bytes.
+type StoredPointer struct {
+	Team, Digest string
+	Size         int64
+	// Count is how many jobs name it; Jobs lists the first few of them.
+	Count int
+	Jobs  []uint64
+}
+
+// maxPointerJobs bounds StoredPointer.Jobs.
+const maxPointerJobs = 5
 
 // Err returns the problems as one error, or nil when there are none.
 func (s Summary) Err() error {
@@ -113,7 +132,7 @@ func (s *Store) Verify() (Summary, error) {
 			return nil // an earlier schema is migrated on start; its records are not read here
 		}
 		for _, b := range allBuckets {
-			if btx.Bucket(b) == nil {
+			if btx.Bucket(b) == nil && requiredBucket(b) {
 				sum.problemf("bucket %q is missing", b)
 			}
 		}
@@ -203,6 +222,53 @@ func verifyRecords(tx *Tx, sum *Summary, indexesOnly bool) {
 	stored := verifyBatches(tx, sum, batchCounts, batchOf)
 	verifyBatchRefs(tx, sum, stored)
 	verifyTeams(tx, sum, teamCounts)
+	if !indexesOnly {
+		verifyObjectRefs(tx, sum)
+	}
+}
+
+// pointTo counts j's pointer to an object of the artifact store.
+func (s *Summary) pointTo(j jobs.Job) {
+	if s.pointers == nil {
+		s.pointers = map[[2]string]*StoredPointer{}
+	}
+	k := [2]string{j.Team, j.Artifact.Digest}
+	p := s.pointers[k]
+	if p == nil {
+		p = &StoredPointer{Team: j.Team, Digest: j.Artifact.Digest, Size: j.Artifact.Size}
+		s.pointers[k] = p
+	}
+	p.Count++
+	if len(p.Jobs) < maxPointerJobs {
+		p.Jobs = append(p.Jobs, j.ID)
+	}
+	if p.Size != j.Artifact.Size {
+		s.problemf("job %d: points to %s/sha256/%s of %d bytes, which job %d names with %d bytes", j.ID, j.Team, j.Artifact.Digest,
+			j.Artifact.Size, p.Jobs[0], p.Size)
+	}
+}
+
+// verifyObjectRefs checks the counts of "artifact_refs" against the
+// pointers the jobs hold, and lists the pointers in the summary.
+func verifyObjectRefs(tx *Tx, sum *Summary) {
+	for _, r := range tx.ObjectRefsList() {
+		p := sum.pointers[[2]string{r.Team, r.Digest}]
+		switch {
+		case p == nil:
+			sum.problemf("artifact_refs counts %d pointers to %s/sha256/%s, which no job names", r.Refs, r.Team, r.Digest)
+		case uint64(p.Count) != r.Refs:
+			sum.problemf("artifact_refs counts %d pointers to %s/sha256/%s, which %d jobs name", r.Refs, r.Team, r.Digest, p.Count)
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(sum.pointers), func(a, b [2]string) int {
+		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
+	}) {
+		p := sum.pointers[k]
+		if tx.ObjectRefs(p.Team, p.Digest) == 0 {
+			sum.problemf("jobs %v point to %s/sha256/%s, which artifact_refs does not count", p.Jobs, p.Team, p.Digest)
+		}
+		sum.Pointers = append(sum.Pointers, *p)
+	}
 }
 
 // verifyLeases checks j's lease tokens against the counter and the tokens
@@ -250,6 +316,14 @@ func verifyJobData(tx *Tx, j jobs.Job, sum *Summary) error {
 			return err
 		}
 		switch {
+		case j.Phase == jobs.PhaseSucceeded && l.Token == j.Artifact.Token && j.Artifact.Stored:
+			// The preview is an object of the artifact store; an upload the
+			// coordinator staged for it may remain, naming the same object.
+			if stored && (!a.Stored || a.Digest != j.Artifact.Digest || a.Size != j.Artifact.Size) {
+				sum.problemf("job %d: SUCCEEDED with stored preview %s of %d bytes under token %d, staged %s of %d bytes (stored %t)",
+					j.ID, j.Artifact.Digest, j.Artifact.Size, l.Token, a.Digest, a.Size, a.Stored)
+			}
+			sum.pointTo(j)
 		case j.Phase == jobs.PhaseSucceeded && l.Token == j.Artifact.Token:
 			if !stored || a.Digest != j.Artifact.Digest || a.Renderer != j.Artifact.Renderer || int64(len(a.Content)) != j.Artifact.Size {
 				sum.problemf("job %d: SUCCEEDED with preview %s of %d bytes by %s under token %d, stored %s of %d bytes by %s",

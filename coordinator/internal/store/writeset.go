@@ -23,7 +23,7 @@ var bucketIDs = [][]byte{
 	1: bucketMeta, 2: bucketJobs, 3: bucketEvents, 4: bucketDocuments, 5: bucketArtifacts,
 	6: bucketBatches, 7: bucketRequests, 8: bucketUnfinished, 9: bucketTeamJobs, 10: bucketTeamBatches,
 	11: bucketBatchCounts, 12: bucketTeamCounts, 13: bucketRejections, 14: bucketAudit,
-	15: bucketReplays, 16: bucketTokens, 17: bucketFinished,
+	15: bucketReplays, 16: bucketTokens, 17: bucketFinished, 18: bucketObjectRefs, 19: bucketObjectTombs,
 }
 
 // bucketReplica holds a replica's own bookkeeping (replicaApplied,

@@ -9,6 +9,7 @@ package leaseholdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1081,8 +1082,11 @@ func (x *RunningCancel) GetRevokedToken() uint64 {
 }
 
 type GetArtifactRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Ask for a presigned URL instead of the bytes, where the preview is in
+	// a store that presigns; otherwise the bytes are streamed.
+	Presign       bool `protobuf:"varint,2,opt,name=presign,proto3" json:"presign,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1124,11 +1128,23 @@ func (x *GetArtifactRequest) GetJobId() string {
 	return ""
 }
 
+func (x *GetArtifactRequest) GetPresign() bool {
+	if x != nil {
+		return x.Presign
+	}
+	return false
+}
+
 type GetArtifactResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set on the first message only.
-	Artifact      *Artifact `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
-	Chunk         []byte    `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Artifact *Artifact `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	Chunk    []byte    `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// With presign: a URL that reads the preview with a plain GET until
+	// url_expires_at, sending url_headers; no chunks follow.
+	Url           string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	UrlExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=url_expires_at,json=urlExpiresAt,proto3" json:"url_expires_at,omitempty"`
+	UrlHeaders    map[string]string      `protobuf:"bytes,5,rep,name=url_headers,json=urlHeaders,proto3" json:"url_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1177,11 +1193,32 @@ func (x *GetArtifactResponse) GetChunk() []byte {
 	return nil
 }
 
+func (x *GetArtifactResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *GetArtifactResponse) GetUrlExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UrlExpiresAt
+	}
+	return nil
+}
+
+func (x *GetArtifactResponse) GetUrlHeaders() map[string]string {
+	if x != nil {
+		return x.UrlHeaders
+	}
+	return nil
+}
+
 var File_leasehold_v1_job_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eleasehold/v1/job_service.proto\x12\fleasehold.v1\x1a\x16leasehold/v1/job.proto\"\xbb\x01\n" +
+	"\x1eleasehold/v1/job_service.proto\x12\fleasehold.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leasehold/v1/job.proto\"\xbb\x01\n" +
 	"\x12SubmitBatchRequest\x12\x12\n" +
 	"\x04team\x18\x01 \x01(\tR\x04team\x12\x1d\n" +
 	"\n" +
@@ -1253,12 +1290,20 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
 	"\vrenderer_id\x18\x02 \x01(\tR\n" +
 	"rendererId\x12#\n" +
-	"\rrevoked_token\x18\x03 \x01(\x04R\frevokedToken\"+\n" +
+	"\rrevoked_token\x18\x03 \x01(\x04R\frevokedToken\"E\n" +
 	"\x12GetArtifactRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"_\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
+	"\apresign\x18\x02 \x01(\bR\apresign\"\xc6\x02\n" +
 	"\x13GetArtifactResponse\x122\n" +
 	"\bartifact\x18\x01 \x01(\v2\x16.leasehold.v1.ArtifactR\bartifact\x12\x14\n" +
-	"\x05chunk\x18\x02 \x01(\fR\x05chunk2\x86\x05\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12@\n" +
+	"\x0eurl_expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\furlExpiresAt\x12R\n" +
+	"\vurl_headers\x18\x05 \x03(\v21.leasehold.v1.GetArtifactResponse.UrlHeadersEntryR\n" +
+	"urlHeaders\x1a=\n" +
+	"\x0fUrlHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x86\x05\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vSubmitBatch\x12 .leasehold.v1.SubmitBatchRequest\x1a!.leasehold.v1.SubmitBatchResponse\x12C\n" +
@@ -1283,75 +1328,79 @@ func file_leasehold_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_job_service_proto_rawDescData
 }
 
-var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_leasehold_v1_job_service_proto_goTypes = []any{
-	(*SubmitBatchRequest)(nil),  // 0: leasehold.v1.SubmitBatchRequest
-	(*SubmitBatchResponse)(nil), // 1: leasehold.v1.SubmitBatchResponse
-	(*GetJobRequest)(nil),       // 2: leasehold.v1.GetJobRequest
-	(*GetJobResponse)(nil),      // 3: leasehold.v1.GetJobResponse
-	(*ListJobsRequest)(nil),     // 4: leasehold.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),    // 5: leasehold.v1.ListJobsResponse
-	(*GetBatchRequest)(nil),     // 6: leasehold.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),    // 7: leasehold.v1.GetBatchResponse
-	(*WatchBatchRequest)(nil),   // 8: leasehold.v1.WatchBatchRequest
-	(*JobCursor)(nil),           // 9: leasehold.v1.JobCursor
-	(*JobUpdate)(nil),           // 10: leasehold.v1.JobUpdate
-	(*WatchBatchResponse)(nil),  // 11: leasehold.v1.WatchBatchResponse
-	(*CancelJobRequest)(nil),    // 12: leasehold.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),   // 13: leasehold.v1.CancelJobResponse
-	(*CancelBatchRequest)(nil),  // 14: leasehold.v1.CancelBatchRequest
-	(*CancelBatchResponse)(nil), // 15: leasehold.v1.CancelBatchResponse
-	(*RunningCancel)(nil),       // 16: leasehold.v1.RunningCancel
-	(*GetArtifactRequest)(nil),  // 17: leasehold.v1.GetArtifactRequest
-	(*GetArtifactResponse)(nil), // 18: leasehold.v1.GetArtifactResponse
-	(*Document)(nil),            // 19: leasehold.v1.Document
-	(*RetryPolicy)(nil),         // 20: leasehold.v1.RetryPolicy
-	(*Batch)(nil),               // 21: leasehold.v1.Batch
-	(*Job)(nil),                 // 22: leasehold.v1.Job
-	(Phase)(0),                  // 23: leasehold.v1.Phase
-	(*JobEvent)(nil),            // 24: leasehold.v1.JobEvent
-	(*Artifact)(nil),            // 25: leasehold.v1.Artifact
+	(*SubmitBatchRequest)(nil),    // 0: leasehold.v1.SubmitBatchRequest
+	(*SubmitBatchResponse)(nil),   // 1: leasehold.v1.SubmitBatchResponse
+	(*GetJobRequest)(nil),         // 2: leasehold.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 3: leasehold.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 4: leasehold.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 5: leasehold.v1.ListJobsResponse
+	(*GetBatchRequest)(nil),       // 6: leasehold.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),      // 7: leasehold.v1.GetBatchResponse
+	(*WatchBatchRequest)(nil),     // 8: leasehold.v1.WatchBatchRequest
+	(*JobCursor)(nil),             // 9: leasehold.v1.JobCursor
+	(*JobUpdate)(nil),             // 10: leasehold.v1.JobUpdate
+	(*WatchBatchResponse)(nil),    // 11: leasehold.v1.WatchBatchResponse
+	(*CancelJobRequest)(nil),      // 12: leasehold.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 13: leasehold.v1.CancelJobResponse
+	(*CancelBatchRequest)(nil),    // 14: leasehold.v1.CancelBatchRequest
+	(*CancelBatchResponse)(nil),   // 15: leasehold.v1.CancelBatchResponse
+	(*RunningCancel)(nil),         // 16: leasehold.v1.RunningCancel
+	(*GetArtifactRequest)(nil),    // 17: leasehold.v1.GetArtifactRequest
+	(*GetArtifactResponse)(nil),   // 18: leasehold.v1.GetArtifactResponse
+	nil,                           // 19: leasehold.v1.GetArtifactResponse.UrlHeadersEntry
+	(*Document)(nil),              // 20: leasehold.v1.Document
+	(*RetryPolicy)(nil),           // 21: leasehold.v1.RetryPolicy
+	(*Batch)(nil),                 // 22: leasehold.v1.Batch
+	(*Job)(nil),                   // 23: leasehold.v1.Job
+	(Phase)(0),                    // 24: leasehold.v1.Phase
+	(*JobEvent)(nil),              // 25: leasehold.v1.JobEvent
+	(*Artifact)(nil),              // 26: leasehold.v1.Artifact
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_leasehold_v1_job_service_proto_depIdxs = []int32{
-	19, // 0: leasehold.v1.SubmitBatchRequest.documents:type_name -> leasehold.v1.Document
-	20, // 1: leasehold.v1.SubmitBatchRequest.retry_policy:type_name -> leasehold.v1.RetryPolicy
-	21, // 2: leasehold.v1.SubmitBatchResponse.batch:type_name -> leasehold.v1.Batch
-	22, // 3: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
-	23, // 4: leasehold.v1.ListJobsRequest.phase:type_name -> leasehold.v1.Phase
-	22, // 5: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	21, // 6: leasehold.v1.GetBatchResponse.batch:type_name -> leasehold.v1.Batch
+	20, // 0: leasehold.v1.SubmitBatchRequest.documents:type_name -> leasehold.v1.Document
+	21, // 1: leasehold.v1.SubmitBatchRequest.retry_policy:type_name -> leasehold.v1.RetryPolicy
+	22, // 2: leasehold.v1.SubmitBatchResponse.batch:type_name -> leasehold.v1.Batch
+	23, // 3: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
+	24, // 4: leasehold.v1.ListJobsRequest.phase:type_name -> leasehold.v1.Phase
+	23, // 5: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	22, // 6: leasehold.v1.GetBatchResponse.batch:type_name -> leasehold.v1.Batch
 	9,  // 7: leasehold.v1.WatchBatchRequest.resume:type_name -> leasehold.v1.JobCursor
-	23, // 8: leasehold.v1.JobUpdate.phase:type_name -> leasehold.v1.Phase
-	24, // 9: leasehold.v1.JobUpdate.event:type_name -> leasehold.v1.JobEvent
-	23, // 10: leasehold.v1.WatchBatchResponse.phase:type_name -> leasehold.v1.Phase
-	24, // 11: leasehold.v1.WatchBatchResponse.event:type_name -> leasehold.v1.JobEvent
-	21, // 12: leasehold.v1.WatchBatchResponse.batch:type_name -> leasehold.v1.Batch
+	24, // 8: leasehold.v1.JobUpdate.phase:type_name -> leasehold.v1.Phase
+	25, // 9: leasehold.v1.JobUpdate.event:type_name -> leasehold.v1.JobEvent
+	24, // 10: leasehold.v1.WatchBatchResponse.phase:type_name -> leasehold.v1.Phase
+	25, // 11: leasehold.v1.WatchBatchResponse.event:type_name -> leasehold.v1.JobEvent
+	22, // 12: leasehold.v1.WatchBatchResponse.batch:type_name -> leasehold.v1.Batch
 	10, // 13: leasehold.v1.WatchBatchResponse.updates:type_name -> leasehold.v1.JobUpdate
-	22, // 14: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	23, // 14: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
 	16, // 15: leasehold.v1.CancelBatchResponse.running:type_name -> leasehold.v1.RunningCancel
-	21, // 16: leasehold.v1.CancelBatchResponse.batch:type_name -> leasehold.v1.Batch
-	25, // 17: leasehold.v1.GetArtifactResponse.artifact:type_name -> leasehold.v1.Artifact
-	0,  // 18: leasehold.v1.JobService.SubmitBatch:input_type -> leasehold.v1.SubmitBatchRequest
-	2,  // 19: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	4,  // 20: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	6,  // 21: leasehold.v1.JobService.GetBatch:input_type -> leasehold.v1.GetBatchRequest
-	8,  // 22: leasehold.v1.JobService.WatchBatch:input_type -> leasehold.v1.WatchBatchRequest
-	12, // 23: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	14, // 24: leasehold.v1.JobService.CancelBatch:input_type -> leasehold.v1.CancelBatchRequest
-	17, // 25: leasehold.v1.JobService.GetArtifact:input_type -> leasehold.v1.GetArtifactRequest
-	1,  // 26: leasehold.v1.JobService.SubmitBatch:output_type -> leasehold.v1.SubmitBatchResponse
-	3,  // 27: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	5,  // 28: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	7,  // 29: leasehold.v1.JobService.GetBatch:output_type -> leasehold.v1.GetBatchResponse
-	11, // 30: leasehold.v1.JobService.WatchBatch:output_type -> leasehold.v1.WatchBatchResponse
-	13, // 31: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	15, // 32: leasehold.v1.JobService.CancelBatch:output_type -> leasehold.v1.CancelBatchResponse
-	18, // 33: leasehold.v1.JobService.GetArtifact:output_type -> leasehold.v1.GetArtifactResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	22, // 16: leasehold.v1.CancelBatchResponse.batch:type_name -> leasehold.v1.Batch
+	26, // 17: leasehold.v1.GetArtifactResponse.artifact:type_name -> leasehold.v1.Artifact
+	27, // 18: leasehold.v1.GetArtifactResponse.url_expires_at:type_name -> google.protobuf.Timestamp
+	19, // 19: leasehold.v1.GetArtifactResponse.url_headers:type_name -> leasehold.v1.GetArtifactResponse.UrlHeadersEntry
+	0,  // 20: leasehold.v1.JobService.SubmitBatch:input_type -> leasehold.v1.SubmitBatchRequest
+	2,  // 21: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	4,  // 22: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	6,  // 23: leasehold.v1.JobService.GetBatch:input_type -> leasehold.v1.GetBatchRequest
+	8,  // 24: leasehold.v1.JobService.WatchBatch:input_type -> leasehold.v1.WatchBatchRequest
+	12, // 25: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	14, // 26: leasehold.v1.JobService.CancelBatch:input_type -> leasehold.v1.CancelBatchRequest
+	17, // 27: leasehold.v1.JobService.GetArtifact:input_type -> leasehold.v1.GetArtifactRequest
+	1,  // 28: leasehold.v1.JobService.SubmitBatch:output_type -> leasehold.v1.SubmitBatchResponse
+	3,  // 29: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	5,  // 30: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	7,  // 31: leasehold.v1.JobService.GetBatch:output_type -> leasehold.v1.GetBatchResponse
+	11, // 32: leasehold.v1.JobService.WatchBatch:output_type -> leasehold.v1.WatchBatchResponse
+	13, // 33: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	15, // 34: leasehold.v1.JobService.CancelBatch:output_type -> leasehold.v1.CancelBatchResponse
+	18, // 35: leasehold.v1.JobService.GetArtifact:output_type -> leasehold.v1.GetArtifactResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_job_service_proto_init() }
@@ -1366,7 +1415,7 @@ func file_leasehold_v1_job_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_job_service_proto_rawDesc), len(file_leasehold_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -173,10 +173,18 @@ type JobServiceClient interface {
 	// for a type outside them that an earlier release stored: serve the bytes
 	// under the type reported and they are never run as a page.
 	//
+	// A preview kept in the artifact store is streamed from it through the
+	// coordinator, or, with presign set and a store that presigns (an
+	// S3-compatible one), answered by one message carrying a URL that reads
+	// it, valid for a few minutes, and no chunks: the caller fetches the
+	// bytes and checks them against artifact.digest. A preview kept inline
+	// in the coordinator's records is streamed whatever presign says.
+	//
 	// Who: a submitter of the job's team only; operators are refused so that
 	// they never see document data.
 	// Errors: FAILED_PRECONDITION NOT_SUCCEEDED; NOT_FOUND JOB_NOT_FOUND,
-	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED (an operator).
+	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED (an operator);
+	// UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE (the store did not answer).
 	GetArtifact(ctx context.Context, in *GetArtifactRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetArtifactResponse], error)
 }
 
@@ -430,10 +438,18 @@ type JobServiceServer interface {
 	// for a type outside them that an earlier release stored: serve the bytes
 	// under the type reported and they are never run as a page.
 	//
+	// A preview kept in the artifact store is streamed from it through the
+	// coordinator, or, with presign set and a store that presigns (an
+	// S3-compatible one), answered by one message carrying a URL that reads
+	// it, valid for a few minutes, and no chunks: the caller fetches the
+	// bytes and checks them against artifact.digest. A preview kept inline
+	// in the coordinator's records is streamed whatever presign says.
+	//
 	// Who: a submitter of the job's team only; operators are refused so that
 	// they never see document data.
 	// Errors: FAILED_PRECONDITION NOT_SUCCEEDED; NOT_FOUND JOB_NOT_FOUND,
-	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED (an operator).
+	// ARTIFACT_NOT_FOUND; PERMISSION_DENIED PERMISSION_DENIED (an operator);
+	// UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE (the store did not answer).
 	GetArtifact(*GetArtifactRequest, grpc.ServerStreamingServer[GetArtifactResponse]) error
 	mustEmbedUnimplementedJobServiceServer()
 }

@@ -1029,6 +1029,7 @@ type BackupResponse struct {
 	//	*BackupResponse_Header
 	//	*BackupResponse_Chunk
 	//	*BackupResponse_Trailer
+	//	*BackupResponse_Objects
 	Part          isBackupResponse_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1098,6 +1099,15 @@ func (x *BackupResponse) GetTrailer() *BackupTrailer {
 	return nil
 }
 
+func (x *BackupResponse) GetObjects() *BackupObjects {
+	if x != nil {
+		if x, ok := x.Part.(*BackupResponse_Objects); ok {
+			return x.Objects
+		}
+	}
+	return nil
+}
+
 type isBackupResponse_Part interface {
 	isBackupResponse_Part()
 }
@@ -1117,11 +1127,19 @@ type BackupResponse_Trailer struct {
 	Trailer *BackupTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
 }
 
+type BackupResponse_Objects struct {
+	// After the chunks, before the trailer: the objects of the artifact
+	// store that the copy's pointers name, in batches.
+	Objects *BackupObjects `protobuf:"bytes,4,opt,name=objects,proto3,oneof"`
+}
+
 func (*BackupResponse_Header) isBackupResponse_Part() {}
 
 func (*BackupResponse_Chunk) isBackupResponse_Part() {}
 
 func (*BackupResponse_Trailer) isBackupResponse_Part() {}
+
+func (*BackupResponse_Objects) isBackupResponse_Part() {}
 
 type BackupHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1130,8 +1148,13 @@ type BackupHeader struct {
 	// The storage schema of the copy.
 	SchemaVersion uint64 `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	// The largest fencing token granted in the copy.
-	LastToken     uint64                 `protobuf:"varint,3,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
-	TakenAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	LastToken uint64                 `protobuf:"varint,3,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
+	TakenAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	// How many objects of the artifact store the copy's pointers name: the
+	// previews larger than the inline threshold, which the copy does not
+	// hold. They follow the chunks in BackupObjects messages; a restore
+	// needs them in the store (back them up with the store's own tools).
+	Objects       uint64 `protobuf:"varint,5,opt,name=objects,proto3" json:"objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1194,6 +1217,60 @@ func (x *BackupHeader) GetTakenAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *BackupHeader) GetObjects() uint64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+// BackupObjects names objects of the artifact store the backup needs, by
+// key: <team>/sha256/<lowercase hex digest>, relative to the store's
+// bucket and prefix (or directory).
+type BackupObjects struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupObjects) Reset() {
+	*x = BackupObjects{}
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupObjects) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupObjects) ProtoMessage() {}
+
+func (x *BackupObjects) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupObjects.ProtoReflect.Descriptor instead.
+func (*BackupObjects) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_operator_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BackupObjects) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 type BackupTrailer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lowercase hex SHA-256 of the chunks' bytes.
@@ -1204,7 +1281,7 @@ type BackupTrailer struct {
 
 func (x *BackupTrailer) Reset() {
 	*x = BackupTrailer{}
-	mi := &file_leasehold_v1_operator_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1293,7 @@ func (x *BackupTrailer) String() string {
 func (*BackupTrailer) ProtoMessage() {}
 
 func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_operator_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_operator_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1306,7 @@ func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupTrailer.ProtoReflect.Descriptor instead.
 func (*BackupTrailer) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_operator_service_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_operator_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BackupTrailer) GetSha256() string {
@@ -1326,19 +1403,23 @@ const file_leasehold_v1_operator_service_proto_rawDesc = "" +
 	"\x10GetAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.leasehold.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x0f\n" +
-	"\rBackupRequest\"\x9f\x01\n" +
+	"\rBackupRequest\"\xd8\x01\n" +
 	"\x0eBackupResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.leasehold.v1.BackupHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x127\n" +
-	"\atrailer\x18\x03 \x01(\v2\x1b.leasehold.v1.BackupTrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"\xaa\x01\n" +
+	"\atrailer\x18\x03 \x01(\v2\x1b.leasehold.v1.BackupTrailerH\x00R\atrailer\x127\n" +
+	"\aobjects\x18\x04 \x01(\v2\x1b.leasehold.v1.BackupObjectsH\x00R\aobjectsB\x06\n" +
+	"\x04part\"\xc4\x01\n" +
 	"\fBackupHeader\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12%\n" +
 	"\x0eschema_version\x18\x02 \x01(\x04R\rschemaVersion\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\x03 \x01(\x04R\tlastToken\x125\n" +
-	"\btaken_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\"'\n" +
+	"\btaken_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12\x18\n" +
+	"\aobjects\x18\x05 \x01(\x04R\aobjects\"#\n" +
+	"\rBackupObjects\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"'\n" +
 	"\rBackupTrailer\x12\x16\n" +
 	"\x06sha256\x18\x01 \x01(\tR\x06sha256*`\n" +
 	"\fReplayAction\x12\x1d\n" +
@@ -1367,7 +1448,7 @@ func file_leasehold_v1_operator_service_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_operator_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_operator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_leasehold_v1_operator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_leasehold_v1_operator_service_proto_goTypes = []any{
 	(ReplayAction)(0),                       // 0: leasehold.v1.ReplayAction
 	(*ListRejectedCompletionsRequest)(nil),  // 1: leasehold.v1.ListRejectedCompletionsRequest
@@ -1385,45 +1466,47 @@ var file_leasehold_v1_operator_service_proto_goTypes = []any{
 	(*BackupRequest)(nil),                   // 13: leasehold.v1.BackupRequest
 	(*BackupResponse)(nil),                  // 14: leasehold.v1.BackupResponse
 	(*BackupHeader)(nil),                    // 15: leasehold.v1.BackupHeader
-	(*BackupTrailer)(nil),                   // 16: leasehold.v1.BackupTrailer
-	(*timestamppb.Timestamp)(nil),           // 17: google.protobuf.Timestamp
-	(*RejectedCompletion)(nil),              // 18: leasehold.v1.RejectedCompletion
-	(TerminalReason)(0),                     // 19: leasehold.v1.TerminalReason
-	(Phase)(0),                              // 20: leasehold.v1.Phase
+	(*BackupObjects)(nil),                   // 16: leasehold.v1.BackupObjects
+	(*BackupTrailer)(nil),                   // 17: leasehold.v1.BackupTrailer
+	(*timestamppb.Timestamp)(nil),           // 18: google.protobuf.Timestamp
+	(*RejectedCompletion)(nil),              // 19: leasehold.v1.RejectedCompletion
+	(TerminalReason)(0),                     // 20: leasehold.v1.TerminalReason
+	(Phase)(0),                              // 21: leasehold.v1.Phase
 }
 var file_leasehold_v1_operator_service_proto_depIdxs = []int32{
-	17, // 0: leasehold.v1.ListRejectedCompletionsRequest.since:type_name -> google.protobuf.Timestamp
-	17, // 1: leasehold.v1.ListRejectedCompletionsRequest.until:type_name -> google.protobuf.Timestamp
-	18, // 2: leasehold.v1.ListRejectedCompletionsResponse.rejections:type_name -> leasehold.v1.RejectedCompletion
-	19, // 3: leasehold.v1.ReplayJobsRequest.terminal_reason:type_name -> leasehold.v1.TerminalReason
-	20, // 4: leasehold.v1.ReplayItem.phase:type_name -> leasehold.v1.Phase
-	19, // 5: leasehold.v1.ReplayItem.terminal_reason:type_name -> leasehold.v1.TerminalReason
+	18, // 0: leasehold.v1.ListRejectedCompletionsRequest.since:type_name -> google.protobuf.Timestamp
+	18, // 1: leasehold.v1.ListRejectedCompletionsRequest.until:type_name -> google.protobuf.Timestamp
+	19, // 2: leasehold.v1.ListRejectedCompletionsResponse.rejections:type_name -> leasehold.v1.RejectedCompletion
+	20, // 3: leasehold.v1.ReplayJobsRequest.terminal_reason:type_name -> leasehold.v1.TerminalReason
+	21, // 4: leasehold.v1.ReplayItem.phase:type_name -> leasehold.v1.Phase
+	20, // 5: leasehold.v1.ReplayItem.terminal_reason:type_name -> leasehold.v1.TerminalReason
 	0,  // 6: leasehold.v1.ReplayItem.action:type_name -> leasehold.v1.ReplayAction
 	4,  // 7: leasehold.v1.ReplayJobsResponse.items:type_name -> leasehold.v1.ReplayItem
-	17, // 8: leasehold.v1.PauseDispatchResponse.since:type_name -> google.protobuf.Timestamp
-	17, // 9: leasehold.v1.AuditRecord.at:type_name -> google.protobuf.Timestamp
-	19, // 10: leasehold.v1.AuditRecord.terminal_reason:type_name -> leasehold.v1.TerminalReason
+	18, // 8: leasehold.v1.PauseDispatchResponse.since:type_name -> google.protobuf.Timestamp
+	18, // 9: leasehold.v1.AuditRecord.at:type_name -> google.protobuf.Timestamp
+	20, // 10: leasehold.v1.AuditRecord.terminal_reason:type_name -> leasehold.v1.TerminalReason
 	11, // 11: leasehold.v1.GetAuditResponse.records:type_name -> leasehold.v1.AuditRecord
 	15, // 12: leasehold.v1.BackupResponse.header:type_name -> leasehold.v1.BackupHeader
-	16, // 13: leasehold.v1.BackupResponse.trailer:type_name -> leasehold.v1.BackupTrailer
-	17, // 14: leasehold.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: leasehold.v1.OperatorService.ListRejectedCompletions:input_type -> leasehold.v1.ListRejectedCompletionsRequest
-	3,  // 16: leasehold.v1.OperatorService.ReplayJobs:input_type -> leasehold.v1.ReplayJobsRequest
-	6,  // 17: leasehold.v1.OperatorService.PauseDispatch:input_type -> leasehold.v1.PauseDispatchRequest
-	8,  // 18: leasehold.v1.OperatorService.ResumeDispatch:input_type -> leasehold.v1.ResumeDispatchRequest
-	10, // 19: leasehold.v1.OperatorService.GetAudit:input_type -> leasehold.v1.GetAuditRequest
-	13, // 20: leasehold.v1.OperatorService.Backup:input_type -> leasehold.v1.BackupRequest
-	2,  // 21: leasehold.v1.OperatorService.ListRejectedCompletions:output_type -> leasehold.v1.ListRejectedCompletionsResponse
-	5,  // 22: leasehold.v1.OperatorService.ReplayJobs:output_type -> leasehold.v1.ReplayJobsResponse
-	7,  // 23: leasehold.v1.OperatorService.PauseDispatch:output_type -> leasehold.v1.PauseDispatchResponse
-	9,  // 24: leasehold.v1.OperatorService.ResumeDispatch:output_type -> leasehold.v1.ResumeDispatchResponse
-	12, // 25: leasehold.v1.OperatorService.GetAudit:output_type -> leasehold.v1.GetAuditResponse
-	14, // 26: leasehold.v1.OperatorService.Backup:output_type -> leasehold.v1.BackupResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	17, // 13: leasehold.v1.BackupResponse.trailer:type_name -> leasehold.v1.BackupTrailer
+	16, // 14: leasehold.v1.BackupResponse.objects:type_name -> leasehold.v1.BackupObjects
+	18, // 15: leasehold.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: leasehold.v1.OperatorService.ListRejectedCompletions:input_type -> leasehold.v1.ListRejectedCompletionsRequest
+	3,  // 17: leasehold.v1.OperatorService.ReplayJobs:input_type -> leasehold.v1.ReplayJobsRequest
+	6,  // 18: leasehold.v1.OperatorService.PauseDispatch:input_type -> leasehold.v1.PauseDispatchRequest
+	8,  // 19: leasehold.v1.OperatorService.ResumeDispatch:input_type -> leasehold.v1.ResumeDispatchRequest
+	10, // 20: leasehold.v1.OperatorService.GetAudit:input_type -> leasehold.v1.GetAuditRequest
+	13, // 21: leasehold.v1.OperatorService.Backup:input_type -> leasehold.v1.BackupRequest
+	2,  // 22: leasehold.v1.OperatorService.ListRejectedCompletions:output_type -> leasehold.v1.ListRejectedCompletionsResponse
+	5,  // 23: leasehold.v1.OperatorService.ReplayJobs:output_type -> leasehold.v1.ReplayJobsResponse
+	7,  // 24: leasehold.v1.OperatorService.PauseDispatch:output_type -> leasehold.v1.PauseDispatchResponse
+	9,  // 25: leasehold.v1.OperatorService.ResumeDispatch:output_type -> leasehold.v1.ResumeDispatchResponse
+	12, // 26: leasehold.v1.OperatorService.GetAudit:output_type -> leasehold.v1.GetAuditResponse
+	14, // 27: leasehold.v1.OperatorService.Backup:output_type -> leasehold.v1.BackupResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_operator_service_proto_init() }
@@ -1436,6 +1519,7 @@ func file_leasehold_v1_operator_service_proto_init() {
 		(*BackupResponse_Header)(nil),
 		(*BackupResponse_Chunk)(nil),
 		(*BackupResponse_Trailer)(nil),
+		(*BackupResponse_Objects)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1443,7 +1527,7 @@ func file_leasehold_v1_operator_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_operator_service_proto_rawDesc), len(file_leasehold_v1_operator_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -81,7 +81,7 @@ type OperatorServiceClient interface {
 	// scope "*".
 	GetAudit(ctx context.Context, in *GetAuditRequest, opts ...grpc.CallOption) (*GetAuditResponse, error)
 	// Backup streams a consistent copy of the coordinator's whole database,
-	// every team's documents and previews included: the bbolt file as one
+	// every team's documents and inline previews included: the bbolt file as one
 	// read transaction sees it, itself a database a coordinator can start on
 	// (see `coordinator restore`). The coordinator first writes the copy to
 	// a temporary file beside the database, in one short read transaction,
@@ -90,9 +90,13 @@ type OperatorServiceClient interface {
 	// file takes disk space until the stream ends.
 	//
 	// The first message is the header (the size of what follows, schema,
-	// largest fencing token in the copy), then chunks of at most 1 MiB, then
-	// the trailer with the SHA-256 of every chunk's bytes: a reader checks
-	// the size and the digest before trusting the copy.
+	// largest fencing token in the copy, how many objects of the artifact
+	// store it names), then chunks of at most 1 MiB, then the keys of those
+	// objects (BackupObjects, as of the same read transaction as the copy),
+	// then the trailer with the SHA-256 of every chunk's bytes: a reader
+	// checks the size and the digest before trusting the copy. The previews
+	// kept in the artifact store are not in the copy: a restore needs the
+	// objects named, which the store's own tools back up.
 	//
 	// Needs a principal with the backup role, a capability of its own: no
 	// operator scope implies it, "*" included, since operators never see
@@ -236,7 +240,7 @@ type OperatorServiceServer interface {
 	// scope "*".
 	GetAudit(context.Context, *GetAuditRequest) (*GetAuditResponse, error)
 	// Backup streams a consistent copy of the coordinator's whole database,
-	// every team's documents and previews included: the bbolt file as one
+	// every team's documents and inline previews included: the bbolt file as one
 	// read transaction sees it, itself a database a coordinator can start on
 	// (see `coordinator restore`). The coordinator first writes the copy to
 	// a temporary file beside the database, in one short read transaction,
@@ -245,9 +249,13 @@ type OperatorServiceServer interface {
 	// file takes disk space until the stream ends.
 	//
 	// The first message is the header (the size of what follows, schema,
-	// largest fencing token in the copy), then chunks of at most 1 MiB, then
-	// the trailer with the SHA-256 of every chunk's bytes: a reader checks
-	// the size and the digest before trusting the copy.
+	// largest fencing token in the copy, how many objects of the artifact
+	// store it names), then chunks of at most 1 MiB, then the keys of those
+	// objects (BackupObjects, as of the same read transaction as the copy),
+	// then the trailer with the SHA-256 of every chunk's bytes: a reader
+	// checks the size and the digest before trusting the copy. The previews
+	// kept in the artifact store are not in the copy: a restore needs the
+	// objects named, which the store's own tools back up.
 	//
 	// Needs a principal with the backup role, a capability of its own: no
 	// operator scope implies it, "*" included, since operators never see

@@ -75,6 +75,154 @@ func (LeaseState) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{0}
 }
 
+type PrepareUploadRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	JobId      string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token      uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	RendererId string                 `protobuf:"bytes,3,opt,name=renderer_id,json=rendererId,proto3" json:"renderer_id,omitempty"`
+	// The preview's SHA-256 in lower-case hex (64 characters).
+	Sha256 string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The preview's length, 1 to the coordinator's artifact limit.
+	SizeBytes     int64 `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareUploadRequest) Reset() {
+	*x = PrepareUploadRequest{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareUploadRequest) ProtoMessage() {}
+
+func (x *PrepareUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareUploadRequest.ProtoReflect.Descriptor instead.
+func (*PrepareUploadRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PrepareUploadRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *PrepareUploadRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *PrepareUploadRequest) GetRendererId() string {
+	if x != nil {
+		return x.RendererId
+	}
+	return ""
+}
+
+func (x *PrepareUploadRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *PrepareUploadRequest) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+type PrepareUploadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The URL to send the preview to, with method (PUT) and every header
+	// in headers, exactly as given.
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Method        string                 `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	Headers       map[string]string      `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareUploadResponse) Reset() {
+	*x = PrepareUploadResponse{}
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareUploadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareUploadResponse) ProtoMessage() {}
+
+func (x *PrepareUploadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareUploadResponse.ProtoReflect.Descriptor instead.
+func (*PrepareUploadResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PrepareUploadResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PrepareUploadResponse) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *PrepareUploadResponse) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *PrepareUploadResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The renderer's stable id, 1 to 128 bytes of [A-Za-z0-9._-].
@@ -96,7 +244,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[0]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -108,7 +256,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[0]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -121,7 +269,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{0}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AcquireRequest) GetRendererId() string {
@@ -172,7 +320,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[1]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +332,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[1]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +345,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AcquireResponse) GetLeases() []*Grant {
@@ -239,7 +387,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[2]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +399,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[2]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +412,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Grant) GetJobId() string {
@@ -313,7 +461,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[3]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +473,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[3]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +486,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseRef) GetJobId() string {
@@ -373,7 +521,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[4]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +533,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[4]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +546,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatRequest) GetRendererId() string {
@@ -457,7 +605,7 @@ type LeaseStatus struct {
 
 func (x *LeaseStatus) Reset() {
 	*x = LeaseStatus{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[5]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +617,7 @@ func (x *LeaseStatus) String() string {
 func (*LeaseStatus) ProtoMessage() {}
 
 func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[5]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +630,7 @@ func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseStatus.ProtoReflect.Descriptor instead.
 func (*LeaseStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LeaseStatus) GetJobId() string {
@@ -546,7 +694,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[6]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +706,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[6]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +719,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatResponse) GetLeases() []*LeaseStatus {
@@ -601,7 +749,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[7]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +761,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[7]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +774,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UploadArtifactRequest) GetPart() isUploadArtifactRequest_Part {
@@ -687,7 +835,7 @@ type ArtifactMetadata struct {
 
 func (x *ArtifactMetadata) Reset() {
 	*x = ArtifactMetadata{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[8]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +847,7 @@ func (x *ArtifactMetadata) String() string {
 func (*ArtifactMetadata) ProtoMessage() {}
 
 func (x *ArtifactMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[8]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +860,7 @@ func (x *ArtifactMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMetadata.ProtoReflect.Descriptor instead.
 func (*ArtifactMetadata) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ArtifactMetadata) GetJobId() string {
@@ -760,7 +908,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +920,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +933,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UploadArtifactResponse) GetDigest() string {
@@ -818,7 +966,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +978,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +991,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CompleteRequest) GetJobId() string {
@@ -909,7 +1057,8 @@ func (*CompleteRequest_Success) isCompleteRequest_Outcome() {}
 func (*CompleteRequest_Failure) isCompleteRequest_Outcome() {}
 
 // CompleteSuccess carries the preview inline, or names an upload made under
-// the same lease.
+// the same lease, or an object the renderer stored in the artifact store
+// (PrepareUpload).
 type CompleteSuccess struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The digest of an UploadArtifact under this lease; with content set, an
@@ -926,14 +1075,18 @@ type CompleteSuccess struct {
 	// and held to the same list. Anything else (a list of types, a type that
 	// does not parse, SVG, HTML) is INVALID_ARGUMENT INVALID_CONTENT_TYPE and
 	// stores nothing: the console serves a preview on its own origin.
-	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// With artifact_digest and no content: the size of the object named, for
+	// a preview stored with PrepareUpload (required then, with
+	// content_type). The coordinator checks the store holds exactly this.
+	SizeBytes     int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteSuccess) Reset() {
 	*x = CompleteSuccess{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1098,7 @@ func (x *CompleteSuccess) String() string {
 func (*CompleteSuccess) ProtoMessage() {}
 
 func (x *CompleteSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1111,7 @@ func (x *CompleteSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteSuccess.ProtoReflect.Descriptor instead.
 func (*CompleteSuccess) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CompleteSuccess) GetArtifactDigest() string {
@@ -982,6 +1135,13 @@ func (x *CompleteSuccess) GetContentType() string {
 	return ""
 }
 
+func (x *CompleteSuccess) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 // CompleteFailure classifies a failed attempt.
 type CompleteFailure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -995,7 +1155,7 @@ type CompleteFailure struct {
 
 func (x *CompleteFailure) Reset() {
 	*x = CompleteFailure{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1167,7 @@ func (x *CompleteFailure) String() string {
 func (*CompleteFailure) ProtoMessage() {}
 
 func (x *CompleteFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1180,7 @@ func (x *CompleteFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFailure.ProtoReflect.Descriptor instead.
 func (*CompleteFailure) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompleteFailure) GetClass() FailureClass {
@@ -1051,7 +1211,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1223,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1236,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CompleteResponse) GetJob() *Job {
@@ -1132,7 +1292,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1304,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1317,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionRequest) GetHello() *SessionHello {
@@ -1242,7 +1402,7 @@ type SessionHello struct {
 
 func (x *SessionHello) Reset() {
 	*x = SessionHello{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1414,7 @@ func (x *SessionHello) String() string {
 func (*SessionHello) ProtoMessage() {}
 
 func (x *SessionHello) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1427,7 @@ func (x *SessionHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionHello.ProtoReflect.Descriptor instead.
 func (*SessionHello) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SessionHello) GetRendererId() string {
@@ -1321,7 +1481,7 @@ type SessionCompletion struct {
 
 func (x *SessionCompletion) Reset() {
 	*x = SessionCompletion{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1493,7 @@ func (x *SessionCompletion) String() string {
 func (*SessionCompletion) ProtoMessage() {}
 
 func (x *SessionCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1506,7 @@ func (x *SessionCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCompletion.ProtoReflect.Descriptor instead.
 func (*SessionCompletion) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SessionCompletion) GetJobId() string {
@@ -1404,6 +1564,7 @@ func (*SessionCompletion_Success) isSessionCompletion_Outcome() {}
 
 func (*SessionCompletion_Failure) isSessionCompletion_Outcome() {}
 
+// SessionResponse is one message of the coordinator on a Session.
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set on the first message only.
@@ -1418,13 +1579,18 @@ type SessionResponse struct {
 	Revoked []*LeaseStatus `protobuf:"bytes,5,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	// Set while an operator has paused dispatch (no grants meanwhile).
 	DispatchPaused bool `protobuf:"varint,6,opt,name=dispatch_paused,json=dispatchPaused,proto3" json:"dispatch_paused,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set on a keepalive, which carries nothing else but dispatch_paused:
+	// the coordinator sends one whenever it has sent nothing for
+	// SessionWelcome.keepalive_interval, so that a renderer can tell a quiet
+	// session from a coordinator that stopped answering.
+	Keepalive     bool `protobuf:"varint,7,opt,name=keepalive,proto3" json:"keepalive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[17]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1602,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[17]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1615,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionResponse) GetWelcome() *SessionWelcome {
@@ -1494,6 +1660,13 @@ func (x *SessionResponse) GetDispatchPaused() bool {
 	return false
 }
 
+func (x *SessionResponse) GetKeepalive() bool {
+	if x != nil {
+		return x.Keepalive
+	}
+	return false
+}
+
 // SessionWelcome answers SessionHello.
 type SessionWelcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1507,14 +1680,30 @@ type SessionWelcome struct {
 	// The largest SessionRequest the coordinator accepts.
 	MaxMessageBytes uint32 `protobuf:"varint,4,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
 	// The state of each lease listed in hello.holding.
-	Holding       []*LeaseStatus `protobuf:"bytes,5,rep,name=holding,proto3" json:"holding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Holding []*LeaseStatus `protobuf:"bytes,5,rep,name=holding,proto3" json:"holding,omitempty"`
+	// Set when the coordinator's artifact store takes presigned uploads
+	// (PrepareUpload): previews larger than max_inline_artifact_bytes go
+	// there, straight from the renderer. Unset, larger previews are uploaded
+	// with UploadArtifact.
+	PresignedUploads bool `protobuf:"varint,6,opt,name=presigned_uploads,json=presignedUploads,proto3" json:"presigned_uploads,omitempty"`
+	// The largest preview the coordinator accepts, inline or uploaded.
+	MaxArtifactBytes uint32 `protobuf:"varint,7,opt,name=max_artifact_bytes,json=maxArtifactBytes,proto3" json:"max_artifact_bytes,omitempty"`
+	// The coordinator sends a message at least this often, a keepalive when
+	// it has nothing else to say: a third of heartbeat_interval. A renderer
+	// that hears nothing for three intervals (a heartbeat interval, several
+	// elections long) takes the coordinator for stalled, ends the session
+	// and opens one wherever the leader is then, holding its leases. Only a
+	// replicated coordinator sends keepalives; unset, there are none (a
+	// single node has no other to move to, and a path that still carries the
+	// renderer's heartbeats one way keeps its leases there).
+	KeepaliveInterval *durationpb.Duration `protobuf:"bytes,8,opt,name=keepalive_interval,json=keepaliveInterval,proto3" json:"keepalive_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SessionWelcome) Reset() {
 	*x = SessionWelcome{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[18]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1715,7 @@ func (x *SessionWelcome) String() string {
 func (*SessionWelcome) ProtoMessage() {}
 
 func (x *SessionWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[18]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1728,7 @@ func (x *SessionWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWelcome.ProtoReflect.Descriptor instead.
 func (*SessionWelcome) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionWelcome) GetHeartbeatInterval() *durationpb.Duration {
@@ -1577,6 +1766,27 @@ func (x *SessionWelcome) GetHolding() []*LeaseStatus {
 	return nil
 }
 
+func (x *SessionWelcome) GetPresignedUploads() bool {
+	if x != nil {
+		return x.PresignedUploads
+	}
+	return false
+}
+
+func (x *SessionWelcome) GetMaxArtifactBytes() uint32 {
+	if x != nil {
+		return x.MaxArtifactBytes
+	}
+	return 0
+}
+
+func (x *SessionWelcome) GetKeepaliveInterval() *durationpb.Duration {
+	if x != nil {
+		return x.KeepaliveInterval
+	}
+	return nil
+}
+
 // CompletionResult answers one SessionCompletion.
 type CompletionResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1601,7 +1811,7 @@ type CompletionResult struct {
 
 func (x *CompletionResult) Reset() {
 	*x = CompletionResult{}
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[19]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1823,7 @@ func (x *CompletionResult) String() string {
 func (*CompletionResult) ProtoMessage() {}
 
 func (x *CompletionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[19]
+	mi := &file_leasehold_v1_renderer_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1836,7 @@ func (x *CompletionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionResult.ProtoReflect.Descriptor instead.
 func (*CompletionResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_renderer_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CompletionResult) GetJobId() string {
@@ -1689,7 +1899,24 @@ var File_leasehold_v1_renderer_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"\n" +
-	"#leasehold/v1/renderer_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leasehold/v1/job.proto\"\xc9\x01\n" +
+	"#leasehold/v1/renderer_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leasehold/v1/job.proto\"\x9b\x01\n" +
+	"\x14PrepareUploadRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1f\n" +
+	"\vrenderer_id\x18\x03 \x01(\tR\n" +
+	"rendererId\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\"\x84\x02\n" +
+	"\x15PrepareUploadResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12J\n" +
+	"\aheaders\x18\x03 \x03(\v20.leasehold.v1.PrepareUploadResponse.HeadersEntryR\aheaders\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc9\x01\n" +
 	"\x0eAcquireRequest\x12\x1f\n" +
 	"\vrenderer_id\x18\x01 \x01(\tR\n" +
 	"rendererId\x12\x1d\n" +
@@ -1753,11 +1980,13 @@ const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"rendererId\x129\n" +
 	"\asuccess\x18\x04 \x01(\v2\x1d.leasehold.v1.CompleteSuccessH\x00R\asuccess\x129\n" +
 	"\afailure\x18\x05 \x01(\v2\x1d.leasehold.v1.CompleteFailureH\x00R\afailureB\t\n" +
-	"\aoutcome\"w\n" +
+	"\aoutcome\"\x96\x01\n" +
 	"\x0fCompleteSuccess\x12'\n" +
 	"\x0fartifact_digest\x18\x01 \x01(\tR\x0eartifactDigest\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12!\n" +
-	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"]\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\"]\n" +
 	"\x0fCompleteFailure\x120\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x1a.leasehold.v1.FailureClassR\x05class\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"S\n" +
@@ -1790,20 +2019,24 @@ const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x129\n" +
 	"\asuccess\x18\x03 \x01(\v2\x1d.leasehold.v1.CompleteSuccessH\x00R\asuccess\x129\n" +
 	"\afailure\x18\x04 \x01(\v2\x1d.leasehold.v1.CompleteFailureH\x00R\afailureB\t\n" +
-	"\aoutcome\"\xc1\x02\n" +
+	"\aoutcome\"\xdf\x02\n" +
 	"\x0fSessionResponse\x126\n" +
 	"\awelcome\x18\x01 \x01(\v2\x1c.leasehold.v1.SessionWelcomeR\awelcome\x12+\n" +
 	"\x06grants\x18\x02 \x03(\v2\x13.leasehold.v1.GrantR\x06grants\x128\n" +
 	"\aresults\x18\x03 \x03(\v2\x1e.leasehold.v1.CompletionResultR\aresults\x121\n" +
 	"\x06leases\x18\x04 \x03(\v2\x19.leasehold.v1.LeaseStatusR\x06leases\x123\n" +
 	"\arevoked\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\arevoked\x12'\n" +
-	"\x0fdispatch_paused\x18\x06 \x01(\bR\x0edispatchPaused\"\xae\x02\n" +
+	"\x0fdispatch_paused\x18\x06 \x01(\bR\x0edispatchPaused\x12\x1c\n" +
+	"\tkeepalive\x18\a \x01(\bR\tkeepalive\"\xd3\x03\n" +
 	"\x0eSessionWelcome\x12H\n" +
 	"\x12heartbeat_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x126\n" +
 	"\tlease_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x129\n" +
 	"\x19max_inline_artifact_bytes\x18\x03 \x01(\rR\x16maxInlineArtifactBytes\x12*\n" +
 	"\x11max_message_bytes\x18\x04 \x01(\rR\x0fmaxMessageBytes\x123\n" +
-	"\aholding\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\aholding\"\xf1\x01\n" +
+	"\aholding\x18\x05 \x03(\v2\x19.leasehold.v1.LeaseStatusR\aholding\x12+\n" +
+	"\x11presigned_uploads\x18\x06 \x01(\bR\x10presignedUploads\x12,\n" +
+	"\x12max_artifact_bytes\x18\a \x01(\rR\x10maxArtifactBytes\x12H\n" +
+	"\x12keepalive_interval\x18\b \x01(\v2\x19.google.protobuf.DurationR\x11keepaliveInterval\"\xf1\x01\n" +
 	"\x10CompletionResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
@@ -1817,13 +2050,14 @@ const file_leasehold_v1_renderer_service_proto_rawDesc = "" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10LEASE_STATE_HELD\x10\x01\x12\x14\n" +
-	"\x10LEASE_STATE_LOST\x10\x022\xa1\x03\n" +
+	"\x10LEASE_STATE_LOST\x10\x022\xfb\x03\n" +
 	"\x0fRendererService\x12J\n" +
 	"\aSession\x12\x1c.leasehold.v1.SessionRequest\x1a\x1d.leasehold.v1.SessionResponse(\x010\x01\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12P\n" +
 	"\tHeartbeat\x12\x1e.leasehold.v1.HeartbeatRequest\x1a\x1f.leasehold.v1.HeartbeatResponse(\x010\x01\x12]\n" +
 	"\x0eUploadArtifact\x12#.leasehold.v1.UploadArtifactRequest\x1a$.leasehold.v1.UploadArtifactResponse(\x01\x12I\n" +
-	"\bComplete\x12\x1d.leasehold.v1.CompleteRequest\x1a\x1e.leasehold.v1.CompleteResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\bComplete\x12\x1d.leasehold.v1.CompleteRequest\x1a\x1e.leasehold.v1.CompleteResponse\x12X\n" +
+	"\rPrepareUpload\x12\".leasehold.v1.PrepareUploadRequest\x1a#.leasehold.v1.PrepareUploadResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_renderer_service_proto_rawDescOnce sync.Once
@@ -1838,89 +2072,97 @@ func file_leasehold_v1_renderer_service_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_renderer_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_renderer_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_leasehold_v1_renderer_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_leasehold_v1_renderer_service_proto_goTypes = []any{
 	(LeaseState)(0),                // 0: leasehold.v1.LeaseState
-	(*AcquireRequest)(nil),         // 1: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 2: leasehold.v1.AcquireResponse
-	(*Grant)(nil),                  // 3: leasehold.v1.Grant
-	(*LeaseRef)(nil),               // 4: leasehold.v1.LeaseRef
-	(*HeartbeatRequest)(nil),       // 5: leasehold.v1.HeartbeatRequest
-	(*LeaseStatus)(nil),            // 6: leasehold.v1.LeaseStatus
-	(*HeartbeatResponse)(nil),      // 7: leasehold.v1.HeartbeatResponse
-	(*UploadArtifactRequest)(nil),  // 8: leasehold.v1.UploadArtifactRequest
-	(*ArtifactMetadata)(nil),       // 9: leasehold.v1.ArtifactMetadata
-	(*UploadArtifactResponse)(nil), // 10: leasehold.v1.UploadArtifactResponse
-	(*CompleteRequest)(nil),        // 11: leasehold.v1.CompleteRequest
-	(*CompleteSuccess)(nil),        // 12: leasehold.v1.CompleteSuccess
-	(*CompleteFailure)(nil),        // 13: leasehold.v1.CompleteFailure
-	(*CompleteResponse)(nil),       // 14: leasehold.v1.CompleteResponse
-	(*SessionRequest)(nil),         // 15: leasehold.v1.SessionRequest
-	(*SessionHello)(nil),           // 16: leasehold.v1.SessionHello
-	(*SessionCompletion)(nil),      // 17: leasehold.v1.SessionCompletion
-	(*SessionResponse)(nil),        // 18: leasehold.v1.SessionResponse
-	(*SessionWelcome)(nil),         // 19: leasehold.v1.SessionWelcome
-	(*CompletionResult)(nil),       // 20: leasehold.v1.CompletionResult
-	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
-	(*Lease)(nil),                  // 22: leasehold.v1.Lease
-	(*Document)(nil),               // 23: leasehold.v1.Document
+	(*PrepareUploadRequest)(nil),   // 1: leasehold.v1.PrepareUploadRequest
+	(*PrepareUploadResponse)(nil),  // 2: leasehold.v1.PrepareUploadResponse
+	(*AcquireRequest)(nil),         // 3: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 4: leasehold.v1.AcquireResponse
+	(*Grant)(nil),                  // 5: leasehold.v1.Grant
+	(*LeaseRef)(nil),               // 6: leasehold.v1.LeaseRef
+	(*HeartbeatRequest)(nil),       // 7: leasehold.v1.HeartbeatRequest
+	(*LeaseStatus)(nil),            // 8: leasehold.v1.LeaseStatus
+	(*HeartbeatResponse)(nil),      // 9: leasehold.v1.HeartbeatResponse
+	(*UploadArtifactRequest)(nil),  // 10: leasehold.v1.UploadArtifactRequest
+	(*ArtifactMetadata)(nil),       // 11: leasehold.v1.ArtifactMetadata
+	(*UploadArtifactResponse)(nil), // 12: leasehold.v1.UploadArtifactResponse
+	(*CompleteRequest)(nil),        // 13: leasehold.v1.CompleteRequest
+	(*CompleteSuccess)(nil),        // 14: leasehold.v1.CompleteSuccess
+	(*CompleteFailure)(nil),        // 15: leasehold.v1.CompleteFailure
+	(*CompleteResponse)(nil),       // 16: leasehold.v1.CompleteResponse
+	(*SessionRequest)(nil),         // 17: leasehold.v1.SessionRequest
+	(*SessionHello)(nil),           // 18: leasehold.v1.SessionHello
+	(*SessionCompletion)(nil),      // 19: leasehold.v1.SessionCompletion
+	(*SessionResponse)(nil),        // 20: leasehold.v1.SessionResponse
+	(*SessionWelcome)(nil),         // 21: leasehold.v1.SessionWelcome
+	(*CompletionResult)(nil),       // 22: leasehold.v1.CompletionResult
+	nil,                            // 23: leasehold.v1.PrepareUploadResponse.HeadersEntry
 	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
-	(Phase)(0),                     // 25: leasehold.v1.Phase
-	(FailureClass)(0),              // 26: leasehold.v1.FailureClass
-	(*Job)(nil),                    // 27: leasehold.v1.Job
+	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
+	(*Lease)(nil),                  // 26: leasehold.v1.Lease
+	(*Document)(nil),               // 27: leasehold.v1.Document
+	(Phase)(0),                     // 28: leasehold.v1.Phase
+	(FailureClass)(0),              // 29: leasehold.v1.FailureClass
+	(*Job)(nil),                    // 30: leasehold.v1.Job
 }
 var file_leasehold_v1_renderer_service_proto_depIdxs = []int32{
-	21, // 0: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	3,  // 1: leasehold.v1.AcquireResponse.leases:type_name -> leasehold.v1.Grant
-	21, // 2: leasehold.v1.AcquireResponse.heartbeat_interval:type_name -> google.protobuf.Duration
-	22, // 3: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
-	23, // 4: leasehold.v1.Grant.document:type_name -> leasehold.v1.Document
-	4,  // 5: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
-	4,  // 6: leasehold.v1.HeartbeatRequest.cancel_acks:type_name -> leasehold.v1.LeaseRef
-	4,  // 7: leasehold.v1.HeartbeatRequest.hand_backs:type_name -> leasehold.v1.LeaseRef
-	0,  // 8: leasehold.v1.LeaseStatus.state:type_name -> leasehold.v1.LeaseState
-	24, // 9: leasehold.v1.LeaseStatus.deadline:type_name -> google.protobuf.Timestamp
-	25, // 10: leasehold.v1.LeaseStatus.current_phase:type_name -> leasehold.v1.Phase
-	6,  // 11: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
-	6,  // 12: leasehold.v1.HeartbeatResponse.revoked:type_name -> leasehold.v1.LeaseStatus
-	9,  // 13: leasehold.v1.UploadArtifactRequest.metadata:type_name -> leasehold.v1.ArtifactMetadata
-	12, // 14: leasehold.v1.CompleteRequest.success:type_name -> leasehold.v1.CompleteSuccess
-	13, // 15: leasehold.v1.CompleteRequest.failure:type_name -> leasehold.v1.CompleteFailure
-	26, // 16: leasehold.v1.CompleteFailure.class:type_name -> leasehold.v1.FailureClass
-	27, // 17: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
-	16, // 18: leasehold.v1.SessionRequest.hello:type_name -> leasehold.v1.SessionHello
-	17, // 19: leasehold.v1.SessionRequest.completions:type_name -> leasehold.v1.SessionCompletion
-	4,  // 20: leasehold.v1.SessionRequest.heartbeats:type_name -> leasehold.v1.LeaseRef
-	4,  // 21: leasehold.v1.SessionRequest.received:type_name -> leasehold.v1.LeaseRef
-	4,  // 22: leasehold.v1.SessionRequest.hand_backs:type_name -> leasehold.v1.LeaseRef
-	4,  // 23: leasehold.v1.SessionRequest.cancel_acks:type_name -> leasehold.v1.LeaseRef
-	4,  // 24: leasehold.v1.SessionHello.holding:type_name -> leasehold.v1.LeaseRef
-	12, // 25: leasehold.v1.SessionCompletion.success:type_name -> leasehold.v1.CompleteSuccess
-	13, // 26: leasehold.v1.SessionCompletion.failure:type_name -> leasehold.v1.CompleteFailure
-	19, // 27: leasehold.v1.SessionResponse.welcome:type_name -> leasehold.v1.SessionWelcome
-	3,  // 28: leasehold.v1.SessionResponse.grants:type_name -> leasehold.v1.Grant
-	20, // 29: leasehold.v1.SessionResponse.results:type_name -> leasehold.v1.CompletionResult
-	6,  // 30: leasehold.v1.SessionResponse.leases:type_name -> leasehold.v1.LeaseStatus
-	6,  // 31: leasehold.v1.SessionResponse.revoked:type_name -> leasehold.v1.LeaseStatus
-	21, // 32: leasehold.v1.SessionWelcome.heartbeat_interval:type_name -> google.protobuf.Duration
-	21, // 33: leasehold.v1.SessionWelcome.lease_ttl:type_name -> google.protobuf.Duration
-	6,  // 34: leasehold.v1.SessionWelcome.holding:type_name -> leasehold.v1.LeaseStatus
-	25, // 35: leasehold.v1.CompletionResult.phase:type_name -> leasehold.v1.Phase
-	15, // 36: leasehold.v1.RendererService.Session:input_type -> leasehold.v1.SessionRequest
-	1,  // 37: leasehold.v1.RendererService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	5,  // 38: leasehold.v1.RendererService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
-	8,  // 39: leasehold.v1.RendererService.UploadArtifact:input_type -> leasehold.v1.UploadArtifactRequest
-	11, // 40: leasehold.v1.RendererService.Complete:input_type -> leasehold.v1.CompleteRequest
-	18, // 41: leasehold.v1.RendererService.Session:output_type -> leasehold.v1.SessionResponse
-	2,  // 42: leasehold.v1.RendererService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	7,  // 43: leasehold.v1.RendererService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
-	10, // 44: leasehold.v1.RendererService.UploadArtifact:output_type -> leasehold.v1.UploadArtifactResponse
-	14, // 45: leasehold.v1.RendererService.Complete:output_type -> leasehold.v1.CompleteResponse
-	41, // [41:46] is the sub-list for method output_type
-	36, // [36:41] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	23, // 0: leasehold.v1.PrepareUploadResponse.headers:type_name -> leasehold.v1.PrepareUploadResponse.HeadersEntry
+	24, // 1: leasehold.v1.PrepareUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 2: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 3: leasehold.v1.AcquireResponse.leases:type_name -> leasehold.v1.Grant
+	25, // 4: leasehold.v1.AcquireResponse.heartbeat_interval:type_name -> google.protobuf.Duration
+	26, // 5: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	27, // 6: leasehold.v1.Grant.document:type_name -> leasehold.v1.Document
+	6,  // 7: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
+	6,  // 8: leasehold.v1.HeartbeatRequest.cancel_acks:type_name -> leasehold.v1.LeaseRef
+	6,  // 9: leasehold.v1.HeartbeatRequest.hand_backs:type_name -> leasehold.v1.LeaseRef
+	0,  // 10: leasehold.v1.LeaseStatus.state:type_name -> leasehold.v1.LeaseState
+	24, // 11: leasehold.v1.LeaseStatus.deadline:type_name -> google.protobuf.Timestamp
+	28, // 12: leasehold.v1.LeaseStatus.current_phase:type_name -> leasehold.v1.Phase
+	8,  // 13: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
+	8,  // 14: leasehold.v1.HeartbeatResponse.revoked:type_name -> leasehold.v1.LeaseStatus
+	11, // 15: leasehold.v1.UploadArtifactRequest.metadata:type_name -> leasehold.v1.ArtifactMetadata
+	14, // 16: leasehold.v1.CompleteRequest.success:type_name -> leasehold.v1.CompleteSuccess
+	15, // 17: leasehold.v1.CompleteRequest.failure:type_name -> leasehold.v1.CompleteFailure
+	29, // 18: leasehold.v1.CompleteFailure.class:type_name -> leasehold.v1.FailureClass
+	30, // 19: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
+	18, // 20: leasehold.v1.SessionRequest.hello:type_name -> leasehold.v1.SessionHello
+	19, // 21: leasehold.v1.SessionRequest.completions:type_name -> leasehold.v1.SessionCompletion
+	6,  // 22: leasehold.v1.SessionRequest.heartbeats:type_name -> leasehold.v1.LeaseRef
+	6,  // 23: leasehold.v1.SessionRequest.received:type_name -> leasehold.v1.LeaseRef
+	6,  // 24: leasehold.v1.SessionRequest.hand_backs:type_name -> leasehold.v1.LeaseRef
+	6,  // 25: leasehold.v1.SessionRequest.cancel_acks:type_name -> leasehold.v1.LeaseRef
+	6,  // 26: leasehold.v1.SessionHello.holding:type_name -> leasehold.v1.LeaseRef
+	14, // 27: leasehold.v1.SessionCompletion.success:type_name -> leasehold.v1.CompleteSuccess
+	15, // 28: leasehold.v1.SessionCompletion.failure:type_name -> leasehold.v1.CompleteFailure
+	21, // 29: leasehold.v1.SessionResponse.welcome:type_name -> leasehold.v1.SessionWelcome
+	5,  // 30: leasehold.v1.SessionResponse.grants:type_name -> leasehold.v1.Grant
+	22, // 31: leasehold.v1.SessionResponse.results:type_name -> leasehold.v1.CompletionResult
+	8,  // 32: leasehold.v1.SessionResponse.leases:type_name -> leasehold.v1.LeaseStatus
+	8,  // 33: leasehold.v1.SessionResponse.revoked:type_name -> leasehold.v1.LeaseStatus
+	25, // 34: leasehold.v1.SessionWelcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	25, // 35: leasehold.v1.SessionWelcome.lease_ttl:type_name -> google.protobuf.Duration
+	8,  // 36: leasehold.v1.SessionWelcome.holding:type_name -> leasehold.v1.LeaseStatus
+	25, // 37: leasehold.v1.SessionWelcome.keepalive_interval:type_name -> google.protobuf.Duration
+	28, // 38: leasehold.v1.CompletionResult.phase:type_name -> leasehold.v1.Phase
+	17, // 39: leasehold.v1.RendererService.Session:input_type -> leasehold.v1.SessionRequest
+	3,  // 40: leasehold.v1.RendererService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	7,  // 41: leasehold.v1.RendererService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
+	10, // 42: leasehold.v1.RendererService.UploadArtifact:input_type -> leasehold.v1.UploadArtifactRequest
+	13, // 43: leasehold.v1.RendererService.Complete:input_type -> leasehold.v1.CompleteRequest
+	1,  // 44: leasehold.v1.RendererService.PrepareUpload:input_type -> leasehold.v1.PrepareUploadRequest
+	20, // 45: leasehold.v1.RendererService.Session:output_type -> leasehold.v1.SessionResponse
+	4,  // 46: leasehold.v1.RendererService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	9,  // 47: leasehold.v1.RendererService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
+	12, // 48: leasehold.v1.RendererService.UploadArtifact:output_type -> leasehold.v1.UploadArtifactResponse
+	16, // 49: leasehold.v1.RendererService.Complete:output_type -> leasehold.v1.CompleteResponse
+	2,  // 50: leasehold.v1.RendererService.PrepareUpload:output_type -> leasehold.v1.PrepareUploadResponse
+	45, // [45:51] is the sub-list for method output_type
+	39, // [39:45] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_renderer_service_proto_init() }
@@ -1929,15 +2171,15 @@ func file_leasehold_v1_renderer_service_proto_init() {
 		return
 	}
 	file_leasehold_v1_job_proto_init()
-	file_leasehold_v1_renderer_service_proto_msgTypes[7].OneofWrappers = []any{
+	file_leasehold_v1_renderer_service_proto_msgTypes[9].OneofWrappers = []any{
 		(*UploadArtifactRequest_Metadata)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
-	file_leasehold_v1_renderer_service_proto_msgTypes[10].OneofWrappers = []any{
+	file_leasehold_v1_renderer_service_proto_msgTypes[12].OneofWrappers = []any{
 		(*CompleteRequest_Success)(nil),
 		(*CompleteRequest_Failure)(nil),
 	}
-	file_leasehold_v1_renderer_service_proto_msgTypes[16].OneofWrappers = []any{
+	file_leasehold_v1_renderer_service_proto_msgTypes[18].OneofWrappers = []any{
 		(*SessionCompletion_Success)(nil),
 		(*SessionCompletion_Failure)(nil),
 	}
@@ -1947,7 +2189,7 @@ func file_leasehold_v1_renderer_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_renderer_service_proto_rawDesc), len(file_leasehold_v1_renderer_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	RendererService_Heartbeat_FullMethodName      = "/leasehold.v1.RendererService/Heartbeat"
 	RendererService_UploadArtifact_FullMethodName = "/leasehold.v1.RendererService/UploadArtifact"
 	RendererService_Complete_FullMethodName       = "/leasehold.v1.RendererService/Complete"
+	RendererService_PrepareUpload_FullMethodName  = "/leasehold.v1.RendererService/PrepareUpload"
 )
 
 // RendererServiceClient is the client API for RendererService service.
@@ -207,9 +208,37 @@ type RendererServiceClient interface {
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
 	// INVALID_DIGEST, INVALID_CONTENT_TYPE, INVALID_MESSAGE;
 	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
-	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
-	// RENDERER_ID_NOT_ALLOWED.
+	// the digest, or the artifact store holds no object of the digest and
+	// size named); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
+	// RENDERER_ID_NOT_ALLOWED; INVALID_ARGUMENT ARTIFACT_STORE_REQUIRED (a
+	// cluster without a shared artifact store keeps previews inline, up to
+	// its cap); UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE (the store did not
+	// answer the check of the named object: nothing changed, keep the lease
+	// by heartbeats and retry).
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
+	// PrepareUpload returns a presigned PUT URL with which the renderer
+	// stores a preview straight in the coordinator's artifact store (an
+	// S3-compatible one; SessionWelcome.presigned_uploads says so), so that
+	// the bytes cross neither the coordinator nor its replication log. The
+	// URL stores exactly size_bytes bytes hashing to sha256 under the key
+	// <team>/sha256/<sha256> of the lease's job and nothing else: the key,
+	// Content-Length and x-amz-checksum-sha256 are signed, and the store
+	// refuses a request that differs, or that comes after expires_at (a few
+	// minutes). The renderer sends headers as given, then completes naming
+	// the digest and size (CompleteSuccess.artifact_digest, size_bytes); the
+	// coordinator checks that the object exists with that size (and checksum)
+	// before the fenced completion may set the job's pointer to it.
+	//
+	// The lease must be the caller's (the same early check as
+	// UploadArtifact: fencing is decided by the completion). An upload that
+	// no completion claims is an orphan that the coordinator deletes after a
+	// grace period.
+	// Errors: ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND;
+	// INVALID_ARGUMENT INVALID_ID, INVALID_DIGEST, ARTIFACT_TOO_LARGE,
+	// EMPTY_ARTIFACT; FAILED_PRECONDITION PRESIGN_UNSUPPORTED (the store is
+	// the coordinator's own directory: send the preview inline or with
+	// UploadArtifact); PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED.
+	PrepareUpload(ctx context.Context, in *PrepareUploadRequest, opts ...grpc.CallOption) (*PrepareUploadResponse, error)
 }
 
 type rendererServiceClient struct {
@@ -273,6 +302,16 @@ func (c *rendererServiceClient) Complete(ctx context.Context, in *CompleteReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CompleteResponse)
 	err := c.cc.Invoke(ctx, RendererService_Complete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rendererServiceClient) PrepareUpload(ctx context.Context, in *PrepareUploadRequest, opts ...grpc.CallOption) (*PrepareUploadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrepareUploadResponse)
+	err := c.cc.Invoke(ctx, RendererService_PrepareUpload_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -460,9 +499,37 @@ type RendererServiceServer interface {
 	// INVALID_ID, EMPTY_ARTIFACT, ARTIFACT_TOO_LARGE, DIGEST_MISMATCH,
 	// INVALID_DIGEST, INVALID_CONTENT_TYPE, INVALID_MESSAGE;
 	// FAILED_PRECONDITION ARTIFACT_NOT_FOUND (no upload under this lease has
-	// the digest); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
-	// RENDERER_ID_NOT_ALLOWED.
+	// the digest, or the artifact store holds no object of the digest and
+	// size named); NOT_FOUND JOB_NOT_FOUND; PERMISSION_DENIED
+	// RENDERER_ID_NOT_ALLOWED; INVALID_ARGUMENT ARTIFACT_STORE_REQUIRED (a
+	// cluster without a shared artifact store keeps previews inline, up to
+	// its cap); UNAVAILABLE ARTIFACT_STORE_UNAVAILABLE (the store did not
+	// answer the check of the named object: nothing changed, keep the lease
+	// by heartbeats and retry).
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
+	// PrepareUpload returns a presigned PUT URL with which the renderer
+	// stores a preview straight in the coordinator's artifact store (an
+	// S3-compatible one; SessionWelcome.presigned_uploads says so), so that
+	// the bytes cross neither the coordinator nor its replication log. The
+	// URL stores exactly size_bytes bytes hashing to sha256 under the key
+	// <team>/sha256/<sha256> of the lease's job and nothing else: the key,
+	// Content-Length and x-amz-checksum-sha256 are signed, and the store
+	// refuses a request that differs, or that comes after expires_at (a few
+	// minutes). The renderer sends headers as given, then completes naming
+	// the digest and size (CompleteSuccess.artifact_digest, size_bytes); the
+	// coordinator checks that the object exists with that size (and checksum)
+	// before the fenced completion may set the job's pointer to it.
+	//
+	// The lease must be the caller's (the same early check as
+	// UploadArtifact: fencing is decided by the completion). An upload that
+	// no completion claims is an orphan that the coordinator deletes after a
+	// grace period.
+	// Errors: ABORTED (fencing, as Complete); NOT_FOUND JOB_NOT_FOUND;
+	// INVALID_ARGUMENT INVALID_ID, INVALID_DIGEST, ARTIFACT_TOO_LARGE,
+	// EMPTY_ARTIFACT; FAILED_PRECONDITION PRESIGN_UNSUPPORTED (the store is
+	// the coordinator's own directory: send the preview inline or with
+	// UploadArtifact); PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED.
+	PrepareUpload(context.Context, *PrepareUploadRequest) (*PrepareUploadResponse, error)
 	mustEmbedUnimplementedRendererServiceServer()
 }
 
@@ -487,6 +554,9 @@ func (UnimplementedRendererServiceServer) UploadArtifact(grpc.ClientStreamingSer
 }
 func (UnimplementedRendererServiceServer) Complete(context.Context, *CompleteRequest) (*CompleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
+}
+func (UnimplementedRendererServiceServer) PrepareUpload(context.Context, *PrepareUploadRequest) (*PrepareUploadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PrepareUpload not implemented")
 }
 func (UnimplementedRendererServiceServer) mustEmbedUnimplementedRendererServiceServer() {}
 func (UnimplementedRendererServiceServer) testEmbeddedByValue()                         {}
@@ -566,6 +636,24 @@ func _RendererService_Complete_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RendererService_PrepareUpload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrepareUploadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RendererServiceServer).PrepareUpload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RendererService_PrepareUpload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RendererServiceServer).PrepareUpload(ctx, req.(*PrepareUploadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RendererService_ServiceDesc is the grpc.ServiceDesc for RendererService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -580,6 +668,10 @@ var RendererService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Complete",
 			Handler:    _RendererService_Complete_Handler,
+		},
+		{
+			MethodName: "PrepareUpload",
+			Handler:    _RendererService_PrepareUpload_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -129,6 +129,7 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool), stderr io.W
 	crashOn := fs.String("crash-on", env("LEASEHOLD_CRASH_ON", ""), "exit with code 3 when rendering a document whose name contains this (LEASEHOLD_CRASH_ON)")
 	unsupported := fs.String("unsupported", env("LEASEHOLD_UNSUPPORTED", strings.Join(mock.DefaultUnsupported(), ",")), "comma-separated refused extensions and MIME types (LEASEHOLD_UNSUPPORTED)")
 	seed := fs.Uint64("seed", envUint("LEASEHOLD_SEED", 0), "seed of every injected random decision (LEASEHOLD_SEED)")
+	previewBytes := fs.Int("preview-bytes", int(envUint("LEASEHOLD_PREVIEW_BYTES", 0)), "pad every preview to this many bytes with incompressible data (still a valid PNG, the same per document and lease); 0 keeps the mock's 0.4 KiB (LEASEHOLD_PREVIEW_BYTES)")
 	record := fs.String("record", env("LEASEHOLD_RECORD", ""), "append every lease handed to this renderer as \"job_id token\" lines to this file (LEASEHOLD_RECORD)")
 	logLevel := fs.String("log-level", env("LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (LEASEHOLD_LOG_LEVEL)")
 	logFormat := fs.String("log-format", env("LEASEHOLD_LOG_FORMAT", string(logformat.Auto)), "text, json, or auto: JSON unless stderr is a terminal (LEASEHOLD_LOG_FORMAT)")
@@ -177,6 +178,7 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool), stderr io.W
 		CrashOn:             *crashOn,
 		Unsupported:         formats,
 		Seed:                *seed,
+		PreviewBytes:        *previewBytes,
 	}
 	o.worker = renderer.Config{
 		Coordinator:       *coordinator,

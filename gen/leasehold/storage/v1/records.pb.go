@@ -105,9 +105,13 @@ type JobRecord struct {
 	// with every grant of the job; empty when the submission was not traced.
 	TraceParent string `protobuf:"bytes,49,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	// Hand-backs re-queued without counting the attempt, in this cycle.
-	HandedBack    uint32 `protobuf:"varint,50,opt,name=handed_back,json=handedBack,proto3" json:"handed_back,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HandedBack uint32 `protobuf:"varint,50,opt,name=handed_back,json=handedBack,proto3" json:"handed_back,omitempty"`
+	// The preview is an object of the artifact store under
+	// <team>/sha256/<artifact_digest>, counted in "artifact_refs"; unset, it
+	// is inline, in "artifacts" under (id, artifact_token).
+	ArtifactStored bool `protobuf:"varint,51,opt,name=artifact_stored,json=artifactStored,proto3" json:"artifact_stored,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobRecord) Reset() {
@@ -490,6 +494,13 @@ func (x *JobRecord) GetHandedBack() uint32 {
 	return 0
 }
 
+func (x *JobRecord) GetArtifactStored() bool {
+	if x != nil {
+		return x.ArtifactStored
+	}
+	return false
+}
+
 // LeaseEnd is one lease of a job and how it ended.
 type LeaseEnd struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -626,12 +637,21 @@ func (x *RejectionKey) GetRenderer() string {
 // ArtifactRecord is a preview in the "artifacts" bucket, keyed by the job id
 // and the token of the lease it was made under (16 bytes big-endian). Only
 // the completion of that lease can reference it.
+//
+// An upload the coordinator put in the artifact store leaves a record
+// without content: stored is set, with the size and the object clock's
+// reading before the object was put (seen, see the store's ObjectMissing),
+// so that the completion naming it can set a pointer to the stored object
+// unless the sweep deleted it since.
 type ArtifactRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	ContentType   string                 `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Content       []byte                 `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
 	Renderer      string                 `protobuf:"bytes,4,opt,name=renderer,proto3" json:"renderer,omitempty"`
+	Stored        bool                   `protobuf:"varint,5,opt,name=stored,proto3" json:"stored,omitempty"`
+	Size          int64                  `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	Seen          uint64                 `protobuf:"varint,7,opt,name=seen,proto3" json:"seen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -692,6 +712,27 @@ func (x *ArtifactRecord) GetRenderer() string {
 		return x.Renderer
 	}
 	return ""
+}
+
+func (x *ArtifactRecord) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
+func (x *ArtifactRecord) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ArtifactRecord) GetSeen() uint64 {
+	if x != nil {
+		return x.Seen
+	}
+	return 0
 }
 
 // PhaseCounts counts jobs per phase: the value of a batch in "batch_counts"
@@ -1393,7 +1434,7 @@ var File_leasehold_storage_v1_records_proto protoreflect.FileDescriptor
 
 const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\xde\x0e\n" +
+	"\"leasehold/storage/v1/records.proto\x12\x14leasehold.storage.v1\"\x87\x0f\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x12\n" +
@@ -1452,7 +1493,8 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\vundelivered\x180 \x01(\rR\vundelivered\x12!\n" +
 	"\ftrace_parent\x181 \x01(\tR\vtraceParent\x12\x1f\n" +
 	"\vhanded_back\x182 \x01(\rR\n" +
-	"handedBack\"j\n" +
+	"handedBack\x12'\n" +
+	"\x0fartifact_stored\x183 \x01(\bR\x0eartifactStored\"j\n" +
 	"\bLeaseEnd\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x1a\n" +
 	"\brenderer\x18\x02 \x01(\tR\brenderer\x12\x12\n" +
@@ -1461,12 +1503,15 @@ const file_leasehold_storage_v1_records_proto_rawDesc = "" +
 	"\fRejectionKey\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
-	"\brenderer\x18\x03 \x01(\tR\brenderer\"\x81\x01\n" +
+	"\brenderer\x18\x03 \x01(\tR\brenderer\"\xc1\x01\n" +
 	"\x0eArtifactRecord\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\fR\acontent\x12\x1a\n" +
-	"\brenderer\x18\x04 \x01(\tR\brenderer\"%\n" +
+	"\brenderer\x18\x04 \x01(\tR\brenderer\x12\x16\n" +
+	"\x06stored\x18\x05 \x01(\bR\x06stored\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04seen\x18\a \x01(\x04R\x04seen\"%\n" +
 	"\vPhaseCounts\x12\x16\n" +
 	"\x06counts\x18\x01 \x03(\x04R\x06counts\"\xef\x01\n" +
 	"\x05Event\x12\x10\n" +
