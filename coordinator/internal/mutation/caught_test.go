@@ -228,7 +228,8 @@ func run(bin, root string, c catcher, bug string) ([]byte, error) {
 }
 
 // firstFailure is the first line that says what failed in a test's
-// output: the first message after a "--- FAIL", or a panic.
+// output: the first message after a "--- FAIL" (but the simulator's line
+// naming its seeds, which it logs first), or a panic.
 func firstFailure(out []byte) string {
 	failed := false
 	for line := range strings.Lines(string(out)) {
@@ -238,7 +239,7 @@ func firstFailure(out []byte) string {
 			failed = true
 			continue
 		case strings.HasPrefix(line, "panic:"):
-		case !failed || !strings.Contains(line, "_test.go:"):
+		case !failed || !strings.Contains(line, "_test.go:") || strings.Contains(line, ": seeds from "):
 			continue
 		}
 		if len(line) > 240 {
