@@ -51,20 +51,24 @@ const walSegmentBytes = 64 << 20
 // passes on the follower's.
 //
 // What fills first depends on the room left. On one volume for the store
-// and the raft log, as a pod has, a store that grows fills it before the
-// log's segment, which is allocated in advance, is full: the store then
-// cannot apply an entry. A store whose size holds (old jobs deleted as new
-// ones come), or a log on a volume of its own, leaves the log's next
-// segment to find the disk full: raft's append then fails. The second case
-// puts the raft log alone on the small tmpfs, so that it, not the store,
-// fills; it needs a segment's worth of documents (64 MiB), about 10 s here.
+// and the raft log, as a pod has, a store that grows usually fills it
+// before the log's segment, which is allocated in advance, is full: the
+// store then cannot apply an entry. Usually, not always: a follower's
+// store applies behind its log, and on a loaded machine it was seen a
+// whole segment behind, so that the log's next segment found the disk
+// full first. Each case therefore puts one of the two alone on the small
+// tmpfs and the other on a roomy one, so that the part under test is the
+// one that fills. The first puts the store (the data directory) on the
+// small tmpfs and the raft log on a roomy one mounted inside it; the
+// second the raft log alone on the small one, which needs a segment's
+// worth of documents (64 MiB), about 10 s here.
 //
 // Mounting needs CAP_SYS_ADMIN; without it the test is skipped, or fails
 // where LEASEHOLD_REQUIRE_NAMESPACES is set (CI, as root).
 func TestFollowerDiskFull(t *testing.T) {
 	t.Parallel()
 	cases := []fullFollower{
-		{"TheStoreCannotApply", walSegmentBytes + 10<<20, false, "replica: applying entries"},
+		{"TheStoreCannotApply", 16 << 20, false, "replica: applying entries"},
 		// The log alone on a tmpfs with room for its first segment: the
 		// store, on a disk of its own, does not fill first (each document
 		// is in the store with its artifact, which takes about twice the
@@ -82,7 +86,8 @@ type fullFollower struct {
 	// size is the tmpfs's.
 	size int
 	// logOnly puts only the raft log (raft/ of the data directory) on
-	// it, the store on a roomy one.
+	// it, the store on a roomy one; otherwise the data directory is on
+	// it with the raft log on a roomy one.
 	logOnly bool
 	// cause is in the error of the line the follower stops with.
 	cause string
@@ -107,6 +112,13 @@ func testFollowerDiskFull(t *testing.T, c fullFollower) {
 		dirs = append(dirs, dir)
 	} else {
 		small = tmpfsOrSkip(t, tmpfsSize)
+		roomy := filepath.Join(small, "raft")
+		if err := os.Mkdir(roomy, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := mountTmpfsOn(t, roomy, 2<<30); err != nil {
+			t.Fatal(err)
+		}
 		dirs = append(dirs, small)
 	}
 	cl := newCluster(t, dirs, "--lease-ttl", "5s")
@@ -128,7 +140,9 @@ func testFollowerDiskFull(t *testing.T, c fullFollower) {
 	// Submit until the follower stops; each submit must be acknowledged.
 	acked := map[string][]string{}
 	submitted := 0
-	limit := 2 * tmpfsSize / (docsPerFill * docBytes)
+	// Four times what the disk holds: a follower applies behind its log,
+	// so more is acknowledged before it finds its disk full.
+	limit := 4 * tmpfsSize / (docsPerFill * docBytes)
 fill:
 	for ; ; submitted++ {
 		select {
@@ -200,7 +214,7 @@ fill:
 	if err != nil || !strings.HasSuffix(out, "consistent\n") {
 		t.Errorf("coordinator check --data-dir %s: %v\n%s", full.DataDir, err, out)
 	}
-	where := "data directory"
+	where := "store (the raft log on a roomy volume)"
 	if c.logOnly {
 		where = "raft log"
 	}
