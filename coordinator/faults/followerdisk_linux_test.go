@@ -136,13 +136,24 @@ func testFollowerDiskFull(t *testing.T, c fullFollower) {
 		renderers[i] = startRenderer(t, cl.Addrs(), fmt.Sprintf("r%d", i), "--capacity", "4", "--latency", "200ms")
 	}
 	alpha := dial(t, cl.Addrs(), tokenAlpha)
+	// A succeeded job's document leaves the store, so a store whose
+	// renderers keep up with the submits reuses its pages and may never
+	// fill. Dispatch is paused until the follower stops when the store is
+	// the part under test.
+	op := dial(t, cl.Addrs(), tokenOperator)
+	if !c.logOnly {
+		if _, err := op.PauseDispatch(testContext(t), "the follower's store must fill"); err != nil {
+			t.Fatalf("pausing dispatch: %v", err)
+		}
+	}
 
 	// Submit until the follower stops; each submit must be acknowledged.
 	acked := map[string][]string{}
 	submitted := 0
-	// Four times what the disk holds: a follower applies behind its log,
-	// so more is acknowledged before it finds its disk full.
-	limit := 4 * tmpfsSize / (docsPerFill * docBytes)
+	// Twice what the disk holds is enough to fill it; a follower applies
+	// behind its log (far behind on a loaded machine), so once that much is
+	// acknowledged the follower is given time to apply it and stop.
+	limit := 2 * tmpfsSize / (docsPerFill * docBytes)
 fill:
 	for ; ; submitted++ {
 		select {
@@ -151,10 +162,20 @@ fill:
 		default:
 		}
 		if submitted == limit {
-			t.Fatalf("%d batches of %d KiB acknowledged and %s still runs on a %d MiB disk", submitted, docsPerFill*docBytes>>10, full.ID, tmpfsSize>>20)
+			select {
+			case <-full.Exited():
+			case <-time.After(waitTimeout):
+				t.Fatalf("%d batches of %d KiB acknowledged and %s still runs on a %d MiB disk %v later", submitted, docsPerFill*docBytes>>10, full.ID, tmpfsSize>>20, waitTimeout)
+			}
+			break fill
 		}
 		id, jobs := submit(t, alpha, "alpha", fmt.Sprintf("fill-%d", submitted), bulkDocs(submitted))
 		acked[id] = jobs
+	}
+	if !c.logOnly {
+		if _, err := op.ResumeDispatch(testContext(t), "the follower stopped"); err != nil {
+			t.Fatalf("resuming dispatch: %v", err)
+		}
 	}
 	if code := full.WaitExit(); code != 3 {
 		t.Errorf("%s exited with status %d, want 3", full.ID, code)
