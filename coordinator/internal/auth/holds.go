@@ -73,15 +73,14 @@ func PermissionDenied(msg string) error {
 // holdKey is the context key of a stream's hold.
 type holdKey struct{}
 
-// HoldWhile sets the rule by which the stream or long poll of ctx (see
-// longPolls) may go on after the
-// principals are replaced (a reload of the principals file): may returns
-// nil while the new principal of the stream's token may hold it, or the
-// status error the stream ends with (PERMISSION_DENIED, through the error
-// table). A stream that sets none ends when its principal lost a role it
-// had. The rule is judged at once too, against the principals in force
-// now, so that a reload between the stream's start and the call is not
-// missed. Handlers of long-lived streams and long polls call it once they
+// HoldWhile sets the rule by which the stream or long poll (see longPolls)
+// of ctx may go on after the principals are replaced (a reload of the
+// principals file): may returns nil while the new principal of the call's
+// token may hold it, or the status error the call ends with
+// (PERMISSION_DENIED, through the error table). A call that sets none ends
+// when its principal lost a role it had. The rule is judged at once too,
+// against the principals in force now, so that a reload between the
+// call's start and HoldWhile is not missed. Handlers of long-lived streams and long polls call it once they
 // know what the call needs (a renderer id, a team); outside a held call it
 // does nothing.
 func HoldWhile(ctx context.Context, may func(Principal) error) {
