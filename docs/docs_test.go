@@ -269,6 +269,7 @@ func params(files []string, certs map[string][]byte, setup func(*testscript.Env)
 			"waitlisten": cmdWaitListen,
 			"waitfor":    cmdWaitFor,
 			"httpget":    cmdHTTPGet,
+			"waitget":    cmdWaitGet,
 			"exitcode":   cmdExitCode,
 			"mounttmpfs": cmdMountTmpfs,
 			"mkfile":     cmdMkfile,
@@ -492,20 +493,56 @@ func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: httpget URL")
 	}
+	code, body, err := httpGet(ts, args[0])
+	ts.Check(err)
+	fmt.Fprint(ts.Stdout(), body)
+	if ok := code == http.StatusOK; ok == neg {
+		ts.Fatalf("GET %s: %d %s", args[0], code, http.StatusText(code))
+	}
+}
+
+// cmdWaitGet gets URL again and again until it answers 200 with a line
+// that matches REGEXP, and prints that body: a metric that something
+// running in the background moves (a refusal counted). It fails if
+// nothing matches in time.
+//
+//	waitget REGEXP URL
+func cmdWaitGet(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitget REGEXP URL")
+	}
+	re, err := regexp.Compile("(?m)" + args[0])
+	ts.Check(err)
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		code, body, err := httpGet(ts, args[1])
+		if err == nil && code == http.StatusOK && re.MatchString(body) {
+			fmt.Fprint(ts.Stdout(), body)
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("GET %s: no line matched %q after %v (status %d, %v):\n%s", args[1], args[0], waitTimeout, code, err, body)
+		}
+		<-tick.C
+	}
+}
+
+// httpGet returns the status and the body of GET url.
+func httpGet(ts *testscript.TestScript, url string) (int, string, error) {
 	var tlsCfg *tls.Config
-	if strings.HasPrefix(args[0], "https://") {
+	if strings.HasPrefix(url, "https://") {
 		tlsCfg = scriptTLS(ts)
 	}
 	client := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tlsCfg}}
-	resp, err := client.Get(args[0])
-	ts.Check(err)
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	ts.Check(err)
-	fmt.Fprint(ts.Stdout(), string(body))
-	if ok := resp.StatusCode == http.StatusOK; ok == neg {
-		ts.Fatalf("GET %s: %s", args[0], resp.Status)
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, "", err
 	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }
 
 // cmdExitCode runs a program like exec and checks that it exits with

@@ -184,11 +184,12 @@ func (s *Set) Len() int {
 
 // Replace gives s the principals of from, at once: a token only s knew
 // stops working at its next call, a token only from knows starts working.
-// Unary calls already authenticated keep the principal they were given;
-// a stream in progress (see StreamServerInterceptor) whose token from does
+// Unary calls already authenticated keep the principal they were given,
+// except long polls; a stream or long poll in progress (see
+// StreamServerInterceptor, UnaryServerInterceptor) whose token from does
 // not hold ends UNAUTHENTICATED, and one whose new principal may no longer
 // hold it (see HoldWhile) ends with the rule's refusal. It returns how many
-// streams it ended.
+// calls it ended.
 func (s *Set) Replace(from *Set) int {
 	e := from.load()
 	s.entries.Store(&e)
@@ -490,9 +491,18 @@ var needsAuth = selector.MatchFunc(func(_ context.Context, c interceptors.CallMe
 })
 
 // UnaryServerInterceptor authenticates every unary call except the exempt
-// ones and puts the principal in the handler's context.
+// ones and puts the principal in the handler's context. A long poll
+// (Acquire) then runs as long as its credential lets it, as a stream does.
 func (s *Set) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
-	return selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(s.AuthFunc), needsAuth)
+	authn := selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(s.AuthFunc), needsAuth)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !longPolls[info.FullMethod] {
+			return authn(ctx, req, info, handler)
+		}
+		return authn(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+			return s.holdUnary(ctx, req, handler)
+		})
+	}
 }
 
 // StreamServerInterceptor authenticates every streaming call except the

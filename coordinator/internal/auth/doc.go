@@ -43,13 +43,15 @@
 //
 // A stream outlives the call that authenticated it, so the stream
 // interceptor holds every authenticated stream in its Set for as long as
-// it runs. When the principals are replaced, a stream whose token the new
-// set lacks ends UNAUTHENTICATED, and one whose new principal fails the
-// stream's rule ends with the rule's refusal: the handler states the rule
-// with HoldWhile (may this principal still use this renderer id, see this
-// team, ...); a stream without one ends when its principal lost a role it
-// had. The handler sees its context done, and the stream's status is the
-// reload's whatever the handler returns.
+// it runs; the unary interceptor holds the long polls (Acquire, which may
+// wait a minute) the same way. When the principals are replaced, a
+// stream or long poll whose token the new set lacks ends UNAUTHENTICATED,
+// and one whose new principal fails the call's rule ends with the rule's
+// refusal: the handler states the rule with HoldWhile (may this principal
+// still use this renderer id, see this team, ...); a call without one
+// ends when its principal lost a role it had. The handler sees its
+// context done; a stream's status is the reload's whatever the handler
+// returns, and a long poll's unless it answered.
 //
 // # Renderer identity
 //

@@ -16,9 +16,21 @@ import (
 
 // heldRenderers is a RendererService whose Heartbeat answers once, then
 // waits for its context to end; with rule set, it holds the stream under it.
+// Its Acquire, a long poll, says on polling that it waits, then waits for
+// its context to end, under rule too when set.
 type heldRenderers struct {
 	leaseholdv1.UnimplementedRendererServiceServer
-	rule func(Principal) error
+	rule    func(Principal) error
+	polling chan struct{}
+}
+
+func (h heldRenderers) Acquire(ctx context.Context, _ *leaseholdv1.AcquireRequest) (*leaseholdv1.AcquireResponse, error) {
+	if h.rule != nil {
+		HoldWhile(ctx, h.rule)
+	}
+	h.polling <- struct{}{}
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
 }
 
 func (h heldRenderers) Heartbeat(stream leaseholdv1.RendererService_HeartbeatServer) error {
@@ -32,11 +44,11 @@ func (h heldRenderers) Heartbeat(stream leaseholdv1.RendererService_HeartbeatSer
 	return status.FromContextError(stream.Context().Err()).Err()
 }
 
-// serveHeld serves h behind s's stream interceptor over bufconn and
-// returns a client.
+// serveHeld serves h behind s's stream and unary interceptors over
+// bufconn and returns a client.
 func serveHeld(t *testing.T, s *Set, h heldRenderers) leaseholdv1.RendererServiceClient {
 	t.Helper()
-	srv := grpc.NewServer(grpc.ChainStreamInterceptor(s.StreamServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainStreamInterceptor(s.StreamServerInterceptor()), grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()))
 	leaseholdv1.RegisterRendererServiceServer(srv, h)
 	lis := bufconn.Listen(1 << 20)
 	go srv.Serve(lis)
@@ -155,5 +167,69 @@ func TestReplaceEndsStreams(t *testing.T) {
 		if ctx.Err() == nil {
 			t.Errorf("a rule the principals in force refuse left the stream open")
 		}
+	})
+}
+
+// TestReplaceEndsLongPolls checks that replacing the principals ends an
+// Acquire long poll in progress as it ends a stream: UNAUTHENTICATED when
+// its token is gone, the rule's refusal when its principal may no longer
+// hold it.
+func TestReplaceEndsLongPolls(t *testing.T) {
+	t.Parallel()
+	const renderToken, otherToken = "render-token-0123456789", "other-token-0123456789"
+	renderer := Principal{Name: "pool", Roles: []Role{RoleRenderer}, RendererIDs: []string{"r-1"}}
+	other := Principal{Name: "other", Roles: []Role{RoleRenderer}, RendererIDs: []string{"r-2"}}
+	asToken := func(token string) context.Context {
+		return metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+token)
+	}
+	// poll starts an Acquire as token and returns its outcome once the
+	// handler waits.
+	poll := func(c leaseholdv1.RendererServiceClient, h heldRenderers, token string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Acquire(asToken(token), &leaseholdv1.AcquireRequest{})
+			done <- err
+		}()
+		<-h.polling
+		return done
+	}
+
+	t.Run("A long poll whose token was removed ends UNAUTHENTICATED", func(t *testing.T) {
+		t.Parallel()
+		s := NewSet(map[string]Principal{renderToken: renderer, otherToken: other})
+		h := heldRenderers{polling: make(chan struct{})}
+		c := serveHeld(t, s, h)
+		done := poll(c, h, renderToken)
+		if n := s.Replace(NewSet(map[string]Principal{otherToken: other})); n != 1 {
+			t.Fatalf("Replace ended %d calls, want the long poll", n)
+		}
+		err := <-done
+		if code := status.Code(err); code != codes.Unauthenticated {
+			t.Errorf("the long poll ended %v, want UNAUTHENTICATED", err)
+		}
+		wantError(t, err, "UNAUTHENTICATED")
+	})
+
+	t.Run("A long poll whose rule the new principal fails ends with its refusal", func(t *testing.T) {
+		t.Parallel()
+		s := NewSet(map[string]Principal{renderToken: renderer})
+		h := heldRenderers{polling: make(chan struct{}), rule: func(p Principal) error {
+			if !p.MayUseRendererID("r-1") {
+				return PermissionDenied("no longer r-1")
+			}
+			return nil
+		}}
+		c := serveHeld(t, s, h)
+		done := poll(c, h, renderToken)
+		narrowed := renderer
+		narrowed.RendererIDs = []string{"r-9"}
+		if n := s.Replace(NewSet(map[string]Principal{renderToken: narrowed})); n != 1 {
+			t.Fatalf("Replace ended %d calls, want 1", n)
+		}
+		err := <-done
+		if status.Code(err) != codes.PermissionDenied || status.Convert(err).Message() != "no longer r-1" {
+			t.Errorf("the long poll ended %v, want the rule's PERMISSION_DENIED", err)
+		}
+		wantError(t, err, "PERMISSION_DENIED")
 	})
 }

@@ -6,16 +6,17 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
 )
 
-// The rules by which a long-lived stream goes on after the principals
-// file is reloaded (auth.HoldWhile): each is the handler's own check at
-// the stream's start, judged again against the stream's new principal, so
-// that a reload ends what a restart would have refused. The stream ends
-// with the check's refusal, PERMISSION_DENIED through the error table; a
-// token removed from the file ends it UNAUTHENTICATED (package auth).
+// The rules by which a long-lived stream or a long poll goes on after the
+// principals file is reloaded (auth.HoldWhile): each is the handler's own
+// check at the call's start, judged again against the call's new
+// principal, so that a reload ends what a restart would have refused. The
+// call ends with the check's refusal, PERMISSION_DENIED through the error
+// table; a token removed from the file ends it UNAUTHENTICATED (package
+// auth).
 
-// holdRenderer keeps the stream of ctx while its principal may act as
-// renderer id: it has the renderer role and the id is among those the
-// principals file allows it.
+// holdRenderer keeps the stream or long poll of ctx while its principal
+// may act as renderer id: it has the renderer role and the id is among
+// those the principals file allows it.
 func (c *core) holdRenderer(ctx context.Context, id string) {
 	auth.HoldWhile(ctx, func(p auth.Principal) error {
 		if !p.Can(auth.RoleRenderer) {

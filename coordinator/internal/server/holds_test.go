@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator/internal/auth"
+	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // devPrincipalsWith returns the development principals with the ones
@@ -23,12 +26,45 @@ func devPrincipalsWith(change map[string]auth.Principal) *auth.Set {
 	return auth.NewSet(all)
 }
 
-// TestReloadEndsStreams replaces the principals under streams in
-// progress, as a reload of the principals file does: a stream the new
-// principal may no longer hold ends with the refusal its start would get
-// now, and the rest of the coordinator goes on.
+// openedEngine says on opened that a renderer session was opened: an
+// Acquire is in its long poll from then on.
+type openedEngine struct {
+	Engine
+	opened chan struct{}
+}
+
+func (e *openedEngine) Open(ctx context.Context, req engine.SessionOpen) (*engine.Conn, []engine.LeaseStatus, error) {
+	conn, holding, err := e.Engine.Open(ctx, req)
+	e.opened <- struct{}{}
+	return conn, holding, err
+}
+
+// TestReloadEndsStreams replaces the principals under streams and long
+// polls in progress, as a reload of the principals file does: a call the
+// new principal may no longer hold ends with the refusal its start would
+// get now, and the rest of the coordinator goes on.
 func TestReloadEndsStreams(t *testing.T) {
 	t.Parallel()
+
+	t.Run("An Acquire long poll whose renderer id is no longer allowed ends PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED", func(t *testing.T) {
+		t.Parallel()
+		set := auth.DevPrincipals()
+		oe := &openedEngine{opened: make(chan struct{})}
+		b := setup(t, func(o *options) {
+			o.principals = set
+			o.wrap = func(e Engine) Engine { oe.Engine = e; return oe }
+		})
+		ctx := as(t, renderer)
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.rend.Acquire(ctx, &leaseholdv1.AcquireRequest{RendererId: "r-1", MaxLeases: 1, Capacity: 1, Wait: durationpb.New(MaxAcquireWait)})
+			done <- err
+		}()
+		<-oe.opened
+		set.Replace(devPrincipalsWith(map[string]auth.Principal{renderer: {Name: "dev-renderer", Roles: []auth.Role{auth.RoleRenderer},
+			RendererIDs: []string{"r-9"}, MaxCapacity: auth.DefaultMaxCapacity}}))
+		wantError(t, <-done, codes.PermissionDenied, reasonRendererNotAllowed)
+	})
 
 	t.Run("A session whose renderer id is no longer allowed ends PERMISSION_DENIED RENDERER_ID_NOT_ALLOWED; its lease lives on", func(t *testing.T) {
 		t.Parallel()

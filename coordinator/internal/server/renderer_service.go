@@ -118,6 +118,9 @@ func (s *RendererServer) Acquire(ctx context.Context, req *leaseholdv1.AcquireRe
 	if err != nil {
 		return nil, s.status(err)
 	}
+	// A reload of the principals file that revokes the credential or the
+	// id ends the long poll, as it ends the renderer's streams.
+	s.holdRenderer(ctx, r.ID)
 	capacity := req.GetCapacity()
 	if capacity == 0 {
 		capacity = req.GetMaxLeases()
