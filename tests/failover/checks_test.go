@@ -87,16 +87,34 @@ func gather(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *clie
 	return ev, nil
 }
 
-// unfinished returns the jobs not yet in a terminal phase.
+// unfinished returns the jobs not yet in a terminal phase. It asks for
+// each open phase first, which is cheap while many jobs are open; but the
+// three lists are read one after another, and a job may move between
+// them meanwhile (a failed render's job from LEASED to QUEUED after the
+// QUEUED list was read), so three empty lists are confirmed by one pass
+// over every job, in which a job can leave the open ones only by ending.
 func unfinished(ctx context.Context, op *client.Client) ([]string, error) {
 	var open []string
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, ph := range []leaseholdv1.Phase{leaseholdv1.Phase_PHASE_QUEUED, leaseholdv1.Phase_PHASE_LEASED, leaseholdv1.Phase_PHASE_RETRY_WAIT} {
 		for j, err := range op.AllJobs(cctx, &leaseholdv1.ListJobsRequest{Team: team, Phase: ph, OmitEvents: true, PageSize: 1000}) {
 			if err != nil {
 				return open, err
 			}
+			open = append(open, j.GetId())
+		}
+	}
+	if len(open) > 0 {
+		return open, nil
+	}
+	for j, err := range op.AllJobs(cctx, &leaseholdv1.ListJobsRequest{Team: team, OmitEvents: true, PageSize: 1000}) {
+		if err != nil {
+			return open, err
+		}
+		switch j.GetPhase() {
+		case leaseholdv1.Phase_PHASE_SUCCEEDED, leaseholdv1.Phase_PHASE_FAILED, leaseholdv1.Phase_PHASE_CANCELLED:
+		default:
 			open = append(open, j.GetId())
 		}
 	}
