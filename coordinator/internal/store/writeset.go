@@ -273,46 +273,131 @@ func (e *EntryError) Unwrap() error { return e.Err }
 // not, and the error is an *EntryError naming it. Any other error is the
 // store's own, and nothing was applied.
 func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
-	res := make([]error, len(entries))
-	var malformed *EntryError
-	apart := mutation.On(mutation.ApplyIndexApart)
-	var applied ReplicaState
-	err := s.update(func(tx *bbolt.Tx) error {
-		before := readReplicaState(tx)
-		for i, e := range entries {
-			stale, err := applyWriteSet(tx, e.Index, e.WriteSet)
-			if errors.Is(err, ErrWriteSet) {
-				// It wrote nothing: what came before it commits.
-				malformed = &EntryError{Index: e.Index, Err: err}
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("entry %d: %w", e.Index, err)
-			}
-			if stale {
-				res[i] = ErrStaleBase
-			}
-		}
-		failpointApplyBeforeCommit()
-		if apart {
-			applied = readReplicaState(tx)
-			return putReplicaState(tx, before)
-		}
-		return nil
-	})
-	if err == nil {
-		failpointApplyCommitted()
-	}
-	if err == nil && apart {
-		err = s.update(func(tx *bbolt.Tx) error { return putReplicaState(tx, applied) })
-	}
+	b, err := s.BeginBatch()
 	if err != nil {
+		return nil, err
+	}
+	res, err := b.Apply(entries)
+	var malformed *EntryError
+	if err != nil && !errors.As(err, &malformed) {
+		return nil, errors.Join(err, b.Rollback())
+	}
+	if _, err := b.Commit(); err != nil {
 		return nil, err
 	}
 	if malformed != nil {
 		return res, malformed
 	}
 	return res, nil
+}
+
+// Batch is a read-write transaction of replicated entries that stays open
+// across calls of Apply until Commit: a replica applies what raft hands
+// it as it comes and commits (with fsync) once for many calls. It holds
+// bbolt's one write transaction while open: any other write of the store
+// waits for its Commit or Rollback, and so does ReplaceFile and Close.
+// Read transactions see what was committed before it, nothing of it.
+// One goroutine at a time uses a batch.
+type Batch struct {
+	s       *Store
+	tx      *bbolt.Tx
+	release func()
+	// before is the replica state the batch began on.
+	before ReplicaState
+	// entries and bytes are what Apply was given since the batch began.
+	entries, bytes int
+}
+
+// BeginBatch begins a batch of replicated entries.
+func (s *Store) BeginBatch() (*Batch, error) {
+	s.mu.RLock()
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		s.mu.RUnlock()
+		return nil, err
+	}
+	return &Batch{s: s, tx: tx, release: s.mu.RUnlock, before: readReplicaState(tx)}, nil
+}
+
+// Apply applies entries in order into the batch, each as ApplyWriteSet
+// does, and returns each one's outcome (nil or ErrStaleBase). A malformed
+// write set ends the run there: the entries before it are in the batch,
+// it and the ones after it are not, and the error is an *EntryError
+// naming it; the batch stays usable. Any other error is the store's own:
+// the batch must then be rolled back.
+func (b *Batch) Apply(entries []Entry) ([]error, error) {
+	res := make([]error, len(entries))
+	for i, e := range entries {
+		b.entries++
+		b.bytes += len(e.WriteSet)
+		stale, err := applyWriteSet(b.tx, e.Index, e.WriteSet)
+		if errors.Is(err, ErrWriteSet) {
+			// It wrote nothing: what came before it stays in the batch.
+			return res, &EntryError{Index: e.Index, Err: err}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		if stale {
+			res[i] = ErrStaleBase
+		}
+	}
+	return res, nil
+}
+
+// Len returns how many entries the batch was given, and their write
+// sets' bytes.
+func (b *Batch) Len() (entries, bytes int) { return b.entries, b.bytes }
+
+// State returns the replica state the batch holds: what the store will
+// say it applied once the batch commits.
+func (b *Batch) State() ReplicaState { return readReplicaState(b.tx) }
+
+// AdvanceApplied records index as applied in the batch without writing
+// any entry: only a planted bug calls it (mutation.BatchAppliedAhead).
+func (b *Batch) AdvanceApplied(index uint64) error {
+	rs := readReplicaState(b.tx)
+	rs.Applied = max(rs.Applied, index)
+	return putReplicaState(b.tx, rs)
+}
+
+// Commit commits the batch with its fsync and returns the replica state
+// it committed. The batch is over either way.
+func (b *Batch) Commit() (ReplicaState, error) {
+	defer b.end()
+	failpointApplyBeforeCommit()
+	applied := readReplicaState(b.tx)
+	apart := mutation.On(mutation.ApplyIndexApart)
+	if apart {
+		if err := putReplicaState(b.tx, b.before); err != nil {
+			return ReplicaState{}, errors.Join(err, b.tx.Rollback())
+		}
+	}
+	if err := b.tx.Commit(); err != nil {
+		return ReplicaState{}, err
+	}
+	failpointApplyCommitted()
+	if apart {
+		if err := b.s.db.Update(func(tx *bbolt.Tx) error { return putReplicaState(tx, applied) }); err != nil {
+			return ReplicaState{}, err
+		}
+	}
+	return applied, nil
+}
+
+// Rollback abandons the batch: nothing of it reaches the file, as if the
+// process had died before its commit.
+func (b *Batch) Rollback() error {
+	defer b.end()
+	return b.tx.Rollback()
+}
+
+// end lets go of the store's lock, once.
+func (b *Batch) end() {
+	if b.release != nil {
+		b.release()
+		b.release = nil
+	}
 }
 
 // putReplicaState writes rs as the store's replica bookkeeping.
