@@ -80,10 +80,9 @@ func decodeEntry(data []byte) ([]byte, error) {
 // commits with fsync or not at all. While this node leads (raft says so,
 // or its writer was promoted: Lead, until Follow) no batch stays open
 // past the call that began it: the writer needs bbolt's one write
-// transaction. Everything the FSM
-// reports (Applied, LastGroup, WallFloor) and every read of the store
-// (stale reads, backups) is what the store committed, never the open
-// batch.
+// transaction. Everything the FSM reports (Applied, LastGroup, WallFloor)
+// and every read of the store (stale reads, backups) is what the store
+// committed, never the open batch.
 //
 // raft calls Apply, ApplyBatch, Snapshot and Restore from one goroutine;
 // Persist runs concurrently with them, and so do the batch's timer and
