@@ -329,18 +329,24 @@ func TestMutedLeader(t *testing.T) {
 func TestFSM(t *testing.T) {
 	t.Parallel()
 
-	setupFSM := func(t *testing.T) (*store.Store, *cluster.FSM, func(base uint64) []byte) {
+	// openStores opens a leader's store, src, and a follower's, dst.
+	openStores := func(t *testing.T) (src, dst *store.Store) {
 		t.Helper()
 		dir := t.TempDir()
 		src, err := store.Open(filepath.Join(dir, "src.db"), store.WithoutSync())
 		if err != nil {
 			t.Fatal(err)
 		}
-		dst, err := store.Open(filepath.Join(dir, "dst.db"), store.WithoutSync())
+		dst, err = store.Open(filepath.Join(dir, "dst.db"), store.WithoutSync())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { src.Close(); dst.Close() })
+		return src, dst
+	}
+	setupFSM := func(t *testing.T) (*store.Store, *cluster.FSM, func(base uint64) []byte) {
+		t.Helper()
+		src, dst := openStores(t)
 		fsm, err := cluster.NewFSM(dst)
 		if err != nil {
 			t.Fatal(err)
@@ -474,16 +480,7 @@ func TestFSM(t *testing.T) {
 	// claim the entries of the second.
 	t.Run("AKillMidBatchReplaysWhatTheStoreLacks", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
-		src, err := store.Open(filepath.Join(dir, "src.db"), store.WithoutSync())
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst, err := store.Open(filepath.Join(dir, "dst.db"), store.WithoutSync())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { src.Close(); dst.Close() })
+		src, dst := openStores(t)
 		n := cluster.BatchEntries + 5
 		logs := make([]*raft.Log, n)
 		for i := range logs {
