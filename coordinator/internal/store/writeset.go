@@ -324,7 +324,9 @@ func (s *Store) BeginBatch() (*Batch, error) {
 // write set ends the run there: the entries before it are in the batch,
 // it and the ones after it are not, and the error is an *EntryError
 // naming it; the batch stays usable. Any other error is the store's own:
-// the batch must then be rolled back.
+// the batch must then be rolled back. The batch keeps references to the
+// write sets' bytes until it ends: they must not change meanwhile (raft
+// never changes an entry's data).
 func (b *Batch) Apply(entries []Entry) ([]error, error) {
 	res := make([]error, len(entries))
 	for i, e := range entries {
@@ -433,64 +435,164 @@ func (s *Store) CheckWriteSet(index uint64, ws []byte) error {
 // only grows, so a write set that lowers one was evaluated on a state this
 // store never had. A write set of another base is applied as nothing
 // whatever its sequences say.
-func checkWriteSet(tx *bbolt.Tx, rs ReplicaState, ws []byte) (*storagev1.WriteSet, error) {
+func checkWriteSet(tx *bbolt.Tx, rs ReplicaState, ws []byte) (parsedWriteSet, error) {
 	m, err := decodeWriteSet(tx, ws)
-	if err != nil || m.GetBase() != rs.Group {
+	if err != nil || m.base != rs.Group {
 		return m, err
 	}
-	seqs := map[uint32]uint64{}
-	for i, op := range m.GetOps() {
-		if op.GetKind() != storagev1.WriteOp_KIND_SET_SEQUENCE {
+	var seqs map[uint32]uint64
+	for i, op := range m.ops {
+		if op.kind != storagev1.WriteOp_KIND_SET_SEQUENCE {
 			continue
 		}
-		id := op.GetBucket()
-		cur, ok := seqs[id]
+		if seqs == nil {
+			seqs = map[uint32]uint64{}
+		}
+		cur, ok := seqs[op.bucket]
 		if !ok {
-			cur = tx.Bucket(bucketIDs[id]).Sequence()
+			cur = tx.Bucket(bucketIDs[op.bucket]).Sequence()
 		}
-		if op.GetSequence() < cur {
-			return nil, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
-				ErrWriteSet, i, bucketIDs[id], cur, op.GetSequence())
+		if op.seq < cur {
+			return parsedWriteSet{}, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
+				ErrWriteSet, i, bucketIDs[op.bucket], cur, op.seq)
 		}
-		seqs[id] = op.GetSequence()
+		seqs[op.bucket] = op.seq
 	}
 	return m, nil
+}
+
+// parsedWriteSet is a decoded storagev1.WriteSet: its writes' keys and
+// values are slices of the encoded bytes, not copies.
+type parsedWriteSet struct {
+	version uint32
+	base    uint64
+	wall    int64
+	ops     []recordedOp
+}
+
+// parseWriteSet decodes ws as proto.Unmarshal decodes a storagev1.WriteSet
+// (unknown fields skipped, the last of a repeated scalar kept), without a
+// message per write: a follower decodes every write the leader makes.
+func parseWriteSet(ws []byte) (parsedWriteSet, error) {
+	var m parsedWriteSet
+	err := walkFields(ws, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			m.version = uint32(v)
+			return n
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			m.base = v
+			return n
+		case num == 3 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			m.wall = int64(v)
+			return n
+		case num == 4 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n
+			}
+			op, err := parseWriteOp(v)
+			if err != nil {
+				return -1
+			}
+			m.ops = append(m.ops, op)
+			return n
+		}
+		return protowire.ConsumeFieldValue(num, typ, b)
+	})
+	return m, err
+}
+
+// parseWriteOp decodes one storagev1.WriteOp.
+func parseWriteOp(b []byte) (recordedOp, error) {
+	var op recordedOp
+	err := walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			op.kind = storagev1.WriteOp_Kind(int32(v))
+			return n
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			op.bucket = uint32(v)
+			return n
+		case num == 3 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			op.key = v
+			return n
+		case num == 4 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			op.value = v
+			return n
+		case num == 5 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			op.seq = v
+			return n
+		}
+		return protowire.ConsumeFieldValue(num, typ, b)
+	})
+	return op, err
+}
+
+// walkFields calls field with each field's number, type and the bytes
+// after its tag; field returns how many of them the value takes, or a
+// negative protowire error.
+func walkFields(b []byte, field func(num protowire.Number, typ protowire.Type, b []byte) int) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			return fmt.Errorf("field number %d is out of range", num)
+		}
+		b = b[n:]
+		if n = field(num, typ, b); n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // decodeWriteSet decodes ws and checks the form of every write: the
 // format, each bucket and operation, and each key's and value's size as
 // bbolt takes them.
-func decodeWriteSet(tx *bbolt.Tx, ws []byte) (*storagev1.WriteSet, error) {
-	var m storagev1.WriteSet
-	if err := proto.Unmarshal(ws, &m); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrWriteSet, err)
+func decodeWriteSet(tx *bbolt.Tx, ws []byte) (parsedWriteSet, error) {
+	m, err := parseWriteSet(ws)
+	if err != nil {
+		return parsedWriteSet{}, fmt.Errorf("%w: %w", ErrWriteSet, err)
 	}
-	if m.GetVersion() != WriteSetVersion {
-		return nil, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.GetVersion(), WriteSetVersion)
+	if m.version != WriteSetVersion {
+		return parsedWriteSet{}, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.version, WriteSetVersion)
 	}
-	for i, op := range m.GetOps() {
-		id := op.GetBucket()
+	for i, op := range m.ops {
+		id := op.bucket
 		if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
-			return nil, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
+			return parsedWriteSet{}, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
 		}
 		if tx.Bucket(bucketIDs[id]) == nil {
-			return nil, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
+			return parsedWriteSet{}, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
 		}
-		switch op.GetKind() {
+		switch op.kind {
 		case storagev1.WriteOp_KIND_PUT, storagev1.WriteOp_KIND_DELETE:
-			if k := len(op.GetKey()); k == 0 || k > bbolt.MaxKeySize || int64(len(op.GetValue())) > bbolt.MaxValueSize {
-				return nil, fmt.Errorf("%w: write %d has a key of %d bytes and a value of %d", ErrWriteSet, i, k, len(op.GetValue()))
+			if k := len(op.key); k == 0 || k > bbolt.MaxKeySize || int64(len(op.value)) > bbolt.MaxValueSize {
+				return parsedWriteSet{}, fmt.Errorf("%w: write %d has a key of %d bytes and a value of %d", ErrWriteSet, i, k, len(op.value))
 			}
 		case storagev1.WriteOp_KIND_SET_SEQUENCE:
 		default:
-			return nil, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.GetKind())
+			return parsedWriteSet{}, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.kind)
 		}
 	}
-	return &m, nil
+	return m, nil
 }
 
 // applyWriteSet applies ws at index in tx; it reports a stale base. A
-// malformed write set (ErrWriteSet) writes nothing.
+// malformed write set (ErrWriteSet) writes nothing. bbolt keeps the keys
+// and values, slices of ws, until tx ends: ws must not change before.
 func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error) {
 	rs := readReplicaState(tx)
 	if index <= rs.Applied && !mutation.On(mutation.Reapply) {
@@ -504,19 +606,19 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 	if err != nil {
 		return false, err
 	}
-	if m.GetBase() != rs.Group {
+	if m.base != rs.Group {
 		return true, rb.Put(keyReplicaApplied, itob(index))
 	}
-	for i, op := range m.GetOps() {
-		b := tx.Bucket(bucketIDs[op.GetBucket()])
-		switch op.GetKind() {
+	for i, op := range m.ops {
+		b := tx.Bucket(bucketIDs[op.bucket])
+		switch op.kind {
 		case storagev1.WriteOp_KIND_PUT:
 			b.FillPercent = appendFill
-			err = b.Put(op.GetKey(), op.GetValue())
+			err = b.Put(op.key, op.value)
 		case storagev1.WriteOp_KIND_DELETE:
-			err = b.Delete(op.GetKey())
+			err = b.Delete(op.key)
 		case storagev1.WriteOp_KIND_SET_SEQUENCE:
-			err = b.SetSequence(op.GetSequence())
+			err = b.SetSequence(op.seq)
 		}
 		if err != nil {
 			return false, fmt.Errorf("applying write %d: %w", i, err)
@@ -528,8 +630,8 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 	if err := rb.Put(keyReplicaGroup, itob(index)); err != nil {
 		return false, err
 	}
-	if wall := m.GetWallUnixNano(); wall > rs.wallFloorNanos() {
-		return false, rb.Put(keyReplicaWallFloor, itob(uint64(wall)))
+	if m.wall > rs.wallFloorNanos() {
+		return false, rb.Put(keyReplicaWallFloor, itob(uint64(m.wall)))
 	}
 	return false, nil
 }
