@@ -21,7 +21,7 @@ const (
 	CancelKeepsLease
 
 	// ApplyIndexApart writes the applied index in a transaction of its
-	// own after the entries' writes (store.ApplyWriteSets).
+	// own after the entries' writes (store.Batch.Commit).
 	ApplyIndexApart
 	// Reapply applies an entry at or below the applied index again
 	// (store.ApplyWriteSets, the state machine's idempotence).
@@ -97,7 +97,7 @@ var Table = [...]Info{
 		"a completion under any token of a LEASED job is accepted"},
 	{CancelKeepsLease, "cancel", "jobs: Cancel",
 		"a cancelled job stays LEASED and its holder's completion is accepted"},
-	{ApplyIndexApart, "apply-index-apart", "store: ApplyWriteSets",
+	{ApplyIndexApart, "apply-index-apart", "store: Batch.Commit",
 		"a node killed between the two commits applies its entries again on restart, a sequence moves back, and it stops on every restart"},
 	{Reapply, "reapply", "store: applyWriteSet",
 		"an entry replayed after a restart is applied again: refused as stale, it moves the applied index back"},
