@@ -37,7 +37,9 @@ const (
 	// snapshotsRetained is how many snapshots a node keeps on disk.
 	snapshotsRetained = 2
 	// logCacheEntries is how many of the last entries appended raft keeps
-	// in memory (raft.LogCache).
+	// in memory (raft.LogCache). It costs their data: under a steady load
+	// an entry is a writer group of a few hundred KiB, so about 100 MiB;
+	// entries of large groups (up to MaxEntryBytes) hold more.
 	logCacheEntries = 512
 )
 
