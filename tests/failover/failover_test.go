@@ -66,8 +66,9 @@ const (
 // (coordinator/internal/cluster and store, failpoints.go), armed on a
 // follower in turn: entries committed in its log and not applied to its
 // store; applied in the store's open transaction; committed to the store
-// and not reported to raft.
-var applyFailpoints = []string{"beforeApply", "applyBeforeCommit", "applyCommitted"}
+// and not reported to raft; reported to raft and held in a batch the store
+// has not committed.
+var applyFailpoints = []string{"beforeApply", "applyBeforeCommit", "applyCommitted", "batchOpen"}
 
 // faultResult is what one fault measured.
 type faultResult struct {

@@ -68,15 +68,71 @@ func runCompare(ctx context.Context, cfg config, lg *logger, stdout io.Writer) e
 				c, label = cur, "this build ("+cfg.bin+")"
 			}
 			lg.printf("round %d of %d: %s", round+1, cfg.rounds, label)
-			rep, err := runPhases(ctx, c, lg)
+			figs, err := roundFigures(ctx, c, lg)
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, label, err)
 			}
-			runs[which] = append(runs[which], figuresOf(rep))
+			runs[which] = append(runs[which], figs)
 			cur.rebuild = false // built once, in the first round
 		}
 	}
 	return writeComparison(stdout, cfg, runs)
+}
+
+// roundFigures runs one build's phases once and returns its figures: with
+// -cluster, the single node's, then the cluster's (clusterFigures).
+func roundFigures(ctx context.Context, cfg config, lg *logger) ([]figure, error) {
+	single := cfg
+	single.cluster = 0
+	rep, err := runPhases(ctx, single, lg)
+	if err != nil || cfg.cluster == 0 {
+		return figuresOf(rep), err
+	}
+	cfg.rebuild = false
+	crep, err := runPhases(ctx, cfg, lg)
+	if err != nil {
+		return nil, err
+	}
+	return append(figuresOf(rep), clusterFigures(rep, crep)...), nil
+}
+
+// clusterFigures lists the figures of a cluster's run, crep, that a
+// comparison follows, beside the single node's of the same round, rep:
+// its rate and the share of the single node's, the leader's and the
+// followers' CPU and bytes written per document, documents per raft
+// entry.
+func clusterFigures(rep, crep *report) []figure {
+	var fs []figure
+	add := func(name string, v float64, higher bool) { fs = append(fs, figure{"cluster " + name, v, higher}) }
+	phase := func(name string, rate, singleRate float64, cpu *cpuResult, raft *raftResult) {
+		add(name+" docs/s", rate, true)
+		if singleRate > 0 {
+			add(name+" ÷ single", rate/singleRate, true)
+		}
+		var fCPU, fWritten, n float64
+		for _, u := range cpu.Nodes {
+			if u.Leader {
+				add(name+" leader CPU µs/doc", u.CPUMicrosPerDoc, false)
+				add(name+" leader bytes written/doc", u.WrittenPerDoc, false)
+				continue
+			}
+			fCPU, fWritten, n = fCPU+u.CPUMicrosPerDoc, fWritten+u.WrittenPerDoc, n+1
+		}
+		if n > 0 {
+			add(name+" follower CPU µs/doc (mean)", fCPU/n, false)
+			add(name+" follower bytes written/doc (mean)", fWritten/n, false)
+		}
+		if raft != nil {
+			add(name+" docs/entry", raft.DocsPerEntry, true)
+		}
+	}
+	if crep.Drain != nil && rep.Drain != nil {
+		phase("drain", crep.Drain.DocsPerSecond, rep.Drain.DocsPerSecond, crep.Drain.CPU, crep.Drain.Raft)
+	}
+	if crep.Steady != nil && rep.Steady != nil {
+		phase("steady", crep.Steady.PeakDocsPerSecond, rep.Steady.PeakDocsPerSecond, crep.Steady.CPU, crep.Steady.Raft)
+	}
+	return fs
 }
 
 // writeComparison prints the table of runCompare.

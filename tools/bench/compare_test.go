@@ -45,3 +45,31 @@ func TestWriteComparison(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterFigures: a cluster's round gives its rate over the single
+// node's, the leader's and the followers' mean CPU and bytes per
+// document, and documents per entry.
+func TestClusterFigures(t *testing.T) {
+	t.Parallel()
+	single := &report{Drain: &drainResult{DocsPerSecond: 20000}}
+	cl := &report{Drain: &drainResult{DocsPerSecond: 14000, Raft: &raftResult{DocsPerEntry: 70},
+		CPU: &cpuResult{Nodes: []nodeUsage{
+			{Node: "n1", Leader: true, CPUMicrosPerDoc: 80, WrittenPerDoc: 900},
+			{Node: "n2", CPUMicrosPerDoc: 20, WrittenPerDoc: 500},
+			{Node: "n3", CPUMicrosPerDoc: 30, WrittenPerDoc: 700},
+		}}}}
+	got := map[string]float64{}
+	for _, f := range clusterFigures(single, cl) {
+		got[f.name] = f.value
+	}
+	for name, want := range map[string]float64{
+		"cluster drain docs/s": 14000, "cluster drain ÷ single": 0.7,
+		"cluster drain leader CPU µs/doc": 80, "cluster drain leader bytes written/doc": 900,
+		"cluster drain follower CPU µs/doc (mean)": 25, "cluster drain follower bytes written/doc (mean)": 600,
+		"cluster drain docs/entry": 70,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+}

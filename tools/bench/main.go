@@ -112,7 +112,11 @@
 // per-round ratios of this build over DIR's, with a verdict that calls a
 // change only when every round's ratio is past 2% on the same side. Judge a
 // change this way, on one machine in one run, not against a figure from
-// another day.
+// another day. With -cluster too, each round of each build runs the single
+// node and then the cluster, and the table adds the cluster's figures: its
+// rate and its share of the same round's single node, the leader's and
+// the followers' (mean) CPU µs and bytes written per document, and
+// documents per raft entry (no failover phase).
 //
 // With -store N, the phases are replaced by: a drain on the empty store;
 // filling the store to N jobs, half of them SUCCEEDED (closed loop) and half
@@ -358,8 +362,10 @@ func (c config) validate() error {
 		return errors.New("-duration, -latency-duration, -latency-tick, -health-poll, -stop-grace and -timeout must be above zero")
 	case c.cluster != 0 && c.cluster != 3 && c.cluster != 5:
 		return errors.New("-cluster takes 3 or 5 nodes")
-	case c.cluster != 0 && (c.store > 0 || c.compare != ""):
-		return errors.New("-cluster takes neither -store nor -compare")
+	case c.cluster != 0 && c.store > 0:
+		return errors.New("-cluster does not take -store")
+	case c.cluster != 0 && c.compare != "" && c.has("failover"):
+		return errors.New("-cluster with -compare does not run the failover phase")
 	case c.has("failover") && c.cluster == 0:
 		return errors.New("the failover phase needs -cluster")
 	case c.failoverKills < 1 || c.failoverInflight < 1 || c.failoverInflight > c.maxWatches || c.failoverGap < 0:

@@ -329,18 +329,24 @@ func TestMutedLeader(t *testing.T) {
 func TestFSM(t *testing.T) {
 	t.Parallel()
 
-	setupFSM := func(t *testing.T) (*store.Store, *cluster.FSM, func(base uint64) []byte) {
+	// openStores opens a leader's store, src, and a follower's, dst.
+	openStores := func(t *testing.T) (src, dst *store.Store) {
 		t.Helper()
 		dir := t.TempDir()
 		src, err := store.Open(filepath.Join(dir, "src.db"), store.WithoutSync())
 		if err != nil {
 			t.Fatal(err)
 		}
-		dst, err := store.Open(filepath.Join(dir, "dst.db"), store.WithoutSync())
+		dst, err = store.Open(filepath.Join(dir, "dst.db"), store.WithoutSync())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { src.Close(); dst.Close() })
+		return src, dst
+	}
+	setupFSM := func(t *testing.T) (*store.Store, *cluster.FSM, func(base uint64) []byte) {
+		t.Helper()
+		src, dst := openStores(t)
 		fsm, err := cluster.NewFSM(dst)
 		if err != nil {
 			t.Fatal(err)
@@ -413,6 +419,117 @@ func TestFSM(t *testing.T) {
 			}
 		}()
 		fsm.Apply(logAt(1, []byte{99, 1, 2}))
+	})
+
+	// A follower's batch stays open across calls: what it reports
+	// (Applied, LastGroup) and what readers see is what its store
+	// committed, until Flush, Lead or Snapshot commits the rest; while it
+	// leads, every call commits.
+	t.Run("AFollowerReportsWhatItsStoreCommitted", func(t *testing.T) {
+		t.Parallel()
+		st, fsm, group := setupFSM(t)
+		fsm.HoldBatches()
+		fsm.ApplyBatch([]*raft.Log{logAt(1, group(0)), logAt(2, group(1))})
+		fsm.ApplyBatch([]*raft.Log{logAt(3, group(2))})
+		committed := func() (uint64, bool) {
+			rs, err := st.ReplicaState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			if err := st.View(func(tx *store.Tx) error {
+				_, found, err = tx.Job(1)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return rs.Applied, found
+		}
+		if applied, found := committed(); applied != 0 || found || fsm.Applied() != 0 || fsm.LastGroup() != 0 {
+			t.Fatalf("with entries 1 to 3 in the open batch: the store committed %d (job 1 visible: %v), the FSM says %d (group %d); want 0",
+				applied, found, fsm.Applied(), fsm.LastGroup())
+		}
+		snap, err := fsm.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap.Release()
+		if applied, found := committed(); applied != 3 || !found || fsm.Applied() != 3 || fsm.LastGroup() != 3 {
+			t.Fatalf("after Snapshot: the store committed %d (job 1 visible: %v), the FSM says %d; want 3", applied, found, fsm.Applied())
+		}
+		fsm.Lead()
+		fsm.ApplyBatch([]*raft.Log{logAt(4, group(3))})
+		if applied, _ := committed(); applied != 4 || fsm.Applied() != 4 {
+			t.Fatalf("leading: the store committed %d after entry 4, the FSM says %d", applied, fsm.Applied())
+		}
+		fsm.Follow()
+		fsm.ApplyBatch([]*raft.Log{logAt(5, group(4))})
+		if applied, _ := committed(); applied != 4 || fsm.Applied() != 4 {
+			t.Fatalf("following again: the store committed %d with entry 5 in the batch, the FSM says %d", applied, fsm.Applied())
+		}
+		fsm.Flush()
+		if applied, _ := committed(); applied != 5 || fsm.Applied() != 5 {
+			t.Fatalf("after Flush: the store committed %d, the FSM says %d; want 5", applied, fsm.Applied())
+		}
+	})
+
+	// A follower killed with a batch open loses the batch, and its store
+	// says how far it committed: raft hands it the log again from its
+	// snapshot (here from the start), and the store ends as the leader's.
+	// Its batch bound cuts one call into two commits; the first must not
+	// claim the entries of the second.
+	t.Run("AKillMidBatchReplaysWhatTheStoreLacks", func(t *testing.T) {
+		t.Parallel()
+		src, dst := openStores(t)
+		n := cluster.BatchEntries + 5
+		logs := make([]*raft.Log, n)
+		for i := range logs {
+			tx, err := src.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx.Record()
+			if err := putJob(tx, uint64(i+1)); err != nil {
+				t.Fatal(err)
+			}
+			ws := tx.WriteSet(uint64(i), t0)
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			logs[i] = logAt(uint64(i+1), append([]byte{1}, ws...))
+		}
+		fsm, err := cluster.NewFSM(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fsm.HoldBatches()
+		fsm.ApplyBatch(logs)
+		if err := fsm.Abandon(); err != nil { // the kill
+			t.Fatal(err)
+		}
+		rs, err := dst.ReplicaState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs.Applied != uint64(cluster.BatchEntries) || fsm.Applied() != rs.Applied {
+			t.Fatalf("killed with entries %d to %d in the open batch: the store says it applied %d, the FSM %d; want %d",
+				cluster.BatchEntries+1, n, rs.Applied, fsm.Applied(), cluster.BatchEntries)
+		}
+		restarted, err := cluster.NewFSM(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restarted.HoldBatches()
+		for _, r := range restarted.ApplyBatch(logs) {
+			if r != nil {
+				t.Fatalf("replaying the log: %v", r)
+			}
+		}
+		restarted.Flush()
+		want, _ := src.Digest()
+		if got, _ := dst.Digest(); got != want || restarted.Applied() != uint64(n) {
+			t.Fatalf("after the replay the follower's store differs from the leader's (%v), or applied %d of %d", got != want, restarted.Applied(), n)
+		}
 	})
 
 	t.Run("RestoresASnapshotWholeUnderReaders", func(t *testing.T) {

@@ -4,7 +4,7 @@ package cluster
 
 import gofail "go.etcd.io/gofail/runtime"
 
-// The state machine's failpoint, for crash tests: built in only with the
+// The state machine's failpoints, for crash tests: built in only with the
 // failpoints build tag (failpoints_off.go has the default build's empty
 // function), armed through gofail's runtime by name in the environment
 // before the process starts, as the writer's are (see
@@ -16,7 +16,13 @@ var (
 	// and committed them, and hands them to the state machine, which has
 	// applied none of them to the store.
 	fpBeforeApply = gofail.NewFailpoint("beforeApply")
+	// fpBatchOpen: a follower's batch holds entries raft was told are
+	// applied, and the store has committed none of them; raft hands the
+	// state machine the next ones.
+	fpBatchOpen = gofail.NewFailpoint("batchOpen")
 )
 
-// ApplyBatch calls this at the point above; it acts only when armed.
+// ApplyBatch calls these at the points above; each acts only when armed.
+
 func failpointBeforeApply() { _, _ = fpBeforeApply.Acquire() }
+func failpointBatchOpen()   { _, _ = fpBatchOpen.Acquire() }

@@ -2,7 +2,8 @@
 
 package cluster
 
-// Without the failpoints build tag the state machine's failpoint
-// (failpoints.go) is an empty function, inlined away.
+// Without the failpoints build tag the state machine's failpoints
+// (failpoints.go) are empty functions, inlined away.
 
 func failpointBeforeApply() {}
+func failpointBatchOpen()   {}

@@ -6,10 +6,12 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/coordinator/internal/mutation"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
@@ -64,20 +66,56 @@ func decodeEntry(data []byte) ([]byte, error) {
 // already holds changes nothing. Followers never run a command; the store
 // a follower holds is a single-node data file.
 //
+// Every entry raft hands it in one call goes into one store transaction,
+// a batch (store.Batch). On a follower of a running node (StartNode) the
+// batch stays open across calls and commits, with its fsync, once
+// batchInterval after it began, once raft has handed it nothing for
+// batchIdle, or once it holds batchEntries entries or batchBytes of write
+// sets; and before a snapshot, a restore and the node's shutdown. The
+// raft log's own fsync made every entry durable before it counted
+// towards its commit, and raft hands the store again, after a restart,
+// every entry after its last snapshot, which never passes what the store
+// committed (Snapshot commits first): a batch lost with its process is
+// applied again from the log. bbolt's NoSync is never used: a batch
+// commits with fsync or not at all. While this node leads (raft says so,
+// or its writer was promoted: Lead, until Follow) no batch stays open
+// past the call that began it: the writer needs bbolt's one write
+// transaction. Everything the FSM reports (Applied, LastGroup, WallFloor)
+// and every read of the store (stale reads, backups) is what the store
+// committed, never the open batch.
+//
 // raft calls Apply, ApplyBatch, Snapshot and Restore from one goroutine;
-// Persist runs concurrently with them. A write set that cannot be applied
-// (malformed, or the store failed: a full disk, say) stops the node
-// (Fatal): its state would diverge from the log, and the cluster goes on
-// without it. Restarted once the fault is mended, the node applies the
-// log from where its store stopped.
+// Persist runs concurrently with them, and so do the batch's timer and
+// Lead. A write set that cannot be applied (malformed, or the store
+// failed: a full disk, say) stops the node (Fatal): its state would
+// diverge from the log, and the cluster goes on without it. Restarted
+// once the fault is mended, the node applies the log from where its
+// store stopped.
 type FSM struct {
 	st *store.Store
-	// group is the index of the last write set applied, the base the next
-	// one must name; wallFloor the largest wall clock applied, in Unix
-	// nanoseconds. Both are read by the writer between groups.
+	// group is the index of the last write set the store committed, the
+	// base the next one must name; wallFloor the largest wall clock
+	// committed, in Unix nanoseconds; applied the index of the last entry
+	// committed. The writer reads the first two between groups.
 	group     atomic.Uint64
 	wallFloor atomic.Int64
 	applied   atomic.Uint64
+
+	// mu guards the batch and what follows: raft's goroutine applies into
+	// the batch, the timer and Lead commit it.
+	mu sync.Mutex
+	// batch is the open batch, nil when none; opened is when it began.
+	batch  *store.Batch
+	opened time.Time
+	// timer commits the open batch when raft hands nothing more.
+	timer *time.Timer
+	// hold keeps a batch open across calls (holdBatches) unless raft
+	// says this node leads (leads) or the writer was promoted (leading,
+	// set by Lead and cleared by Follow).
+	hold, leading bool
+	leads         func() bool
+	// interval and idle are batchInterval and batchIdle (tests: longer).
+	interval, idle time.Duration
 	// metrics time ApplyBatch; StartNode sets them before raft runs.
 	metrics *Metrics
 	// Fatal is called with an entry that cannot be applied (on the FSM
@@ -113,25 +151,31 @@ func (f *FSM) load() error {
 	if err != nil {
 		return fmt.Errorf("reading the replica state: %w", err)
 	}
+	f.set(rs)
+	return nil
+}
+
+// set takes rs, what the store committed, as the FSM's state.
+func (f *FSM) set(rs store.ReplicaState) {
 	f.group.Store(rs.Group)
 	f.applied.Store(rs.Applied)
 	if !rs.WallFloor.IsZero() {
 		f.wallFloor.Store(rs.WallFloor.UnixNano())
 	}
-	return nil
 }
 
 // Store returns the store the FSM applies to.
 func (f *FSM) Store() *store.Store { return f.st }
 
-// LastGroup returns the index of the last write set applied: the base of
-// the next group the leader evaluates.
+// LastGroup returns the index of the last write set the store committed:
+// the base of the next group the leader evaluates.
 func (f *FSM) LastGroup() uint64 { return f.group.Load() }
 
-// Applied returns the index of the last entry applied.
+// Applied returns the index of the last entry the store committed (an
+// open batch holds more).
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
 
-// WallFloor returns the largest group wall clock applied (zero when none):
+// WallFloor returns the largest group wall clock committed (zero when none):
 // a writer taking over stamps nothing earlier.
 func (f *FSM) WallFloor() time.Time {
 	if ns := f.wallFloor.Load(); ns != 0 {
@@ -181,38 +225,75 @@ type Command struct {
 	Data        []byte
 }
 
+// Follower batches (see FSM): a batch commits this long after it began,
+// after raft handed the FSM nothing for batchIdle, or once it holds this
+// many entries or bytes of write sets. etcd commits its backend every
+// 100 ms or 10,000 writes; an entry here is a writer group, many writes.
+// Raft's queue to the state machine cannot be seen from here, and a
+// follower keeping up with its leader has emptied it after nearly every
+// call: a quiet spell of batchIdle stands for "nothing more is coming".
+const (
+	batchInterval = 100 * time.Millisecond
+	batchIdle     = 25 * time.Millisecond
+	batchEntries  = 1024
+	batchBytes    = 64 << 20
+)
+
+// holdBatches lets batches stay open across calls while this node does
+// not lead: neither raft (leads) nor Lead says it does. StartNode sets it
+// once raft runs.
+func (f *FSM) holdBatches(leads func() bool, interval, idle time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hold, f.leads, f.interval, f.idle = true, leads, interval, idle
+}
+
 // ApplyCommands applies committed command entries, in order, as
 // ApplyBatch does (raft calls that; a stand-in for raft, a simulator's,
 // calls this), and returns each one's response: nil, or
 // store.ErrStaleBase.
 func (f *FSM) ApplyCommands(cmds []Command) []any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.batch != nil {
+		failpointBatchOpen()
+	}
 	res := make([]any, len(cmds))
 	var pending []int // indexes in cmds of write sets not yet applied
 	for i, c := range cmds {
 		if _, err := decodeEntry(c.Data); err != nil {
 			f.applyWriteSets(cmds, pending, res)
 			pending = pending[:0]
+			f.commit()
 			f.unappliable(c, err)
 			continue
 		}
 		pending = append(pending, i)
 	}
 	f.applyWriteSets(cmds, pending, res)
+	f.settle()
 	return res
 }
 
 // applyWriteSets applies the write sets of cmds[i] for each i of pending,
-// in order, and sets their responses in res. A malformed one is
-// unappliable; the ones after it are applied once it was skipped.
+// in order, into the batch, and sets their responses in res; a batch that
+// reaches its bound commits on the way. A malformed one is unappliable;
+// the ones after it are applied once it was skipped.
 func (f *FSM) applyWriteSets(cmds []Command, pending []int, res []any) {
 	for len(pending) > 0 {
-		entries := make([]store.Entry, len(pending))
-		for j, i := range pending {
+		failpointBeforeApply()
+		b := f.open()
+		n := len(pending)
+		if f.hold {
+			used, _ := b.Len()
+			n = min(n, batchEntries-used)
+		}
+		entries := make([]store.Entry, n)
+		for j, i := range pending[:n] {
 			entries[j] = store.Entry{Index: cmds[i].Index, WriteSet: cmds[i].Data[1:]}
 		}
-		failpointBeforeApply()
 		start := time.Now()
-		out, err := f.st.ApplyWriteSets(entries)
+		out, err := b.Apply(entries)
 		f.metrics.observeApply(time.Since(start))
 		var bad *store.EntryError
 		if err != nil && !errors.As(err, &bad) {
@@ -223,16 +304,110 @@ func (f *FSM) applyWriteSets(cmds []Command, pending []int, res []any) {
 				res[pending[j]] = e
 			}
 		}
-		if err := f.load(); err != nil {
-			f.fatal(fmt.Errorf("replica: %w", err))
+		if bad != nil {
+			f.commit()
+			at := slices.IndexFunc(entries, func(e store.Entry) bool { return e.Index == bad.Index })
+			f.unappliable(cmds[pending[at]], bad.Err)
+			pending = pending[at+1:]
+			continue
 		}
-		if bad == nil {
-			return
+		pending = pending[n:]
+		if f.full() {
+			if len(pending) > 0 && mutation.On(mutation.BatchAppliedAhead) {
+				if err := b.AdvanceApplied(cmds[pending[len(pending)-1]].Index); err != nil {
+					f.fatal(err)
+				}
+			}
+			f.commit()
 		}
-		at := slices.IndexFunc(entries, func(e store.Entry) bool { return e.Index == bad.Index })
-		f.unappliable(cmds[pending[at]], bad.Err)
-		pending = pending[at+1:]
 	}
+}
+
+// open returns the open batch, beginning one if none is.
+func (f *FSM) open() *store.Batch {
+	if f.batch == nil {
+		b, err := f.st.BeginBatch()
+		if err != nil {
+			f.fatal(fmt.Errorf("replica: beginning a transaction: %w", err))
+		}
+		f.batch, f.opened = b, time.Now()
+	}
+	return f.batch
+}
+
+// full reports whether the open batch reached its bound.
+func (f *FSM) full() bool {
+	if f.batch == nil {
+		return false
+	}
+	entries, bytes := f.batch.Len()
+	return entries >= batchEntries || bytes >= batchBytes
+}
+
+// settle ends a call: the open batch commits unless it may stay open (a
+// follower's, within its bounds), in which case the timer is set to
+// commit it when raft hands nothing more.
+func (f *FSM) settle() {
+	if f.batch == nil {
+		return
+	}
+	now := time.Now()
+	due := f.opened.Add(f.interval)
+	if !f.hold || f.leading || f.leads() || f.full() || !now.Before(due) {
+		f.commit()
+		return
+	}
+	wait := min(due.Sub(now), f.idle)
+	if f.timer == nil {
+		f.timer = time.AfterFunc(wait, f.Flush)
+	} else {
+		f.timer.Reset(wait)
+	}
+}
+
+// commit commits the open batch, if any, and takes what it committed as
+// the FSM's state. A store that cannot commit stops the node.
+func (f *FSM) commit() {
+	if f.batch == nil {
+		return
+	}
+	b := f.batch
+	f.batch = nil
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	rs, err := b.Commit()
+	if err != nil {
+		f.fatal(fmt.Errorf("replica: committing entries: %w", err))
+	}
+	f.set(rs)
+}
+
+// Flush commits the open batch, if any.
+func (f *FSM) Flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.commit()
+}
+
+// Lead commits the open batch and, until Follow, has every later call
+// commit what it applied before it returns: the leader's writer, once
+// promoted, begins its own write transaction, and bbolt has one writer.
+// The leadership calls it after raft's barrier, before it promotes the
+// writer.
+func (f *FSM) Lead() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading = true
+	f.commit()
+}
+
+// Follow lets batches stay open across calls again: the writer was
+// demoted.
+func (f *FSM) Follow() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading = false
 }
 
 // unappliable handles l, an entry this release cannot apply: applied as
@@ -279,8 +454,12 @@ func (f *FSM) CheckHalt() error {
 }
 
 // Snapshot implements raft.FSM: a read transaction of the whole store,
-// which Persist copies while the FSM goes on applying.
+// which Persist copies while the FSM goes on applying. The open batch
+// commits first: raft takes the snapshot as holding every entry it handed
+// the FSM, and, after a restart, hands the store again only the entries
+// after it.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.Flush()
 	sn, err := f.st.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("beginning a snapshot: %w", err)
@@ -291,6 +470,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // Restore implements raft.FSM: the snapshot becomes the store's file.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.Flush()
 	if err := f.st.ReplaceFile(rc); err != nil {
 		return fmt.Errorf("restoring a snapshot: %w", err)
 	}

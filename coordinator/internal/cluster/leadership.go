@@ -52,6 +52,11 @@ type appliedState interface {
 	WallFloor() time.Time
 	// AnnouncedLeader is the leader last announced in the log (Announce).
 	AnnouncedLeader() (id, addr string)
+	// Lead commits what the state machine holds uncommitted and keeps
+	// nothing uncommitted until Follow: the writer's own write
+	// transaction must find the store's free.
+	Lead()
+	Follow()
 }
 
 // leadership promotes and demotes the writer as raft's leadership comes
@@ -271,6 +276,7 @@ func (l *leadership) promote(stop <-chan struct{}) bool {
 		}
 		return false
 	}
+	l.state.Lead()
 	extend := l.extend
 	if mutation.On(mutation.PromoteNoExtend) {
 		extend = 0
@@ -305,6 +311,7 @@ func (l *leadership) barrier(stop <-chan struct{}) error {
 func (l *leadership) demote() {
 	l.health.SetLeading(false)
 	l.eng.Demote()
+	l.state.Follow()
 	l.setLeaderKnown()
 }
 

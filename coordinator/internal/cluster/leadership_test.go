@@ -217,6 +217,8 @@ type fakeState struct{}
 func (fakeState) Applied() uint64                   { return 0 }
 func (fakeState) WallFloor() time.Time              { return time.Time{} }
 func (fakeState) AnnouncedLeader() (string, string) { return "", "" }
+func (fakeState) Lead()                             {}
+func (fakeState) Follow()                           {}
 
 // following starts a leadership over r that follows with a fake engine
 // and health; it stops following when the test ends.

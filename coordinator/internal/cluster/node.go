@@ -36,6 +36,11 @@ const (
 	DefaultBarrierTimeout = 10 * time.Second
 	// snapshotsRetained is how many snapshots a node keeps on disk.
 	snapshotsRetained = 2
+	// logCacheEntries is how many of the last entries appended raft keeps
+	// in memory (raft.LogCache). It costs their data: under a steady load
+	// an entry is a writer group of a few hundred KiB, so about 100 MiB;
+	// entries of large groups (up to MaxEntryBytes) hold more.
+	logCacheEntries = 512
 )
 
 // NodeConfig configures a Node.
@@ -228,12 +233,21 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	// entry its store cannot apply does (failStopLog).
 	guarded := stopOnWriteError(logs, stable, fsm.fatal)
 	guarded.explain = explain
-	r, err := raft.NewRaft(rc, fsm, guarded, guarded, snaps, n.trans)
+	// The leader sends each entry to the followers right after appending
+	// it: the last entries stay in memory rather than be read back from
+	// raft-wal's segments (Consul's and Vault's size).
+	cached, err := raft.NewLogCache(logCacheEntries, guarded)
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	r, err := raft.NewRaft(rc, fsm, cached, guarded, snaps, n.trans)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	n.Raft = r
+	fsm.holdBatches(n.IsLeader, batchInterval, batchIdle)
 	if peers != nil {
 		peers.setMembers(func() []raft.Server {
 			servers := peerServers(cfg.Peers)
@@ -274,14 +288,15 @@ func (n *Node) listen(advertise string, logger hclog.Logger) (*peerTransport, er
 	return t, nil
 }
 
-// Shutdown stops raft and closes the log, the snapshots and the
-// transport. It is safe to call twice.
+// Shutdown stops raft, commits the state machine's open batch, and closes
+// the log, the snapshots and the transport. It is safe to call twice.
 func (n *Node) Shutdown() error {
 	var err error
 	n.stopOnce.Do(func() {
 		close(n.doneC)
 		n.observed.Wait()
 		err = n.Raft.Shutdown().Error()
+		n.fsm.Flush()
 		n.closeStores()
 	})
 	return err

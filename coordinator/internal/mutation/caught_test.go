@@ -52,6 +52,7 @@ var caughtBy = map[Bug][]catcher{
 	ApplyIndexApart: {{"coordinator/internal/store", "^TestWriteSet$/^CommitsOnceWithTheAppliedIndex$", nil}},
 	Reapply: {{"coordinator/internal/store", "^TestWriteSet$/^IsIdempotentOnReplay$", nil},
 		{"coordinator/internal/cluster", "^TestFSM$/^IsIdempotentOnReplay$", nil}},
+	BatchAppliedAhead: {{"coordinator/internal/cluster", "^TestFSM$/^AKillMidBatchReplaysWhatTheStoreLacks$", nil}},
 
 	PublishEarly:       {simCluster},
 	KeepSoftState:      {simCluster},

@@ -21,11 +21,15 @@ const (
 	CancelKeepsLease
 
 	// ApplyIndexApart writes the applied index in a transaction of its
-	// own after the entries' writes (store.ApplyWriteSets).
+	// own after the entries' writes (store.Batch.Commit).
 	ApplyIndexApart
 	// Reapply applies an entry at or below the applied index again
 	// (store.ApplyWriteSets, the state machine's idempotence).
 	Reapply
+	// BatchAppliedAhead commits a follower's batch cut short by its bound
+	// with the applied index of the last entry raft handed the state
+	// machine, past the entries the batch wrote (cluster.FSM).
+	BatchAppliedAhead
 
 	// PublishEarly publishes a group's effects and answers its commands
 	// before its commit returns (engine.runGroup).
@@ -93,10 +97,12 @@ var Table = [...]Info{
 		"a completion under any token of a LEASED job is accepted"},
 	{CancelKeepsLease, "cancel", "jobs: Cancel",
 		"a cancelled job stays LEASED and its holder's completion is accepted"},
-	{ApplyIndexApart, "apply-index-apart", "store: ApplyWriteSets",
+	{ApplyIndexApart, "apply-index-apart", "store: Batch.Commit",
 		"a node killed between the two commits applies its entries again on restart, a sequence moves back, and it stops on every restart"},
 	{Reapply, "reapply", "store: applyWriteSet",
 		"an entry replayed after a restart is applied again: refused as stale, it moves the applied index back"},
+	{BatchAppliedAhead, "batch-applied-ahead", "cluster: FSM's follower batch",
+		"a follower killed with a batch open restarts past entries its store never wrote, and its store differs from the others'"},
 	{PublishEarly, "publish-early", "engine: runGroup",
 		"a grant or an answer leaves the leader for a group whose entry never commits"},
 	{KeepSoftState, "keep-soft-state", "engine: Promote, Demote",

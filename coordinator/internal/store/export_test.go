@@ -2,6 +2,7 @@ package store
 
 import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
 	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 )
@@ -36,4 +37,18 @@ func (s *Store) TxID() (id int) {
 		return nil
 	})
 	return id
+}
+
+// ParseWriteSet is the decoder a replica applies write sets with, its
+// result as a storagev1.WriteSet.
+func ParseWriteSet(ws []byte) (*storagev1.WriteSet, error) {
+	m, err := parseWriteSet(ws)
+	if err != nil {
+		return nil, err
+	}
+	out := &storagev1.WriteSet{Version: m.version, Base: m.base, WallUnixNano: m.wall}
+	for _, op := range m.ops {
+		out.Ops = append(out.Ops, &storagev1.WriteOp{Kind: op.kind, Bucket: op.bucket, Key: op.key, Value: op.value, Sequence: op.seq})
+	}
+	return out, nil
 }

@@ -12,9 +12,9 @@ import gofail "go.etcd.io/gofail/runtime"
 //
 //	GOFAIL_FAILPOINTS='applyBeforeCommit=5*off->panic("applyBeforeCommit")' coordinator ...
 var (
-	// fpApplyBeforeCommit: every write of the entries ApplyWriteSets
-	// applies is made in the open transaction, with the index that says
-	// they are applied, and nothing is committed.
+	// fpApplyBeforeCommit: every write of the entries a batch applied is
+	// made in its open transaction, with the index that says they are
+	// applied, and nothing is committed.
 	fpApplyBeforeCommit = gofail.NewFailpoint("applyBeforeCommit")
 	// fpApplyCommitted: the entries are committed to the store, and the
 	// state machine has not told raft they are applied (raft applies
@@ -22,7 +22,7 @@ var (
 	fpApplyCommitted = gofail.NewFailpoint("applyCommitted")
 )
 
-// ApplyWriteSets calls these at the points above; each evaluates its
+// Batch.Commit calls these at the points above; each evaluates its
 // failpoint, which acts only when armed.
 
 func failpointApplyBeforeCommit() { _, _ = fpApplyBeforeCommit.Acquire() }

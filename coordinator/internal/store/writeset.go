@@ -273,46 +273,133 @@ func (e *EntryError) Unwrap() error { return e.Err }
 // not, and the error is an *EntryError naming it. Any other error is the
 // store's own, and nothing was applied.
 func (s *Store) ApplyWriteSets(entries []Entry) ([]error, error) {
-	res := make([]error, len(entries))
-	var malformed *EntryError
-	apart := mutation.On(mutation.ApplyIndexApart)
-	var applied ReplicaState
-	err := s.update(func(tx *bbolt.Tx) error {
-		before := readReplicaState(tx)
-		for i, e := range entries {
-			stale, err := applyWriteSet(tx, e.Index, e.WriteSet)
-			if errors.Is(err, ErrWriteSet) {
-				// It wrote nothing: what came before it commits.
-				malformed = &EntryError{Index: e.Index, Err: err}
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("entry %d: %w", e.Index, err)
-			}
-			if stale {
-				res[i] = ErrStaleBase
-			}
-		}
-		failpointApplyBeforeCommit()
-		if apart {
-			applied = readReplicaState(tx)
-			return putReplicaState(tx, before)
-		}
-		return nil
-	})
-	if err == nil {
-		failpointApplyCommitted()
-	}
-	if err == nil && apart {
-		err = s.update(func(tx *bbolt.Tx) error { return putReplicaState(tx, applied) })
-	}
+	b, err := s.BeginBatch()
 	if err != nil {
+		return nil, err
+	}
+	res, err := b.Apply(entries)
+	var malformed *EntryError
+	if err != nil && !errors.As(err, &malformed) {
+		return nil, errors.Join(err, b.Rollback())
+	}
+	if _, err := b.Commit(); err != nil {
 		return nil, err
 	}
 	if malformed != nil {
 		return res, malformed
 	}
 	return res, nil
+}
+
+// Batch is a read-write transaction of replicated entries that stays open
+// across calls of Apply until Commit: a replica applies what raft hands
+// it as it comes and commits (with fsync) once for many calls. It holds
+// bbolt's one write transaction while open: any other write of the store
+// waits for its Commit or Rollback, and so does ReplaceFile and Close.
+// Read transactions see what was committed before it, nothing of it.
+// One goroutine at a time uses a batch.
+type Batch struct {
+	s       *Store
+	tx      *bbolt.Tx
+	release func()
+	// before is the replica state the batch began on.
+	before ReplicaState
+	// entries and bytes are what Apply was given since the batch began.
+	entries, bytes int
+}
+
+// BeginBatch begins a batch of replicated entries.
+func (s *Store) BeginBatch() (*Batch, error) {
+	s.mu.RLock()
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		s.mu.RUnlock()
+		return nil, err
+	}
+	return &Batch{s: s, tx: tx, release: s.mu.RUnlock, before: readReplicaState(tx)}, nil
+}
+
+// Apply applies entries in order into the batch, each as ApplyWriteSet
+// does, and returns each one's outcome (nil or ErrStaleBase). A malformed
+// write set ends the run there: the entries before it are in the batch,
+// it and the ones after it are not, and the error is an *EntryError
+// naming it; the batch stays usable. Any other error is the store's own:
+// the batch must then be rolled back. The batch keeps references to the
+// write sets' bytes until it ends: they must not change meanwhile (raft
+// never changes an entry's data).
+func (b *Batch) Apply(entries []Entry) ([]error, error) {
+	res := make([]error, len(entries))
+	for i, e := range entries {
+		b.entries++
+		b.bytes += len(e.WriteSet)
+		stale, err := applyWriteSet(b.tx, e.Index, e.WriteSet)
+		if errors.Is(err, ErrWriteSet) {
+			// It wrote nothing: what came before it stays in the batch.
+			return res, &EntryError{Index: e.Index, Err: err}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		if stale {
+			res[i] = ErrStaleBase
+		}
+	}
+	return res, nil
+}
+
+// Len returns how many entries the batch was given, and their write
+// sets' bytes.
+func (b *Batch) Len() (entries, bytes int) { return b.entries, b.bytes }
+
+// State returns the replica state the batch holds: what the store will
+// say it applied once the batch commits.
+func (b *Batch) State() ReplicaState { return readReplicaState(b.tx) }
+
+// AdvanceApplied records index as applied in the batch without writing
+// any entry: only a planted bug calls it (mutation.BatchAppliedAhead).
+func (b *Batch) AdvanceApplied(index uint64) error {
+	rs := readReplicaState(b.tx)
+	rs.Applied = max(rs.Applied, index)
+	return putReplicaState(b.tx, rs)
+}
+
+// Commit commits the batch with its fsync and returns the replica state
+// it committed. The batch is over either way.
+func (b *Batch) Commit() (ReplicaState, error) {
+	defer b.end()
+	failpointApplyBeforeCommit()
+	applied := readReplicaState(b.tx)
+	apart := mutation.On(mutation.ApplyIndexApart)
+	if apart {
+		if err := putReplicaState(b.tx, b.before); err != nil {
+			return ReplicaState{}, errors.Join(err, b.tx.Rollback())
+		}
+	}
+	if err := b.tx.Commit(); err != nil {
+		return ReplicaState{}, err
+	}
+	failpointApplyCommitted()
+	if apart {
+		if err := b.s.db.Update(func(tx *bbolt.Tx) error { return putReplicaState(tx, applied) }); err != nil {
+			return ReplicaState{}, err
+		}
+	}
+	return applied, nil
+}
+
+// Rollback abandons the batch: nothing of it reaches the file, as if the
+// process had died before its commit.
+func (b *Batch) Rollback() error {
+	defer b.end()
+	return b.tx.Rollback()
+}
+
+// end lets go of the store's lock, once.
+func (b *Batch) end() {
+	if b.release != nil {
+		b.release()
+		b.release = nil
+	}
 }
 
 // putReplicaState writes rs as the store's replica bookkeeping.
@@ -348,64 +435,164 @@ func (s *Store) CheckWriteSet(index uint64, ws []byte) error {
 // only grows, so a write set that lowers one was evaluated on a state this
 // store never had. A write set of another base is applied as nothing
 // whatever its sequences say.
-func checkWriteSet(tx *bbolt.Tx, rs ReplicaState, ws []byte) (*storagev1.WriteSet, error) {
+func checkWriteSet(tx *bbolt.Tx, rs ReplicaState, ws []byte) (parsedWriteSet, error) {
 	m, err := decodeWriteSet(tx, ws)
-	if err != nil || m.GetBase() != rs.Group {
+	if err != nil || m.base != rs.Group {
 		return m, err
 	}
-	seqs := map[uint32]uint64{}
-	for i, op := range m.GetOps() {
-		if op.GetKind() != storagev1.WriteOp_KIND_SET_SEQUENCE {
+	var seqs map[uint32]uint64
+	for i, op := range m.ops {
+		if op.kind != storagev1.WriteOp_KIND_SET_SEQUENCE {
 			continue
 		}
-		id := op.GetBucket()
-		cur, ok := seqs[id]
+		if seqs == nil {
+			seqs = map[uint32]uint64{}
+		}
+		cur, ok := seqs[op.bucket]
 		if !ok {
-			cur = tx.Bucket(bucketIDs[id]).Sequence()
+			cur = tx.Bucket(bucketIDs[op.bucket]).Sequence()
 		}
-		if op.GetSequence() < cur {
-			return nil, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
-				ErrWriteSet, i, bucketIDs[id], cur, op.GetSequence())
+		if op.seq < cur {
+			return parsedWriteSet{}, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
+				ErrWriteSet, i, bucketIDs[op.bucket], cur, op.seq)
 		}
-		seqs[id] = op.GetSequence()
+		seqs[op.bucket] = op.seq
 	}
 	return m, nil
+}
+
+// parsedWriteSet is a decoded storagev1.WriteSet: its writes' keys and
+// values are slices of the encoded bytes, not copies.
+type parsedWriteSet struct {
+	version uint32
+	base    uint64
+	wall    int64
+	ops     []recordedOp
+}
+
+// parseWriteSet decodes ws as proto.Unmarshal decodes a storagev1.WriteSet
+// (unknown fields skipped, the last of a repeated scalar kept), without a
+// message per write: a follower decodes every write the leader makes.
+func parseWriteSet(ws []byte) (parsedWriteSet, error) {
+	var m parsedWriteSet
+	err := walkFields(ws, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			m.version = uint32(v)
+			return n
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			m.base = v
+			return n
+		case num == 3 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			m.wall = int64(v)
+			return n
+		case num == 4 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n
+			}
+			op, err := parseWriteOp(v)
+			if err != nil {
+				return -1
+			}
+			m.ops = append(m.ops, op)
+			return n
+		}
+		return protowire.ConsumeFieldValue(num, typ, b)
+	})
+	return m, err
+}
+
+// parseWriteOp decodes one storagev1.WriteOp.
+func parseWriteOp(b []byte) (recordedOp, error) {
+	var op recordedOp
+	err := walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			op.kind = storagev1.WriteOp_Kind(int32(v))
+			return n
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			op.bucket = uint32(v)
+			return n
+		case num == 3 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			op.key = v
+			return n
+		case num == 4 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			op.value = v
+			return n
+		case num == 5 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			op.seq = v
+			return n
+		}
+		return protowire.ConsumeFieldValue(num, typ, b)
+	})
+	return op, err
+}
+
+// walkFields calls field with each field's number, type and the bytes
+// after its tag; field returns how many of them the value takes, or a
+// negative protowire error.
+func walkFields(b []byte, field func(num protowire.Number, typ protowire.Type, b []byte) int) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			return fmt.Errorf("field number %d is out of range", num)
+		}
+		b = b[n:]
+		if n = field(num, typ, b); n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // decodeWriteSet decodes ws and checks the form of every write: the
 // format, each bucket and operation, and each key's and value's size as
 // bbolt takes them.
-func decodeWriteSet(tx *bbolt.Tx, ws []byte) (*storagev1.WriteSet, error) {
-	var m storagev1.WriteSet
-	if err := proto.Unmarshal(ws, &m); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrWriteSet, err)
+func decodeWriteSet(tx *bbolt.Tx, ws []byte) (parsedWriteSet, error) {
+	m, err := parseWriteSet(ws)
+	if err != nil {
+		return parsedWriteSet{}, fmt.Errorf("%w: %w", ErrWriteSet, err)
 	}
-	if m.GetVersion() != WriteSetVersion {
-		return nil, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.GetVersion(), WriteSetVersion)
+	if m.version != WriteSetVersion {
+		return parsedWriteSet{}, fmt.Errorf("%w: version %d, this code applies %d", ErrWriteSet, m.version, WriteSetVersion)
 	}
-	for i, op := range m.GetOps() {
-		id := op.GetBucket()
+	for i, op := range m.ops {
+		id := op.bucket
 		if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
-			return nil, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
+			return parsedWriteSet{}, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
 		}
 		if tx.Bucket(bucketIDs[id]) == nil {
-			return nil, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
+			return parsedWriteSet{}, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
 		}
-		switch op.GetKind() {
+		switch op.kind {
 		case storagev1.WriteOp_KIND_PUT, storagev1.WriteOp_KIND_DELETE:
-			if k := len(op.GetKey()); k == 0 || k > bbolt.MaxKeySize || int64(len(op.GetValue())) > bbolt.MaxValueSize {
-				return nil, fmt.Errorf("%w: write %d has a key of %d bytes and a value of %d", ErrWriteSet, i, k, len(op.GetValue()))
+			if k := len(op.key); k == 0 || k > bbolt.MaxKeySize || int64(len(op.value)) > bbolt.MaxValueSize {
+				return parsedWriteSet{}, fmt.Errorf("%w: write %d has a key of %d bytes and a value of %d", ErrWriteSet, i, k, len(op.value))
 			}
 		case storagev1.WriteOp_KIND_SET_SEQUENCE:
 		default:
-			return nil, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.GetKind())
+			return parsedWriteSet{}, fmt.Errorf("%w: write %d has kind %v", ErrWriteSet, i, op.kind)
 		}
 	}
-	return &m, nil
+	return m, nil
 }
 
 // applyWriteSet applies ws at index in tx; it reports a stale base. A
-// malformed write set (ErrWriteSet) writes nothing.
+// malformed write set (ErrWriteSet) writes nothing. bbolt keeps the keys
+// and values, slices of ws, until tx ends: ws must not change before.
 func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error) {
 	rs := readReplicaState(tx)
 	if index <= rs.Applied && !mutation.On(mutation.Reapply) {
@@ -419,19 +606,19 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 	if err != nil {
 		return false, err
 	}
-	if m.GetBase() != rs.Group {
+	if m.base != rs.Group {
 		return true, rb.Put(keyReplicaApplied, itob(index))
 	}
-	for i, op := range m.GetOps() {
-		b := tx.Bucket(bucketIDs[op.GetBucket()])
-		switch op.GetKind() {
+	for i, op := range m.ops {
+		b := tx.Bucket(bucketIDs[op.bucket])
+		switch op.kind {
 		case storagev1.WriteOp_KIND_PUT:
 			b.FillPercent = appendFill
-			err = b.Put(op.GetKey(), op.GetValue())
+			err = b.Put(op.key, op.value)
 		case storagev1.WriteOp_KIND_DELETE:
-			err = b.Delete(op.GetKey())
+			err = b.Delete(op.key)
 		case storagev1.WriteOp_KIND_SET_SEQUENCE:
-			err = b.SetSequence(op.GetSequence())
+			err = b.SetSequence(op.seq)
 		}
 		if err != nil {
 			return false, fmt.Errorf("applying write %d: %w", i, err)
@@ -443,8 +630,8 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 	if err := rb.Put(keyReplicaGroup, itob(index)); err != nil {
 		return false, err
 	}
-	if wall := m.GetWallUnixNano(); wall > rs.wallFloorNanos() {
-		return false, rb.Put(keyReplicaWallFloor, itob(uint64(wall)))
+	if m.wall > rs.wallFloorNanos() {
+		return false, rb.Put(keyReplicaWallFloor, itob(uint64(m.wall)))
 	}
 	return false, nil
 }
