@@ -259,6 +259,7 @@ func (c *Coordinator) startEngine(reg prometheus.Registerer, undo *undoStack) er
 		ecfg.Committer = c.replica.Committer()
 		ecfg.LeaderHint = c.replica.LeaderHint
 		ecfg.MaxGroupBytes = cluster.MaxGroupBytes
+		ecfg.MaxWriteSetBytes = cluster.MaxGroupBytes
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {

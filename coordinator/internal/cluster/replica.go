@@ -13,7 +13,10 @@ import (
 
 // MaxGroupBytes bounds the bytes one writer group carries in a replicated
 // coordinator (engine.Config.MaxGroupBytes): each group is one raft entry,
-// sent to every follower and kept in every log.
+// sent to every follower and kept in every log. The writer stops gathering
+// commands once theirs pass it, and stops taking the ones gathered once
+// the group's recorded write set passes it (what grants and completions
+// write is more than their requests carry).
 const MaxGroupBytes = 4 << 20
 
 // MaxEntryBytes bounds the raft entry a writer group makes from requests:

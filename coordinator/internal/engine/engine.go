@@ -83,6 +83,11 @@ type Config struct {
 	// the most bytes they carry (documents, previews).
 	MaxGroup      int
 	MaxGroupBytes int
+	// MaxWriteSetBytes, when above zero and the committer records write
+	// sets, stops a group taking commands once its recorded write set
+	// holds that many bytes (grants and completions write more than their
+	// requests carry): the commands left wait for the next group.
+	MaxWriteSetBytes int
 	// RendererTimeout drops a renderer without a session or stream from
 	// live capacity after this long without an Acquire.
 	RendererTimeout time.Duration
@@ -208,6 +213,9 @@ type Engine struct {
 	// rings are each team's per-minute figures for the overview.
 	rings map[string]*minuteRing
 	rng   *rand.Rand
+	// carry holds the commands a group left for the next one when its
+	// write set reached Config.MaxWriteSetBytes (group.full).
+	carry []*request
 	// clockMono is the monotonic time of the last command applied; the
 	// writer's clock never goes backwards.
 	clockMono time.Duration

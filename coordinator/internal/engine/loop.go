@@ -97,7 +97,22 @@ type group struct {
 	// published is set by a mutation that publishes and answers before
 	// the commit.
 	published bool
+	// taken are the requests the group evaluated, in order; rest those it
+	// left for the next group once it was full.
+	taken, rest []*request
 }
+
+// full reports whether the group's recorded write set reached
+// Config.MaxWriteSetBytes: it then takes no more commands, so that its
+// entry stays within the bound whatever the commands write.
+func (g *group) full() bool {
+	limit := g.e.cfg.MaxWriteSetBytes
+	return limit > 0 && g.tx != nil && g.tx.WriteSetBytes() >= limit
+}
+
+// observer is a command that must see its whole group and writes nothing
+// (the stepper's): a group that is full still evaluates it.
+type observer interface{ observesGroup() }
 
 // setClock moves the group's clock to a command's send time; the
 // monotonic reading never goes backwards. A command sent before the last
@@ -369,18 +384,22 @@ func (e *Engine) run(t *term) {
 	defer timer.Stop()
 	for {
 		e.resetTimer(timer)
-		var batch []*request
+		// Commands a full group left come first, without waiting.
+		batch := e.carry
+		e.carry = nil
 		fired := false
-		select {
-		case <-t.stopC:
-			e.drain(t.err())
-			return
-		case r := <-e.reqC:
-			if t.admit(r) {
-				batch = append(batch, r)
+		if len(batch) == 0 {
+			select {
+			case <-t.stopC:
+				e.drain(t.err())
+				return
+			case r := <-e.reqC:
+				if t.admit(r) {
+					batch = append(batch, r)
+				}
+			case <-timer.C:
+				fired = true
 			}
-		case <-timer.C:
-			fired = true
 		}
 		// Timers are judged up to this instant at the end of the group:
 		// every command drained below was sent before it or judges itself
@@ -391,8 +410,8 @@ func (e *Engine) run(t *term) {
 			e.noteStall(e.timerAt, mono)
 		}
 		bytes := 0
-		if len(batch) > 0 {
-			bytes = batch[0].cmd.size()
+		for _, r := range batch {
+			bytes += r.cmd.size()
 		}
 	more:
 		for len(batch) < e.cfg.MaxGroup && bytes < e.cfg.MaxGroupBytes {
@@ -499,10 +518,13 @@ func (e *Engine) deferred(job uint64, le *leaseEntry, now time.Duration) bool {
 // connections with credit, commits through the Committer, and then
 // publishes the group's effects and answers the requests. A failed commit
 // fail-stops the engine: nothing of the group is acknowledged, and no
-// later command is taken.
-func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) error {
+// later command is taken. The requests a full group did not take wait in
+// e.carry for the next group; a group that did not commit answers them
+// with its failure, or as not applied when it lost leadership.
+func (e *Engine) runGroup(all []*request, wall time.Time, mono time.Duration) error {
 	start := time.Now()
-	g, err := e.evaluate(batch, wall, mono)
+	g, err := e.evaluate(all, wall, mono)
+	batch := g.taken
 	committed := false
 	if err == nil {
 		if mutation.On(mutation.PublishEarly) {
@@ -513,15 +535,20 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 	}
 	if err != nil {
 		if mutation.On(mutation.PublishEarly) && g.published {
-			batch = nil // answered already
+			all = g.rest // answered already
+			batch = nil
 		}
 		if lost := leadershipLost(err); lost != nil {
+			for _, r := range g.rest {
+				r.done <- e.notLeader()
+			}
 			e.stepDown(g, batch, lost)
 			return lost
 		}
-		e.failStop(g, batch, err)
+		e.failStop(g, all, err)
 		return err
 	}
+	e.carry = g.rest
 	if !mutation.On(mutation.PublishEarly) || !g.published {
 		e.finish(g, batch, committed, mono, start)
 	}
@@ -535,9 +562,14 @@ func (e *Engine) runGroup(batch []*request, wall time.Time, mono time.Duration) 
 // recording when the committer needs write sets). An error is a storage
 // failure: the group must not commit.
 func (e *Engine) evaluate(batch []*request, wall time.Time, mono time.Duration) (*group, error) {
-	g := &group{e: e}
+	g := &group{e: e, taken: make([]*request, 0, len(batch))}
 	var err error
 	for i := 0; err == nil && i < len(batch); i++ {
+		if _, obs := batch[i].cmd.(observer); !obs && g.full() {
+			g.rest = append(g.rest, batch[i])
+			continue
+		}
+		g.taken = append(g.taken, batch[i])
 		g.setClock(batch[i].wall, batch[i].mono)
 		if err = e.advance(g); err != nil {
 			break

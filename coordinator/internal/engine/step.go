@@ -261,6 +261,11 @@ func (s *Stepper) Step(n int) ([]watch.JobEvent, error) {
 		s.drain(e.stoppedErr())
 		return nil, err
 	}
+	// Commands a full group left are the next ones to run.
+	if len(e.carry) > 0 {
+		s.queue = append(e.carry, s.queue...)
+		e.carry = nil
+	}
 	s.mono = max(s.mono, e.clockMono)
 	return obs.g.events, nil
 }
@@ -279,6 +284,8 @@ type observeCmd struct {
 	noText
 	g *group
 }
+
+func (*observeCmd) observesGroup() {}
 
 func (c *observeCmd) evaluate(g *group) error {
 	c.g = g

@@ -134,6 +134,15 @@ func (t *Tx) WriteSetOps() int {
 	return len(t.rec.ops)
 }
 
+// WriteSetBytes reports about how many bytes the transaction's write set
+// holds so far: what WriteSet would encode.
+func (t *Tx) WriteSetBytes() int {
+	if t.rec == nil {
+		return 0
+	}
+	return t.rec.bytes
+}
+
 // encodeWriteSet encodes r as a storagev1.WriteSet by hand, in one
 // allocation, without a message per write.
 func encodeWriteSet(r *recorder, base uint64, wall time.Time) []byte {
