@@ -104,9 +104,12 @@ type FSM struct {
 	// mu guards the batch and what follows: raft's goroutine applies into
 	// the batch, the timer and Lead commit it.
 	mu sync.Mutex
-	// batch is the open batch, nil when none; opened is when it began.
-	batch  *store.Batch
-	opened time.Time
+	// batch is the open batch, nil when none; opened is when it began;
+	// first and last are the indexes of the entries applied into it (0
+	// while none is), which name them if its commit fails.
+	batch       *store.Batch
+	opened      time.Time
+	first, last uint64
 	// timer commits the open batch when raft hands nothing more.
 	timer *time.Timer
 	// hold keeps a batch open across calls (holdBatches) unless raft
@@ -299,6 +302,10 @@ func (f *FSM) applyWriteSets(cmds []Command, pending []int, res []any) {
 		if err != nil && !errors.As(err, &bad) {
 			f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", entries[0].Index, entries[len(entries)-1].Index, err))
 		}
+		if f.first == 0 {
+			f.first = entries[0].Index
+		}
+		f.last = entries[len(entries)-1].Index
 		for j, e := range out {
 			if e != nil {
 				res[pending[j]] = e
@@ -371,14 +378,16 @@ func (f *FSM) commit() {
 	if f.batch == nil {
 		return
 	}
-	b := f.batch
-	f.batch = nil
+	b, first, last := f.batch, f.first, f.last
+	f.batch, f.first, f.last = nil, 0, 0
 	if f.timer != nil {
 		f.timer.Stop()
 	}
 	rs, err := b.Commit()
 	if err != nil {
-		f.fatal(fmt.Errorf("replica: committing entries: %w", err))
+		// The same words as a failed apply: to the operator both are the
+		// store refusing these entries.
+		f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", first, last, err))
 	}
 	f.set(rs)
 }
