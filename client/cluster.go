@@ -219,10 +219,21 @@ func attempt(ctx context.Context, leader *leaderdial.Leader, method string, req,
 	switch {
 	case err == nil || ctx.Err() != nil:
 		return err
-	case errors.Is(context.Cause(actx), errAttemptOver) && status.Code(err) == codes.DeadlineExceeded:
+	case status.Code(err) == codes.DeadlineExceeded && attemptShorter(ctx, actx):
+		// The attempt's deadline, not the call's: the server may answer
+		// DEADLINE_EXCEEDED (it enforces the deadline the call carried)
+		// just before this side's own timer ends actx.
 		return status.Errorf(codes.Unavailable, "no answer from the coordinator (%s) within the attempt's %v", leader.Describe(), d.Round(time.Millisecond))
 	}
 	return leaderdial.Moved(actx, err)
+}
+
+// attemptShorter reports whether the attempt's context actx ends before
+// the call's own ctx: then a DEADLINE_EXCEEDED is the attempt's.
+func attemptShorter(ctx, actx context.Context) bool {
+	adl, _ := actx.Deadline()
+	dl, ok := ctx.Deadline()
+	return !ok || adl.Before(dl)
 }
 
 // failoverError reports whether err is one a leader change explains:

@@ -323,7 +323,9 @@ func (l *leadership) setLeaderKnown() {
 
 // until runs f, and returns its error, or errStopped as soon as stop is
 // closed: the leader's work never waits on raft past its leadership. f
-// then finishes on its own (raft answers every wait by its shutdown). With
+// then finishes on its own, when raft answers it; a future left in raft's
+// buffered apply channel at its shutdown is never answered, and f's
+// goroutine then ends with the process. With
 // stop nil (Steps: a stand-in for raft that answers at once) f runs on
 // the caller's goroutine.
 func until(stop <-chan struct{}, f func() error) error {
