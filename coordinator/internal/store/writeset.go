@@ -19,7 +19,7 @@ const WriteSetVersion = 1
 
 // bucketIDs numbers the schema's buckets for write sets. The numbers are
 // part of the format: append, never renumber.
-var bucketIDs = [][]byte{
+var bucketIDs = [...][]byte{
 	1: bucketMeta, 2: bucketJobs, 3: bucketEvents, 4: bucketDocuments, 5: bucketArtifacts,
 	6: bucketBatches, 7: bucketRequests, 8: bucketUnfinished, 9: bucketTeamJobs, 10: bucketTeamBatches,
 	11: bucketBatchCounts, 12: bucketTeamCounts, 13: bucketRejections, 14: bucketAudit,
@@ -459,7 +459,7 @@ func checkWriteSet(tx *bbolt.Tx, rs ReplicaState, ws []byte) (parsedWriteSet, er
 		}
 		cur, ok := seqs[op.bucket]
 		if !ok {
-			cur = tx.Bucket(bucketIDs[op.bucket]).Sequence()
+			cur = m.buckets[op.bucket].Sequence()
 		}
 		if op.seq < cur {
 			return parsedWriteSet{}, fmt.Errorf("%w: write %d moves the sequence of %q back from %d to %d",
@@ -477,13 +477,26 @@ type parsedWriteSet struct {
 	base    uint64
 	wall    int64
 	ops     []recordedOp
+	// buckets are the buckets the writes name, by id, opened once in
+	// the transaction the write set is checked in (decodeWriteSet).
+	buckets [len(bucketIDs)]*bbolt.Bucket
 }
+
 
 // parseWriteSet decodes ws as proto.Unmarshal decodes a storagev1.WriteSet
 // (unknown fields skipped, the last of a repeated scalar kept), without a
 // message per write: a follower decodes every write the leader makes.
 func parseWriteSet(ws []byte) (parsedWriteSet, error) {
-	var m parsedWriteSet
+	writes := 0
+	if err := walkFields(ws, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		if num == 4 {
+			writes++
+		}
+		return protowire.ConsumeFieldValue(num, typ, b)
+	}); err != nil {
+		return parsedWriteSet{}, err
+	}
+	m := parsedWriteSet{ops: make([]recordedOp, 0, writes)}
 	err := walkFields(ws, func(num protowire.Number, typ protowire.Type, b []byte) int {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
@@ -583,8 +596,10 @@ func decodeWriteSet(tx *bbolt.Tx, ws []byte) (parsedWriteSet, error) {
 		if id == 0 || int(id) >= len(bucketIDs) || bucketIDs[id] == nil {
 			return parsedWriteSet{}, fmt.Errorf("%w: write %d names bucket %d", ErrWriteSet, i, id)
 		}
-		if tx.Bucket(bucketIDs[id]) == nil {
-			return parsedWriteSet{}, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
+		if m.buckets[id] == nil {
+			if m.buckets[id] = tx.Bucket(bucketIDs[id]); m.buckets[id] == nil {
+				return parsedWriteSet{}, fmt.Errorf("%w: bucket %q is missing", ErrWriteSet, bucketIDs[id])
+			}
 		}
 		switch op.kind {
 		case storagev1.WriteOp_KIND_PUT, storagev1.WriteOp_KIND_DELETE:
@@ -619,7 +634,7 @@ func applyWriteSet(tx *bbolt.Tx, index uint64, ws []byte) (stale bool, err error
 		return true, rb.Put(keyReplicaApplied, itob(index))
 	}
 	for i, op := range m.ops {
-		b := tx.Bucket(bucketIDs[op.bucket])
+		b := m.buckets[op.bucket]
 		switch op.kind {
 		case storagev1.WriteOp_KIND_PUT:
 			b.FillPercent = appendFill
