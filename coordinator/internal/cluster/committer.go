@@ -48,10 +48,7 @@ func (c *Committer) Record() bool { return true }
 // the metrics, from the write set's encoding to its apply.
 func (c *Committer) Commit(tx *store.Tx, wall time.Time) error {
 	start := time.Now()
-	ws := tx.WriteSet(c.fsm.LastGroup(), wall)
-	entry := make([]byte, 1+len(ws))
-	entry[0] = entryWriteSet
-	copy(entry[1:], ws)
+	entry := tx.AppendWriteSet([]byte{entryWriteSet}, c.fsm.LastGroup(), wall)
 	// The FSM applies the entry with the store's own writer lock, which
 	// the evaluation holds until it is rolled back.
 	if err := tx.Rollback(); err != nil {

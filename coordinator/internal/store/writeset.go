@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/mutation"
@@ -120,10 +121,17 @@ func (t *Tx) setSequence(bucket []byte, seq uint64) error {
 // Call it before the transaction ends: the recorded values live as long as
 // the transaction's own.
 func (t *Tx) WriteSet(base uint64, wall time.Time) []byte {
+	return t.AppendWriteSet(nil, base, wall)
+}
+
+// AppendWriteSet appends WriteSet(base, wall) to b, growing b once: a
+// replicated entry is the write set behind a type byte, made without
+// copying the write set.
+func (t *Tx) AppendWriteSet(b []byte, base uint64, wall time.Time) []byte {
 	if t.rec == nil {
-		return nil
+		return b
 	}
-	return encodeWriteSet(t.rec, base, wall)
+	return encodeWriteSet(b, t.rec, base, wall)
 }
 
 // WriteSetOps reports how many writes the transaction recorded.
@@ -143,10 +151,10 @@ func (t *Tx) WriteSetBytes() int {
 	return t.rec.bytes
 }
 
-// encodeWriteSet encodes r as a storagev1.WriteSet by hand, in one
-// allocation, without a message per write.
-func encodeWriteSet(r *recorder, base uint64, wall time.Time) []byte {
-	b := make([]byte, 0, r.bytes+32)
+// encodeWriteSet appends r to b as a storagev1.WriteSet, encoded by hand,
+// in one allocation, without a message per write.
+func encodeWriteSet(b []byte, r *recorder, base uint64, wall time.Time) []byte {
+	b = slices.Grow(b, r.bytes+32)
 	b = protowire.AppendTag(b, 1, protowire.VarintType)
 	b = protowire.AppendVarint(b, WriteSetVersion)
 	if base != 0 {
@@ -481,7 +489,6 @@ type parsedWriteSet struct {
 	// the transaction the write set is checked in (decodeWriteSet).
 	buckets [len(bucketIDs)]*bbolt.Bucket
 }
-
 
 // parseWriteSet decodes ws as proto.Unmarshal decodes a storagev1.WriteSet
 // (unknown fields skipped, the last of a repeated scalar kept), without a
