@@ -51,6 +51,11 @@ const (
 	// pApplyLag, per catch-up: a follower's store falls behind its log
 	// for a while.
 	pApplyLag = 0.02
+	// pBatchCommit, per catch-up of a follower: its state machine's open
+	// batch commits after it (the follower's timer fires); otherwise the
+	// batch stays open into the next catch-up, as a follower's does
+	// within 100 ms of entries, and a crash loses it.
+	pBatchCommit = 0.3
 )
 
 // peer is a cluster node's raft side and process state, as the oracle
@@ -485,6 +490,14 @@ func (k *consensus) compact() {
 	if low < k.base+2*keep {
 		return
 	}
+	// Raft truncates a log only behind a snapshot of the store, and
+	// FSM.Snapshot commits the open batch first: a node restarted later
+	// replays from its store's applied index, which the log still holds.
+	for _, n := range k.nodes {
+		if n.up {
+			n.fsm.Flush()
+		}
+	}
 	drop := int(low - k.base - keep)
 	for _, n := range k.nodes {
 		if len(n.log) < drop {
@@ -660,8 +673,11 @@ func (k *consensus) applyOn(n *coordinator) {
 			k.compareDigest(n, *cp)
 		}
 		if i < stop {
-			return
+			break
 		}
+	}
+	if w.batchRng.Float64() < pBatchCommit {
+		n.fsm.Flush()
 	}
 }
 
@@ -669,10 +685,7 @@ func (k *consensus) applyOn(n *coordinator) {
 // (the checker's full checks, on the leader), compares the nodes already
 // there, and has those behind compare when they reach it.
 func (k *consensus) checkpoint(n *coordinator) {
-	d, err := n.st.Digest()
-	if err != nil {
-		k.w.failf("%s: digest: %v", n.name, err)
-	}
+	d := k.digest(n)
 	cp := checkpoint{index: n.applied, digest: d, by: n.name}
 	behind := false
 	for _, o := range k.nodes {
@@ -695,13 +708,21 @@ func (k *consensus) checkpoint(n *coordinator) {
 }
 
 func (k *consensus) compareDigest(n *coordinator, cp checkpoint) {
+	if d := k.digest(n); d != cp.digest {
+		k.w.failf("%s's store at applied index %d has digest %x, %s's had %x at the same index", n.name, cp.index, d[:8], cp.by, cp.digest[:8])
+	}
+}
+
+// digest is the digest of n's store at its applied index: its state
+// machine's open batch committed first, as raft's snapshot of a follower
+// commits it.
+func (k *consensus) digest(n *coordinator) [32]byte {
+	n.fsm.Flush()
 	d, err := n.st.Digest()
 	if err != nil {
 		k.w.failf("%s: digest: %v", n.name, err)
 	}
-	if d != cp.digest {
-		k.w.failf("%s's store at applied index %d has digest %x, %s's had %x at the same index", n.name, cp.index, d[:8], cp.by, cp.digest[:8])
-	}
+	return d
 }
 
 // final ends a settled run: every node catches up with the leader, and
@@ -716,10 +737,7 @@ func (k *consensus) final() {
 		n.knownCommit = k.commit
 		k.applyOn(n)
 	}
-	want, err := l.st.Digest()
-	if err != nil {
-		k.w.failf("%s: digest: %v", l.name, err)
-	}
+	want := k.digest(l)
 	for _, n := range k.nodes {
 		if n.applied != l.applied {
 			k.w.failf("after quiescing %s applied %d entries, the leader %s %d", n.name, n.applied, l.name, l.applied)

@@ -154,6 +154,10 @@ func (c *coordinator) start() {
 			w.failf("%s: the state machine: %v", c.name, err)
 		}
 		fsm.Fatal = func(err error) { w.failf("%s: the state machine stops the node: %v", c.name, err) }
+		// A follower's batch stays open across raft's calls; the
+		// consensus commits it where a follower's timer would fire
+		// (applyOn), and a crash loses it.
+		fsm.HoldBatchesUntilFlush(func() bool { return c.raftLeader })
 		c.fsm = fsm
 		committer = cluster.NewCommitter(nodeRaft{c}, fsm, 0)
 	}
@@ -224,6 +228,9 @@ func (c *coordinator) closeShadow() {
 func (c *coordinator) shutdown() {
 	if c.up {
 		c.e.Stop()
+		if c.fsm != nil {
+			c.fsm.Flush()
+		}
 		c.st.Close()
 		c.closeShadow()
 		c.up = false
@@ -241,6 +248,15 @@ func (c *coordinator) crash(why string) {
 	}
 	w.res.Restarts++
 	c.e.Stop()
+	if c.fsm != nil {
+		if lost := c.applied - c.fsm.Applied(); c.applied > c.fsm.Applied() {
+			w.res.BatchesLost++
+			w.res.BatchEntriesLost += int(lost)
+		}
+		if err := c.fsm.Abandon(); err != nil {
+			w.failf("%s: rolling back the open batch: %v", c.name, err)
+		}
+	}
 	if err := c.st.Close(); err != nil {
 		w.failf("closing the store: %v", err)
 	}

@@ -83,9 +83,12 @@ type Result struct {
 	// from every log; NotCommitted the groups raft refused at once;
 	// Injected the entries of a second proposer, each refused by the base
 	// guard; Reads the reads served, StaleRefused those refused because
-	// the node could not verify its leadership.
+	// the node could not verify its leadership; BatchesLost the crashes
+	// of a node whose state machine held an open batch of applied
+	// entries, and BatchEntriesLost those entries, applied again from
+	// the log after the restart.
 	Elections, Unknown, LateCommits, Vanished, NotCommitted, Injected int
-	Reads, StaleRefused                                               int
+	Reads, StaleRefused, BatchesLost, BatchEntriesLost                int
 }
 
 // Add adds r2's counts to r.
@@ -108,6 +111,8 @@ func (r *Result) Add(r2 Result) {
 	r.Injected += r2.Injected
 	r.Reads += r2.Reads
 	r.StaleRefused += r2.StaleRefused
+	r.BatchesLost += r2.BatchesLost
+	r.BatchEntriesLost += r2.BatchEntriesLost
 }
 
 // Failure is a broken invariant, or a panic, found by a run: where it was
@@ -166,6 +171,10 @@ func Run(cfg Config) (res Result, err error) {
 type world struct {
 	cfg Config
 	rng *rand.Rand
+	// batchRng decides when a follower's open batch commits: a stream of
+	// its own, so that holding batches shifts none of the draws that
+	// shape the rest of a seed's run.
+	batchRng *rand.Rand
 	// now is the simulated time since the run began.
 	now    time.Duration
 	seq    uint64
@@ -189,7 +198,8 @@ type world struct {
 }
 
 func newWorld(cfg Config) *world {
-	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed_1ea5e401d)), faults: true}
+	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed_1ea5e401d)),
+		batchRng: rand.New(rand.NewPCG(cfg.Seed, 0xba7c_4e5)), faults: true}
 	w.check = newChecker(w)
 	if cfg.Cluster {
 		w.raft = newConsensus(w, clusterSize)

@@ -135,8 +135,8 @@ func TestSimulation(t *testing.T) {
 		seeds, elapsed.Round(time.Millisecond), *flagWorkers, *flagSync, total.Steps, total.Groups, total.Jobs, total.Lifecycles,
 		total.Restarts, total.StorageFaults, total.Rejected, total.Replayed, total.SimTime.Round(time.Second))
 	if *flagCluster {
-		t.Logf("cluster: %d elections, %d groups with their outcome unknown (%d committed by a later leader, %d vanished), %d not committed, %d second proposer's entries refused by the base guard, %d reads served (%d refused as not verifiably the leader)",
-			total.Elections, total.Unknown, total.LateCommits, total.Vanished, total.NotCommitted, total.Injected, total.Reads, total.StaleRefused)
+		t.Logf("cluster: %d elections, %d groups with their outcome unknown (%d committed by a later leader, %d vanished), %d not committed, %d second proposer's entries refused by the base guard, %d reads served (%d refused as not verifiably the leader), %d crashes lost a follower's open batch (%d entries applied again)",
+			total.Elections, total.Unknown, total.LateCommits, total.Vanished, total.NotCommitted, total.Injected, total.Reads, total.StaleRefused, total.BatchesLost, total.BatchEntriesLost)
 	}
 	t.Logf("%.0f simulated job lifecycles per wall-clock minute", float64(total.Lifecycles)/elapsed.Minutes())
 	if *flagShadow {

@@ -244,11 +244,39 @@ const (
 
 // holdBatches lets batches stay open across calls while this node does
 // not lead: neither raft (leads) nor Lead says it does. StartNode sets it
-// once raft runs.
+// once raft runs. An interval of 0 sets no timer: a batch then commits
+// only at its bound, or on Flush, Lead, Snapshot or Restore.
 func (f *FSM) holdBatches(leads func() bool, interval, idle time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hold, f.leads, f.interval, f.idle = true, leads, interval, idle
+}
+
+// HoldBatchesUntilFlush lets batches stay open across calls while leads
+// reports false and Lead was not called, as a follower's do, with no
+// timer: a batch commits at its bound, or on Flush, Lead, Snapshot or
+// Restore. It is for a caller that stands in for raft and decides when
+// time passes (the simulator), which calls Flush where a follower's timer
+// would fire.
+func (f *FSM) HoldBatchesUntilFlush(leads func() bool) { f.holdBatches(leads, 0, 0) }
+
+// Abandon rolls the open batch back, as the process's death would: what
+// the store committed stays, the batch's entries are applied again from
+// the log after a restart. A caller that stands in for a crash (the
+// simulator) calls it before closing the store, which waits for every
+// transaction to end.
+func (f *FSM) Abandon() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.batch == nil {
+		return nil
+	}
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	b := f.batch
+	f.batch, f.first, f.last = nil, 0, 0
+	return b.Rollback()
 }
 
 // ApplyCommands applies committed command entries, in order, as
@@ -360,8 +388,12 @@ func (f *FSM) settle() {
 	}
 	now := time.Now()
 	due := f.opened.Add(f.interval)
-	if !f.hold || f.leading || f.leads() || f.full() || !now.Before(due) {
+	timed := f.interval > 0
+	if !f.hold || f.leading || f.leads() || f.full() || (timed && !now.Before(due)) {
 		f.commit()
+		return
+	}
+	if !timed {
 		return
 	}
 	wait := min(due.Sub(now), f.idle)
