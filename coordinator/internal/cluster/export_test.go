@@ -22,5 +22,9 @@ func (f *FSM) Abandon() error {
 	}
 	b := f.batch
 	f.batch = nil
+	f.pending.Store(0)
 	return b.Rollback()
 }
+
+// SetMetrics gives f the metrics a running node's state machine has.
+func (f *FSM) SetMetrics(m *Metrics) { f.metrics = m }

@@ -110,6 +110,10 @@ type FSM struct {
 	batch       *store.Batch
 	opened      time.Time
 	first, last uint64
+	// pending is how many entries the open batch holds, read by the
+	// metrics without mu: it stays set while the batch's commit runs, so
+	// that a commit blocked on a stalled disk shows.
+	pending atomic.Int64
 	// timer commits the open batch when raft hands nothing more.
 	timer *time.Timer
 	// hold keeps a batch open across calls (holdBatches) unless raft
@@ -177,6 +181,11 @@ func (f *FSM) LastGroup() uint64 { return f.group.Load() }
 // Applied returns the index of the last entry the store committed (an
 // open batch holds more).
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
+
+// Pending returns how many entries were applied into the open batch and
+// not yet committed, its commit included while it runs: 0 when no batch
+// is open.
+func (f *FSM) Pending() int { return int(f.pending.Load()) }
 
 // WallFloor returns the largest group wall clock committed (zero when none):
 // a writer taking over stamps nothing earlier.
@@ -306,6 +315,8 @@ func (f *FSM) applyWriteSets(cmds []Command, pending []int, res []any) {
 			f.first = entries[0].Index
 		}
 		f.last = entries[len(entries)-1].Index
+		used, _ := b.Len()
+		f.pending.Store(int64(used))
 		for j, e := range out {
 			if e != nil {
 				res[pending[j]] = e
@@ -373,7 +384,9 @@ func (f *FSM) settle() {
 }
 
 // commit commits the open batch, if any, and takes what it committed as
-// the FSM's state. A store that cannot commit stops the node.
+// the FSM's state; the metrics see how long the batch was open, from its
+// beginning until its commit returned. A store that cannot commit stops
+// the node.
 func (f *FSM) commit() {
 	if f.batch == nil {
 		return
@@ -389,6 +402,8 @@ func (f *FSM) commit() {
 		// store refusing these entries.
 		f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", first, last, err))
 	}
+	f.pending.Store(0)
+	f.metrics.observeHeld(time.Since(f.opened))
 	f.set(rs)
 }
 
