@@ -342,7 +342,7 @@ func (v followerVerdict) passed() bool {
 // logFollower logs one follower fault's figures.
 func logFollower(t *testing.T, n, of int, r followerResult) {
 	t.Helper()
-	t.Logf("%3d/%d %-16s n%d (try %d; leader n%d, term %d): batch of %d entries open at the strike, one held over %v after it: %v; "+
+	t.Logf("%3d/%d %-16s n%d (try %d; leader n%d, term %d): entries in its open batch at the strike %d, a batch held over %v after it: %v; "+
 		"first write %v (during the fault: %v); caught up to index %d %v after the resume; leader changes %d; election lines %d",
 		n, of, r.kind, r.follower+1, r.try, r.leader+1, r.term, r.pending, r.heldOver, r.held, r.firstAck.Round(time.Millisecond),
 		r.ackedHung, r.commit, r.caughtUp.Round(time.Millisecond), len(r.changes), len(r.elections))

@@ -94,13 +94,16 @@ func (r hungResult) since() time.Time {
 // real renderers and a Go client and hangs its leader: -stops SIGSTOPs,
 // -freezes of its data filesystem (an ext4 loop mount of its own, frozen
 // with fsfreeze; needs root) and -blackholes of its gRPC path both ways
-// (raft untouched), each for -hang-for, in an order the seed shuffles.
-// Before them, a run of -quiet under the same load with no fault (with
-// -burn busy processes beside it) must see no leader change and no
-// renderer leave its leader. Then it checks what the failover campaign
-// checks, and that every lease held at a fault was kept or ended by its
-// TTL; a blackhole must move no leadership and lose no lease. Timings are
-// printed against their goals (docs/failover.md), not asserted.
+// (raft untouched), each for -hang-for; and it hangs a follower that
+// holds a batch open, -follower-stops SIGSTOPs and -follower-freezes of
+// its data filesystem, each for -follower-hang-for (runFollowerHung says
+// what each must keep); all in an order the seed shuffles. Before them,
+// a run of -quiet under the same load with no fault (with -burn busy
+// processes beside it) must see no leader change and no renderer leave
+// its leader. Then it checks what the failover campaign checks, and that
+// every lease held at a fault was kept or ended by its TTL; a blackhole
+// must move no leadership and lose no lease. Timings are printed against
+// their goals (docs/failover.md), not asserted.
 func TestHungLeaderCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the hung-leader campaign runs real processes for tens of seconds; not with -short")
