@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/leasehold/leasehold/internal/clustertest"
-	"github.com/leasehold/leasehold/internal/frozenfs"
 )
 
 // The follower faults of the hung-leader campaign: a follower, not the
@@ -96,14 +95,7 @@ func runFollowerHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster,
 	before := scrapeHeld(t, ctx, cl.MetricsAddr(fo))
 	res.heldOver = before.longestBelow(*followerHangFor)
 	res.pending = awaitBatchBegun(t, ctx, cl.MetricsAddr(fo))
-	var undo func()
-	switch f {
-	case faultFollowerStop:
-		cl.Pause(fo)
-		undo = func() { cl.Resume(fo) }
-	case faultFollowerFreeze:
-		undo = frozenfs.Freeze(t, dirs[fo])
-	}
+	undo := hang(t, cl, dirs, fo, f)
 	res.struck = time.Now()
 	probed := ld.probe(ctx, fmt.Sprintf("follower-probe-%d-%d", k, try), res.struck, 50*time.Millisecond)
 	// How long the fault lasts is the fault itself, not a wait for

@@ -221,17 +221,7 @@ func runHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cli
 	// it strikes. The 50 ms are the scenario's timing, not a wait.
 	burst := ld.burst(ctx, fmt.Sprintf("inflight-%d", k), 5*time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	var undo func()
-	switch f {
-	case faultStop:
-		cl.Pause(leader)
-		undo = func() { cl.Resume(leader) }
-	case faultFreeze:
-		undo = frozenfs.Freeze(t, dirs[leader])
-	case faultBlackhole:
-		cl.Blackhole(leader)
-		undo = func() { cl.Unblackhole(leader) }
-	}
+	undo := hang(t, cl, dirs, leader, f)
 	res.struck = time.Now()
 	burstDone := burst.stop()
 	var probed <-chan bool
@@ -268,6 +258,25 @@ func runHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cli
 	}
 	res.trail = sessionTrail(rs, marks)
 	return res
+}
+
+// hang strikes node i with f, leader's or follower's: a SIGSTOP, a
+// freeze of its data filesystem (dirs[i]), or a blackhole of its gRPC
+// path; it returns what undoes the fault.
+func hang(t *testing.T, cl *clustertest.Cluster, dirs []string, i int, f fault) (undo func()) {
+	t.Helper()
+	switch f {
+	case faultStop, faultFollowerStop:
+		cl.Pause(i)
+		return func() { cl.Resume(i) }
+	case faultFreeze, faultFollowerFreeze:
+		return frozenfs.Freeze(t, dirs[i])
+	case faultBlackhole:
+		cl.Blackhole(i)
+		return func() { cl.Unblackhole(i) }
+	}
+	t.Fatalf("no fault %q to strike n%d with", f, i+1)
+	return nil
 }
 
 // sessionTrail returns the lines the renderers logged of their sessions
