@@ -484,6 +484,9 @@ func TestFSM(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		fsm.SetMetrics(cluster.NewMetrics(reg))
 		fsm.HoldBatches()
+		// A failure with the batch open must not leave the store's close
+		// waiting for its write transaction.
+		t.Cleanup(func() { _ = fsm.Abandon() })
 		held := func() uint64 {
 			t.Helper()
 			mfs, err := reg.Gather()
