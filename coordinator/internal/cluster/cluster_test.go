@@ -474,10 +474,8 @@ func TestFSM(t *testing.T) {
 		}
 	})
 
-	// The metrics show the open batch: its entries while it is open (the
-	// gauge is read without the batch's lock, so a commit blocked on a
-	// stalled disk still shows them), and how long it was open once its
-	// commit returned.
+	// The metrics show the open batch: its entries while it is open, and
+	// how long it was open once its commit returned.
 	t.Run("ItsMetricsShowTheOpenBatch", func(t *testing.T) {
 		t.Parallel()
 		_, fsm, group := setupFSM(t)

@@ -110,9 +110,9 @@ type FSM struct {
 	batch       *store.Batch
 	opened      time.Time
 	first, last uint64
-	// pending is how many entries the open batch holds, read by the
-	// metrics without mu: it stays set while the batch's commit runs, so
-	// that a commit blocked on a stalled disk shows.
+	// pending is how many entries the open batch holds, its commit
+	// included while it runs; the metrics read it without mu, so that a
+	// scrape never waits for a commit.
 	pending atomic.Int64
 	// timer commits the open batch when raft hands nothing more.
 	timer *time.Timer
