@@ -375,6 +375,14 @@ func TestClusterService(t *testing.T) {
 				v, ok := metricValue(t, f, "leasehold_raft_apply_seconds_count")
 				return ok && v >= 1
 			})
+			// Its batch commits within 100 ms of its first entry.
+			eventually(t, "follower "+f.id+" commits a batch", func() bool {
+				v, ok := metricValue(t, f, "leasehold_raft_batch_held_seconds_count")
+				return ok && v >= 1
+			})
+			if _, ok := metricValue(t, f, "leasehold_raft_batch_open_entries"); !ok {
+				t.Errorf("follower %s exports no leasehold_raft_batch_open_entries", f.id)
+			}
 		}
 		// The alerts read these; the deploy test, on a single node, cannot
 		// see them.

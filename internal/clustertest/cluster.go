@@ -59,6 +59,9 @@ type Options struct {
 	// stall the path to one node's API while its raft traffic flows. The
 	// cluster's own health checks go to the listeners directly.
 	GRPCProxies bool
+	// Metrics gives every node a metrics listener on a free port
+	// (MetricsAddr).
+	Metrics bool
 }
 
 // Node is one voter of a cluster.
@@ -107,7 +110,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	c := &Cluster{t: t, opts: o}
 	c.st = stack.New(t, stack.Options{Coordinator: o.Coordinator, Nodes: o.Nodes, Args: o.Args, Procs: o.Procs, DataDirs: o.DataDirs,
-		Unexpected: o.Unexpected, Env: o.Env})
+		Unexpected: o.Unexpected, Env: o.Env, Metrics: o.Metrics})
 	var targets []string
 	for _, n := range c.st.Coordinators {
 		c.nodes = append(c.nodes, &Node{ID: n.ID, GRPCAddr: n.Addr, RaftListen: n.Raft, Dir: n.DataDir})
@@ -183,6 +186,10 @@ func (c *Cluster) setGRPCPath(i int, m tcpproxy.Mode) {
 	p.Set(tcpproxy.ToServer, m)
 	p.Set(tcpproxy.ToClient, m)
 }
+
+// MetricsAddr is node i's metrics address (host:port, serving /metrics);
+// empty without Options.Metrics.
+func (c *Cluster) MetricsAddr(i int) string { return c.st.Coordinators[i].MetricsAddr }
 
 // N is the number of nodes.
 func (c *Cluster) N() int { return len(c.nodes) }

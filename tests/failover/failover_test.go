@@ -361,19 +361,15 @@ func crashInApply(t *testing.T, ctx context.Context, cl *clustertest.Cluster, ld
 	return res
 }
 
-// caughtUp waits until node i, restarted, has applied to its store what
-// the leader had committed when the wait began, asking both every 20 ms:
-// the replay of its log is done, and it did not stop on it. A node that
-// exits meanwhile fails the test.
-func caughtUp(t *testing.T, ctx context.Context, cl *clustertest.Cluster, i int) {
+// caughtUp waits until node i (restarted, or resumed after a hang) has
+// applied what the leader had committed when the wait began, asking both
+// every 20 ms: the replay of its log, or what it missed, is done, and it
+// did not stop on it. It returns that commit index. A node that exits
+// meanwhile fails the test, and so does one that has not caught up
+// within a minute.
+func caughtUp(t *testing.T, ctx context.Context, cl *clustertest.Cluster, i int) uint64 {
 	t.Helper()
-	cctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-operator")
-	index := func(node int) (*leaseholdv1.GetClusterResponse, error) {
-		c, cancel := context.WithTimeout(cctx, 5*time.Second)
-		defer cancel()
-		return leaseholdv1.NewClusterServiceClient(cl.Conn(node)).GetCluster(c, &leaseholdv1.GetClusterRequest{})
-	}
-	leader, err := index(cl.WaitLeader())
+	leader, err := clusterStatus(ctx, cl, cl.WaitLeader())
 	if err != nil {
 		t.Fatalf("the leader's commit index: %v", err)
 	}
@@ -382,10 +378,10 @@ func caughtUp(t *testing.T, ctx context.Context, cl *clustertest.Cluster, i int)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if !cl.Running(i) {
-			t.Fatalf("n%d stopped while it replayed its log: %v\n%s", i+1, cl.Proc(i).Err(), cl.Proc(i).Tail(10))
+			t.Fatalf("n%d stopped while it applied the log: %v\n%s", i+1, cl.Proc(i).Err(), cl.Proc(i).Tail(10))
 		}
-		if own, err := index(i); err == nil && own.GetAppliedIndex() >= leader.GetCommitIndex() {
-			return
+		if own, err := clusterStatus(ctx, cl, i); err == nil && own.GetAppliedIndex() >= leader.GetCommitIndex() {
+			return leader.GetCommitIndex()
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("n%d did not apply the leader's commit index %d within a minute", i+1, leader.GetCommitIndex())
@@ -396,6 +392,14 @@ func caughtUp(t *testing.T, ctx context.Context, cl *clustertest.Cluster, i int)
 		case <-tick.C:
 		}
 	}
+}
+
+// clusterStatus asks node i alone, as an operator, for its view of the
+// cluster (its term, commit and applied indexes, whether it leads).
+func clusterStatus(ctx context.Context, cl *clustertest.Cluster, i int) (*leaseholdv1.GetClusterResponse, error) {
+	c, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer dev-operator"), 5*time.Second)
+	defer cancel()
+	return leaseholdv1.NewClusterServiceClient(cl.Conn(i)).GetCluster(c, &leaseholdv1.GetClusterRequest{})
 }
 
 // silent sends node i, the deposed leader, a submit and (with read) a

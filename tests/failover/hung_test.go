@@ -24,7 +24,8 @@ import (
 )
 
 // The hung-leader campaign's flags: go test ./tests/failover -run
-// HungLeader -stops 20 -freezes 20 -blackholes 20 -quiet 10m -burn 4.
+// HungLeader -stops 20 -freezes 20 -blackholes 20 -follower-stops 20
+// -follower-freezes 20 -quiet 10m -burn 4.
 var (
 	stops      = flag.Int("stops", 1, "hung-leader campaign: leader SIGSTOPs of -hang-for")
 	freezes    = flag.Int("freezes", 1, "hung-leader campaign: freezes of the leader's data filesystem for -hang-for (needs root; none without)")
@@ -32,6 +33,10 @@ var (
 	hangFor    = flag.Duration("hang-for", 10*time.Second, "hung-leader campaign: how long each fault lasts")
 	quietFor   = flag.Duration("quiet", 30*time.Second, "hung-leader campaign: the run under load with no fault, in which the leader must not change (0: none)")
 	burn       = flag.Int("burn", 0, "hung-leader campaign: busy processes run beside the no-fault run, to load the machine")
+
+	followerStops   = flag.Int("follower-stops", 1, "hung-leader campaign: SIGSTOPs of a follower with a batch open, for -follower-hang-for")
+	followerFreezes = flag.Int("follower-freezes", 1, "hung-leader campaign: freezes of a follower's data filesystem with a batch open, for -follower-hang-for (needs root; none without)")
+	followerHangFor = flag.Duration("follower-hang-for", 5*time.Second, "hung-leader campaign: how long each follower fault lasts (at least 2 s)")
 )
 
 // hungTTL is the hung-leader campaign's lease TTL. A lease outlives a path
@@ -89,28 +94,34 @@ func (r hungResult) since() time.Time {
 // real renderers and a Go client and hangs its leader: -stops SIGSTOPs,
 // -freezes of its data filesystem (an ext4 loop mount of its own, frozen
 // with fsfreeze; needs root) and -blackholes of its gRPC path both ways
-// (raft untouched), each for -hang-for, in an order the seed shuffles.
-// Before them, a run of -quiet under the same load with no fault (with
-// -burn busy processes beside it) must see no leader change and no
-// renderer leave its leader. Then it checks what the failover campaign
-// checks, and that every lease held at a fault was kept or ended by its
-// TTL; a blackhole must move no leadership and lose no lease. Timings are
-// printed against their goals (docs/failover.md), not asserted.
+// (raft untouched), each for -hang-for; and it hangs a follower that
+// holds a batch open, -follower-stops SIGSTOPs and -follower-freezes of
+// its data filesystem, each for -follower-hang-for (runFollowerHung says
+// what each must keep); all in an order the seed shuffles. Before them,
+// a run of -quiet under the same load with no fault (with -burn busy
+// processes beside it) must see no leader change and no renderer leave
+// its leader. Then it checks what the failover campaign checks, and that
+// every lease held at a fault was kept or ended by its TTL; a blackhole
+// must move no leadership and lose no lease. Timings are printed against
+// their goals (docs/failover.md), not asserted.
 func TestHungLeaderCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the hung-leader campaign runs real processes for tens of seconds; not with -short")
 	}
 	s := campaignSeed()
 	rng := rand.New(rand.NewPCG(s, 3))
-	nFreezes := *freezes
+	if *followerHangFor < 2*time.Second {
+		t.Fatalf("-follower-hang-for %v: at least 2 s, so that the batch it holds open stands out from the others (100 ms and a commit)", *followerHangFor)
+	}
+	nFreezes, nFollowerFreezes := *freezes, *followerFreezes
 	var dirs []string
-	if nFreezes > 0 {
+	if nFreezes+nFollowerFreezes > 0 {
 		if err := frozenfs.Usable(); err != nil {
 			t.Logf("no freezes: %v", err)
-			nFreezes = 0
+			nFreezes, nFollowerFreezes = 0, 0
 		}
 		for range 3 {
-			if nFreezes > 0 {
+			if nFreezes+nFollowerFreezes > 0 {
 				// Room for raft-wal's 64 MiB segments and two snapshots.
 				dirs = append(dirs, frozenfs.Mount(t, 1<<30))
 			}
@@ -120,14 +131,15 @@ func TestHungLeaderCampaign(t *testing.T) {
 	for _, fn := range []struct {
 		f fault
 		n int
-	}{{faultStop, *stops}, {faultFreeze, nFreezes}, {faultBlackhole, *blackholes}} {
+	}{{faultStop, *stops}, {faultFreeze, nFreezes}, {faultBlackhole, *blackholes},
+		{faultFollowerStop, *followerStops}, {faultFollowerFreeze, nFollowerFreezes}} {
 		for range fn.n {
 			schedule = append(schedule, fn.f)
 		}
 	}
 	rng.Shuffle(len(schedule), func(i, j int) { schedule[i], schedule[j] = schedule[j], schedule[i] })
-	t.Logf("seed %d: %d SIGSTOPs, %d freezes, %d blackholes of %v; %v with no fault beside %d busy processes",
-		s, *stops, nFreezes, *blackholes, *hangFor, *quietFor, *burn)
+	t.Logf("seed %d: %d SIGSTOPs, %d freezes, %d blackholes of %v; %d follower SIGSTOPs, %d follower freezes of %v; %v with no fault beside %d busy processes",
+		s, *stops, nFreezes, *blackholes, *hangFor, *followerStops, nFollowerFreezes, *followerHangFor, *quietFor, *burn)
 
 	// A node that exits by itself (a fail-stop) ends the campaign at the
 	// next step: with two nodes left, a hung leader leaves no quorum.
@@ -138,7 +150,7 @@ func TestHungLeaderCampaign(t *testing.T) {
 			t.Fatalf("a node exited by itself: %v", *err)
 		}
 	}
-	cp := startCampaign(t, clustertest.Options{DataDirs: dirs, GRPCProxies: true, Unexpected: unexpected,
+	cp := startCampaign(t, clustertest.Options{DataDirs: dirs, GRPCProxies: true, Metrics: true, Unexpected: unexpected,
 		Args: []string{"--lease-ttl", hungTTL.String()}}, s)
 	cl, rs, op, ld, ctx := cp.cl, cp.rs, cp.op, cp.ld, t.Context()
 
@@ -151,8 +163,21 @@ func TestHungLeaderCampaign(t *testing.T) {
 		}
 	}
 	var results []hungResult
+	var followers []followerResult
 	for k, f := range schedule {
 		alive()
+		if f == faultFollowerStop || f == faultFollowerFreeze {
+			for try := 1; try <= followerTries; try++ {
+				res := runFollowerHung(t, ctx, cl, ld, dirs, rng, f, k, try)
+				followers = append(followers, res)
+				logFollower(t, k+1, len(schedule), res)
+				if res.held {
+					break
+				}
+				alive()
+			}
+			continue
+		}
 		res := runHung(t, ctx, cl, op, ld, rs, dirs, f, k)
 		results = append(results, res)
 		t.Logf("%3d/%d %-9s n%d: elected after %v, first write %v, in flight answered %v, %d leases held, sessions left after %v %s",
@@ -165,7 +190,7 @@ func TestHungLeaderCampaign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := summarizeHung(results, q, ev)
+	sum := summarizeHung(results, followers, q, ev)
 	var out strings.Builder
 	sum.print(&out)
 	t.Log("summary (seed " + strconv.FormatUint(s, 10) + "):\n" + out.String())
@@ -196,17 +221,7 @@ func runHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cli
 	// it strikes. The 50 ms are the scenario's timing, not a wait.
 	burst := ld.burst(ctx, fmt.Sprintf("inflight-%d", k), 5*time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	var undo func()
-	switch f {
-	case faultStop:
-		cl.Pause(leader)
-		undo = func() { cl.Resume(leader) }
-	case faultFreeze:
-		undo = frozenfs.Freeze(t, dirs[leader])
-	case faultBlackhole:
-		cl.Blackhole(leader)
-		undo = func() { cl.Unblackhole(leader) }
-	}
+	undo := hang(t, cl, dirs, leader, f)
 	res.struck = time.Now()
 	burstDone := burst.stop()
 	var probed <-chan bool
@@ -243,6 +258,25 @@ func runHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster, op *cli
 	}
 	res.trail = sessionTrail(rs, marks)
 	return res
+}
+
+// hang strikes node i with f, leader's or follower's: a SIGSTOP, a
+// freeze of its data filesystem (dirs[i]), or a blackhole of its gRPC
+// path; it returns what undoes the fault.
+func hang(t *testing.T, cl *clustertest.Cluster, dirs []string, i int, f fault) (undo func()) {
+	t.Helper()
+	switch f {
+	case faultStop, faultFollowerStop:
+		cl.Pause(i)
+		return func() { cl.Resume(i) }
+	case faultFreeze, faultFollowerFreeze:
+		return frozenfs.Freeze(t, dirs[i])
+	case faultBlackhole:
+		cl.Blackhole(i)
+		return func() { cl.Unblackhole(i) }
+	}
+	t.Fatalf("no fault %q to strike n%d with", f, i+1)
+	return nil
 }
 
 // sessionTrail returns the lines the renderers logged of their sessions
@@ -473,12 +507,16 @@ type hungSummary struct {
 	// slow are the faults whose first document came 3 s or more after
 	// them, with what the renderers logged meanwhile.
 	slow []string
+	// followers are the follower faults, and what they found wrong.
+	followers []followerResult
+	followerVerdict
 }
 
 // summarizeHung checks the evidence of the hung-leader campaign.
-func summarizeHung(results []hungResult, q quietResult, ev *evidence) *hungSummary {
+func summarizeHung(results []hungResult, followers []followerResult, q quietResult, ev *evidence) *hungSummary {
 	s := &hungSummary{invariants: checkInvariants(ev), faults: map[fault][]hungResult{}, quiet: q,
-		firstDoc: map[fault][]time.Duration{}, held: map[fault]int{}, kept: map[fault]int{}, expired: map[fault]int{}}
+		firstDoc: map[fault][]time.Duration{}, held: map[fault]int{}, kept: map[fault]int{}, expired: map[fault]int{},
+		followers: followers, followerVerdict: judgeFollowers(followers)}
 	received := receivedGrants(ev)
 	for _, r := range results {
 		s.faults[r.kind] = append(s.faults[r.kind], r)
@@ -538,18 +576,19 @@ func firstSucceeded(ev *evidence, from time.Time) (time.Duration, bool) {
 // passed reports whether every guarantee held: the invariants, no lease
 // held at a fault lost otherwise than by its TTL (none at all at a
 // blackhole), no blackhole that moved leadership, every renderer off a
-// hung leader within the fault, and no leader change or renderer leaving
-// in the run with no fault.
+// hung leader within the fault, no leader change or renderer leaving
+// in the run with no fault, and every follower fault's checks
+// (followerVerdict).
 func (s *hungSummary) passed() bool {
 	return s.invariants.passed() && len(s.broken) == 0 && len(s.moved) == 0 && len(s.sessionsMissing) == 0 &&
-		len(s.quiet.changes) == 0 && len(s.quiet.left) == 0
+		len(s.quiet.changes) == 0 && len(s.quiet.left) == 0 && s.followerVerdict.passed()
 }
 
 // print writes the summary table.
 func (s *hungSummary) print(w io.Writer) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(w, "faults: %d SIGSTOPs, %d freezes, %d blackholes of %v\n", len(s.faults[faultStop]), len(s.faults[faultFreeze]),
-		len(s.faults[faultBlackhole]), *hangFor)
+	fmt.Fprintf(w, "faults: %d SIGSTOPs, %d freezes, %d blackholes of %v; %d strikes of a follower of %v\n", len(s.faults[faultStop]),
+		len(s.faults[faultFreeze]), len(s.faults[faultBlackhole]), *hangFor, len(s.followers), *followerHangFor)
 	fmt.Fprintf(w, "load: %d submits acknowledged (%d jobs), retried refusals %v; drained in %v\n", s.acked, s.ackedJobs,
 		s.ev.errs, s.ev.drained.Round(time.Millisecond))
 	s.invariants.print(w)
@@ -558,6 +597,9 @@ func (s *hungSummary) print(w io.Writer) {
 	row(w, "renderers left on a hung leader", s.sessionsMissing)
 	row(w, "no fault: leader changes", s.quiet.changes)
 	row(w, "no fault: renderer sessions left", s.quiet.left)
+	row(w, "follower faults: leader changes", s.followerVerdict.changes)
+	row(w, "follower faults: no write while hung", s.followerVerdict.unacked)
+	row(w, "follower faults: no batch held through", s.followerVerdict.unheld)
 	fmt.Fprintf(w, "%-44s %s\n", "no fault: load average", s.quiet.load)
 	for _, slow := range s.slow {
 		fmt.Fprintf(w, "slow: %s\n", slow)
@@ -604,6 +646,20 @@ func (s *hungSummary) print(w io.Writer) {
 		line("  first document", docs, "p99 <= 2.5 s, max < 3 s", quantile(docs, 0.99) <= 2500*time.Millisecond && quantile(docs, 1) < 3*time.Second)
 		line("  in-flight answered", inFlight, "p99 <= 3 s", quantile(inFlight, 0.99) <= 3*time.Second)
 		line("  renderers left", left, "", true)
+	}
+	for _, f := range []fault{faultFollowerStop, faultFollowerFreeze} {
+		var acked, caught []time.Duration
+		for _, r := range s.followers {
+			if r.kind == f {
+				acked, caught = append(acked, r.firstAck), append(caught, r.caughtUp)
+			}
+		}
+		if len(acked) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s:\n", f)
+		line("  first write", acked, "before the resume", len(s.followerVerdict.unacked) == 0)
+		line("  caught up (resume)", caught, "", true)
 	}
 	printCPU(w, len(s.ev.jobs))
 }

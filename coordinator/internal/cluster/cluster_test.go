@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // member is one node of an in-process cluster: a real bbolt store, its
@@ -470,6 +471,47 @@ func TestFSM(t *testing.T) {
 		fsm.Flush()
 		if applied, _ := committed(); applied != 5 || fsm.Applied() != 5 {
 			t.Fatalf("after Flush: the store committed %d, the FSM says %d; want 5", applied, fsm.Applied())
+		}
+	})
+
+	// The metrics show the open batch: its entries while it is open, and
+	// how long it was open once its commit returned.
+	t.Run("ItsMetricsShowTheOpenBatch", func(t *testing.T) {
+		t.Parallel()
+		_, fsm, group := setupFSM(t)
+		reg := prometheus.NewRegistry()
+		fsm.SetMetrics(cluster.NewMetrics(reg))
+		fsm.HoldBatches()
+		// A failure with the batch open must not leave the store's close
+		// waiting for its write transaction.
+		t.Cleanup(func() { _ = fsm.Abandon() })
+		held := func() uint64 {
+			t.Helper()
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() == "leasehold_raft_batch_held_seconds" {
+					return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+				}
+			}
+			t.Fatal("no leasehold_raft_batch_held_seconds")
+			return 0
+		}
+		fsm.ApplyBatch([]*raft.Log{logAt(1, group(0)), logAt(2, group(1))})
+		fsm.ApplyBatch([]*raft.Log{logAt(3, group(2))})
+		if fsm.Pending() != 3 || held() != 0 {
+			t.Fatalf("entries 1 to 3 in the open batch: pending %d, batches held %d; want 3, 0", fsm.Pending(), held())
+		}
+		fsm.Flush()
+		if fsm.Pending() != 0 || held() != 1 {
+			t.Fatalf("after Flush: pending %d, batches held %d; want 0, 1", fsm.Pending(), held())
+		}
+		fsm.Lead()
+		fsm.ApplyBatch([]*raft.Log{logAt(4, group(3))})
+		if fsm.Pending() != 0 || held() != 2 {
+			t.Fatalf("leading, after entry 4: pending %d, batches held %d; want 0, 2", fsm.Pending(), held())
 		}
 	})
 

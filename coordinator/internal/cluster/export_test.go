@@ -6,3 +6,6 @@ const BatchEntries = batchEntries
 // HoldBatches makes f the state machine of a follower whose batch stays
 // open across calls until Flush, Lead, Snapshot or its bound commits it.
 func (f *FSM) HoldBatches() { f.HoldBatchesUntilFlush(func() bool { return false }) }
+
+// SetMetrics gives f the metrics a running node's state machine has.
+func (f *FSM) SetMetrics(m *Metrics) { f.metrics = m }

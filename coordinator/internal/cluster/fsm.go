@@ -110,6 +110,10 @@ type FSM struct {
 	batch       *store.Batch
 	opened      time.Time
 	first, last uint64
+	// pending is how many entries the open batch holds, its commit
+	// included while it runs; the metrics read it without mu, so that a
+	// scrape never waits for a commit.
+	pending atomic.Int64
 	// timer commits the open batch when raft hands nothing more.
 	timer *time.Timer
 	// hold keeps a batch open across calls (holdBatches) unless raft
@@ -177,6 +181,11 @@ func (f *FSM) LastGroup() uint64 { return f.group.Load() }
 // Applied returns the index of the last entry the store committed (an
 // open batch holds more).
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
+
+// Pending returns how many entries were applied into the open batch and
+// not yet committed, its commit included while it runs: 0 when no batch
+// is open.
+func (f *FSM) Pending() int { return int(f.pending.Load()) }
 
 // WallFloor returns the largest group wall clock committed (zero when none):
 // a writer taking over stamps nothing earlier.
@@ -276,6 +285,7 @@ func (f *FSM) Abandon() error {
 	}
 	b := f.batch
 	f.batch, f.first, f.last = nil, 0, 0
+	f.pending.Store(0)
 	return b.Rollback()
 }
 
@@ -334,6 +344,8 @@ func (f *FSM) applyWriteSets(cmds []Command, pending []int, res []any) {
 			f.first = entries[0].Index
 		}
 		f.last = entries[len(entries)-1].Index
+		used, _ := b.Len()
+		f.pending.Store(int64(used))
 		for j, e := range out {
 			if e != nil {
 				res[pending[j]] = e
@@ -405,7 +417,9 @@ func (f *FSM) settle() {
 }
 
 // commit commits the open batch, if any, and takes what it committed as
-// the FSM's state. A store that cannot commit stops the node.
+// the FSM's state; the metrics see how long the batch was open, from its
+// beginning until its commit returned. A store that cannot commit stops
+// the node.
 func (f *FSM) commit() {
 	if f.batch == nil {
 		return
@@ -421,6 +435,8 @@ func (f *FSM) commit() {
 		// store refusing these entries.
 		f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", first, last, err))
 	}
+	f.pending.Store(0)
+	f.metrics.observeHeld(time.Since(f.opened))
 	f.set(rs)
 }
 

@@ -10,12 +10,16 @@ import (
 // Metrics are a replica's Prometheus metrics: leadership, term and
 // indexes read from raft at each scrape, the latency of a writer group's
 // commit (Committer.Commit: proposal, replication to a quorum, apply) and
-// of the state machine's apply (FSM.ApplyBatch), and, on the leader, each
-// follower's lag and last answer. A single-node coordinator has none of
-// them.
+// of the state machine's apply (FSM.ApplyBatch), how long the state
+// machine's batches stay open and how many entries the open one holds,
+// and, on the leader, each follower's lag and last answer. A single-node
+// coordinator has none of them.
 type Metrics struct {
 	commit prometheus.Histogram
 	apply  prometheus.Histogram
+	// held is how long each batch of the state machine was open, from
+	// its first entry until its commit returned.
+	held prometheus.Histogram
 	// stuck counts the step-downs of a leader that could not commit.
 	stuck prometheus.Counter
 	// refused counts the raft listener's refusals by cause.
@@ -23,7 +27,7 @@ type Metrics struct {
 	// node is the node the gauges read, once StartNode has set it.
 	node atomic.Pointer[Node]
 
-	leader, term, commitIndex, appliedIndex, changes, lag, contact, muted *prometheus.Desc
+	leader, term, commitIndex, appliedIndex, changes, lag, contact, muted, pending *prometheus.Desc
 }
 
 // NewMetrics returns a node's metrics, registered with reg; give them to
@@ -40,6 +44,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time the state machine takes to apply one batch of committed entries to this node's store (one transaction).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		held: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "leasehold_raft_batch_held_seconds",
+			Help: "Time a batch of entries stays open in this node's store, from its first entry until its commit (with fsync) returned: " +
+				"on a follower up to 100 ms and a commit; longer when the process or its disk stalled with the batch open.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		pending: prometheus.NewDesc("leasehold_raft_batch_open_entries",
+			"Entries applied into this node's open batch that its store has not committed yet, its commit included while it runs (0: no batch open).", nil, nil),
 		stuck: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasehold_raft_stuck_stepdowns_total",
 			Help: "Times this node, leading, had a writer group wait for its commit longer than the stuck bound " +
@@ -71,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, c := range []string{causeTotal, causePerAddress, causeHandshake, causeNotAMember, causeEstablished} {
 		m.refused.WithLabelValues(c)
 	}
-	reg.MustRegister(m.commit, m.apply, m.refused, m.stuck, m)
+	reg.MustRegister(m.commit, m.apply, m.held, m.refused, m.stuck, m)
 	return m
 }
 
@@ -97,6 +109,13 @@ func (m *Metrics) observeApply(d time.Duration) {
 	}
 }
 
+// observeHeld records how long one batch was open; m may be nil.
+func (m *Metrics) observeHeld(d time.Duration) {
+	if m != nil {
+		m.held.Observe(d.Seconds())
+	}
+}
+
 // refusedConn counts a refusal of the raft listener; m may be nil.
 func (m *Metrics) refusedConn(cause string) {
 	if m != nil {
@@ -106,7 +125,7 @@ func (m *Metrics) refusedConn(cause string) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact, m.muted} {
+	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact, m.muted, m.pending} {
 		ch <- d
 	}
 }
@@ -141,6 +160,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		muted = 1
 	}
 	ch <- prometheus.MustNewConstMetric(m.muted, prometheus.GaugeValue, muted)
+	ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, float64(n.fsm.Pending()))
 	if !st.Leading {
 		return
 	}
