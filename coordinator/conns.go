@@ -5,10 +5,10 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
+	"github.com/leasehold/leasehold/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/peer"
 )
@@ -30,10 +30,10 @@ type connLimits struct {
 	grpc    *edge.Conns
 	http    *edge.Conns
 	refused *prometheus.CounterVec
-	// logged is when each listener and cause last logged, so that a flood
-	// of refusals costs a counter increment each and a line a minute.
-	mu     sync.Mutex
-	logged map[[2]string]time.Time
+	// logged lets each listener's refusals of each cause be logged once a
+	// minute, so that a flood of refusals costs a counter increment each
+	// and a line a minute.
+	logged *ratelog.Limiter
 }
 
 // The gRPC server's connection lifetimes (keepaliveParams).
@@ -84,7 +84,7 @@ const refusalLogEvery = time.Minute
 func newConnLimits(cfg Config, reg prometheus.Registerer, log *slog.Logger) *connLimits {
 	l := &connLimits{
 		log:    log,
-		logged: make(map[[2]string]time.Time),
+		logged: ratelog.New(refusalLogEvery, nil),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasehold_connections_refused_total",
 			Help: "Connections refused or closed by their listener's limits, by listener (grpc, http) and cause: total (the listener was full), " +
@@ -131,14 +131,7 @@ func (l *connLimits) listenHTTP(lis net.Listener, hl httpLimits, reg prometheus.
 func (l *connLimits) refusedFunc(listener string) func(cause string, remote net.Addr) {
 	return func(cause string, remote net.Addr) {
 		l.refused.WithLabelValues(listener, cause).Inc()
-		key := [2]string{listener, cause}
-		now := time.Now()
-		l.mu.Lock()
-		due := now.Sub(l.logged[key]) >= refusalLogEvery
-		if due {
-			l.logged[key] = now
-		}
-		l.mu.Unlock()
+		due, held := l.logged.Allow(listener + "/" + cause)
 		if !due {
 			return
 		}
@@ -149,7 +142,7 @@ func (l *connLimits) refusedFunc(listener string) func(cause string, remote net.
 		lim := conns.Limits()
 		l.log.Warn("connection refused by the listener's limits (logged once a minute; leasehold_connections_refused_total counts each)",
 			"listener", listener, "cause", cause, "remote", remote.String(),
-			"max_connections", lim.Max, "max_connections_per_address", lim.PerAddress, "open", conns.Open())
+			"max_connections", lim.Max, "max_connections_per_address", lim.PerAddress, "open", conns.Open(), "unlogged", held)
 	}
 }
 

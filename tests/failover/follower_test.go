@@ -81,6 +81,16 @@ func runFollowerHung(t *testing.T, ctx context.Context, cl *clustertest.Cluster,
 	rng *rand.Rand, f fault, k, try int) followerResult {
 	t.Helper()
 	leader := cl.WaitLeader()
+	// The leader and the follower not struck must be a quorum through
+	// the fault: a node still catching up from an earlier fault (a
+	// deposed leader rejoining) is not yet one, and the leader would not
+	// commit until the struck follower resumed. So every follower first
+	// applies what the leader has committed.
+	for i := range cl.N() {
+		if i != leader {
+			caughtUp(t, ctx, cl, i)
+		}
+	}
 	fo := (leader + 1 + rng.IntN(cl.N()-1)) % cl.N()
 	res := followerResult{kind: f, follower: fo, leader: leader, try: try}
 	st, err := clusterStatus(ctx, cl, leader)

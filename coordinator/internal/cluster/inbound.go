@@ -43,6 +43,35 @@ const (
 	causeEstablished = "established"
 )
 
+// refusalLogEvery is how often the raft listener logs its refusals of
+// one cause at most: the first of a minute is logged with its source,
+// and says how many went unlogged since the last line; the counter
+// counts each.
+const refusalLogEvery = time.Minute
+
+// refuse counts and logs a refusal of cause of a connection from remote
+// (err, when not nil, says what it did wrong), the log line at most once
+// a minute per cause.
+func (t *peerTransport) refuse(cause string, remote net.Addr, err error) {
+	t.refuseFrom("connection", cause, "remote", remote.String(), err)
+}
+
+// refuseFrom counts a refusal of cause of a raft connection or RPC (what)
+// and logs it with its source (the remote address, or the peer's
+// identity) under key, at most once a minute per kind and cause.
+func (t *peerTransport) refuseFrom(what, cause, key, source string, err error) {
+	t.metrics.refusedConn(cause)
+	ok, held := t.refusals.Allow(what + "/" + cause)
+	if !ok {
+		return
+	}
+	attrs := []any{"cause", cause, key, source, "unlogged", held}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	t.log.Warn("refused a raft "+what+" (logged once a minute per cause; leasehold_raft_connections_refused_total counts each)", attrs...)
+}
+
 // admission counts the raft listener's connections: those proving
 // themselves, in all and per source address, and those that did. Its
 // owner's mutex guards it.
@@ -115,8 +144,8 @@ func (t *peerTransport) accept() {
 		delay = 0
 		key := sourceKey(c.RemoteAddr())
 		if cause := t.admit(key, c); cause != "" {
+			t.refuse(cause, c.RemoteAddr(), nil)
 			c.Close()
-			t.metrics.refusedConn(cause)
 			continue
 		}
 		t.wg.Add(1)
@@ -179,21 +208,20 @@ func (t *peerTransport) prove(c net.Conn, key string) {
 	_ = c.SetDeadline(time.Now().Add(t.proofTimeout))
 	conn, id, err := t.handshake(c)
 	if err != nil {
-		c.Close()
-		t.unpend(key, c)
 		cause := causeHandshake
 		if errors.Is(err, errNotAMember) {
 			cause = causeNotAMember
-			t.log.Warn("refused a raft connection", "remote", c.RemoteAddr().String(), "err", err)
 		}
-		t.metrics.refusedConn(cause)
+		t.refuse(cause, c.RemoteAddr(), err)
+		c.Close()
+		t.unpend(key, c)
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
 	pc := &peerConn{Conn: conn, t: t}
 	if !t.proven(key, c, pc) {
+		t.refuse(causeEstablished, c.RemoteAddr(), nil)
 		conn.Close()
-		t.metrics.refusedConn(causeEstablished)
 		return
 	}
 	in, err := t.inboundFor(id)

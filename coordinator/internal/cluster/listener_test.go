@@ -3,9 +3,12 @@ package cluster
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -141,6 +144,83 @@ func TestRaftListenerLimits(t *testing.T) {
 			b := newPeerBundle(t, tlsOn, 100*time.Millisecond)
 			_, closed := idleConns(t, b.n1.lis.Addr().String(), "127.0.0.1", 3)
 			receive(t, closed, 3, "idle connections closed after the proof timeout")
+		}
+	})
+}
+
+// TestRaftRefusalLog: the raft listener logs its refusals of one cause
+// once a minute, each line with the source of the refusal it was written
+// for and how many went unlogged since the last; every refusal is
+// counted. Before, a connection that never proved itself was counted and
+// not logged, so nothing named the source of a handshake flood.
+func TestRaftRefusalLog(t *testing.T) {
+	t.Parallel()
+	const msg = "refused a raft connection"
+	var (
+		mu  sync.Mutex
+		now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	logged := func(h *records, cause string) []slog.Record {
+		var out []slog.Record
+		for _, r := range h.find(msg) {
+			if attr(r, "cause") == cause {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	withLog := func(h *records) func(*transportConfig) {
+		return func(c *transportConfig) { c.Log, c.Now = slog.New(h), clock }
+	}
+
+	t.Run("Connections that prove nothing", func(t *testing.T) {
+		h := &records{}
+		b := newPeerBundle(t, false, 50*time.Millisecond, withLog(h))
+		addr := b.n1.lis.Addr().String()
+		// The line is written before the connection is closed: once the
+		// test sees a close, its refusal was logged or held back.
+		_, closed := idleConns(t, addr, "127.0.0.1", 5)
+		receive(t, closed, 5, "connections closed after the proof timeout")
+		lines := logged(h, causeHandshake)
+		if len(lines) != 1 {
+			t.Fatalf("%d lines for 5 handshake refusals within a minute, want 1: %v", len(lines), lines)
+		}
+		if r := attr(lines[0], "remote"); !strings.HasPrefix(r, "127.0.0.1:") {
+			t.Errorf("the line names remote %q, want the refused connection's 127.0.0.1:port", r)
+		}
+		if u := attr(lines[0], "unlogged"); u != "0" {
+			t.Errorf("the first line says %s unlogged, want 0", u)
+		}
+
+		mu.Lock()
+		now = now.Add(time.Minute)
+		mu.Unlock()
+		_, closed = idleConns(t, addr, "127.0.0.4", 1)
+		receive(t, closed, 1, "a connection closed after the proof timeout, a minute later")
+		lines = logged(h, causeHandshake)
+		if len(lines) != 2 {
+			t.Fatalf("%d lines after a minute and one more refusal, want 2", len(lines))
+		}
+		if r, u := attr(lines[1], "remote"), attr(lines[1], "unlogged"); !strings.HasPrefix(r, "127.0.0.4:") || u != "4" {
+			t.Errorf("the minute's line names remote %q with %s unlogged, want 127.0.0.4:port and the 4 held back", r, u)
+		}
+	})
+	t.Run("Connections past an address's share", func(t *testing.T) {
+		h := &records{}
+		b := newPeerBundle(t, false, time.Minute, withLog(h))
+		_, closed := idleConns(t, b.n1.lis.Addr().String(), "127.0.0.3", raftMaxPendingPerAddress+3)
+		receive(t, closed, 3, "connections past the address's share closed")
+		lines := logged(h, causePerAddress)
+		if len(lines) != 1 {
+			t.Fatalf("%d lines for 3 per-address refusals, want 1", len(lines))
+		}
+		if r := attr(lines[0], "remote"); !strings.HasPrefix(r, "127.0.0.3:") {
+			t.Errorf("the line names remote %q, want 127.0.0.3:port", r)
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/leasehold/leasehold/internal/ratelog"
 	"github.com/leasehold/leasehold/internal/security"
 )
 
@@ -71,6 +72,8 @@ type transportConfig struct {
 	Metrics *Metrics
 	// ProofTimeout replaces raftProofTimeout (tests).
 	ProofTimeout time.Duration
+	// Now is the clock of the refusal log (tests; nil: time.Now).
+	Now func() time.Time
 }
 
 // peerTransport is raft's transport between nodes over TCP: mutual TLS,
@@ -98,6 +101,8 @@ type peerTransport struct {
 	logger    hclog.Logger
 	log       *slog.Logger
 	metrics   *Metrics
+	// refusals limits the refusal log (refuse).
+	refusals *ratelog.Limiter
 	// proofTimeout bounds the proof of a connection (raftProofTimeout).
 	proofTimeout time.Duration
 
@@ -132,7 +137,7 @@ func newPeerTransport(cfg transportConfig) (*peerTransport, error) {
 		return nil, fmt.Errorf("%w: the raft listener %s (bound to %s) is not on loopback; %s", ErrPlaintextRaft, cfg.Listen, l.Addr(), plaintextFix)
 	}
 	t := &peerTransport{lis: l, advertise: l.Addr(), tls: cfg.TLS, anyHost: cfg.AnyHost, logger: cfg.Logger,
-		log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)), metrics: cfg.Metrics,
+		log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)), metrics: cfg.Metrics, refusals: ratelog.New(refusalLogEvery, cfg.Now),
 		consumeCh: make(chan raft.RPC), done: make(chan struct{}), inbound: map[string]*inboundPeer{},
 		adm: newAdmission(), proving: map[net.Conn]struct{}{}, open: map[*peerConn]struct{}{}, proofTimeout: cmp.Or(cfg.ProofTimeout, raftProofTimeout)}
 	if cfg.Advertise != "" {
@@ -220,10 +225,10 @@ func (t *peerTransport) checkRPC(id identity, cmd any) error {
 	return fmt.Errorf("%w: it claims to be %q at %q, not a member at that address", errNotAMember, claimed, addr)
 }
 
-// refusedRPC counts and logs an RPC refused by checkRPC.
+// refusedRPC counts and logs an RPC refused by checkRPC: the peer is
+// the identity its connection proved (its certificate's member ids).
 func (t *peerTransport) refusedRPC(id identity, err error) {
-	t.metrics.refusedConn(causeNotAMember)
-	t.log.Warn("refused a raft RPC", "peer", id.String(), "err", err)
+	t.refuseFrom("RPC", causeNotAMember, "peer", id.String(), err)
 }
 
 // Close implements raft.WithClose: it stops accepting, closes every

@@ -34,11 +34,15 @@ type peerBundle struct {
 // newPeerBundle starts n1's transport: over mutual TLS under a peer CA
 // when tlsOn, else plaintext on loopback. The members are n1 (at its
 // listener), n2 and n3 (at addresses no one listens on). The RPCs that
-// reach raft are granted. proof, when not 0, bounds a connection's proof.
-func newPeerBundle(t *testing.T, tlsOn bool, proof time.Duration) *peerBundle {
+// reach raft are granted. proof, when not 0, bounds a connection's proof;
+// opts change the transport's configuration.
+func newPeerBundle(t *testing.T, tlsOn bool, proof time.Duration, opts ...func(*transportConfig)) *peerBundle {
 	t.Helper()
 	b := &peerBundle{ca: securitytest.NewCA(t, "peer CA")}
 	cfg := transportConfig{Listen: "127.0.0.1:0", Members: b.memberList, Logger: hclogOf(slog.New(slog.DiscardHandler)), ProofTimeout: proof}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if tlsOn {
 		cfg.TLS = b.peerTLS(b.node(t, "n1"))
 	}
