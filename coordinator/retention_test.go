@@ -12,35 +12,17 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 )
-
-// testClock is an injected wall clock.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // The tokens of testPrincipals: a submitter of team alpha, a renderer and
 // a backup credential, which no development token is.
@@ -217,7 +199,7 @@ func TestBackupRestoresIntoAFreshCoordinator(t *testing.T) {
 func TestRetentionRun(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	clk := &testClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	b := setup(t, Config{TokensFile: testPrincipals(t), Now: clk.Now, Retention: 7 * 24 * time.Hour, RejectionRetention: 30 * 24 * time.Hour, AuditRetention: 365 * 24 * time.Hour,
 		purgeEvery: time.Hour})
 	c := b.clients()

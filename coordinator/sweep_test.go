@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/client/reason"
 	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -26,14 +27,14 @@ import (
 type sweepBundle struct {
 	*testBundle
 	c   clients
-	clk *testClock
+	clk *testclock.Clock
 	dir *artifacts.Dir
 }
 
 // setupSweep starts a sweepBundle; wrap, if not nil, wraps its store.
 func setupSweep(t *testing.T, start time.Time, wrap func(artifacts.Store) artifacts.Store) *sweepBundle {
 	t.Helper()
-	clk := &testClock{t: start}
+	clk := testclock.New(start)
 	b := setup(t, Config{TokensFile: testPrincipals(t), Now: clk.Now, wrapStore: wrap, LeaseTTL: 48 * time.Hour, MetricsListen: "127.0.0.1:0",
 		Artifacts: ArtifactConfig{InlineBytes: 64, SweepGrace: time.Hour, SweepInterval: 24 * time.Hour}})
 	dir, err := artifacts.OpenDir(filepath.Join(b.c.cfg.DataDir, artifacts.DirName))

@@ -8,9 +8,10 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testclock"
 )
 
 // idleConns opens n TCP connections to addr from the loopback address
@@ -156,15 +157,7 @@ func TestRaftListenerLimits(t *testing.T) {
 func TestRaftRefusalLog(t *testing.T) {
 	t.Parallel()
 	const msg = "refused a raft connection"
-	var (
-		mu  sync.Mutex
-		now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
+	clock := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	logged := func(h *records, cause string) []slog.Record {
 		var out []slog.Record
 		for _, r := range h.find(msg) {
@@ -175,7 +168,7 @@ func TestRaftRefusalLog(t *testing.T) {
 		return out
 	}
 	withLog := func(h *records) func(*transportConfig) {
-		return func(c *transportConfig) { c.Log, c.Now = slog.New(h), clock }
+		return func(c *transportConfig) { c.Log, c.Now = slog.New(h), clock.Now }
 	}
 
 	t.Run("Connections that prove nothing", func(t *testing.T) {
@@ -197,9 +190,7 @@ func TestRaftRefusalLog(t *testing.T) {
 			t.Errorf("the first line says %s unlogged, want 0", u)
 		}
 
-		mu.Lock()
-		now = now.Add(time.Minute)
-		mu.Unlock()
+		clock.Advance(time.Minute)
 		_, closed = idleConns(t, addr, "127.0.0.4", 1)
 		receive(t, closed, 1, "a connection closed after the proof timeout, a minute later")
 		lines = logged(h, causeHandshake)

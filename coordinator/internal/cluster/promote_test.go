@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,26 +13,8 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/internal/testclock"
 )
-
-// manualClock is a wall clock the test moves by hand; the engine's
-// monotonic clock follows it.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // TestPromotion drives the leadership's promotion of a real writer over
 // a real store.
@@ -52,7 +33,7 @@ func TestPromotion(t *testing.T) {
 	t.Run("ALiveLeaseIsHeldATTLAfterThePromotionAndExpiresAfterTheExtension", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		clock := &manualClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+		clock := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 		st, err := store.Open(filepath.Join(t.TempDir(), "leasehold.db"), store.WithoutSync())
 		if err != nil {
 			t.Fatal(err)

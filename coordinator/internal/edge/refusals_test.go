@@ -9,30 +9,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // line is one logged line, reduced to what the tests compare.
 type line struct {
@@ -92,7 +75,7 @@ func repeat(l line, n int) []line {
 // with a clock moved by hand.
 func TestRefusalsLogger(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	rec := &recorder{}
 	r := NewRefusals(RefusalsConfig{Logger: rec, LinesPerSecond: 3, Now: clock.Now})
 	log := r.Logger()
@@ -242,7 +225,7 @@ func (r *fieldRecorder) Log(_ context.Context, lvl logging.Level, msg string, fi
 func TestRefusalsEarly(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	rec := &fieldRecorder{}
 	r := NewRefusals(RefusalsConfig{Logger: rec, Registerer: reg, LinesPerSecond: 2, Now: clock.Now})
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4242}})
