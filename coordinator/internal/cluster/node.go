@@ -37,10 +37,14 @@ const (
 	// snapshotsRetained is how many snapshots a node keeps on disk.
 	snapshotsRetained = 2
 	// logCacheEntries is how many of the last entries appended raft keeps
-	// in memory (raft.LogCache). It costs their data: under a steady load
-	// an entry is a writer group of a few hundred KiB, so about 100 MiB;
-	// entries of large groups (up to MaxEntryBytes) hold more.
-	logCacheEntries = 512
+	// in memory (raft.LogCache): enough for the leader to send what it
+	// just appended, and for a follower to apply what it just stored,
+	// without reading either back from raft-wal. Each costs its data, a
+	// writer group of a few hundred KiB under load: Consul's and Vault's
+	// 512 kept about 200 MiB per node, and a node spent more CPU on that
+	// memory (fresh pages, a larger heap) than the cache saved (measured
+	// against 32 and none: docs/performance.md).
+	logCacheEntries = 32
 )
 
 // NodeConfig configures a Node.
@@ -234,8 +238,9 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 	guarded := stopOnWriteError(logs, stable, fsm.fatal)
 	guarded.explain = explain
 	// The leader sends each entry to the followers right after appending
-	// it: the last entries stay in memory rather than be read back from
-	// raft-wal's segments (Consul's and Vault's size).
+	// it, and a follower applies each right after storing it: the last
+	// entries stay in memory rather than be read back from raft-wal's
+	// segments.
 	cached, err := raft.NewLogCache(logCacheEntries, guarded)
 	if err != nil {
 		n.closeStores()
