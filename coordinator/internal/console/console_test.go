@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 )
@@ -35,14 +36,14 @@ type testBundle struct {
 	srv *httptest.Server
 	c   *http.Client
 	// clk is the console's clock of sessions and sign-in throttling.
-	clk *clock
+	clk *testclock.Clock
 	// conn is the console's connection to the gRPC server.
 	conn grpc.ClientConnInterface
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	clk := &clock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := testclock.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	st, err := store.Open(filepath.Join(t.TempDir(), "leasehold.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -289,7 +290,7 @@ func BenchmarkPurgeStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	clk := &clock{t: epoch, mono: time.Hour}
+	clk := testclock.NewMono(epoch, time.Hour)
 	e, err := New(Config{Store: st, Seed: 1, Now: clk.Now, Mono: clk.Mono, LeaseTTL: time.Hour,
 		Limits: jobs.Limits{MaxTeamQueue: 1 << 30}, Retention: Retention{Jobs: time.Hour}})
 	if err != nil {

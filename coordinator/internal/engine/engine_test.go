@@ -6,7 +6,6 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,49 +15,12 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// clock is an injected clock the tests move by hand: a wall clock and a
-// monotonic one, which move together unless a test steps the wall clock
-// alone.
-type clock struct {
-	mu   sync.Mutex
-	t    time.Time
-	mono time.Duration
-}
-
-// Now is the wall clock.
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Mono is the monotonic clock.
-func (c *clock) Mono() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mono
-}
-
-// Advance moves both clocks by d.
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	c.mono += d
-}
-
-// StepWall moves the wall clock alone, as an NTP step or an operator does.
-func (c *clock) StepWall(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // fataler is what opening an engine needs of *testing.T, *testing.B and
 // *rapid.T.
@@ -69,7 +31,7 @@ type fataler interface {
 
 type testBundle struct {
 	dir   string
-	clock *clock
+	clock *testclock.Clock
 	cfg   Config
 	e     *Engine
 	st    *store.Store
@@ -101,7 +63,7 @@ func setup(t *testing.T, mutate ...func(*Config)) *testBundle {
 // injected wall and monotonic clocks. A test that sets Mono to nil runs
 // with the wall clock as both.
 func newBundle(dir string) *testBundle {
-	b := &testBundle{dir: dir, clock: &clock{t: epoch, mono: time.Hour}}
+	b := &testBundle{dir: dir, clock: testclock.NewMono(epoch, time.Hour)}
 	b.cfg = Config{
 		Now:           b.clock.Now,
 		Mono:          b.clock.Mono,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
+	"github.com/leasehold/leasehold/internal/testclock"
 )
 
 // stallCmd moves the injected clock by d while the writer applies it: the
@@ -13,7 +14,7 @@ import (
 type stallCmd struct {
 	base
 	noText
-	clock *clock
+	clock *testclock.Clock
 	d     time.Duration
 }
 

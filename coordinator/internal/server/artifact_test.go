@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"google.golang.org/grpc/codes"
 )
 
@@ -181,9 +182,9 @@ func TestArtifacts(t *testing.T) {
 		// The writer keeps deadlines on its monotonic clock; the wall clock
 		// jumps ahead past the lease's recorded deadline.
 		origin := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		mono := &clock{t: origin}
+		mono := testclock.New(origin)
 		b := setup(t, func(o *options) {
-			o.engine = func(c *engine.Config) { c.Mono = func() time.Duration { return mono.Now().Sub(origin) } }
+			o.engine = func(c *engine.Config) { c.Mono = mono.Mono }
 		})
 		g := b.leaseOne(t)
 		b.clock.Advance(time.Hour)

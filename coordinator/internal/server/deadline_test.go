@@ -1,33 +1,14 @@
 package server
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"google.golang.org/grpc/codes"
 )
-
-// monoClock is a monotonic clock the test moves apart from the wall clock,
-// as two real clocks read one after the other drift by nanoseconds.
-type monoClock struct {
-	mu sync.Mutex
-	d  time.Duration
-}
-
-func (c *monoClock) Mono() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.d
-}
-
-func (c *monoClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.d += d
-}
 
 // TestShownDeadline checks that the lease deadline people see is decided
 // at the grant and at each extension, on the wall clock, and that commands
@@ -35,7 +16,7 @@ func (c *monoClock) Advance(d time.Duration) {
 // monotonic clock the writer judges by drifts from the wall clock.
 func TestShownDeadline(t *testing.T) {
 	t.Parallel()
-	mono := &monoClock{d: time.Hour}
+	mono := testclock.NewMono(time.Time{}, time.Hour)
 	b := setup(t, func(o *options) { o.engine = func(c *engine.Config) { c.Mono = mono.Mono } })
 	advance := func(wall, drift time.Duration) {
 		b.clock.Advance(wall)

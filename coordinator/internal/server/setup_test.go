@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/reads"
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testclock"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -36,28 +36,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// clock is an injected clock the tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // testBundle is a coordinator in process: real engine and bbolt store, real
 // gRPC over bufconn with the authentication interceptors.
 type testBundle struct {
-	clock    *clock
+	clock    *testclock.Clock
 	st       *store.Store
 	eng      *engine.Engine
 	services *Services
@@ -100,7 +82,7 @@ type options struct {
 
 func setup(t testing.TB, opts ...func(*options)) *testBundle {
 	t.Helper()
-	b := &testBundle{clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}, dir: t.TempDir()}
+	b := &testBundle{clock: testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), dir: t.TempDir()}
 	for _, f := range opts {
 		f(&b.opts)
 	}
