@@ -201,6 +201,22 @@ func TestRaftRefusalLog(t *testing.T) {
 			t.Errorf("the minute's line names remote %q with %s unlogged, want 127.0.0.4:port and the 4 held back", r, u)
 		}
 	})
+	t.Run("Each cause has its own minute", func(t *testing.T) {
+		h := &records{}
+		b := newPeerBundle(t, false, time.Minute, withLog(h))
+		from := &net.TCPAddr{IP: net.ParseIP("127.0.0.6"), Port: 40000}
+		b.n1.refuse(causeHandshake, from, nil)
+		b.n1.refuse(causePerAddress, from, nil)
+		b.n1.refuse(causeHandshake, from, nil)
+		b.n1.refuse(causeNotAMember, from, nil)
+		b.n1.refuseFrom("RPC", causeNotAMember, "peer", "n9", nil)
+		if got := len(h.find(msg)); got != 3 {
+			t.Errorf("%d connection lines for three causes within a minute, want one each", got)
+		}
+		if got := len(h.find("refused a raft RPC")); got != 1 {
+			t.Errorf("%d RPC lines after a connection refusal of the same cause, want 1", got)
+		}
+	})
 	t.Run("Connections past an address's share", func(t *testing.T) {
 		h := &records{}
 		b := newPeerBundle(t, false, time.Minute, withLog(h))
