@@ -47,7 +47,12 @@ func forgeEntry(t *testing.T, addr, id string, data []byte) uint64 {
 			LeaderCommitIndex: index}
 		var resp raft.AppendEntriesResponse
 		if err := trans.AppendEntries("n1", target, req, &resp); err != nil {
-			t.Fatalf("appending to %s: %v", addr, err)
+			// The entry is committed by the append itself, and raft hands
+			// it to the state machine before it answers: the node may
+			// stop on it before the answer is written. The caller checks
+			// that it stopped, on this entry.
+			t.Logf("appending to %s: %v (the node may have stopped on the entry)", addr, err)
+			return index
 		}
 		if resp.Success {
 			return index
