@@ -5,8 +5,10 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,10 +70,15 @@ const descriptorReserve = 256
 
 // FileDescriptors returns how many open files the coordinator may need
 // under cfg: every connection its gRPC listener and its metrics address
-// may hold at once, and a reserve. The command warns at start when the
-// process's limit is lower.
+// may hold at once, the idle connections it keeps to an S3 artifact
+// store, and a reserve. The command warns at start when the process's
+// limit is lower.
 func (cfg Config) FileDescriptors() int {
-	return cmp.Or(cfg.MaxConnections, edge.DefaultMaxConnections) + defaultHTTPLimits.MaxConns + descriptorReserve
+	n := cmp.Or(cfg.MaxConnections, edge.DefaultMaxConnections) + defaultHTTPLimits.MaxConns + descriptorReserve
+	if strings.HasPrefix(cfg.Artifacts.Store, "s3://") {
+		n += artifacts.IdleStoreConns
+	}
+	return n
 }
 
 // refusalLogEvery is how often one listener's refusals of one cause are

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/leaderdial"
 	"github.com/leasehold/leasehold/renderer"
@@ -299,5 +300,17 @@ func TestConnectionAgeKeepsWorkGoing(t *testing.T) {
 	}
 	if n := len(sessions); n < 2 {
 		t.Errorf("the renderer opened %d sessions, want a new one after a connection aged out", n)
+	}
+}
+
+// TestFileDescriptorsCountTheStoresConnections checks that the open files
+// the coordinator warns about include the idle connections it keeps to an
+// S3 artifact store, and only for one.
+func TestFileDescriptorsCountTheStoresConnections(t *testing.T) {
+	local := Config{}.FileDescriptors()
+	s3 := Config{Artifacts: ArtifactConfig{Store: "s3://previews?endpoint=http://127.0.0.1:9000"}}.FileDescriptors()
+	dir := Config{Artifacts: ArtifactConfig{Store: "file:///var/lib/previews"}}.FileDescriptors()
+	if s3 != local+artifacts.IdleStoreConns || dir != local {
+		t.Errorf("FileDescriptors: %d with no store given, %d with a directory, %d with S3; want S3 to add %d", local, dir, s3, artifacts.IdleStoreConns)
 	}
 }

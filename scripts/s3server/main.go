@@ -9,6 +9,11 @@
 // checksums in extended attributes. The server runs in single-account
 // mode with the one access key, and prints "listening on ADDR" once it
 // accepts connections. SIGINT or SIGTERM stop it.
+//
+// It keeps connections alive between requests, as AWS S3 and the other
+// services do (versitygw's own default closes each connection after its
+// response): a client's connection pool, and what it costs to have none,
+// are then measured as they would be against a real store.
 package main
 
 import (
@@ -55,7 +60,7 @@ func run(ctx context.Context, root, access, secret, addr, region string) error {
 	}
 	go announce(ctx, addr)
 	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{RootUserAccess: access, RootUserSecret: secret, Ports: []string{addr}, Region: region,
-		MaxConnections: 250000, MaxRequests: 100000, MultipartMaxParts: 10000, Quiet: true})
+		MaxConnections: 250000, MaxRequests: 100000, MultipartMaxParts: 10000, KeepAlive: true, Quiet: true})
 	if ctx.Err() != nil {
 		return nil
 	}

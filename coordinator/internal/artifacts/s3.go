@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -52,7 +53,7 @@ func OpenS3(ctx context.Context, u *url.URL) (*S3, error) {
 			return nil, fmt.Errorf("--artifact-store: unknown parameter %q (endpoint, region)", k)
 		}
 	}
-	cfg, err := config.LoadDefaultConfig(ctx)
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(newHTTPClient()))
 	if err != nil {
 		return nil, fmt.Errorf("--artifact-store: AWS configuration: %w", err)
 	}
@@ -82,6 +83,26 @@ func OpenS3(ctx context.Context, u *url.URL) (*S3, error) {
 		desc += " at " + endpoint
 	}
 	return &S3{client: client, presign: s3.NewPresignClient(client), bucket: u.Host, prefix: prefix, desc: desc}, nil
+}
+
+// IdleStoreConns is how many idle connections to the store the
+// coordinator keeps. Every completion of a stored preview is checked with
+// a HEAD as it arrives, so a cluster draining at full speed has a few
+// hundred checks in flight. With the SDK's default of ten idle
+// connections per host, the connections past ten were closed after their
+// response, and the next burst of checks dialed them again, leaving a
+// socket in TIME_WAIT for each. An idle connection costs one descriptor
+// (counted in the coordinator's FileDescriptors) and closes after the
+// SDK's idle timeout (90 s).
+const IdleStoreConns = 256
+
+// newHTTPClient is the SDK's HTTP client with an idle pool of
+// IdleStoreConns connections to the store.
+func newHTTPClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = IdleStoreConns
+		tr.MaxIdleConnsPerHost = IdleStoreConns
+	})
 }
 
 func cmpOr(vs ...string) string {

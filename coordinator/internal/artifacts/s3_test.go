@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +21,7 @@ import (
 )
 
 // s3Binary is versitygw from $LEASEHOLD_BIN or the repository's bin/.
-func s3Binary(t *testing.T) string {
+func s3Binary(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("LEASEHOLD_BIN")
 	if dir == "" {
@@ -80,6 +83,42 @@ func TestS3(t *testing.T) {
 		n := 0
 		if err := st.List(ctx, func(o artifacts.Object) error { n++; return nil }); err != nil || n != 1 {
 			t.Errorf("List found %d objects (%v), want 1", n, err)
+		}
+	})
+
+	// A cluster checks every stored preview's completion with a HEAD as
+	// it arrives: a burst of checks must find the connections the last
+	// burst opened, not dial new ones (and leave the old in TIME_WAIT).
+	t.Run("ABurstOfChecksReusesTheLastBurstsConnections", func(t *testing.T) {
+		const burst = 64
+		dials := func() int {
+			var arrived sync.WaitGroup
+			arrived.Add(burst)
+			var fresh atomic.Int32
+			trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+				if !info.Reused {
+					fresh.Add(1)
+				}
+				// Every check holds its connection until all of them
+				// have one: the burst needs burst connections at once.
+				arrived.Done()
+				arrived.Wait()
+			}}
+			tctx := httptrace.WithClientTrace(ctx, trace)
+			var done sync.WaitGroup
+			for range burst {
+				done.Go(func() {
+					if _, err := st.Stat(tctx, key); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			done.Wait()
+			return int(fresh.Load())
+		}
+		first := dials()
+		if again := dials(); again != 0 {
+			t.Errorf("the second burst of %d checks dialed %d connections (the first dialed %d), want none", burst, again, first)
 		}
 	})
 
