@@ -156,6 +156,7 @@ func classify(what string, k Key, err error) error {
 // Put implements Store.Put, with the SHA-256 checksum the store checks
 // and keeps.
 func (s *S3) Put(ctx context.Context, k Key, content []byte) error {
+	growStack()
 	if !k.Valid() || Digest(content) != k.Digest {
 		return fmt.Errorf("putting %s: %w", k, ErrCorrupt)
 	}
@@ -171,6 +172,7 @@ func (s *S3) Put(ctx context.Context, k Key, content []byte) error {
 
 // Stat implements Store.Stat, asking for the object's checksum.
 func (s *S3) Stat(ctx context.Context, k Key) (Info, error) {
+	growStack()
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: s.key(k), ChecksumMode: types.ChecksumModeEnabled})
 	if err != nil {
 		return Info{}, classify("stat", k, err)
@@ -180,6 +182,7 @@ func (s *S3) Stat(ctx context.Context, k Key) (Info, error) {
 
 // Open implements Store.Open.
 func (s *S3) Open(ctx context.Context, k Key) (io.ReadCloser, Info, error) {
+	growStack()
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: s.key(k)})
 	if err != nil {
 		return nil, Info{}, classify("get", k, err)
@@ -189,6 +192,7 @@ func (s *S3) Open(ctx context.Context, k Key) (io.ReadCloser, Info, error) {
 
 // Delete implements Store.Delete.
 func (s *S3) Delete(ctx context.Context, k Key) error {
+	growStack()
 	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: s.key(k)})
 	if err != nil {
 		if err := classify("delete", k, err); errors.Is(err, ErrNotFound) {
@@ -202,6 +206,7 @@ func (s *S3) Delete(ctx context.Context, k Key) error {
 // List implements Store.List over the bucket's keys under the prefix;
 // keys that are not objects of this store are skipped.
 func (s *S3) List(ctx context.Context, fn func(Object) error) error {
+	growStack()
 	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(s.prefix)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -225,6 +230,7 @@ func (s *S3) List(ctx context.Context, fn func(Object) error) error {
 // Content-Length and x-amz-checksum-sha256, so the URL stores exactly
 // those bytes under that key, and the store refuses anything else.
 func (s *S3) PresignPut(ctx context.Context, k Key, size int64, ttl time.Duration) (Presigned, error) {
+	growStack()
 	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
 		Bucket: &s.bucket, Key: s.key(k), ContentLength: aws.Int64(size), ChecksumSHA256: aws.String(checksum(k.Digest)),
 	}, s3.WithPresignExpires(ttl))
@@ -236,6 +242,7 @@ func (s *S3) PresignPut(ctx context.Context, k Key, size int64, ttl time.Duratio
 
 // PresignGet implements Store.PresignGet.
 func (s *S3) PresignGet(ctx context.Context, k Key, ttl time.Duration) (Presigned, error) {
+	growStack()
 	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: s.key(k)}, s3.WithPresignExpires(ttl))
 	if err != nil {
 		return Presigned{}, fmt.Errorf("presigning a get of %s: %w", k, err)
@@ -262,6 +269,7 @@ func (s *S3) Shared() bool { return true }
 // Check implements Store.Check: the bucket answers to the coordinator's
 // credentials.
 func (s *S3) Check(ctx context.Context) error {
+	growStack()
 	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); err != nil {
 		var re interface{ HTTPStatusCode() int }
 		if errors.As(err, &re) && re.HTTPStatusCode() != 0 {
