@@ -71,7 +71,7 @@ type Config struct {
 	// ReloadPrincipals reads it again.
 	TokensFile string
 	// MaxConnections bounds the connections Serve serves at once on its
-	// listener (0: edge.DefaultMaxConnections); a connection past it is
+	// listener (0: connlimit.DefaultMaxConnections); a connection past it is
 	// closed at once, and the client retries with its backoff.
 	MaxConnections int
 	// MaxConnectionsPerAddress bounds the connections of one source
@@ -79,7 +79,7 @@ type Config struct {
 	// eighth of MaxConnections), so that one peer cannot hold them all.
 	MaxConnectionsPerAddress int
 	// ConnAuthTimeout closes a gRPC connection that has made no call with
-	// a known bearer token within it (0: edge.DefaultAuthTimeout).
+	// a known bearer token within it (0: connlimit.DefaultAuthTimeout).
 	ConnAuthTimeout time.Duration
 	// TLS, when set, makes the server speak TLS only: a plaintext client
 	// fails its handshake before any call, so no bearer token is read off a

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
-	"github.com/leasehold/leasehold/coordinator/internal/edge"
+	"github.com/leasehold/leasehold/internal/connlimit"
 	"github.com/leasehold/leasehold/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/peer"
@@ -24,13 +24,13 @@ const (
 
 // connLimits are the connection limits of the gRPC listener and of the
 // metrics address, their metrics and their log. Each listener's
-// connections are capped in all and per source address (see edge.Conns);
+// connections are capped in all and per source address (see connlimit.Conns);
 // a gRPC connection must make an authenticated call within
 // Config.ConnAuthTimeout.
 type connLimits struct {
 	log     *slog.Logger
-	grpc    *edge.Conns
-	http    *edge.Conns
+	grpc    *connlimit.Conns
+	http    *connlimit.Conns
 	refused *prometheus.CounterVec
 	// logged lets each listener's refusals of each cause be logged once a
 	// minute, so that a flood of refusals costs a counter increment each
@@ -74,7 +74,7 @@ const descriptorReserve = 256
 // store, and a reserve. The command warns at start when the process's
 // limit is lower.
 func (cfg Config) FileDescriptors() int {
-	n := cmp.Or(cfg.MaxConnections, edge.DefaultMaxConnections) + defaultHTTPLimits.MaxConns + descriptorReserve
+	n := cmp.Or(cfg.MaxConnections, connlimit.DefaultMaxConnections) + defaultHTTPLimits.MaxConns + descriptorReserve
 	if strings.HasPrefix(cfg.Artifacts.Store, "s3://") {
 		n += artifacts.IdleStoreConns
 	}
@@ -99,17 +99,17 @@ func newConnLimits(cfg Config, reg prometheus.Registerer, log *slog.Logger) *con
 		}, []string{"listener", "cause"}),
 	}
 	for _, lis := range []string{grpcListener, httpListener} {
-		for _, cause := range []string{edge.CauseTotal, edge.CausePerAddress, edge.CauseUnauthenticated} {
-			if lis == httpListener && cause == edge.CauseUnauthenticated {
+		for _, cause := range []string{connlimit.CauseTotal, connlimit.CausePerAddress, connlimit.CauseUnauthenticated} {
+			if lis == httpListener && cause == connlimit.CauseUnauthenticated {
 				continue
 			}
 			l.refused.WithLabelValues(lis, cause)
 		}
 	}
-	l.grpc = edge.NewConns(edge.ConnLimits{
-		Max:         cmp.Or(cfg.MaxConnections, edge.DefaultMaxConnections),
+	l.grpc = connlimit.New(connlimit.Limits{
+		Max:         cmp.Or(cfg.MaxConnections, connlimit.DefaultMaxConnections),
 		PerAddress:  cfg.MaxConnectionsPerAddress,
-		AuthTimeout: cmp.Or(cfg.ConnAuthTimeout, edge.DefaultAuthTimeout),
+		AuthTimeout: cmp.Or(cfg.ConnAuthTimeout, connlimit.DefaultAuthTimeout),
 		Refused:     l.refusedFunc(grpcListener),
 	})
 	reg.MustRegister(l.refused, openGauge(grpcListener, l.grpc))
@@ -117,7 +117,7 @@ func newConnLimits(cfg Config, reg prometheus.Registerer, log *slog.Logger) *con
 }
 
 // openGauge is leasehold_connections_open of one listener.
-func openGauge(listener string, conns *edge.Conns) prometheus.GaugeFunc {
+func openGauge(listener string, conns *connlimit.Conns) prometheus.GaugeFunc {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "leasehold_connections_open",
 		Help:        "Connections open now, by listener (grpc, http).",
@@ -128,7 +128,7 @@ func openGauge(listener string, conns *edge.Conns) prometheus.GaugeFunc {
 // listenHTTP returns the metrics address's listener with its limits (see
 // httpLimits), and registers its gauge.
 func (l *connLimits) listenHTTP(lis net.Listener, hl httpLimits, reg prometheus.Registerer) net.Listener {
-	l.http = edge.NewConns(edge.ConnLimits{Max: hl.MaxConns, PerAddress: hl.PerAddress, Refused: l.refusedFunc(httpListener)})
+	l.http = connlimit.New(connlimit.Limits{Max: hl.MaxConns, PerAddress: hl.PerAddress, Refused: l.refusedFunc(httpListener)})
 	reg.MustRegister(openGauge(httpListener, l.http))
 	return l.http.Listen(lis)
 }

@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/leasehold/leasehold/coordinator/internal/edge"
+	"github.com/leasehold/leasehold/internal/connlimit"
 	"github.com/leasehold/leasehold/internal/pipenet"
 )
 
@@ -49,7 +49,7 @@ func serveLimited(t *testing.T, l httpLimits) pipeListener {
 	lis := newPipeListener()
 	srv := newHTTPServer(limitsHandler(), l)
 	served := make(chan error, 1)
-	conns := edge.NewConns(edge.ConnLimits{Max: l.MaxConns, PerAddress: l.PerAddress})
+	conns := connlimit.New(connlimit.Limits{Max: l.MaxConns, PerAddress: l.PerAddress})
 	go func() { served <- srv.Serve(conns.Listen(lis)) }()
 	t.Cleanup(func() {
 		srv.Close()

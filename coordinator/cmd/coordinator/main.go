@@ -66,12 +66,12 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/internal/cluster"
-	"github.com/leasehold/leasehold/coordinator/internal/edge"
 	"github.com/leasehold/leasehold/coordinator/internal/engine"
 	"github.com/leasehold/leasehold/coordinator/internal/hostcheck"
 	"github.com/leasehold/leasehold/coordinator/internal/jobs"
 	"github.com/leasehold/leasehold/coordinator/internal/maintenance"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
+	"github.com/leasehold/leasehold/internal/connlimit"
 	"github.com/leasehold/leasehold/internal/fdlimit"
 	"github.com/leasehold/leasehold/internal/logformat"
 	"github.com/leasehold/leasehold/internal/security"
@@ -275,11 +275,11 @@ func parseFlags(args []string, stderr io.Writer) (coordinator.Config, slog.Level
 	fs.StringVar(&cfg.TokensFile, "tokens", "", "principals file (JSON), read again on SIGHUP; required unless --dev")
 	fs.BoolVar(&fv.dev, "dev", false, "use the public development tokens (dev-alpha, dev-operator, ...) instead of --tokens: "+
 		"only on loopback addresses, the console's too, and only from this machine")
-	fs.IntVar(&cfg.MaxConnections, "max-connections", edge.DefaultMaxConnections, "most gRPC connections served at once; a connection past it is closed at once")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", connlimit.DefaultMaxConnections, "most gRPC connections served at once; a connection past it is closed at once")
 	fs.IntVar(&cfg.MaxConnectionsPerAddress, "max-connections-per-address", 0,
 		"most gRPC connections of one source address (an IPv4 address or an IPv6 /64), at most --max-connections (0: an eighth of it); "+
 			"behind a proxy or sidecar that connects from one address for every client, raise it to --max-connections")
-	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", edge.DefaultAuthTimeout, "close a gRPC connection that has made no call with a known token within this long")
+	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", connlimit.DefaultAuthTimeout, "close a gRPC connection that has made no call with a known token within this long")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "lease time to live without a heartbeat (at least 100ms; renderers heartbeat every third of it)")
 	fs.UintVar(&fv.maxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts per job cycle, including the first (at least 1)")
 	fs.DurationVar(&cfg.BackoffBase, "backoff-base", engine.DefaultBackoffBase, "retry backoff before the second attempt (doubles, with full jitter; at most --backoff-cap)")

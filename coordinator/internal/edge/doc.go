@@ -1,8 +1,8 @@
 // Package edge holds the coordinator's gRPC edge concerns that sit in front
 // of the services and know nothing of jobs: a server codec that turns
 // undecodable requests into INVALID_ARGUMENT, per-principal caps on
-// long-lived streams, counting and rate-limited logging of refused
-// calls, and limits on a listener's connections.
+// long-lived streams, and counting and rate-limited logging of refused
+// calls.
 //
 // # Malformed requests
 //
@@ -40,19 +40,9 @@
 //
 // # Connections
 //
-// Conns limits the connections of the listeners it wraps (Conns.Listen):
-// at most ConnLimits.Max open at once (DefaultMaxConnections for the
-// coordinator's gRPC listener) and at most ConnLimits.PerAddress from one
-// source address (an IPv4 address, or an IPv6 /64; an eighth of Max by
-// default), so that one peer cannot hold every connection, whatever it
-// sends. A connection past either is accepted from the kernel and closed
-// at once. With ConnLimits.AuthTimeout, a connection for which
-// Conns.Authenticated is not called in time (the coordinator calls it
-// from the authentication tap when a call carries a known token) is
-// closed too. Each refusal is reported with its cause (CauseTotal,
-// CausePerAddress, CauseUnauthenticated). Calls are capped per principal
-// by the stream caps, and a call without a known token never reaches the
-// server's handlers (auth.Set.InTapHandle).
+// The listeners' connection limits are package connlimit's. Calls are
+// capped per principal by the stream caps, and a call without a known
+// token never reaches the server's handlers (auth.Set.InTapHandle).
 //
 // # Errors
 //

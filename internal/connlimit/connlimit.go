@@ -1,4 +1,4 @@
-package edge
+package connlimit
 
 import (
 	"cmp"
@@ -36,12 +36,12 @@ const (
 	// CausePerAddress: the connection's source address held its share.
 	CausePerAddress = "per_address"
 	// CauseUnauthenticated: the connection made no authenticated call
-	// within ConnLimits.AuthTimeout and was closed.
+	// within Limits.AuthTimeout and was closed.
 	CauseUnauthenticated = "unauthenticated"
 )
 
-// ConnLimits bound the connections of one listener.
-type ConnLimits struct {
+// Limits bound the connections of one listener.
+type Limits struct {
 	// Max bounds the connections open at once; 0 means
 	// DefaultMaxConnections.
 	Max int
@@ -61,14 +61,14 @@ type ConnLimits struct {
 }
 
 // Conns tracks the connections of the listeners it wraps and enforces
-// ConnLimits on them: a connection past Max, or past its source address's
+// Limits on them: a connection past Max, or past its source address's
 // PerAddress, is accepted from the kernel and closed at once, so that the
 // client learns of the refusal at once and retries with its own backoff,
 // rather than waiting in the accept queue with no word; and a connection
 // that makes no authenticated call within AuthTimeout is closed. It is
 // safe for concurrent use.
 type Conns struct {
-	limits ConnLimits
+	limits Limits
 
 	mu     sync.Mutex
 	open   int
@@ -80,16 +80,16 @@ type Conns struct {
 // peerKey names a connection by its local and remote addresses.
 type peerKey struct{ local, remote string }
 
-// NewConns returns a tracker with the given limits, its zero fields set
+// New returns a tracker with the given limits, its zero fields set
 // to their defaults.
-func NewConns(l ConnLimits) *Conns {
+func New(l Limits) *Conns {
 	l.Max = cmp.Or(l.Max, DefaultMaxConnections)
 	l.PerAddress = cmp.Or(l.PerAddress, max(l.Max/DefaultAddressShare, 1))
 	return &Conns{limits: l, byAddr: make(map[string]int), byPeer: make(map[peerKey]*trackedConn)}
 }
 
 // Limits returns the limits in force, defaults filled in.
-func (c *Conns) Limits() ConnLimits { return c.limits }
+func (c *Conns) Limits() Limits { return c.limits }
 
 // Open returns the number of connections open now.
 func (c *Conns) Open() int {
@@ -172,7 +172,7 @@ func (c *Conns) release(tc *trackedConn) {
 	}
 }
 
-// refused tells ConnLimits.Refused of a refusal.
+// refused tells Limits.Refused of a refusal.
 func (c *Conns) refused(cause string, remote net.Addr) {
 	if c.limits.Refused != nil {
 		c.limits.Refused(cause, remote)

@@ -1,4 +1,4 @@
-package edge
+package connlimit
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/pipenet"
 )
 
-// refusals records what ConnLimits.Refused is told.
+// refusals records what Limits.Refused is told.
 type refusals struct {
 	mu     sync.Mutex
 	causes []string
@@ -93,7 +93,7 @@ func TestConnsPerAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRefusals()
-	conns := NewConns(ConnLimits{Max: 8, PerAddress: 3, Refused: r.refused})
+	conns := New(Limits{Max: 8, PerAddress: 3, Refused: r.refused})
 	accepted := acceptAll(t, conns.Listen(tcp))
 	addr := tcp.Addr().String()
 
@@ -130,7 +130,7 @@ func TestConnsTotal(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRefusals()
-	conns := NewConns(ConnLimits{Max: 2, PerAddress: 2, Refused: r.refused})
+	conns := New(Limits{Max: 2, PerAddress: 2, Refused: r.refused})
 	accepted := acceptAll(t, conns.Listen(tcp))
 	addr := tcp.Addr().String()
 	dialFrom(t, "127.0.0.2", addr)
@@ -155,7 +155,7 @@ func TestConnsAuthTimeout(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := newRefusals()
-		conns := NewConns(ConnLimits{Max: 8, PerAddress: 8, AuthTimeout: 5 * time.Second, Refused: r.refused})
+		conns := New(Limits{Max: 8, PerAddress: 8, AuthTimeout: 5 * time.Second, Refused: r.refused})
 		pl := pipenet.Listen(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7070})
 		lis := conns.Listen(pl)
 		defer lis.Close()
