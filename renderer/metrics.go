@@ -1,8 +1,12 @@
 package renderer
 
 import (
+	"net"
 	"net/http"
+	"time"
 
+	"github.com/leasehold/leasehold/internal/connlimit"
+	"github.com/leasehold/leasehold/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -23,6 +27,9 @@ type metrics struct {
 	handBacks  prometheus.Counter
 	// storeRetries counts completions held for the artifact store.
 	storeRetries prometheus.Counter
+	// httpRefused counts the HTTP endpoints' refused connections, by
+	// cause (ListenHTTP).
+	httpRefused *prometheus.CounterVec
 }
 
 func newMetrics(capacity int) *metrics {
@@ -49,11 +56,59 @@ func newMetrics(capacity int) *metrics {
 		handBacks:  counter("hand_backs_total", "Leases handed back unfinished."),
 		storeRetries: counter("completions_store_unavailable_total",
 			"Completions answered ARTIFACT_STORE_UNAVAILABLE, kept with their lease and sent again."),
+		httpRefused: counterVec("http_connections_refused_total",
+			"Connections to the HTTP endpoints closed at once by their limits, by cause: total (the listener was full) or "+
+				"per_address (the source address held its share).", "cause"),
+	}
+	for _, cause := range []string{connlimit.CauseTotal, connlimit.CausePerAddress} {
+		m.httpRefused.WithLabelValues(cause)
 	}
 	m.reg.MustRegister(m.leasesHeld, m.capacity, m.connected, m.draining, m.renders, m.failures,
-		m.rejected, m.reconnects, m.handBacks, m.storeRetries)
+		m.rejected, m.reconnects, m.handBacks, m.storeRetries, m.httpRefused)
 	m.capacity.Set(float64(capacity))
 	return m
+}
+
+// The limits of the HTTP endpoints. They serve the kubelet's probes and
+// Prometheus's scrapes, a few connections at a time, so 64 leaves room
+// for both and for a person's curl; one source address may hold an eighth
+// of them (connlimit's default share), so that a peer that opens
+// connections and holds them leaves the probes theirs, and the renderer
+// its descriptors for the coordinator and the artifact store. A kept-alive
+// connection idle for a minute is closed: Prometheus dials again at its
+// next scrape.
+const (
+	httpMaxConns   = 64
+	httpReadHeader = 5 * time.Second
+	httpRead       = 10 * time.Second
+	httpWrite      = 30 * time.Second
+	httpIdle       = time.Minute
+	// httpRefusalLogEvery is how often each cause of refusal is logged at
+	// most.
+	httpRefusalLogEvery = time.Minute
+)
+
+// ListenHTTP returns lis, the listener of the worker's HTTP endpoints
+// (Handler), with their connection limits: at most 64 open at once, 8
+// from one source address. A connection past either is closed at once,
+// counted in leasehold_renderer_http_connections_refused_total{cause} and
+// logged, each cause at most once a minute.
+func (w *Worker) ListenHTTP(lis net.Listener) net.Listener {
+	logged := ratelog.New(httpRefusalLogEvery, nil)
+	conns := connlimit.New(connlimit.Limits{Max: httpMaxConns, Refused: func(cause string, remote net.Addr) {
+		w.metrics.httpRefused.WithLabelValues(cause).Inc()
+		if due, held := logged.Allow(cause); due {
+			w.log.Warn("connection refused by the HTTP endpoints' limits", "cause", cause, "remote", remote.String(), "unlogged", held)
+		}
+	}})
+	return conns.Listen(lis)
+}
+
+// HTTPServer returns the server of the worker's HTTP endpoints (Handler),
+// with timeouts on every phase of a request and on idle connections.
+func (w *Worker) HTTPServer() *http.Server {
+	return &http.Server{Handler: w.Handler(), ReadHeaderTimeout: httpReadHeader, ReadTimeout: httpRead,
+		WriteTimeout: httpWrite, IdleTimeout: httpIdle}
 }
 
 // Handler serves the worker's HTTP endpoints:

@@ -250,7 +250,8 @@ func run(args []string) error {
 		if err != nil {
 			return fmt.Errorf("--http-listen: %w", err)
 		}
-		srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		lis = w.ListenHTTP(lis)
+		srv := w.HTTPServer()
 		go func() {
 			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("http server", "err", err)
