@@ -2,13 +2,10 @@ package artifacts_test
 
 import (
 	"context"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
-	"github.com/leasehold/leasehold/internal/s3server"
 )
 
 // BenchmarkS3 times the calls a coordinator makes for each stored
@@ -17,17 +14,8 @@ import (
 // (a HEAD to versitygw on loopback). Most of a call is the SDK's own work,
 // so its allocations and stack growth show here.
 func BenchmarkS3(b *testing.B) {
-	srv := s3server.Start(b, s3Binary(b))
-	for _, kv := range srv.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		b.Setenv(k, v)
-	}
+	st, _ := startS3(b)
 	ctx := context.Background()
-	u, _ := url.Parse(srv.URL())
-	st, err := artifacts.OpenS3(ctx, u)
-	if err != nil {
-		b.Fatal(err)
-	}
 	content := []byte("\x89PNG a preview")
 	key := artifacts.Key{Team: "team-a", Digest: artifacts.Digest(content)}
 	if err := st.Put(ctx, key, content); err != nil {

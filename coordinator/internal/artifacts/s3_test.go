@@ -38,19 +38,26 @@ func s3Binary(t testing.TB) string {
 	return bin
 }
 
-// TestS3 runs the S3 store against a real S3-compatible server.
-func TestS3(t *testing.T) {
+// startS3 starts versitygw and opens the S3 store on it, with the
+// server's credentials in the environment.
+func startS3(t testing.TB) (*artifacts.S3, *s3server.Server) {
 	srv := s3server.Start(t, s3Binary(t))
 	for _, kv := range srv.Env() {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
-	ctx := context.Background()
 	u, _ := url.Parse(srv.URL())
-	st, err := artifacts.OpenS3(ctx, u)
+	st, err := artifacts.OpenS3(context.Background(), u)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, srv
+}
+
+// TestS3 runs the S3 store against a real S3-compatible server.
+func TestS3(t *testing.T) {
+	st, srv := startS3(t)
+	ctx := context.Background()
 	if err := st.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
