@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -249,6 +250,7 @@ func checkTokens(ev *evidence, f *findings) {
 		seq uint32
 	}
 	stored := map[uint64]lease{}
+	bounds := tokenBounds(runs, ev)
 	for _, j := range ev.jobs {
 		for _, e := range j.GetEvents() {
 			if e.GetKind() != leaseholdv1.EventKind_EVENT_KIND_LEASED {
@@ -261,7 +263,7 @@ func checkTokens(ev *evidence, f *findings) {
 				continue
 			}
 			stored[tok] = lease{j.GetId(), e.GetSeq()}
-			checkGrantTime(runs, ev.raft, e, j.GetId(), f)
+			checkGrantTime(runs, bounds, e, j.GetId(), f)
 		}
 	}
 	received := map[uint64]grant{}
@@ -281,23 +283,62 @@ func checkTokens(ev *evidence, f *findings) {
 	}
 }
 
-// checkGrantTime checks a LEASED event's token against the counters of the
-// process that granted it (the last one started at or before the event)
-// and of the one before.
-//
-// On raft, a process's durable state is its store and its raft log: a
-// crash between an entry's append to the log and its apply to the store
-// leaves committed grants that the check of the stopped store does not
-// count, and the next process applies them before it grants anything. So
-// there the counter a process left, the bound of its own tokens, is the
-// one the next process left; the floor of its tokens stays the store's
-// counter its predecessor left, which the log only raises.
-func checkGrantTime(runs []lifetime, onRaft bool, e *leaseholdv1.JobEvent, job string, f *findings) {
-	at := e.GetAt().AsTime()
+// runAt returns the index in runs, sorted by exec, of the process that
+// granted a lease at at: the last one started at or before it; -1 before
+// the first.
+func runAt(runs []lifetime, at time.Time) int {
 	i, found := slices.BinarySearchFunc(runs, at, func(r lifetime, t time.Time) int { return r.Exec.Compare(t) })
 	if !found {
 		i-- // the last run started before at
 	}
+	return i
+}
+
+// tokenBounds returns, for each process of runs (sorted by exec), the
+// highest token it may have granted: the counter the check of its store
+// found after it.
+//
+// On raft, a process's durable state is its store and its raft log: a
+// crash between an entry's append to the log and its apply to the store
+// leaves committed grants that the check of the stopped store does not
+// count, and a later process applies them before it grants anything; a
+// process killed while it applies them (an apply failpoint) may leave a
+// store that still lacks some. So there the bound of a process's tokens is
+// the smallest token any later process granted, less one, and at most the
+// counter the last process left, which applied the whole log.
+func tokenBounds(runs []lifetime, ev *evidence) []uint64 {
+	first := make([]uint64, len(runs)) // each process's smallest token; 0 for none
+	for _, j := range ev.jobs {
+		for _, e := range j.GetEvents() {
+			if e.GetKind() != leaseholdv1.EventKind_EVENT_KIND_LEASED {
+				continue
+			}
+			if i := runAt(runs, e.GetAt().AsTime()); i >= 0 && (first[i] == 0 || e.GetToken() < first[i]) {
+				first[i] = e.GetToken()
+			}
+		}
+	}
+	bounds := make([]uint64, len(runs))
+	later := uint64(math.MaxUint64) // the smallest token after process i, less one
+	for i := len(runs) - 1; i >= 0; i-- {
+		bounds[i] = runs[i].Counter
+		if ev.raft && i+1 < len(runs) {
+			bounds[i] = min(runs[len(runs)-1].Counter, later)
+		}
+		if first[i] > 0 {
+			later = min(later, first[i]-1)
+		}
+	}
+	return bounds
+}
+
+// checkGrantTime checks a LEASED event's token against the counter of the
+// process before the one that granted it (the last one started at or
+// before the event), which the log only raises, and against the bound of
+// the granting process's tokens (tokenBounds).
+func checkGrantTime(runs []lifetime, bounds []uint64, e *leaseholdv1.JobEvent, job string, f *findings) {
+	at := e.GetAt().AsTime()
+	i := runAt(runs, at)
 	if i < 0 {
 		f.TokensBack++
 		f.problemf("job %s was leased under token %d at %s, before the first process started", job, e.GetToken(), at.Format(time.RFC3339Nano))
@@ -307,14 +348,10 @@ func checkGrantTime(runs []lifetime, onRaft bool, e *leaseholdv1.JobEvent, job s
 	if i > 0 {
 		floor = runs[i-1].Counter
 	}
-	left := runs[i].Counter
-	if onRaft && i+1 < len(runs) {
-		left = runs[i+1].Counter
-	}
-	if tok := e.GetToken(); tok <= floor || (runs[i].End != "" && tok > left) {
+	if tok := e.GetToken(); tok <= floor || (runs[i].End != "" && tok > bounds[i]) {
 		f.TokensBack++
-		f.problemf("job %s leased under token %d by process %d, whose predecessor left the counter at %d and which left it at %d",
-			job, tok, runs[i].N, floor, left)
+		f.problemf("job %s leased under token %d by process %d, whose predecessor left the counter at %d and whose tokens end at %d",
+			job, tok, runs[i].N, floor, bounds[i])
 	}
 }
 
