@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/coordinator/internal/cluster"
 	"github.com/leasehold/leasehold/coordinator/internal/server"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -267,6 +268,11 @@ func TestCluster(t *testing.T) {
 	for _, n := range tc.nodes[1:] {
 		if d, _ := n.c.st.Digest(); d != d0 {
 			t.Errorf("%s's store differs from n1's", n.id)
+		}
+	}
+	for _, n := range tc.nodes {
+		if st, err := n.c.st.Stats(); err != nil || st.PageSize != cluster.StorePageSize {
+			t.Errorf("%s's store has pages of %d bytes (%v), want the cluster's %d", n.id, st.PageSize, err, cluster.StorePageSize)
 		}
 	}
 	// A linearizable read on a follower is refused; on the leader it is

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -312,5 +313,16 @@ func TestFileDescriptorsCountTheStoresConnections(t *testing.T) {
 	dir := Config{Artifacts: ArtifactConfig{Store: "file:///var/lib/previews"}}.FileDescriptors()
 	if s3 != local+artifacts.IdleStoreConns || dir != local {
 		t.Errorf("FileDescriptors: %d with no store given, %d with a directory, %d with S3; want S3 to add %d", local, dir, s3, artifacts.IdleStoreConns)
+	}
+}
+
+// TestSingleNodeStorePageSize checks that a single node creates its store
+// with the operating system's page size: only a cluster's nodes make
+// larger pages (cluster.StorePageSize).
+func TestSingleNodeStorePageSize(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	if st, err := b.c.st.Stats(); err != nil || st.PageSize != os.Getpagesize() {
+		t.Errorf("the store has pages of %d bytes (%v), want %d", st.PageSize, err, os.Getpagesize())
 	}
 }

@@ -206,7 +206,11 @@ func (c *Coordinator) openStorage(undo *undoStack) error {
 	}
 	dbPath := filepath.Join(dir, DBFile)
 	legacy := filepath.Join(dir, ArtifactsDir)
-	opts := append([]store.Option{store.WithLegacyArtifacts(legacy)}, c.cfg.storeOptions...)
+	opts := []store.Option{store.WithLegacyArtifacts(legacy)}
+	if c.cfg.Cluster != nil {
+		opts = append(opts, store.WithPageSize(cluster.StorePageSize))
+	}
+	opts = append(opts, c.cfg.storeOptions...)
 	st, err := store.Open(dbPath, opts...)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("data directory %s: %w (its database %s stayed locked); "+

@@ -126,6 +126,9 @@ type Store struct {
 	mmapSize int
 	// noSync opens the file with bbolt's NoSync (WithoutSync).
 	noSync bool
+	// pageSize is the page size of a file Open creates (WithPageSize);
+	// 0 is the operating system's.
+	pageSize int
 }
 
 // Option configures Open.
@@ -145,6 +148,11 @@ func WithLegacyArtifacts(dir string) Option { return func(s *Store) { s.legacyAr
 // so that a test can make the file outgrow its mapping, and bbolt remap
 // it, with a few MiB of writes.
 func WithInitialMmapSize(n int) Option { return func(s *Store) { s.mmapSize = n } }
+
+// WithPageSize has Open create a missing file with pages of n bytes
+// instead of the operating system's page size. A file that exists keeps
+// the size it was created with, whatever n is.
+func WithPageSize(n int) Option { return func(s *Store) { s.pageSize = n } }
 
 // Open opens (creating if needed) the database at path, migrating a schema 1
 // file to schema 2. It waits at most one second for the file lock and then
@@ -186,6 +194,7 @@ func (s *Store) openDB(path string) (*bbolt.DB, error) {
 		Timeout:         lockTimeout,
 		FreelistType:    bbolt.FreelistArrayType,
 		InitialMmapSize: s.mmapSize,
+		PageSize:        s.pageSize,
 	})
 	if err == nil {
 		db.NoSync = s.noSync

@@ -562,3 +562,32 @@ func TestFaultRollsBackTheWholeTransaction(t *testing.T) {
 		}
 	})
 }
+
+// TestWithPageSize checks that a new file gets the page size asked for and
+// that a file keeps its own, whatever a later Open asks.
+func TestWithPageSize(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "leasehold.db")
+	pageSize := func(opts ...store.Option) int {
+		t.Helper()
+		st, err := store.Open(path, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		s, err := st.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.PageSize
+	}
+	if got := pageSize(store.WithPageSize(8192)); got != 8192 {
+		t.Errorf("a new file has pages of %d bytes, want 8192", got)
+	}
+	if got := pageSize(store.WithPageSize(16384)); got != 8192 {
+		t.Errorf("an existing file opened asking for 16384 has pages of %d bytes, want its own 8192", got)
+	}
+	if got := pageSize(); got != 8192 {
+		t.Errorf("an existing file opened without a size has pages of %d bytes, want its own 8192", got)
+	}
+}
