@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/internal/artifacts"
@@ -74,11 +73,8 @@ const descriptorReserve = 256
 // store, and a reserve. The command warns at start when the process's
 // limit is lower.
 func (cfg Config) FileDescriptors() int {
-	n := cmp.Or(cfg.MaxConnections, connlimit.DefaultMaxConnections) + defaultHTTPLimits.MaxConns + descriptorReserve
-	if strings.HasPrefix(cfg.Artifacts.Store, "s3://") {
-		n += artifacts.IdleStoreConns
-	}
-	return n
+	return cmp.Or(cfg.MaxConnections, connlimit.DefaultMaxConnections) + defaultHTTPLimits.MaxConns + descriptorReserve +
+		artifacts.IdleConns(cfg.Artifacts.Store)
 }
 
 // refusalLogEvery is how often one listener's refusals of one cause are

@@ -184,6 +184,16 @@ func open(ctx context.Context, rawURL, dataDir string, write bool) (Store, error
 	}
 }
 
+// IdleConns returns how many idle connections the store rawURL names may
+// keep open, as Open reads rawURL: IdleStoreConns for S3, none for a
+// directory or a URL Open refuses.
+func IdleConns(rawURL string) int {
+	if u, err := url.Parse(rawURL); err == nil && u.Scheme == "s3" {
+		return IdleStoreConns
+	}
+	return 0
+}
+
 // unavailable wraps err as ErrUnavailable, naming what failed.
 func unavailable(what string, err error) error {
 	return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)
