@@ -53,6 +53,10 @@ type ownGroup struct {
 	tx   *store.Tx
 	base uint64
 	wall time.Time
+	// ended is closed once the transaction held last has ended, by
+	// whoever took it: the Committer waits for it, so that nobody touches
+	// the transaction once Commit returned.
+	ended chan struct{}
 	// committed counts the entries committed from an own group.
 	committed atomic.Uint64
 }
@@ -65,33 +69,55 @@ func (f *FSM) OwnEntries() uint64 { return f.own.committed.Load() }
 // writer of the store end it.
 func (o *ownGroup) hold(tx *store.Tx, data []byte, base uint64, wall time.Time) {
 	o.mu.Lock()
-	o.tx, o.data, o.base, o.wall = tx, data, base, wall
+	o.tx, o.data, o.base, o.wall, o.ended = tx, data, base, wall, make(chan struct{})
 	o.mu.Unlock()
 	tx.Yieldable(func() {
-		if tx := o.takeIf(tx); tx != nil {
+		if tx, ended := o.takeIf(tx); tx != nil {
 			_ = tx.Rollback()
+			close(ended)
 		}
 	})
 }
 
-// take takes the own group out, if any: the caller ends it.
-func (o *ownGroup) take() (tx *store.Tx, data []byte, base uint64, wall time.Time) {
+// take takes the own group out, if any: the caller ends it, then closes
+// ended.
+func (o *ownGroup) take() (tx *store.Tx, data []byte, base uint64, wall time.Time, ended chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	tx, data, base, wall = o.tx, o.data, o.base, o.wall
+	tx, data, base, wall, ended = o.tx, o.data, o.base, o.wall, o.ended
 	o.tx, o.data = nil, nil
-	return tx, data, base, wall
+	return tx, data, base, wall, ended
 }
 
 // takeIf takes the own group out if it is tx.
-func (o *ownGroup) takeIf(tx *store.Tx) *store.Tx {
+func (o *ownGroup) takeIf(tx *store.Tx) (*store.Tx, chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.tx != tx {
-		return nil
+		return nil, nil
 	}
 	o.tx, o.data = nil, nil
-	return tx
+	return tx, o.ended
+}
+
+// settle ends the hold, for the Committer once raft answered: it rolls
+// the own group back if nobody took it, and otherwise waits until whoever
+// took it (the FSM committing it for its entry, while raft told the
+// Committer leadership was lost; another writer) has ended it.
+func (o *ownGroup) settle() error {
+	o.mu.Lock()
+	tx, ended := o.tx, o.ended
+	o.tx, o.data, o.ended = nil, nil, nil
+	o.mu.Unlock()
+	if ended == nil {
+		return nil
+	}
+	if tx == nil {
+		<-ended
+		return nil
+	}
+	defer close(ended)
+	return tx.Rollback()
 }
 
 // sameEntry reports whether a and b are the same entry's data: one slice,
@@ -109,10 +135,12 @@ func (f *FSM) applyOwn(cmds []Command) bool {
 	if len(cmds) == 0 {
 		return false
 	}
-	tx, data, base, wall := f.own.take()
+	tx, data, base, wall, ended := f.own.take()
 	if tx == nil {
 		return false
 	}
+	defer close(ended)
+	ownTaken()
 	own := sameEntry(cmds[0].Data, data)
 	if mutation.On(mutation.PendingForeignEntry) {
 		own = true
@@ -136,12 +164,9 @@ func (f *FSM) applyOwn(cmds []Command) bool {
 	return false
 }
 
-// release rolls back the own group if nobody took it: raft answered the
-// Committer without applying its entry here.
-func (f *FSM) release() error {
-	tx, _, _, _ := f.own.take()
-	if tx == nil {
-		return nil
-	}
-	return tx.Rollback()
-}
+// release ends the own group's hold (ownGroup.settle).
+func (f *FSM) release() error { return f.own.settle() }
+
+// ownTaken is called once the FSM took an own group for a command, before
+// it ends it: a test's hook.
+var ownTaken = func() {}

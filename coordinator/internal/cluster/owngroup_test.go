@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,6 +316,49 @@ func TestOwnGroupNeverHoldsUpTheStateMachine(t *testing.T) {
 		t.Fatalf("the new leader's job stored %v, the deposed leader's group %v; want true, false", hasJob(t, n.st, 2), hasJob(t, n.st, 1))
 	}
 	begins(t, n.st)
+}
+
+// TestOwnGroupEndsBeforeCommitReturns: raft may tell the Committer that
+// leadership was lost while the state machine commits the group for its
+// entry, which committed meanwhile. Commit returns only once the state
+// machine is done with the transaction, which the writer then rolls back
+// as it steps down: nobody touches it after.
+func TestOwnGroupEndsBeforeCommitReturns(t *testing.T) {
+	// Not parallel: the hook is the package's.
+	n := newOwnEntryNode(t)
+	taken, proceed := make(chan struct{}), make(chan struct{})
+	cluster.OnOwnTaken(t, func() {
+		close(taken)
+		<-proceed
+	})
+	var applied atomic.Bool
+	c := cluster.NewCommitter(applyRaft{propose: func(entry []byte) (any, error) {
+		go func() {
+			n.fsm.ApplyCommands([]cluster.Command{{Index: 1, Term: 1, Data: entry}})
+			applied.Store(true)
+		}()
+		<-taken
+		close(proceed)
+		return nil, cluster.ErrRaftLeadershipLost
+	}}, n.fsm, 0)
+	tx := n.evaluate(t, 1)
+	if err := c.Commit(tx, t0); !errors.Is(err, engine.ErrOutcomeUnknown) {
+		t.Fatalf("Commit with leadership lost: %v, want ErrOutcomeUnknown", err)
+	}
+	if !hasJob(t, n.st, 1) || n.fsm.OwnEntries() != 1 {
+		t.Fatalf("Commit returned before the state machine ended the group it took: job stored %v, own entries %d", hasJob(t, n.st, 1), n.fsm.OwnEntries())
+	}
+	// The writer steps down and rolls back what it evaluated: nothing.
+	if err := tx.Rollback(); err == nil {
+		t.Fatal("the group was still open after Commit")
+	}
+	begins(t, n.st)
+	if !hasJob(t, n.st, 1) {
+		t.Fatal("the writer's rollback undid the committed entry")
+	}
+	for !applied.Load() {
+		runtime.Gosched()
+	}
 }
 
 // TestOwnEntryOverRaft: on a real raft leader the state machine is handed
