@@ -40,8 +40,13 @@ import (
 //     evaluation, which waits for nothing raft does. (Otherwise a deposed
 //     leader's FSM could wait for the lock held by a group whose proposal
 //     waits for raft's goroutine, which waits for the FSM.)
-//   - A lost or unknown outcome finds the own group rolled back before
-//     Commit returns, and the writer then drops its memory and steps down;
+//   - Commit returns only once the own group has ended: raft may tell
+//     the Committer that leadership was lost while the FSM is committing
+//     the group for its entry, which committed meanwhile, and the writer
+//     then rolls back (a no-op) what it evaluated. A lost or unknown
+//     outcome finds the own group ended (rolled back, or committed for
+//     an entry that did commit), and the writer drops its memory and
+//     steps down;
 //     a writer of a later term begins its own transaction only after that,
 //     so no term sees another's group. An entry that commits later, under
 //     another leader, is applied from the log as a follower applies it.
