@@ -327,11 +327,13 @@ type Batch struct {
 
 // BeginBatch begins a batch of replicated entries.
 func (s *Store) BeginBatch() (*Batch, error) {
-	tx, release, err := s.beginWrite()
+	s.mu.RLock()
+	tx, err := s.db.Begin(true)
 	if err != nil {
+		s.mu.RUnlock()
 		return nil, err
 	}
-	return &Batch{s: s, tx: tx, release: release, before: readReplicaState(tx)}, nil
+	return &Batch{s: s, tx: tx, release: s.mu.RUnlock, before: readReplicaState(tx)}, nil
 }
 
 // Apply applies entries in order into the batch, each as ApplyWriteSet
