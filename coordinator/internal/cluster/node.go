@@ -94,8 +94,10 @@ type NodeConfig struct {
 // Node is this process's raft member: the log, the snapshots, the
 // transport, and the leadership notifications.
 type Node struct {
-	cfg   NodeConfig
-	Raft  *raft.Raft
+	cfg  NodeConfig
+	Raft *raft.Raft
+	// self is Raft for the transport's goroutines, once it is set.
+	self  atomic.Pointer[raft.Raft]
 	fsm   *FSM
 	trans raft.Transport
 	// raw is trans without what observe adds: it sends while muted
@@ -215,7 +217,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		n.closers = append(n.closers, pt)
 	}
 	n.raw = n.trans
-	n.trans = observe(n.trans, n.progress, &n.muted)
+	n.trans = observe(n.trans, n.progress, &n.muted, &n.self)
 
 	existing, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
@@ -252,6 +254,7 @@ func StartNode(cfg NodeConfig, fsm *FSM) (*Node, error) {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	n.Raft = r
+	n.self.Store(r)
 	fsm.holdBatches(n.IsLeader, batchInterval, batchIdle)
 	if peers != nil {
 		peers.setMembers(func() []raft.Server {

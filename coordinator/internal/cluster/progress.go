@@ -104,6 +104,10 @@ type observedTransport struct {
 	raft.Transport
 	p     *progress
 	muted *atomic.Bool
+	// self is the raft the transport serves, once it runs: heartbeats
+	// take raft's fast path only when it cannot change raft's term or
+	// state (SetHeartbeatHandler).
+	self *atomic.Pointer[raft.Raft]
 }
 
 // errMuted is what a muted node's requests to its peers fail with.
@@ -111,12 +115,56 @@ var errMuted = errors.New("this node is muted: it cannot commit, and sends nothi
 
 // observe wraps t; muted, when set, mutes it. The result offers pre-vote
 // exactly when t does, as raft asks the transport whether it can.
-func observe(t raft.Transport, p *progress, muted *atomic.Bool) raft.Transport {
-	o := &observedTransport{Transport: t, p: p, muted: muted}
+func observe(t raft.Transport, p *progress, muted *atomic.Bool, self *atomic.Pointer[raft.Raft]) raft.Transport {
+	o := &observedTransport{Transport: t, p: p, muted: muted, self: self}
 	if _, ok := t.(raft.WithPreVote); ok {
 		return &observedPreVoteTransport{o}
 	}
 	return o
+}
+
+// errHeartbeatTerm refuses a heartbeat that raft's fast path would let
+// change raft's term or state.
+var errHeartbeatTerm = errors.New("a heartbeat of a later term, or to a node that does not follow, is not taken on the fast path; the leader's replication brings its term")
+
+// SetHeartbeatHandler implements raft.Transport. raft answers heartbeats
+// on the transport's own goroutine, beside its main loop, so that they do
+// not wait behind the log's disk; but a heartbeat of a later term makes
+// the node a follower of that term there, unsynchronized with the main
+// loop (hashicorp/raft#695). A leader of term T whose main loop is just
+// dispatching an entry then writes it at term T+1, and the new leader's
+// entry at that index, of term T+1 too, is taken for the same one: the
+// two logs diverge at an index both take as committed. So a heartbeat
+// takes the fast path only when it cannot change the term or the state:
+// of an earlier term, or of this node's term to a node that follows.
+// Any other is refused unanswered; the leader's replication, which raft's
+// main loop serves, brings the node its term instead.
+func (t *observedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
+	if cb == nil {
+		t.Transport.SetHeartbeatHandler(nil)
+		return
+	}
+	t.Transport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if !t.heartbeatSafe(rpc) {
+			rpc.Respond(nil, errHeartbeatTerm)
+			return
+		}
+		cb(rpc)
+	})
+}
+
+// heartbeatSafe reports whether raft's fast path would leave raft's term
+// and state as they are for rpc. A term only grows, and a node that
+// follows at a term leaves it only for a later one, so what holds when
+// asked holds when raft handles it.
+func (t *observedTransport) heartbeatSafe(rpc raft.RPC) bool {
+	req, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	r := t.self.Load()
+	if !ok || r == nil {
+		return false
+	}
+	term := r.CurrentTerm()
+	return req.Term < term || (req.Term == term && r.State() == raft.Follower)
 }
 
 // mutedErr is errMuted while the node is muted, else nil.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -96,7 +97,7 @@ func TestMutedTransport(t *testing.T) {
 	_, b := raft.NewInmemTransport("b")
 	a.Connect("b", b)
 	var muted atomic.Bool
-	tr := observe(a, newProgress(), &muted)
+	tr := observe(a, newProgress(), &muted, &atomic.Pointer[raft.Raft]{})
 	// b answers every request it gets.
 	got := make(chan string, 16)
 	done := make(chan struct{})
@@ -153,5 +154,76 @@ func TestMutedTransport(t *testing.T) {
 	}
 	if first := <-got; first != "*raft.AppendEntriesRequest" {
 		t.Errorf("the peer got %s first, want the AppendEntries sent once heard again: nothing while muted", first)
+	}
+}
+
+// heartbeatCatcher is a transport that keeps the heartbeat handler raft
+// gives it, so that a test can call it as the transport's goroutine does.
+type heartbeatCatcher struct {
+	raft.Transport
+	handler func(raft.RPC)
+}
+
+func (h *heartbeatCatcher) SetHeartbeatHandler(cb func(raft.RPC)) { h.handler = cb }
+
+// TestHeartbeatFastPath: a heartbeat reaches raft's fast path only when it
+// cannot change raft's term or state there, beside raft's main loop. A
+// heartbeat of a later term to a leader is refused: on the fast path it
+// would make the leader a follower of that term while its main loop may be
+// writing an entry, which it would then write at the later term.
+func TestHeartbeatFastPath(t *testing.T) {
+	t.Parallel()
+	_, trans := raft.NewInmemTransport("a")
+	conf := raft.DefaultConfig()
+	conf.LocalID = "a"
+	conf.HeartbeatTimeout, conf.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	conf.LeaderLeaseTimeout, conf.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
+	conf.Logger = hclog.NewNullLogger()
+	store := raft.NewInmemStore()
+	snaps := raft.NewInmemSnapshotStore()
+	if err := raft.BootstrapCluster(conf, store, store, snaps, trans, raft.Configuration{
+		Servers: []raft.Server{{ID: "a", Address: trans.LocalAddr()}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := raft.NewRaft(conf, &raft.MockFSM{}, store, store, snaps, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Shutdown().Error() })
+	for lead := range r.LeaderCh() {
+		if lead {
+			break
+		}
+	}
+
+	catcher := &heartbeatCatcher{}
+	var muted atomic.Bool
+	var self atomic.Pointer[raft.Raft]
+	tr := observe(catcher, newProgress(), &muted, &self)
+	taken := 0
+	tr.SetHeartbeatHandler(func(rpc raft.RPC) {
+		taken++
+		rpc.Respond(&raft.AppendEntriesResponse{}, nil)
+	})
+	beat := func(term uint64) error {
+		resp := make(chan raft.RPCResponse, 1)
+		catcher.handler(raft.RPC{Command: &raft.AppendEntriesRequest{Term: term}, RespChan: resp})
+		return (<-resp).Error
+	}
+
+	term := r.CurrentTerm()
+	if err := beat(term + 1); err == nil {
+		t.Fatal("a heartbeat before the transport knows its raft was taken on the fast path")
+	}
+	self.Store(r)
+	if err := beat(term + 1); !errors.Is(err, errHeartbeatTerm) || taken != 0 {
+		t.Fatalf("a heartbeat of a later term to the leader: %v, taken %d times; want errHeartbeatTerm, not taken", err, taken)
+	}
+	if got := r.CurrentTerm(); got != term || r.State() != raft.Leader {
+		t.Fatalf("after the refused heartbeat raft is %v at term %d, want the leader at %d", r.State(), got, term)
+	}
+	if err := beat(term - 1); err != nil || taken != 1 {
+		t.Fatalf("a heartbeat of an earlier term: %v, taken %d times; want it taken (raft ignores it)", err, taken)
 	}
 }
