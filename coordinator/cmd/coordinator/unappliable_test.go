@@ -34,8 +34,11 @@ func forgeEntry(t *testing.T, addr, id string, data []byte) uint64 {
 	const term = 1 << 20
 	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)}
 	target := raft.ServerAddress(addr)
+	// The probe names a previous entry, so that it is no heartbeat: raft
+	// takes no heartbeat of a later term (cluster's transport), and
+	// answers this one, whatever its previous entry, with its last index.
 	var probe raft.AppendEntriesResponse
-	if err := trans.AppendEntries("n1", target, &raft.AppendEntriesRequest{RPCHeader: header, Term: term}, &probe); err != nil {
+	if err := trans.AppendEntries("n1", target, &raft.AppendEntriesRequest{RPCHeader: header, Term: term, PrevLogEntry: 1, PrevLogTerm: 1}, &probe); err != nil {
 		t.Fatalf("probing %s: %v", addr, err)
 	}
 	// The term of the node's last entry is one of those it has known: the
