@@ -137,8 +137,9 @@ var errHeartbeatTerm = errors.New("a heartbeat of a later term, or to a node tha
 // two logs diverge at an index both take as committed. So a heartbeat
 // takes the fast path only when it cannot change the term or the state:
 // of an earlier term, or of this node's term to a node that follows.
-// Any other is refused unanswered; the leader's replication, which raft's
-// main loop serves, brings the node its term instead.
+// Any other is answered with errHeartbeatTerm (the sender backs off and
+// tries again); the leader's replication, which raft's main loop serves,
+// brings the node its term instead.
 func (t *observedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
 	if cb == nil {
 		t.Transport.SetHeartbeatHandler(nil)
@@ -154,9 +155,13 @@ func (t *observedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
 }
 
 // heartbeatSafe reports whether raft's fast path would leave raft's term
-// and state as they are for rpc. A term only grows, and a node that
-// follows at a term leaves it only for a later one, so what holds when
-// asked holds when raft handles it.
+// and state as they are for rpc. A term only grows, and a leader's term
+// never equals a heartbeat's (one leader per term), so a heartbeat that
+// passes here never makes a leader a follower when raft handles it. One
+// window is raft's own: a follower becoming a candidate changes its state
+// just before its term, and a heartbeat of its old term taken in between
+// makes it a follower again; a candidate writes no entry, so no log
+// diverges from it.
 func (t *observedTransport) heartbeatSafe(rpc raft.RPC) bool {
 	req, ok := rpc.Command.(*raft.AppendEntriesRequest)
 	r := t.self.Load()
