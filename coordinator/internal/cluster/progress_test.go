@@ -226,4 +226,30 @@ func TestHeartbeatFastPath(t *testing.T) {
 	if err := beat(term - 1); err != nil || taken != 1 {
 		t.Fatalf("a heartbeat of an earlier term: %v, taken %d times; want it taken (raft ignores it)", err, taken)
 	}
+
+	// A follower at term 5 (its stable store says so, and with no
+	// configuration it never stands for election) takes its leader's
+	// heartbeats of that term on the fast path: the steady state.
+	fstore := raft.NewInmemStore()
+	if err := fstore.SetUint64([]byte("CurrentTerm"), 5); err != nil {
+		t.Fatal(err)
+	}
+	_, ftrans := raft.NewInmemTransport("f")
+	fconf := *conf
+	fconf.LocalID = "f"
+	follower, err := raft.NewRaft(&fconf, &raft.MockFSM{}, fstore, fstore, raft.NewInmemSnapshotStore(), ftrans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { follower.Shutdown().Error() })
+	self.Store(follower)
+	if follower.State() != raft.Follower || follower.CurrentTerm() != 5 {
+		t.Fatalf("the follower is %v at term %d, want a follower at 5", follower.State(), follower.CurrentTerm())
+	}
+	if err := beat(5); err != nil || taken != 2 {
+		t.Fatalf("a heartbeat of the follower's term: %v, taken %d times; want it taken", err, taken)
+	}
+	if err := beat(6); !errors.Is(err, errHeartbeatTerm) || taken != 2 {
+		t.Fatalf("a heartbeat of a later term to a follower: %v, taken %d times; want errHeartbeatTerm, not taken", err, taken)
+	}
 }
