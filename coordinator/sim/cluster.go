@@ -56,6 +56,11 @@ const (
 	// batch stays open into the next catch-up, as a follower's does
 	// within 100 ms of entries, and a crash loses it.
 	pBatchCommit = 0.3
+	// pHeardFirst, per entry a deposed leader that can reach the new one
+	// proposes: raft on it hears of the newer term and applies what the
+	// new leader committed before its writer hears that its entry was
+	// lost, while the writer's evaluated group still waits for its entry.
+	pHeardFirst = 0.5
 )
 
 // peer is a cluster node's raft side and process state, as the oracle
@@ -538,8 +543,17 @@ func (k *consensus) propose(n *coordinator, ws []byte) (any, error) {
 		// A leader cut off from its quorum, or deposed without knowing it:
 		// no quorum acknowledges the entry, and raft fails it when it steps
 		// down, which it does once it hears of the newer term or its leader
-		// lease runs out (rejoin, leaseCheck). The writer is told at once.
+		// lease runs out (rejoin, leaseCheck). The writer is told at once,
+		// though raft may first have heard from the new leader, cut the
+		// entry and applied the entries committed in its place.
 		w.res.Unknown++
+		if l := k.leader; l != nil && l != n && k.leads(l) && k.reachable(n) && w.faulty(pHeardFirst) {
+			n.tracef("hears of term %d before its writer hears its entry was lost", k.term)
+			k.depose(n, fmt.Sprintf("term %d has begun", k.term))
+			k.replicate(l, n)
+			n.knownCommit = k.commit
+			k.applyOn(n)
+		}
 		return nil, cluster.ErrRaftLeadershipLost
 	}
 	if w.faulty(pInFlight) {

@@ -10,13 +10,17 @@ import (
 	"github.com/leasehold/leasehold/coordinator/internal/store"
 )
 
-// Committer is the replicated committer (engine.Committer): it rolls the
-// evaluated transaction back, proposes its write set as one entry, and
-// returns once the entry is committed and applied to this node's store
-// by the FSM, which the writer then reads its own writes from. The group's
-// base is the FSM's last applied write set; the writer evaluates a group
-// only after the previous one is applied, so the base is the state it was
-// evaluated on.
+// Committer is the replicated committer (engine.Committer): it proposes
+// the evaluated transaction's write set as one entry and returns once the
+// entry is committed and applied to this node's store by the FSM, which
+// the writer then reads its own writes from. The transaction stays open
+// meanwhile, as the FSM's own group of that entry (owngroup.go): the FSM
+// commits it when raft hands it the entry, so that the leader writes each
+// group once, and it is rolled back when raft answers without that (the
+// FSM then applies the write set if the entry commits). The group's base
+// is the FSM's last applied write set; the writer evaluates a group only
+// after the previous one is applied, so the base is the state it was
+// evaluated on, and the FSM checks it again in the transaction.
 //
 // A group it could not commit fails with the commit outcomes of package
 // engine (commitOutcome), so that the writer, which knows no raft, steps
@@ -48,13 +52,15 @@ func (c *Committer) Record() bool { return true }
 // the metrics, from the write set's encoding to its apply.
 func (c *Committer) Commit(tx *store.Tx, wall time.Time) error {
 	start := time.Now()
-	entry := tx.AppendWriteSet([]byte{entryWriteSet}, c.fsm.LastGroup(), wall)
-	// The FSM applies the entry with the store's own writer lock, which
-	// the evaluation holds until it is rolled back.
-	if err := tx.Rollback(); err != nil {
-		return fmt.Errorf("rolling back the evaluated group: %w", err)
-	}
+	base := c.fsm.LastGroup()
+	entry := tx.AppendWriteSet([]byte{entryWriteSet}, base, wall)
+	c.fsm.own.hold(tx, entry, base, wall)
 	resp, err := c.raft.Apply(entry, c.timeout)
+	// Raft answered: the FSM took the group for its entry, or never will
+	// (not proposed, or leadership lost with it in flight).
+	if rerr := c.fsm.release(); rerr != nil {
+		return fmt.Errorf("rolling back the evaluated group: %w", rerr)
+	}
 	if mutation.On(mutation.IgnoreStaleBase) {
 		resp = nil
 	}

@@ -2,9 +2,11 @@
 // hashicorp/raft (docs/replication.md says how and why). The leader's
 // writer evaluates each group on its own store with every write recorded;
 // the Committer proposes the recorded write set as one raft entry, and the
-// FSM of every node applies it to that node's store, with the entry's
+// FSM of every follower applies it to that node's store, with the entry's
 // index, so followers run no command and any node's file is a single
-// node's. A write set applies only onto the base it was evaluated on.
+// node's; the leader's FSM commits the evaluated transaction itself when
+// raft hands it that entry (owngroup.go), so the leader writes each group
+// once. A write set applies only onto the base it was evaluated on.
 // Leadership promotes the writer once raft's barrier has applied earlier
 // terms, extending live leases through the failover, and demotes it when
 // raft's leadership ends; the leader's work runs on a goroutine of its own

@@ -9,3 +9,10 @@ func (f *FSM) HoldBatches() { f.HoldBatchesUntilFlush(func() bool { return false
 
 // SetMetrics gives f the metrics a running node's state machine has.
 func (f *FSM) SetMetrics(m *Metrics) { f.metrics = m }
+
+// OnOwnTaken has f called each time a state machine took an own group
+// for a command, before it ends it, until the test ends.
+func OnOwnTaken(t interface{ Cleanup(func()) }, f func()) {
+	ownTaken = f
+	t.Cleanup(func() { ownTaken = func() {} })
+}

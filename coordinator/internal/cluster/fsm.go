@@ -110,6 +110,9 @@ type FSM struct {
 	batch       *store.Batch
 	opened      time.Time
 	first, last uint64
+	// own is the leader's evaluated group waiting for its entry
+	// (owngroup.go).
+	own ownGroup
 	// pending is how many entries the open batch holds, its commit
 	// included while it runs; the metrics read it without mu, so that a
 	// scrape never waits for a commit.
@@ -277,6 +280,9 @@ func (f *FSM) HoldBatchesUntilFlush(leads func() bool) { f.holdBatches(leads, 0,
 func (f *FSM) Abandon() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.release(); err != nil {
+		return err
+	}
 	if f.batch == nil {
 		return nil
 	}
@@ -300,8 +306,13 @@ func (f *FSM) ApplyCommands(cmds []Command) []any {
 		failpointBatchOpen()
 	}
 	res := make([]any, len(cmds))
+	first := 0
+	if f.applyOwn(cmds) {
+		first = 1
+	}
 	var pending []int // indexes in cmds of write sets not yet applied
-	for i, c := range cmds {
+	for i, c := range cmds[first:] {
+		i += first
 		if _, err := decodeEntry(c.Data); err != nil {
 			f.applyWriteSets(cmds, pending, res)
 			pending = pending[:0]

@@ -16,9 +16,11 @@ import (
 // every case.
 //
 // An error from Commit means nothing of the group may be acknowledged. A
-// committer that replicates the group instead of committing it in place
-// rolls the transaction back, hands on tx.WriteSet, and returns only once
-// the write set is applied to this store; when it cannot, its error says
+// committer that replicates the group hands on tx.WriteSet and returns
+// only once the write set is applied to this store, by committing tx
+// itself or by rolling it back and applying the write set, and once
+// nothing touches tx any more (it may end it on another goroutine, the
+// one that applies); when it cannot, its error says
 // what became of the group, and the writer steps down instead of
 // fail-stopping: an error wrapping ErrNotLeader when the group was not
 // committed and never will be (this node does not lead, or the group was

@@ -42,6 +42,10 @@ var (
 	simNode        = catcher{"coordinator/sim", "^TestSimulation$", []string{"-seed", "7002", "-seeds", "2", "-steps", "10000"}}
 	simCluster     = catcher{"coordinator/sim", "^TestSimulation$", []string{"-cluster", "-seed", "7004", "-seeds", "2", "-steps", "10000"}}
 	simClusterLong = catcher{"coordinator/sim", "^TestSimulation$", []string{"-cluster", "-seed", "7004", "-seeds", "1", "-steps", "16000"}}
+	// simClusterHeard has a deposed leader's raft hear of the new term
+	// and apply its entries while the writer's group still waits for its
+	// own.
+	simClusterHeard = catcher{"coordinator/sim", "^TestSimulation$", []string{"-cluster", "-seed", "7007", "-seeds", "1", "-steps", "10000"}}
 )
 
 // caughtBy names, for every bug of the table, the tests that catch it.
@@ -61,11 +65,12 @@ var caughtBy = map[Bug][]catcher{
 	DemoteKeepsStreams: {{"coordinator/internal/engine", "^TestLeadership$/^DemoteEndsSessionsAndWatches$", nil}},
 	AdmitEarlierTerm:   {{"coordinator/internal/engine", "^TestLeadership$/^ACommandSentToAnEarlierTermIsRefusedByTheNext$", nil}, simClusterLong},
 
-	PromoteNoExtend:  {{"coordinator/internal/cluster", "^TestPromotion$/^ALiveLease", nil}, simCluster},
-	PromoteNoBarrier: {{"coordinator/internal/cluster", "^TestPromotion$/^NoWriterBeforeTheBarrierApplied$", nil}, simCluster},
-	BarrierUnawaited: {{"coordinator/internal/cluster", "^TestNodeBarrier$", nil}},
-	LostIsNotLeader:  {{"coordinator/internal/cluster", "^TestCommitOutcome$", nil}},
-	IgnoreStaleBase:  {{"coordinator/internal/cluster", "^TestCommitterRefusesAStaleBase$", nil}},
+	PromoteNoExtend:     {{"coordinator/internal/cluster", "^TestPromotion$/^ALiveLease", nil}, simCluster},
+	PromoteNoBarrier:    {{"coordinator/internal/cluster", "^TestPromotion$/^NoWriterBeforeTheBarrierApplied$", nil}, simCluster},
+	BarrierUnawaited:    {{"coordinator/internal/cluster", "^TestNodeBarrier$", nil}},
+	LostIsNotLeader:     {{"coordinator/internal/cluster", "^TestCommitOutcome$", nil}},
+	IgnoreStaleBase:     {{"coordinator/internal/cluster", "^TestCommitterRefusesAStaleBase$", nil}},
+	PendingForeignEntry: {{"coordinator/internal/cluster", "^TestOwnEntry$/^AnotherEntryFirstRollsThePendingGroupBack$", nil}, simClusterHeard},
 	VerifyRaftState: {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil},
 		{"coordinator/internal/cluster", "^TestVerifyLeader$", nil}},
 	VerifyWriterState: {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil},

@@ -64,6 +64,11 @@ const (
 	// IgnoreStaleBase takes an entry the state machine refused for its
 	// stale base as committed (cluster.Committer).
 	IgnoreStaleBase
+	// PendingForeignEntry has the state machine commit the leader's
+	// evaluated group for the first command entry raft hands it, without
+	// checking that it is the entry proposed with it (cluster's own-entry
+	// path).
+	PendingForeignEntry
 	// VerifyRaftState confirms leadership from raft's own state, without
 	// a quorum round (cluster's VerifyLeader).
 	VerifyRaftState
@@ -125,6 +130,8 @@ var Table = [...]Info{
 		"a write that may yet commit is reported not applied"},
 	{IgnoreStaleBase, "ignore-stale-base", "cluster: Committer.Commit",
 		"the leader acknowledges a group whose entry the state machine refused"},
+	{PendingForeignEntry, "pending-foreign-entry", "cluster: FSM's own-entry path",
+		"a deposed leader's store takes its own evaluated group for another leader's entry at that index, and differs from the others'"},
 	{VerifyRaftState, "verify-raft-state", "cluster: VerifyLeader",
 		"a leader cut off or paused serves linearizable reads until raft steps down"},
 	{VerifyWriterState, "verify-writer-state", "cluster: VerifyLeader",

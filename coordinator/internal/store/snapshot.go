@@ -62,6 +62,8 @@ func (s *Store) ReplaceFile(r io.Reader) error {
 		os.Remove(tmp)
 		return err
 	}
+	s.wl.lock()
+	defer s.wl.unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.db.Close(); err != nil {

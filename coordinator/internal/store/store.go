@@ -113,6 +113,9 @@ type Store struct {
 	// mu is held for reading by every transaction and for writing while
 	// ReplaceFile swaps the file under db.
 	mu sync.RWMutex
+	// wl is the store's one read-write transaction (writeLock), taken
+	// before mu.
+	wl writeLock
 	db *bbolt.DB
 	// fault, when set, is called before every record write; an error aborts
 	// the transaction. Tests use it to fail a commit mid-way.
@@ -249,6 +252,8 @@ func (s *Store) prepare() (uint64, error) {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.wl.lock()
+	defer s.wl.unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.db.Close()
@@ -272,6 +277,8 @@ func (s *Store) view(fn func(*bbolt.Tx) error) error {
 
 // update runs fn in a bbolt read-write transaction and commits it.
 func (s *Store) update(fn func(*bbolt.Tx) error) error {
+	s.wl.lock()
+	defer s.wl.unlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.db.Update(fn)
@@ -293,13 +300,27 @@ func (s *Store) View(fn func(*Tx) error) error {
 // Begin starts a read-write transaction for the writer's group commit.
 // The caller ends it with Commit or Rollback.
 func (s *Store) Begin() (*Tx, error) {
-	s.mu.RLock()
-	tx, err := s.db.Begin(true)
+	tx, release, err := s.beginWrite()
 	if err != nil {
-		s.mu.RUnlock()
 		return nil, err
 	}
-	return &Tx{tx: tx, fault: s.fault, release: s.mu.RUnlock}, nil
+	return &Tx{tx: tx, fault: s.fault, release: release, wl: &s.wl}, nil
+}
+
+// beginWrite begins a bbolt read-write transaction under the store's
+// write lock; release lets the locks go once the transaction ended.
+func (s *Store) beginWrite() (tx *bbolt.Tx, release func(), err error) {
+	s.wl.lock()
+	s.mu.RLock()
+	release = func() {
+		s.mu.RUnlock()
+		s.wl.unlock()
+	}
+	if tx, err = s.db.Begin(true); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return tx, release, nil
 }
 
 // Stats is the database file's size and its free pages.
@@ -347,9 +368,10 @@ type Tx struct {
 	dirty bool
 	// rec, when set, records every write (Record).
 	rec *recorder
-	// release, for a transaction from Begin, lets go of the store's lock
-	// when the transaction ends.
+	// release, for a transaction from Begin, lets go of the store's locks
+	// when the transaction ends; wl is the write lock it holds.
 	release func()
+	wl      *writeLock
 	// arena holds the encoded values written in the transaction: bbolt
 	// keeps a reference to every value until commit, so they cannot share
 	// a reused buffer, but they can share one allocation.
@@ -393,6 +415,17 @@ func (t *Tx) Commit() error {
 func (t *Tx) Rollback() error {
 	defer t.end()
 	return t.tx.Rollback()
+}
+
+// Yieldable lets any other writer of the store end the transaction, a
+// transaction from Begin that now only waits, by calling yield instead of
+// waiting for it: yield must end it (Commit or Rollback), on the caller's
+// goroutine. It holds until the transaction ends. A writer already
+// waiting calls yield at once.
+func (t *Tx) Yieldable(yield func()) {
+	if t.wl != nil && t.release != nil {
+		t.wl.yieldTo(yield)
+	}
 }
 
 // end releases the store's lock, once.

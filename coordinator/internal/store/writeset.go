@@ -327,13 +327,11 @@ type Batch struct {
 
 // BeginBatch begins a batch of replicated entries.
 func (s *Store) BeginBatch() (*Batch, error) {
-	s.mu.RLock()
-	tx, err := s.db.Begin(true)
+	tx, release, err := s.beginWrite()
 	if err != nil {
-		s.mu.RUnlock()
 		return nil, err
 	}
-	return &Batch{s: s, tx: tx, release: s.mu.RUnlock, before: readReplicaState(tx)}, nil
+	return &Batch{s: s, tx: tx, release: release, before: readReplicaState(tx)}, nil
 }
 
 // Apply applies entries in order into the batch, each as ApplyWriteSet
