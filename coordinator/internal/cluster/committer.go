@@ -18,9 +18,11 @@ import (
 // commits it when raft hands it the entry, so that the leader writes each
 // group once, and it is rolled back when raft answers without that (the
 // FSM then applies the write set if the entry commits). The group's base
-// is the FSM's last applied write set; the writer evaluates a group only
-// after the previous one is applied, so the base is the state it was
-// evaluated on, and the FSM checks it again in the transaction.
+// is the last write set applied to the state the transaction reads, read
+// in the transaction itself: the FSM publishes what a batch committed
+// only after the store lets its lock go, so a writer that began between
+// the two would otherwise name the batch's predecessor as its base and see
+// its entry refused. The FSM checks the base again when it applies.
 //
 // A group it could not commit fails with the commit outcomes of package
 // engine (commitOutcome), so that the writer, which knows no raft, steps
@@ -52,7 +54,7 @@ func (c *Committer) Record() bool { return true }
 // the metrics, from the write set's encoding to its apply.
 func (c *Committer) Commit(tx *store.Tx, wall time.Time) error {
 	start := time.Now()
-	base := c.fsm.LastGroup()
+	base := tx.Group()
 	entry := tx.AppendWriteSet([]byte{entryWriteSet}, base, wall)
 	c.fsm.own.hold(tx, entry, base, wall)
 	resp, err := c.raft.Apply(entry, c.timeout)

@@ -16,3 +16,10 @@ func OnOwnTaken(t interface{ Cleanup(func()) }, f func()) {
 	ownTaken = f
 	t.Cleanup(func() { ownTaken = func() {} })
 }
+
+// OnBatchCommitted has f called each time a state machine's batch
+// committed, before the state machine takes its state, until the test ends.
+func OnBatchCommitted(t interface{ Cleanup(func()) }, f func()) {
+	batchCommitted = f
+	t.Cleanup(func() { batchCommitted = func() {} })
+}

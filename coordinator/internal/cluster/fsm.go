@@ -446,10 +446,15 @@ func (f *FSM) commit() {
 		// store refusing these entries.
 		f.fatal(fmt.Errorf("replica: applying entries %d to %d: %w", first, last, err))
 	}
+	batchCommitted()
 	f.pending.Store(0)
 	f.metrics.observeHeld(time.Since(f.opened))
 	f.set(rs)
 }
+
+// batchCommitted is called once a batch committed, before the FSM takes
+// its state: a test's hook.
+var batchCommitted = func() {}
 
 // Flush commits the open batch, if any.
 func (f *FSM) Flush() {

@@ -391,3 +391,42 @@ func TestOwnEntryOverRaft(t *testing.T) {
 	}
 	t.Fatal("leadership was lost in every attempt")
 }
+
+// TestGroupBaseIsWhatItWasEvaluatedOn: a writer that begins its group
+// after a follower's batch committed, but before the state machine took
+// what the batch committed as its state, proposes the batch as its base,
+// and its entry applies instead of being refused as stale.
+func TestGroupBaseIsWhatItWasEvaluatedOn(t *testing.T) {
+	n := newOwnEntryNode(t)
+	n.fsm.HoldBatches()
+	t.Cleanup(n.fsm.Flush) // before the store closes, which waits for the batch
+	if r := n.fsm.ApplyCommands([]cluster.Command{{Index: 1, Term: 1, Data: foreign(t, 0, 1)}})[0]; r != nil {
+		t.Fatalf("applying another leader's entry: %v", r)
+	}
+	var proposed []byte
+	c := cluster.NewCommitter(applyRaft{propose: func(entry []byte) (any, error) {
+		proposed = entry
+		return nil, cluster.ErrRaftLeadershipLost
+	}}, n.fsm, time.Second)
+	once := false
+	cluster.OnBatchCommitted(t, func() {
+		if once {
+			return
+		}
+		once = true
+		if err := c.Commit(n.evaluate(t, 2), t0); !errors.Is(err, engine.ErrOutcomeUnknown) {
+			t.Errorf("Commit with leadership lost: %v, want ErrOutcomeUnknown", err)
+		}
+	})
+	n.fsm.Flush()
+	if proposed == nil {
+		t.Fatal("no group was proposed between the batch's commit and the state machine taking it")
+	}
+	if r := n.fsm.ApplyCommands([]cluster.Command{{Index: 2, Term: 2, Data: proposed}})[0]; r != nil {
+		t.Fatalf("the group evaluated on the batch's state: %v, want it applied", r)
+	}
+	n.fsm.Flush()
+	if !hasJob(t, n.st, 2) || n.fsm.LastGroup() != 2 {
+		t.Fatalf("after the group: its job stored %v, LastGroup %d; want true, 2", hasJob(t, n.st, 2), n.fsm.LastGroup())
+	}
+}

@@ -134,6 +134,10 @@ func (t *Tx) AppendWriteSet(b []byte, base uint64, wall time.Time) []byte {
 	return encodeWriteSet(b, t.rec, base, wall)
 }
 
+// Group returns the index of the last write set applied to the state the
+// transaction reads: the base of a group evaluated in it.
+func (t *Tx) Group() uint64 { return readReplicaState(t.tx).Group }
+
 // WriteSetOps reports how many writes the transaction recorded.
 func (t *Tx) WriteSetOps() int {
 	if t.rec == nil {
