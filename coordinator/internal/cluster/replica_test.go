@@ -248,28 +248,16 @@ func (s *secondProposer) Apply(entry []byte, timeout time.Duration) (any, error)
 func TestCommitterRefusesAStaleBase(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3)
-	evaluate := func(m *member, id uint64) *store.Tx {
-		t.Helper()
-		tx, err := m.st.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx.Record()
-		if err := putJob(tx, id); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
 	for try := uint64(0); try < 5; try++ {
 		l := c.leader()
 		other, refused := 10*try+1, 10*try+2
-		tx := evaluate(l, other)
+		tx := evaluateJob(t, l.st, other)
 		first := append([]byte{1}, tx.WriteSet(l.fsm.LastGroup(), t0)...)
 		if err := tx.Rollback(); err != nil {
 			t.Fatal(err)
 		}
 		committer := cluster.NewCommitter(&secondProposer{Raft: l.node, first: first}, l.fsm, time.Second)
-		err := committer.Commit(evaluate(l, refused), t0)
+		err := committer.Commit(evaluateJob(t, l.st, refused), t0)
 		if err == nil {
 			t.Fatal("Commit of a group whose base another entry moved past: acknowledged")
 		}
