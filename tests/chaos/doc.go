@@ -64,7 +64,9 @@
 // first, in turn:
 //
 //   - beforeApply: entries committed in the raft log, none applied to the
-//     store;
+//     store (on this leader, also the group it evaluated for its own
+//     entry, not yet committed: the restart applies the entry's write
+//     set from the log);
 //   - applyBeforeCommit: the entries' writes and their applied index made
 //     in the store's open transaction, nothing committed;
 //   - applyCommitted: the entries committed to the store, raft not told

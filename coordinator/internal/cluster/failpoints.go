@@ -14,7 +14,8 @@ import gofail "go.etcd.io/gofail/runtime"
 var (
 	// fpBeforeApply: raft has appended the entries to this node's log
 	// and committed them, and hands them to the state machine, which has
-	// applied none of them to the store.
+	// applied none of them to the store; on a leader, also just before
+	// its state machine commits the evaluated group of its own entry.
 	fpBeforeApply = gofail.NewFailpoint("beforeApply")
 	// fpBatchOpen: a follower's batch holds entries raft was told are
 	// applied, and the store has committed none of them; raft hands the

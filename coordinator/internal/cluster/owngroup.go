@@ -151,6 +151,9 @@ func (f *FSM) applyOwn(cmds []Command) bool {
 		own = true
 	}
 	if own && f.batch == nil {
+		// The entry is committed in raft's log and nothing of it is in
+		// the store, as before a write set's apply.
+		failpointBeforeApply()
 		start := time.Now()
 		rs, committed, err := f.st.CommitAsEntry(tx, cmds[0].Index, base, wall)
 		f.metrics.observeApply(time.Since(start))
