@@ -23,3 +23,12 @@ func OnBatchCommitted(t interface{ Cleanup(func()) }, f func()) {
 	batchCommitted = f
 	t.Cleanup(func() { batchCommitted = func() {} })
 }
+
+// LastGroup returns the index of the last write set f's store committed.
+func (f *FSM) LastGroup() uint64 {
+	rs, err := f.st.ReplicaState()
+	if err != nil {
+		panic(err)
+	}
+	return rs.Group
+}

@@ -80,7 +80,7 @@ func decodeEntry(data []byte) ([]byte, error) {
 // commits with fsync or not at all. While this node leads (raft says so,
 // or its writer was promoted: Lead, until Follow) no batch stays open
 // past the call that began it: the writer needs bbolt's one write
-// transaction. Everything the FSM reports (Applied, LastGroup, WallFloor)
+// transaction. Everything the FSM reports (Applied, WallFloor)
 // and every read of the store (stale reads, backups) is what the store
 // committed, never the open batch.
 //
@@ -93,11 +93,10 @@ func decodeEntry(data []byte) ([]byte, error) {
 // store stopped.
 type FSM struct {
 	st *store.Store
-	// group is the index of the last write set the store committed, the
-	// base the next one must name; wallFloor the largest wall clock
-	// committed, in Unix nanoseconds; applied the index of the last entry
-	// committed. The writer reads the first two between groups.
-	group     atomic.Uint64
+	// wallFloor is the largest wall clock committed, in Unix
+	// nanoseconds, which the writer reads between groups; applied the
+	// index of the last entry committed. A group's base is read in its
+	// own transaction (store.Tx.Group), not here.
 	wallFloor atomic.Int64
 	applied   atomic.Uint64
 
@@ -167,7 +166,6 @@ func (f *FSM) load() error {
 
 // set takes rs, what the store committed, as the FSM's state.
 func (f *FSM) set(rs store.ReplicaState) {
-	f.group.Store(rs.Group)
 	f.applied.Store(rs.Applied)
 	if !rs.WallFloor.IsZero() {
 		f.wallFloor.Store(rs.WallFloor.UnixNano())
@@ -176,10 +174,6 @@ func (f *FSM) set(rs store.ReplicaState) {
 
 // Store returns the store the FSM applies to.
 func (f *FSM) Store() *store.Store { return f.st }
-
-// LastGroup returns the index of the last write set the store committed:
-// the base of the next group the leader evaluates.
-func (f *FSM) LastGroup() uint64 { return f.group.Load() }
 
 // Applied returns the index of the last entry the store committed (an
 // open batch holds more).

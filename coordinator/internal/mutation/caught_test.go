@@ -71,6 +71,7 @@ var caughtBy = map[Bug][]catcher{
 	LostIsNotLeader:     {{"coordinator/internal/cluster", "^TestCommitOutcome$", nil}},
 	IgnoreStaleBase:     {{"coordinator/internal/cluster", "^TestCommitterRefusesAStaleBase$", nil}},
 	PendingForeignEntry: {{"coordinator/internal/cluster", "^TestOwnEntry$/^AnotherEntryFirstRollsThePendingGroupBack$", nil}, simClusterHeard},
+	HeartbeatLaterTerm:  {{"coordinator/internal/cluster", "^TestHeartbeatFastPath$", nil}},
 	VerifyRaftState: {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil},
 		{"coordinator/internal/cluster", "^TestVerifyLeader$", nil}},
 	VerifyWriterState: {{"coordinator/internal/cluster", "^TestIsolatedLeaderServesNoLinearizableRead$", nil},

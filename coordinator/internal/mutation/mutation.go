@@ -69,6 +69,9 @@ const (
 	// checking that it is the entry proposed with it (cluster's own-entry
 	// path).
 	PendingForeignEntry
+	// HeartbeatLaterTerm lets a heartbeat of a later term take raft's
+	// fast path (cluster's transport, heartbeatSafe).
+	HeartbeatLaterTerm
 	// VerifyRaftState confirms leadership from raft's own state, without
 	// a quorum round (cluster's VerifyLeader).
 	VerifyRaftState
@@ -132,6 +135,8 @@ var Table = [...]Info{
 		"the leader acknowledges a group whose entry the state machine refused"},
 	{PendingForeignEntry, "pending-foreign-entry", "cluster: FSM's own-entry path",
 		"a deposed leader's store takes its own evaluated group for another leader's entry at that index, and differs from the others'"},
+	{HeartbeatLaterTerm, "heartbeat-later-term", "cluster: the transport's heartbeat guard",
+		"a leader made a follower of a later term beside raft's main loop writes its entry at that term, taken for the new leader's: the logs diverge (hashicorp/raft#695)"},
 	{VerifyRaftState, "verify-raft-state", "cluster: VerifyLeader",
 		"a leader cut off or paused serves linearizable reads until raft steps down"},
 	{VerifyWriterState, "verify-writer-state", "cluster: VerifyLeader",

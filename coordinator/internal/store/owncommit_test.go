@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -59,5 +60,40 @@ func TestCommitAsEntry(t *testing.T) {
 	}
 	if digest(t, leader) != digest(t, follower) {
 		t.Fatal("a transaction that could not stand for its entry changed the store")
+	}
+}
+
+// TestTxGroup: a transaction's group is the index of the last write set
+// applied to what it reads, not the last entry applied: an entry that
+// wrote nothing (here one on another base) moves the applied index only.
+func TestTxGroup(t *testing.T) {
+	t.Parallel()
+	st := openAt(t, filepath.Join(t.TempDir(), "s.db"))
+	ws := func(base, id uint64) []byte {
+		t.Helper()
+		tx, err := st.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		tx.Record()
+		if err := tx.PutJob(jobs.Job{ID: id, BatchID: 1, Team: "alpha", Phase: jobs.PhaseQueued, CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		return tx.WriteSet(base, t0)
+	}
+	if err := st.ApplyWriteSet(3, ws(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ApplyWriteSet(4, ws(2, 2)); !errors.Is(err, store.ErrStaleBase) {
+		t.Fatalf("a write set on another base: %v, want ErrStaleBase", err)
+	}
+	tx, err := st.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if rs, _ := st.ReplicaState(); tx.Group() != 3 || rs.Applied != 4 {
+		t.Fatalf("Group %d with entry %d applied; want 3 and 4", tx.Group(), rs.Applied)
 	}
 }
