@@ -35,7 +35,8 @@
 //     -drain-docs documents submitted in batches of -batch by -submitters
 //     goroutines, watches opened, dispatch resumed. Throughput is the
 //     documents over the time from the ResumeDispatch call to the arrival of
-//     the last SUCCEEDED.
+//     the last SUCCEEDED. Its CPU covers the whole phase; the "of it
+//     submitting" line is the share up to ResumeDispatch.
 //   - steady: submitting and rendering at once, closed loop: for each level
 //     of -steady-inflight (batches of -steady-batch documents kept in flight,
 //     each submitted again as soon as the previous one is terminal), for

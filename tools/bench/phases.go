@@ -353,6 +353,10 @@ func (r *runner) drain(ctx context.Context, label string, docs int) (*drainResul
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+	cpuMid, err := r.sampleCPU()
+	if err != nil {
+		return nil, err
+	}
 	resumed := time.Now()
 	if _, err := r.gen.operator.ResumeDispatch(ctx, "benchmark: "+label+" measured"); err != nil {
 		return nil, fmt.Errorf("resuming dispatch: %w", err)
@@ -379,6 +383,7 @@ func (r *runner) drain(ctx context.Context, label string, docs int) (*drainResul
 		Seconds:       elapsed.Seconds(),
 		DocsPerSecond: rate(docs, elapsed),
 		CPU:           cpuBetween(cpu0, cpu1, docs, last.Sub(start)),
+		SubmitCPU:     cpuBetween(cpu0, cpuMid, docs, resumed.Sub(start)),
 		Groups:        groupsBetween(h0, r.scrapeGroups(ctx)),
 		Raft:          raftBetween(raft0, r.scrapeRaft(ctx), docs),
 	}

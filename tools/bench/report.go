@@ -68,9 +68,12 @@ type drainResult struct {
 	Seconds       float64 `json:"seconds"`
 	DocsPerSecond float64 `json:"docs_per_second"`
 	// CPU covers the whole phase, submission included.
-	CPU    *cpuResult   `json:"cpu"`
-	Groups *groupResult `json:"writer_group_commands,omitempty"`
-	Raft   *raftResult  `json:"raft,omitempty"`
+	CPU *cpuResult `json:"cpu"`
+	// SubmitCPU is CPU's share up to ResumeDispatch: submitting the
+	// backlog and opening the watches (per document of the backlog).
+	SubmitCPU *cpuResult   `json:"submit_cpu,omitempty"`
+	Groups    *groupResult `json:"writer_group_commands,omitempty"`
+	Raft      *raftResult  `json:"raft,omitempty"`
 }
 
 // steadyResult is the closed-loop phase.
@@ -399,6 +402,9 @@ func writeText(w io.Writer, r *report) error {
 	}
 	if x := r.Drain; x != nil && x.CPU != nil {
 		cpuLine(line, "CPU drain", x.CPU, "whole phase, submission included", verdict(figureDrainCPU))
+	}
+	if x := r.Drain; x != nil && x.SubmitCPU != nil {
+		cpuLine(line, "  of it submitting", x.SubmitCPU, "up to ResumeDispatch", "")
 	}
 	if x := r.Steady; x != nil && x.CPU != nil {
 		cpuLine(line, "CPU steady", x.CPU, "phase start to last level end", verdict(figureSteadyCPU))
