@@ -1,11 +1,5 @@
 package cluster
 
-import (
-	"github.com/hashicorp/raft"
-	storagev1 "github.com/leasehold/leasehold/gen/leasehold/storage/v1"
-	"google.golang.org/protobuf/proto"
-)
-
 // BatchEntries is how many entries a follower's batch holds at most.
 const BatchEntries = batchEntries
 
@@ -37,30 +31,4 @@ func (f *FSM) LastGroup() uint64 {
 		panic(err)
 	}
 	return rs.Group
-}
-
-// finishedBucket is the finished-jobs index's number in the write set
-// format (store's bucketIDs, which never renumber).
-const finishedBucket = 17
-
-// FinishedJobs counts the jobs the write sets of logs finish: their puts
-// into the finished index.
-func FinishedJobs(logs []*raft.Log) int {
-	n := 0
-	for _, l := range logs {
-		ws, err := decodeEntry(l.Data)
-		if l.Type != raft.LogCommand || err != nil {
-			continue
-		}
-		var m storagev1.WriteSet
-		if proto.Unmarshal(ws, &m) != nil {
-			continue
-		}
-		for _, op := range m.GetOps() {
-			if op.GetBucket() == finishedBucket && op.GetKind() == storagev1.WriteOp_KIND_PUT {
-				n++
-			}
-		}
-	}
-	return n
 }
