@@ -278,7 +278,7 @@ func Run(ctx context.Context, env Env, args []string) int {
 		cl, err := dialFor(env, inv, tp)
 		if err != nil {
 			endSpan(err)
-			return report(env.Stderr, plaintextHint(err))
+			return report(env.Stderr, unreachable(plaintextHint(err), inv.g.Addr, inv.g.tr.config != nil))
 		}
 		defer cl.Close()
 		a.c = cl
@@ -294,7 +294,7 @@ func Run(ctx context.Context, env Env, args []string) int {
 	if err != nil && interrupted(ctx) && !errors.As(err, &ee) {
 		err = &exitError{code: ExitInterrupted, msg: "interrupted"}
 	}
-	return report(env.Stderr, err)
+	return report(env.Stderr, unreachable(err, inv.g.Addr, inv.g.tr.config != nil))
 }
 
 // invocation is a parsed and validated command line.

@@ -5,11 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"flag"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	grpccodes "google.golang.org/grpc/codes"
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/security"
@@ -150,4 +153,57 @@ func startCommandSpan(ctx context.Context, tp trace.TracerProvider, command stri
 		}
 		span.End()
 	}
+}
+
+// unreachable rewrites the error of a call that did not reach the
+// coordinator, or lost its connection, into what happened and what to
+// try, keeping its code. Such an error is UNAVAILABLE without a reason
+// (every UNAVAILABLE the coordinator sends names one), and its message is
+// the transport's:
+//   - nothing accepts connections at addr (a dial refused);
+//   - the TLS handshake failed;
+//   - the connection was closed or reset by the other end, which is what
+//     a listener past its connection limits does, and a TLS listener to a
+//     plaintext client.
+//
+// Any other error is returned as it is.
+func unreachable(err error, addr string, tls bool) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != grpccodes.Unavailable || ce.Reason != "" {
+		return err
+	}
+	desc := ce.Message
+	if d, ok := strings.CutPrefix(desc, "connection error: desc = "); ok {
+		desc = d
+		if u, uerr := strconv.Unquote(d); uerr == nil {
+			desc = u
+		}
+	}
+	cause := desc
+	if i := strings.LastIndex(desc, ": "); i >= 0 {
+		cause = desc[i+2:]
+	}
+	var msg, hint string
+	switch {
+	case strings.Contains(desc, "while dialing") && cause == "connection refused":
+		msg = fmt.Sprintf("nothing accepts connections at %s: %s", addr, cause)
+		hint = "is the coordinator running there? --addr or LEASEHOLD_ADDR names another address"
+	case strings.Contains(desc, "authentication handshake failed: "):
+		_, cause, _ = strings.Cut(desc, "authentication handshake failed: ")
+		msg = fmt.Sprintf("the TLS handshake with the coordinator at %s failed: %s", addr, cause)
+		if strings.Contains(cause, "certificate") {
+			hint = "--tls-ca names the CA that signed the coordinator's certificate, --tls-server-name the name it carries"
+		} else {
+			hint = "a coordinator without TLS is reached without --tls and the --tls-* flags"
+		}
+	case cause == "EOF" || cause == "broken pipe" || cause == "connection reset by peer":
+		msg = fmt.Sprintf("the coordinator at %s closed the connection: %s", addr, cause)
+		hint = "its listener closes connections past --max-connections and --max-connections-per-address (leasehold_connections_refused_total counts them)"
+		if !tls {
+			hint += ", and a listener with TLS closes plaintext ones (--tls)"
+		}
+	default:
+		return err
+	}
+	return &exitError{code: ExitError, msg: msg + " (UNAVAILABLE)\n  " + hint}
 }

@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	grpccodes "google.golang.org/grpc/codes"
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/security/securitytest"
@@ -109,5 +112,87 @@ func TestCommandTrace(t *testing.T) {
 	}
 	if cmd.Status().Code.String() != "Error" {
 		t.Errorf("command span status = %v, want Error for a failed command", cmd.Status())
+	}
+}
+
+// TestUnreachable checks what the command says when it never reaches a
+// coordinator, over real sockets: nothing listening, a listener that
+// closes every connection at once (as one past its connection limits
+// does), the same with --tls, and a coordinator's own UNAVAILABLE, which
+// is left as it came.
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nothing := closed.Addr().String()
+	closed.Close()
+
+	// closing accepts every connection and closes it before a byte.
+	closing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := closing.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { closing.Close(); <-done })
+
+	run := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		env := DefaultEnv(strings.NewReader(""), &out, &errOut)
+		env.Getenv = func(k string) string {
+			if k == "LEASEHOLD_TOKEN" {
+				return "dev-operator"
+			}
+			return ""
+		}
+		return Run(t.Context(), env, args), errOut.String()
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		// want begins stderr, hint ends it.
+		want, hint string
+	}{{
+		name: "nothing listens",
+		args: []string{"--addr", nothing, "get", "1"},
+		want: "leasehold: nothing accepts connections at " + nothing + ": connection refused (UNAVAILABLE)\n",
+		hint: "\n  is the coordinator running there? --addr or LEASEHOLD_ADDR names another address\n",
+	}, {
+		name: "closed at once",
+		args: []string{"--addr", closing.Addr().String(), "get", "1"},
+		want: "leasehold: the coordinator at " + closing.Addr().String() + " closed the connection: ",
+		hint: "(UNAVAILABLE)\n  its listener closes connections past --max-connections and --max-connections-per-address " +
+			"(leasehold_connections_refused_total counts them), and a listener with TLS closes plaintext ones (--tls)\n",
+	}, {
+		name: "closed at once, with TLS",
+		args: []string{"--addr", closing.Addr().String(), "--tls", "get", "1"},
+		want: "leasehold: the TLS handshake with the coordinator at " + closing.Addr().String() + " failed: ",
+		hint: "(UNAVAILABLE)\n  a coordinator without TLS is reached without --tls and the --tls-* flags\n",
+	}} {
+		code, stderr := run(tc.args...)
+		if code != ExitError || !strings.HasPrefix(stderr, tc.want) || !strings.HasSuffix(stderr, tc.hint) {
+			t.Errorf("%s: exit %d, stderr %q; want %d, %q ... %q", tc.name, code, stderr, ExitError, tc.want, tc.hint)
+		}
+	}
+
+	// A coordinator's own UNAVAILABLE is not the transport's.
+	own := &client.Error{Code: grpccodes.Unavailable, Message: "connection error: desc = \"coordinator restarting\"", Err: errors.New("x")}
+	if got := unreachable(own, "a:1", false); got != error(own) {
+		t.Errorf("unreachable(%v) = %v, want it unchanged", own, got)
+	}
+	withReason := &client.Error{Code: grpccodes.Unavailable, Message: "write: broken pipe", Reason: "STORAGE_UNAVAILABLE", Err: errors.New("x")}
+	if got := unreachable(withReason, "a:1", false); got != error(withReason) {
+		t.Errorf("unreachable(%v) = %v, want it unchanged", withReason, got)
 	}
 }
