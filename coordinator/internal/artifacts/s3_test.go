@@ -123,9 +123,12 @@ func TestS3(t *testing.T) {
 			done.Wait()
 			return int(fresh.Load())
 		}
+		// The first burst may reuse a connection of the checks before it,
+		// which the server may have closed by the second burst: only
+		// such a one may be dialed again, never one the first opened.
 		first := dials()
-		if again := dials(); again != 0 {
-			t.Errorf("the second burst of %d checks dialed %d connections (the first dialed %d), want none", burst, again, first)
+		if again := dials(); again > burst-first {
+			t.Errorf("the second burst of %d checks dialed %d connections (the first dialed %d), want at most %d", burst, again, first, burst-first)
 		}
 	})
 
