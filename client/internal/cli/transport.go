@@ -164,10 +164,10 @@ func startCommandSpan(ctx context.Context, tp trace.TracerProvider, command stri
 //   - the TLS handshake failed;
 //   - the connection was closed or reset by the other end, which is what
 //     a listener past its connection limits does, and a TLS listener to a
-//     plaintext client.
+//     plaintext client (withTLS says whether this command dialled TLS).
 //
 // Any other error is returned as it is.
-func unreachable(err error, addr string, tls bool) error {
+func unreachable(err error, addr string, withTLS bool) error {
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Code != grpccodes.Unavailable || ce.Reason != "" {
 		return err
@@ -199,7 +199,7 @@ func unreachable(err error, addr string, tls bool) error {
 	case cause == "EOF" || cause == "broken pipe" || cause == "connection reset by peer":
 		msg = fmt.Sprintf("the coordinator at %s closed the connection: %s", addr, cause)
 		hint = "its listener closes connections past --max-connections and --max-connections-per-address (leasehold_connections_refused_total counts them)"
-		if !tls {
+		if !withTLS {
 			hint += ", and a listener with TLS closes plaintext ones (--tls)"
 		}
 	default:
