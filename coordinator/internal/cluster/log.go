@@ -19,12 +19,12 @@ import (
 // time, so that each line begins with its level.
 //
 // Raft logs a failure to reach a peer at every retry, for as long as the
-// peer stays away: heartbeats alone every HeartbeatTimeout/2 at most, four
-// lines a second with the default timeout. Those lines (retryFailures)
+// peer stays away: heartbeats alone every HeartbeatTimeout/2 at most, 66
+// lines in 20 s with the default timeout. Those lines (retryFailures)
 // pass once a minute per message and peer, each saying how many of its
 // kind were held back since the one before (unlogged): a follower down for
-// an hour costs a line or two a minute, not about fifteen thousand, and
-// its first failure is logged at once.
+// an hour costs a line or two a minute, not some twelve thousand, and its
+// first failure is logged at once.
 func hclogOf(l *slog.Logger) hclog.Logger { return hclogWithClock(l, nil) }
 
 // hclogWithClock is hclogOf with the clock of its rate limit (nil:
