@@ -352,12 +352,17 @@ func TestClusterService(t *testing.T) {
 			t.Errorf("leader's leasehold_raft_leader = %v, %v; want 1", v, ok)
 		}
 		for _, series := range []string{"leasehold_raft_term", "leasehold_raft_commit_index", "leasehold_raft_applied_index",
-			"leasehold_raft_leader_changes_total", "leasehold_raft_commit_seconds_count", "leasehold_raft_apply_seconds_count"} {
+			"leasehold_raft_leader_changes_total", "leasehold_raft_commit_seconds_count", "leasehold_raft_apply_seconds_count",
+			"leasehold_raft_own_entries_total"} {
 			if v, ok := metricValue(t, leader, series); !ok || v < 1 {
 				t.Errorf("leader's %s = %v, %v; want at least 1", series, v, ok)
 			}
 		}
 		for _, f := range tc.followersOf(leader) {
+			// A follower applies every entry from its write set.
+			if v, ok := metricValue(t, f, "leasehold_raft_own_entries_total"); !ok || v != 0 {
+				t.Errorf("follower %s's leasehold_raft_own_entries_total = %v, %v; want 0", f.id, v, ok)
+			}
 			if v, ok := metricValue(t, leader, `leasehold_raft_follower_lag_entries{follower="`+f.id+`"}`); !ok || v != 0 {
 				t.Errorf("lag of %s = %v, %v; want 0 (caught up)", f.id, v, ok)
 			}

@@ -12,7 +12,8 @@ import (
 // commit (Committer.Commit: proposal, replication to a quorum, apply) and
 // of the state machine's apply (FSM.ApplyBatch), how long the state
 // machine's batches stay open and how many entries the open one holds,
-// and, on the leader, each follower's lag and last answer. A single-node
+// how many entries it committed from the writer's own transaction, and,
+// on the leader, each follower's lag and last answer. A single-node
 // coordinator has none of them.
 type Metrics struct {
 	commit prometheus.Histogram
@@ -27,7 +28,7 @@ type Metrics struct {
 	// node is the node the gauges read, once StartNode has set it.
 	node atomic.Pointer[Node]
 
-	leader, term, commitIndex, appliedIndex, changes, lag, contact, muted, pending *prometheus.Desc
+	leader, term, commitIndex, appliedIndex, changes, lag, contact, muted, pending, own *prometheus.Desc
 }
 
 // NewMetrics returns a node's metrics, registered with reg; give them to
@@ -50,6 +51,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 				"on a follower up to 100 ms and a commit; longer when the process or its disk stalled with the batch open.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
+		own: prometheus.NewDesc("leasehold_raft_own_entries_total",
+			"Entries this node, leading, committed from its writer's evaluated transaction instead of applying their write sets again "+
+				"(the rest of the entries it applied, leasehold_raft_applied_index, were applied from their write sets).", nil, nil),
 		pending: prometheus.NewDesc("leasehold_raft_batch_open_entries",
 			"Entries applied into this node's open batch that its store has not committed yet, its commit included while it runs (0: no batch open).", nil, nil),
 		stuck: prometheus.NewCounter(prometheus.CounterOpts{
@@ -125,7 +129,7 @@ func (m *Metrics) refusedConn(cause string) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact, m.muted, m.pending} {
+	for _, d := range []*prometheus.Desc{m.leader, m.term, m.commitIndex, m.appliedIndex, m.changes, m.lag, m.contact, m.muted, m.pending, m.own} {
 		ch <- d
 	}
 }
@@ -161,6 +165,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.muted, prometheus.GaugeValue, muted)
 	ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, float64(n.fsm.Pending()))
+	ch <- prometheus.MustNewConstMetric(m.own, prometheus.CounterValue, float64(n.fsm.OwnEntries()))
 	if !st.Leading {
 		return
 	}
